@@ -1,0 +1,289 @@
+"""Elementary marginal flows of appendix B.1, Table 1, each strictly increasing.
+
+Where Table 1 allows any real scale we constrain it positive (via `Positive`) so that every flow is
+increasing, as the TGP change of variables (paper §3.4) and the models' quadrature assume.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..constraints import Positive, inv_softplus
+from .base import Flow, ParamSpec, log_cosh, log_hypot1
+
+__all__ = [
+    "Identity", "Log", "Exp", "Softplus", "Sinh", "Arcsinh", "Affine", "SinhArcsinh",
+    "BoxCox", "InverseBoxCox", "TukeyGH", "Tanh",
+]
+
+_POS = Positive()
+
+
+class Identity(Flow):
+    """G(f) = f."""
+
+    name = "identity"
+
+    @property
+    def is_identity(self) -> bool:
+        return True
+
+    def _forward(self, f, p):
+        return f
+
+    def _inverse(self, y, p):
+        return y
+
+    def _log_det(self, f, p):
+        return torch.zeros_like(f)
+
+    def _affine(self, p):
+        return self._constant(0.0), self._constant(1.0)
+
+
+class Log(Flow):
+    """G(f) = log f on f > 0 (Table 1 "Log"); inverse exp."""
+
+    name = "log"
+    domain = "positive"
+
+    def _forward(self, f, p):
+        return torch.log(f)
+
+    def _inverse(self, y, p):
+        return torch.exp(y)
+
+    def _log_det(self, f, p):
+        return -torch.log(f)
+
+
+class Exp(Flow):
+    """G(f) = exp f onto (0, inf) (Table 1 "Exp"); inverse log."""
+
+    name = "exp"
+    codomain = "positive"
+
+    def _forward(self, f, p):
+        return torch.exp(f)
+
+    def _inverse(self, y, p):
+        return torch.log(y)
+
+    def _log_det(self, f, p):
+        return f
+
+
+class Softplus(Flow):
+    """G(f) = log(1 + exp f) onto (0, inf) (Table 1 "Softplus"); inverse log(exp y - 1)."""
+
+    name = "softplus"
+    codomain = "positive"
+
+    def _forward(self, f, p):
+        # logaddexp is exact for large |f| and its gradient is the exact sigmoid, also at f = 0.
+        return torch.logaddexp(f, torch.zeros_like(f))
+
+    def _inverse(self, y, p):
+        return inv_softplus(y)
+
+    def _log_det(self, f, p):
+        return F.logsigmoid(f)
+
+
+class Sinh(Flow):
+    """G(f) = sinh f (Table 1 "Sinh"); inverse arcsinh."""
+
+    name = "sinh"
+
+    def _forward(self, f, p):
+        return torch.sinh(f)
+
+    def _inverse(self, y, p):
+        return torch.asinh(y)
+
+    def _log_det(self, f, p):
+        return log_cosh(f)
+
+
+class Arcsinh(Flow):
+    """G(f) = a·arcsinh(b(f + c)) + d, a, b > 0 (Table 1 "Arcsinh"); inverse sinh((y - d)/a)/b - c.
+
+    Defaults a = b = 1, c = d = 0: slope 1 at the origin.
+    """
+
+    name = "arcsinh"
+    param_specs = (ParamSpec("a", _POS, 1.0), ParamSpec("b", _POS, 1.0),
+                   ParamSpec("c", None, 0.0), ParamSpec("d", None, 0.0))
+
+    def _forward(self, f, p):
+        return p["a"] * torch.asinh(p["b"] * (f + p["c"])) + p["d"]
+
+    def _inverse(self, y, p):
+        return torch.sinh((y - p["d"]) / p["a"]) / p["b"] - p["c"]
+
+    def _log_det(self, f, p):
+        return torch.log(p["a"]) + torch.log(p["b"]) - log_hypot1(p["b"] * (f + p["c"]))
+
+
+class Affine(Flow):
+    """G(f) = a + b·f, b > 0 (Table 1 "Affine (L)"); inverse (y - a)/b. Defaults a = 0, b = 1 (identity)."""
+
+    name = "affine"
+    param_specs = (ParamSpec("a", None, 0.0), ParamSpec("b", _POS, 1.0))
+
+    def _forward(self, f, p):
+        return p["a"] + p["b"] * f
+
+    def _inverse(self, y, p):
+        return (y - p["a"]) / p["b"]
+
+    def _log_det(self, f, p):
+        return torch.log(p["b"]) + torch.zeros_like(f)
+
+    def _affine(self, p):
+        return p["a"], p["b"]
+
+
+class SinhArcsinh(Flow):
+    """G(f) = sinh(b·arcsinh(f) - a), b > 0 (Table 1 "Sinh-Arcsinh", inner part of eq. 2).
+
+    Inverse sinh((arcsinh(y) + a)/b). Defaults a = 0, b = 1 (identity).
+    """
+
+    name = "sinharcsinh"
+    param_specs = (ParamSpec("a", None, 0.0), ParamSpec("b", _POS, 1.0))
+
+    def _forward(self, f, p):
+        return torch.sinh(p["b"] * torch.asinh(f) - p["a"])
+
+    def _inverse(self, y, p):
+        return torch.sinh((torch.asinh(y) + p["a"]) / p["b"])
+
+    def _log_det(self, f, p):
+        z = p["b"] * torch.asinh(f) - p["a"]
+        return torch.log(p["b"]) + log_cosh(z) - log_hypot1(f)
+
+
+def _signed_power(u: Tensor, power: Tensor) -> Tensor:
+    return torch.sign(u) * torch.abs(u).pow(power)
+
+
+class BoxCox(Flow):
+    """G(f) = (sgn(f)|f|^λ - 1)/λ, λ > 0 (Table 1 "Boxcox", sign-extended to all reals).
+
+    Inverse sgn(λy + 1)|λy + 1|^{1/λ}. Default λ = 1, i.e. G(f) = f - 1. G' = |f|^{λ-1} vanishes
+    or blows up at f = 0 only.
+    """
+
+    name = "boxcox"
+    param_specs = (ParamSpec("lam", _POS, 1.0),)
+
+    def _forward(self, f, p):
+        lam = p["lam"]
+        return (_signed_power(f, lam) - 1.0) / lam
+
+    def _inverse(self, y, p):
+        lam = p["lam"]
+        return _signed_power(lam * y + 1.0, 1.0 / lam)
+
+    def _log_det(self, f, p):
+        return (p["lam"] - 1.0) * torch.log(torch.abs(f))
+
+
+class InverseBoxCox(Flow):
+    """G(f) = sgn(λf + 1)|λf + 1|^{1/λ}, λ > 0: Table 1's BoxCox inverse used as the forward map.
+
+    Inverse (sgn(y)|y|^λ - 1)/λ. Default λ = 1, i.e. G(f) = f + 1.
+    """
+
+    name = "inverseboxcox"
+    param_specs = (ParamSpec("lam", _POS, 1.0),)
+
+    def _forward(self, f, p):
+        lam = p["lam"]
+        return _signed_power(lam * f + 1.0, 1.0 / lam)
+
+    def _inverse(self, y, p):
+        lam = p["lam"]
+        return (_signed_power(y, lam) - 1.0) / lam
+
+    def _log_det(self, f, p):
+        lam = p["lam"]
+        return (1.0 / lam - 1.0) * torch.log(torch.abs(lam * f + 1.0))
+
+
+# Below this |g| the series of expm1(g f)/g is used: 0/0 at g = 0, and the dropped (g f)^3 term is
+# far below rounding for any |f| a GP produces.
+_TUKEY_SMALL_G = 1e-8
+
+
+def _expm1_over(g: Tensor, f: Tensor) -> Tensor:
+    """(exp(g f) - 1)/g, continuous through g = 0 where it equals f."""
+    small = g.abs() < _TUKEY_SMALL_G
+    g_safe = torch.where(small, torch.ones_like(g), g)
+    gf = g * f
+    series = f * (1.0 + gf / 2.0 + gf * gf / 6.0)
+    return torch.where(small, series, torch.expm1(g_safe * f) / g_safe)
+
+
+class TukeyGH(Flow):
+    """G(f) = (exp(g f) - 1)/g · exp(h f²/2), g real, h ≥ 0 (Table 1 "Tukey").
+
+    Increasing for every g because (exp(g f) - 1)/g has the sign of f; at g = 0 it is the limit
+    f·exp(h f²/2). No closed-form inverse: the numerical one is used. Defaults g = 0.01, h = 0.01
+    (close to the identity).
+    """
+
+    name = "tukey"
+    param_specs = (ParamSpec("g", None, 0.01), ParamSpec("h", _POS, 0.01))
+
+    def _forward(self, f, p):
+        return _expm1_over(p["g"], f) * torch.exp(0.5 * p["h"] * f * f)
+
+    def _log_det(self, f, p):
+        # G' = exp(h f²/2)·(exp(g f) + h f E), E = (exp(g f) - 1)/g and h f E ≥ 0; logaddexp keeps it
+        # stable, and the guard keeps log(h f E) out of the graph where h f E = 0 (e.g. f = 0).
+        g, h = p["g"], p["h"]
+        gf = g * f
+        u = h * f * _expm1_over(g, f)
+        positive = u > 0
+        log_u = torch.log(torch.where(positive, u, torch.ones_like(u)))
+        return 0.5 * h * f * f + torch.where(positive, torch.logaddexp(gf, log_u), gf)
+
+
+class Tanh(Flow):
+    """G(f) = a·tanh(b(f + c)) + d, a, b > 0 (Table 1 "TanH"), onto (d - a, d + a).
+
+    Inverse atanh((y - d)/a)/b - c. Defaults a = b = 1, c = d = 0.
+    """
+
+    name = "tanh"
+    codomain = "bounded"
+    param_specs = (ParamSpec("a", _POS, 1.0), ParamSpec("b", _POS, 1.0),
+                   ParamSpec("c", None, 0.0), ParamSpec("d", None, 0.0))
+
+    def _forward(self, f, p):
+        return p["a"] * torch.tanh(p["b"] * (f + p["c"])) + p["d"]
+
+    def _inverse(self, y, p):
+        return torch.atanh((y - p["d"]) / p["a"]) / p["b"] - p["c"]
+
+    def _log_det(self, f, p):
+        return torch.log(p["a"]) + torch.log(p["b"]) - 2.0 * log_cosh(p["b"] * (f + p["c"]))
+
+    def _bounds(self, p):
+        return p["d"] - p["a"], p["d"] + p["a"]
+
+    def _fit_codomain_to(self, low: Tensor, high: Tensor, margin: float = 0.25) -> None:
+        """Move d and widen a so that (d - a, d + a) strictly contains [low, high]."""
+        with torch.no_grad():
+            p = self.params()
+            inside = bool(torch.all((p["d"] - p["a"] < low) & (p["d"] + p["a"] > high)))
+            if inside:
+                return
+            half = 0.5 * (high - low)
+            a = (1.0 + margin) * half + 1e-3 * (1.0 + 0.5 * (high.abs() + low.abs()))
+            d = 0.5 * (high + low)
+            self.raw_a.copy_(torch.broadcast_to(_POS.inverse(a.to(self.raw_a)), self.param_shape))
+            self.raw_d.copy_(torch.broadcast_to(d.to(self.raw_d), self.param_shape))

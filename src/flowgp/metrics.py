@@ -1,0 +1,39 @@
+"""Test metrics used throughout the TGP paper's experiments (§5, appendix B.6)."""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["rmse", "mean_nll", "coverage", "r2"]
+
+
+def _arrays(*arrays):
+    out = [np.asarray(a, dtype=np.float64).reshape(len(a), -1) for a in arrays]
+    n = out[0].shape[0]
+    if any(a.shape[0] != n for a in out):
+        raise ValueError(f"all arrays must have the same number of rows, got {[a.shape[0] for a in out]}")
+    return out
+
+
+def rmse(y_true, y_pred) -> float:
+    """Root mean squared error."""
+    y_true, y_pred = _arrays(y_true, y_pred)
+    return float(np.sqrt(np.mean((y_true - y_pred) ** 2)))
+
+
+def mean_nll(log_density) -> float:
+    """Negative mean test log predictive density, -1/N Σ log p(y*_n | x*_n)."""
+    return float(-np.mean(np.asarray(log_density, dtype=np.float64)))
+
+
+def coverage(y_true, lower, upper) -> float:
+    """Fraction of targets inside their predictive interval [lower, upper] (0.95 is ideal for 95 % intervals)."""
+    y_true, lower, upper = _arrays(y_true, lower, upper)
+    return float(np.mean((y_true >= lower) & (y_true <= upper)))
+
+
+def r2(y_true, y_pred) -> float:
+    """Coefficient of determination (scikit-learn's R², uniform over outputs)."""
+    y_true, y_pred = _arrays(y_true, y_pred)
+    ss_res = ((y_true - y_pred) ** 2).sum(0)
+    ss_tot = ((y_true - y_true.mean(0)) ** 2).sum(0)
+    return float(np.mean(1.0 - ss_res / np.where(ss_tot > 0, ss_tot, 1.0)))

@@ -1,0 +1,121 @@
+import numpy as np
+import pytest
+from sklearn.base import clone
+
+import flowgp
+from flowgp import SVGPRegressor, TGPRegressor, WarpedGPRegressor
+
+
+def _data(n=80, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-3, 3, size=(n, 2))
+    y = 5.0 + 3.0 * np.sin(x[:, 0]) + 0.5 * x[:, 1] + 0.2 * rng.standard_normal(n)
+    return x, y
+
+
+FAST = dict(num_inducing=10, epochs=60, verbose=False)
+
+
+def test_identity_tgp_estimator_equals_svgp_estimator():
+    x, y = _data()
+    svgp = SVGPRegressor(**FAST).fit(x, y)
+    tgp = TGPRegressor(flow="identity", **FAST).fit(x, y)
+    mean_s, std_s = svgp.predict(x, return_std=True)
+    mean_t, std_t = tgp.predict(x, return_std=True)
+    np.testing.assert_allclose(mean_t, mean_s, rtol=1e-8)
+    np.testing.assert_allclose(std_t, std_s, rtol=1e-8)
+    np.testing.assert_allclose(tgp.elbo(x, y), svgp.elbo(x, y), rtol=1e-8)
+    np.testing.assert_allclose(tgp.log_predictive_density(x, y), svgp.log_predictive_density(x, y), rtol=1e-8)
+
+
+@pytest.mark.parametrize("cls,kw", [(SVGPRegressor, {}), (TGPRegressor, {"flow": "sal"}),
+                                    (WarpedGPRegressor, {"flow": "sal", "flow_init": "data"})])
+def test_estimator_contract(cls, kw, tmp_path):
+    x, y = _data()
+    est = cls(**FAST, **kw)
+    assert est.fit(x, y) is est
+    mean, std = est.predict(x[:7], return_std=True)
+    assert mean.shape == (7,) and std.shape == (7,) and np.all(std > 0)
+    lower, upper = est.predict_interval(x[:7], level=0.9)
+    assert np.all(lower < mean) and np.all(mean < upper)
+    lpd = est.log_predictive_density(x[:7], y[:7])
+    assert lpd.shape == (7,) and np.all(np.isfinite(lpd))
+    assert np.isfinite(est.elbo(x, y))
+    assert est.score(x, y) > 0.8  # R² on a smooth function the GP fits well
+    assert est.sample_f(x[:4], num_samples=3).shape == (3, 4)
+    # the fit is reproducible for a fixed seed
+    again = clone(est).fit(x, y)
+    np.testing.assert_allclose(again.predict(x[:7]), mean, rtol=1e-10)
+    # save/load round trip with weights_only loading
+    path = est.save(tmp_path / "model.pt")
+    loaded = cls.load(path)
+    assert type(loaded) is cls
+    np.testing.assert_allclose(loaded.predict(x[:7]), mean, rtol=1e-12)
+    np.testing.assert_allclose(flowgp.load(path).log_predictive_density(x[:7], y[:7]), lpd, rtol=1e-12)
+
+
+def test_log_density_accounts_for_target_scaling():
+    # the same data in other units: densities shift by exactly -log(scale)
+    x, y = _data()
+    a = SVGPRegressor(**FAST).fit(x, y)
+    b = SVGPRegressor(**FAST).fit(x, 10 * y)
+    np.testing.assert_allclose(b.log_predictive_density(x, 10 * y), a.log_predictive_density(x, y) - np.log(10),
+                               rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(b.predict(x), 10 * a.predict(x), rtol=1e-6)
+
+
+def test_positive_flows_keep_predictions_positive():
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0, 5, size=(100, 1))
+    y = np.exp(np.sin(2 * x[:, 0])) * rng.lognormal(0, 0.1, 100)
+    tgp = TGPRegressor(flow="sal+softplus", **FAST).fit(x, y)
+    assert tgp.y_shift_ == 0.0  # positive codomain: targets rescaled, never shifted
+    lower, _ = tgp.predict_interval(x, 0.99)
+    wgp = WarpedGPRegressor(flow="log", flow_init="none", **FAST).fit(x, y)
+    lower_w, _ = wgp.predict_interval(x, 0.99)
+    assert np.all(wgp.predict(x) > 0) and np.all(lower_w > 0)
+    assert np.all(tgp.sample_f(x, 5) > 0)
+
+
+def test_float32_fit_works():
+    x, y = _data()
+    est = TGPRegressor(flow="sal", dtype="float32", **FAST).fit(x, y)
+    assert est.model_.gp.q_mu.dtype.__str__() == "torch.float32"
+    assert np.all(np.isfinite(est.predict(x)))
+
+
+@pytest.mark.parametrize(
+    "make,match,err",
+    [
+        (lambda x, y: SVGPRegressor(**FAST).fit(np.where(x > 2.9, np.nan, x), y), "NaN", ValueError),
+        (lambda x, y: SVGPRegressor(**FAST).fit(x, y[:-1]), "rows", ValueError),
+        (lambda x, y: SVGPRegressor(**FAST).fit(x[:1], y[:1]), "at least 2", ValueError),
+        (lambda x, y: SVGPRegressor(**FAST).fit(x[:, 0], y), "2-D", ValueError),
+        (lambda x, y: SVGPRegressor(kernel="squiggle", **FAST).fit(x, y), "squiggle", ValueError),
+        (lambda x, y: TGPRegressor(flow="squiggle", **FAST).fit(x, y), "squiggle", ValueError),
+        (lambda x, y: TGPRegressor(flow=3, **FAST).fit(x, y), "flow", TypeError),
+        (lambda x, y: WarpedGPRegressor(flow="log", **FAST).fit(x, y - 10), "positive", ValueError),
+        (lambda x, y: SVGPRegressor(dtype="float16", **FAST).fit(x, y), "dtype", ValueError),
+        (lambda x, y: TGPRegressor(flow_init="magic", **FAST).fit(x, y), "flow_init", ValueError),
+        (lambda x, y: SVGPRegressor(**FAST).predict(x), "not fitted", RuntimeError),
+        (lambda x, y: SVGPRegressor(**FAST).fit(x, y).predict(x[:, :1]), "features", ValueError),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(make, match, err):
+    x, y = _data(n=30)
+    with pytest.raises(err, match=match):
+        make(x, y)
+
+
+def test_load_rejects_other_files(tmp_path):
+    import torch
+
+    path = tmp_path / "other.pt"
+    torch.save({"hello": 1}, path)
+    with pytest.raises(ValueError, match="not a flowgp"):
+        flowgp.load(path)
+    x, y = _data(n=30)
+    est = TGPRegressor(flow="sal", **FAST).fit(x, y)
+    est.save(tmp_path / "tgp.pt")
+    with pytest.raises(ValueError, match="TGPRegressor"):
+        WarpedGPRegressor.load(tmp_path / "tgp.pt")

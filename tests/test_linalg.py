@@ -1,0 +1,24 @@
+import pytest
+import torch
+
+from flowgp.linalg import CholeskyJitterWarning, robust_cholesky
+
+
+def test_cholesky_of_well_conditioned_matrix_is_silent():
+    a = torch.randn(5, 5, dtype=torch.float64)
+    k = a @ a.T + torch.eye(5, dtype=torch.float64)
+    chol = robust_cholesky(k)
+    torch.testing.assert_close(chol @ chol.T, k, rtol=1e-7, atol=1e-7)
+
+
+def test_singular_matrix_retries_with_growing_jitter_and_warns():
+    k = torch.ones(4, 4, dtype=torch.float64) - 1e-9 * torch.eye(4, dtype=torch.float64)  # eigenvalue -1e-9
+    with pytest.warns(CholeskyJitterWarning, match="jitter"):
+        chol = robust_cholesky(k, jitter=1e-12)
+    assert torch.isfinite(chol).all()
+
+
+def test_hopeless_matrix_raises():
+    k = -torch.eye(3, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="Cholesky failed"):
+        robust_cholesky(k, max_tries=3)
