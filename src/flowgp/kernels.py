@@ -111,19 +111,21 @@ def _symmetrize_zero_diag(d: torch.Tensor) -> torch.Tensor:
 
 
 def _squared_distance(a: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    """||a_n - b_m||² via ||a||² + ||b||² - 2 a·b (one matmul, no [N, M, D] tensor), clamped at 0.
+    """||a_n - b_m||² via ||a||² + ||b||² - 2 a·b (one matmul, no [N, M, D] tensor).
 
-    ``b=None`` means b = a (exact symmetry and zero diagonal are enforced). Inputs are assumed already
-    divided by the lengthscale and centred (see `_centre`).
+    ``b=None`` means b = a (exact symmetry, zero diagonal, clamped at 0). The cross case is not clamped:
+    it is the hot path of sparse GPs and every profile tolerates the O(eps) negatives the expansion can
+    leave (exp(-r²) stays within rounding of 1, and `_safe_sqrt` maps them to r = 0). Inputs are assumed
+    already divided by the lengthscale and centred (see `_centre`).
     """
     a2 = a.pow(2).sum(-1, keepdim=True)  # [..., N, 1]
     if b is None:
         d = a2 + a2.mT - 2.0 * (a @ a.mT)
-        d = _symmetrize_zero_diag(d)
-    else:
-        b2 = b.pow(2).sum(-1, keepdim=True)  # [..., M, 1]
-        d = a2 + b2.mT - 2.0 * (a @ b.mT)
-    return d.clamp_min(0.0)
+        return _symmetrize_zero_diag(d).clamp_min(0.0)
+    b2 = b.pow(2).sum(-1, keepdim=True)  # [..., M, 1]
+    # -2 is folded into the small [M, D] operand and the adds happen in place on the matmul's output,
+    # which autograd does not need: two fewer passes over the [N, M] result, forward and backward.
+    return (a @ (-2.0 * b).mT).add_(a2).add_(b2.mT)
 
 
 def _centre(x1: torch.Tensor, x2: torch.Tensor | None):
@@ -324,6 +326,29 @@ class RBF(_Stationary):
 
     spec = "rbf"
 
+    def _forward(self, x1, x2):
+        return torch.exp(self._log_forward(x1, x2))
+
+    def _log_forward(self, x1, x2, log_scale=None):
+        """log σ² - ½ r² with σ² = exp(log_scale) (1 when None); `Scale` uses it to fold in its variance.
+
+        Inputs divided by √2·ℓ give ½r² straight from the matmul, and the constant terms are folded into the
+        small [N, 1] and [M, 1] norms, so the [N, M] result sees one matmul, two in-place subtractions and
+        the exp: the sparse-GP hot path, where these passes dominate the step time.
+        """
+        ell = self._param("lengthscale", x1) * math.sqrt(2.0)
+        a, b = _centre(x1, x2)
+        a = a / ell
+        if b is None:
+            half_r2 = _squared_distance(a, None)
+            return -half_r2 if log_scale is None else log_scale - half_r2
+        b = b / ell
+        a2 = a.pow(2).sum(-1, keepdim=True)  # [..., N, 1]
+        if log_scale is not None:
+            a2 = a2 - log_scale
+        b2 = b.pow(2).sum(-1, keepdim=True)  # [..., M, 1]
+        return (a @ (2.0 * b).mT).sub_(a2).sub_(b2.mT)
+
     def _profile(self, r2):
         return torch.exp(-0.5 * r2)
 
@@ -498,6 +523,8 @@ class Scale(Kernel):
         return self.base.spec
 
     def _forward(self, x1, x2):
+        if isinstance(self.base, RBF):  # σ² folded into the exponent: one pass fewer over [N, M]
+            return torch.exp(self.base._log_forward(x1, x2, self._param("variance", x1).log()))
         return self._param("variance", x1) * self.base._forward(x1, x2)
 
     def _diag(self, x):

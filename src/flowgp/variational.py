@@ -2,7 +2,7 @@
 
 q(u) = N(Lz v, ·) with whitened q(v) = N(m, R Rᵀ), v ~ p(v) = N(0, I) a priori (Hensman et al. 2013/2015).
 The marginals of q(f) at a minibatch (TGP appendix eq. 12) cost O(B M² + M³):
-    A = Lz⁻¹ K_ZX,   mean = Aᵀ m,   var = diag K_XX - Σ A² + Σ (Rᵀ A)².
+    A = Lz⁻¹ K_ZX,   mean = Aᵀ m,   var = diag K_XX - Σ A² + Σ (Rᵀ A)² = diag K_XX + Σ A ⊙ (S - I) A.
 Inputs of shape [..., N, D] (e.g. [S, N, D] for samples propagated through deep GPs) give marginals of
 shape [..., N, L]. Kernels follow flowgp's broadcasting rule (batch_shape sits just before (N, D)).
 """
@@ -96,23 +96,27 @@ class SparseVariationalGP(nn.Module):
         """A = Lz⁻¹ K_ZX of shape [..., Lb, M, N] and Lz."""
         chol = self._kzz_cholesky()
         kzx = self.kernel(self.inducing_points, x.unsqueeze(-3))  # [..., Lb, M, N]
-        chol_b = chol.expand(kzx.shape[:-2] + chol.shape[-2:]) if chol.dim() < kzx.dim() else chol
-        a = torch.linalg.solve_triangular(chol_b, kzx, upper=False)
-        return a, chol
+        # Lz⁻¹ (an M x M triangular solve) then one GEMM: for N >> M this is several times faster than a
+        # triangular solve against all N columns, forward and backward, and as accurate in float64/32.
+        eye = torch.eye(chol.shape[-1], dtype=chol.dtype, device=chol.device)
+        chol_inv = torch.linalg.solve_triangular(chol, eye, upper=False)
+        return chol_inv @ kzx, chol
 
     def marginals(self, x: torch.Tensor, full_cov: bool = False) -> Marginals:
         """q(f(x)) = ∫ p(f | u) q(u) du (appendix eq. 12): mean/var [..., N, L] (cov [..., L, N, N])."""
-        a, _ = self._projection(x)
+        a, _ = self._projection(x)  # [..., Lb, M, N]
         r = self.q_sqrt_tril()
+        eye = torch.eye(r.shape[-1], dtype=r.dtype, device=r.device)
+        # var = diag K_XX - Σ_m A² + Σ_m (RᵀA)² = diag K_XX + Σ_m A ⊙ (S - I) A: the M³ product S - I is
+        # cheap next to the [M, N] work it saves (one elementwise square and its backward)
         mean = (self.q_mu.unsqueeze(-2) @ a).squeeze(-2).transpose(-1, -2)  # [..., N, L]
-        ra = r.transpose(-1, -2) @ a  # [..., L, M, N]
+        pa = (r @ r.mT - eye) @ a  # [..., L, M, N]
         if full_cov:
             kxx = self.kernel(x.unsqueeze(-3))  # [..., Lb, N, N]
-            cov = kxx - a.transpose(-1, -2) @ a + ra.transpose(-1, -2) @ ra
-            out = Marginals(mean, cov)
+            out = Marginals(mean, kxx + a.mT @ pa)
         else:
             kdiag = self.kernel.diag(x.unsqueeze(-3))  # [..., Lb, N]
-            var = kdiag - a.square().sum(-2) + ra.square().sum(-2)  # [..., L, N]
+            var = kdiag + (a * pa).sum(-2)  # [..., L, N]
             out = Marginals(mean, var.transpose(-1, -2).clamp_min(1e-12))
         if self.mean_function is not None:
             out = Marginals(out.mean + self.mean_function(x), out.var)
