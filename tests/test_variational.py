@@ -16,9 +16,10 @@ def _random_q(gp, generator):
         gp.q_sqrt.diagonal(dim1=-2, dim2=-1).abs_().add_(0.2)
 
 
-def test_marginals_match_dense_formula():
+@pytest.mark.parametrize("num_points", [9, 23])  # both evaluation orders (N < 2M and N >= 2M)
+def test_marginals_match_dense_formula(num_points):
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(9, 2, generator=g)
+    x = torch.randn(num_points, 2, generator=g)
     z = torch.randn(5, 2, generator=g)
     kernel = make_kernel("rbf", 2, lengthscale=0.8)
     gp = SparseVariationalGP(kernel, z, jitter=1e-12)

@@ -96,27 +96,31 @@ class SparseVariationalGP(nn.Module):
         """A = Lz⁻¹ K_ZX of shape [..., Lb, M, N] and Lz."""
         chol = self._kzz_cholesky()
         kzx = self.kernel(self.inducing_points, x.unsqueeze(-3))  # [..., Lb, M, N]
-        # Lz⁻¹ (an M x M triangular solve) then one GEMM: for N >> M this is several times faster than a
-        # triangular solve against all N columns, forward and backward, and as accurate in float64/32.
-        eye = torch.eye(chol.shape[-1], dtype=chol.dtype, device=chol.device)
-        chol_inv = torch.linalg.solve_triangular(chol, eye, upper=False)
-        return chol_inv @ kzx, chol
+        chol_b = chol.expand(kzx.shape[:-2] + chol.shape[-2:]) if chol.dim() < kzx.dim() else chol
+        # contiguous: the solve returns a column-major result, and mixed layouts slow every later elementwise op
+        return torch.linalg.solve_triangular(chol_b, kzx, upper=False).contiguous(), chol
 
     def marginals(self, x: torch.Tensor, full_cov: bool = False) -> Marginals:
         """q(f(x)) = ∫ p(f | u) q(u) du (appendix eq. 12): mean/var [..., N, L] (cov [..., L, N, N])."""
         a, _ = self._projection(x)  # [..., Lb, M, N]
         r = self.q_sqrt_tril()
-        eye = torch.eye(r.shape[-1], dtype=r.dtype, device=r.device)
-        # var = diag K_XX - Σ_m A² + Σ_m (RᵀA)² = diag K_XX + Σ_m A ⊙ (S - I) A: the M³ product S - I is
-        # cheap next to the [M, N] work it saves (one elementwise square and its backward)
         mean = (self.q_mu.unsqueeze(-2) @ a).squeeze(-2).transpose(-1, -2)  # [..., N, L]
-        pa = (r @ r.mT - eye) @ a  # [..., L, M, N]
+        if a.shape[-1] >= 2 * a.shape[-2]:
+            # N >= 2M: var = diag K_XX + Σ_m A ⊙ (S - I) A; the M³ product S - I is cheap next to the
+            # [M, N] elementwise passes it saves (one square and its backward)
+            eye = torch.eye(r.shape[-1], dtype=r.dtype, device=r.device)
+            pa = (r @ r.mT - eye) @ a  # [..., L, M, N]
+            correction = (lambda: a.mT @ pa) if full_cov else (lambda: (a * pa).sum(-2))
+        else:  # small N (prediction on few points, M comparable to N): no M³ work
+            ra = r.mT @ a
+            correction = (lambda: ra.mT @ ra - a.mT @ a) if full_cov else (
+                lambda: ra.square().sum(-2) - a.square().sum(-2))
         if full_cov:
             kxx = self.kernel(x.unsqueeze(-3))  # [..., Lb, N, N]
-            out = Marginals(mean, kxx + a.mT @ pa)
+            out = Marginals(mean, kxx + correction())
         else:
             kdiag = self.kernel.diag(x.unsqueeze(-3))  # [..., Lb, N]
-            var = kdiag + (a * pa).sum(-2)  # [..., L, N]
+            var = kdiag + correction()  # [..., L, N]
             out = Marginals(mean, var.transpose(-1, -2).clamp_min(1e-12))
         if self.mean_function is not None:
             out = Marginals(out.mean + self.mean_function(x), out.var)
