@@ -79,7 +79,6 @@ class SVGPRegressor(RegressorMixin, BaseEstimator):
         verbose: show a tqdm progress bar.
     """
 
-    _model_name = "svgp"
 
     def __init__(self, num_inducing=100, kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0,
                  dtype="float64", device="cpu", noise=0.05, lengthscale=1.0, period=1.0,
@@ -111,7 +110,7 @@ class SVGPRegressor(RegressorMixin, BaseEstimator):
     def _check_targets(self, y: np.ndarray) -> None:
         pass
 
-    def _make_model(self, kernel, z, num_data):
+    def _make_model(self, kernel, z):
         return SVGP(kernel, z, GaussianLikelihood(noise=self.noise), **self._model_kwargs())
 
     def _initialise_flow(self, model, y_t, generator) -> None:
@@ -150,14 +149,14 @@ class SVGPRegressor(RegressorMixin, BaseEstimator):
         self._check_targets(y)
         return self._tensor((y - self.y_shift_) / self.y_scale_)[:, None]
 
-    def _build(self, input_dim, z, num_data):
+    def _build(self, input_dim, z):
         torch_dtype = self._torch_dtype()
         if isinstance(self.kernel, str):
             kernel = make_kernel(self.kernel, input_dim, lengthscale=self.lengthscale, period=self.period)
         else:  # a user's kernel instance: train a copy, keep theirs untouched
             kernel = copy.deepcopy(self.kernel)
         with _default_dtype(torch_dtype):
-            model = self._make_model(kernel, torch.as_tensor(z, dtype=torch_dtype), num_data)
+            model = self._make_model(kernel, torch.as_tensor(z, dtype=torch_dtype))
         return model.to(device=self.device, dtype=torch_dtype)
 
     # ----- public API --------------------------------------------------------------------------------
@@ -181,7 +180,7 @@ class SVGPRegressor(RegressorMixin, BaseEstimator):
         yt = self._tensor((y - self.y_shift_) / self.y_scale_)[:, None]
         torch.manual_seed(self.seed)
         z = kmeans_inducing_points(xt, self.num_inducing, self.kmeans_restarts, self.seed)
-        self.model_ = self._build(X.shape[1], z, X.shape[0])
+        self.model_ = self._build(X.shape[1], z)
         generator = torch.Generator().manual_seed(self.seed)
         self._initialise_flow(self.model_, yt, generator)
         self.history_ = train(self.model_, xt, yt, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
@@ -270,7 +269,7 @@ class SVGPRegressor(RegressorMixin, BaseEstimator):
         est.y_shift_, est.y_scale_ = float(state["y_shift"]), float(state["y_scale"])
         est.history_ = list(state["history"])
         z = np.zeros(state["inducing_shape"])
-        est.model_ = est._build(est.n_features_in_, z, 1)
+        est.model_ = est._build(est.n_features_in_, z)
         est.model_.load_state_dict(state["model"])
         est.model_.eval()
         return est
@@ -327,13 +326,12 @@ class TGPRegressor(_FlowRegressor):
     flow="identity" gives exactly the SVGPRegressor.
     """
 
-    _model_name = "tgp"
     _data_direction = "generative"
 
     def _target_positive(self) -> bool:
         return make_flow(self._flow_spec()).codomain == "positive"
 
-    def _make_model(self, kernel, z, num_data):
+    def _make_model(self, kernel, z):
         return TGP(kernel, z, make_flow(self._flow_spec()), GaussianLikelihood(noise=self.noise),
                    **self._model_kwargs())
 
@@ -345,7 +343,6 @@ class WarpedGPRegressor(_FlowRegressor):
     so that T(y) is close to N(0, 1) (appendix B.2 in the normalizing direction).
     """
 
-    _model_name = "wgp"
     _data_direction = "normalizing"
 
     def _target_positive(self) -> bool:
@@ -359,7 +356,7 @@ class WarpedGPRegressor(_FlowRegressor):
                 "shift y or choose a flow defined on all reals (e.g. 'sal')"
             )
 
-    def _make_model(self, kernel, z, num_data):
+    def _make_model(self, kernel, z):
         return WarpedGP(kernel, z, make_flow(self._flow_spec()), GaussianLikelihood(noise=self.noise),
                         **self._model_kwargs())
 
