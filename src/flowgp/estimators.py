@@ -29,13 +29,17 @@ _DTYPES = {"float64": torch.float64, "float32": torch.float32, torch.float64: to
 _FORMAT = "flowgp-estimator-v1"
 
 
-def _as_2d_float(X, name="X") -> np.ndarray:
-    if isinstance(X, torch.Tensor):
-        X = X.detach().cpu().numpy()
+def _as_float_array(a, name) -> np.ndarray:
+    if isinstance(a, torch.Tensor):
+        return a.detach().cpu().numpy().astype(np.float64)
     try:
-        X = np.asarray(X, dtype=np.float64)
+        return np.asarray(a, dtype=np.float64)
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a numeric array-like, got {type(X).__name__}") from None
+        raise TypeError(f"{name} must be a numeric array-like, got {type(a).__name__}") from None
+
+
+def _as_2d_float(X, name="X") -> np.ndarray:
+    X = _as_float_array(X, name)
     if X.ndim == 1:
         raise ValueError(f"{name} must be 2-D [n_samples, n_features]; reshape a single feature with X.reshape(-1, 1)")
     if X.ndim != 2:
@@ -46,12 +50,7 @@ def _as_2d_float(X, name="X") -> np.ndarray:
 
 
 def _as_1d_float(y, n, name="y") -> np.ndarray:
-    if isinstance(y, torch.Tensor):
-        y = y.detach().cpu().numpy()
-    try:
-        y = np.asarray(y, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a numeric array-like, got {type(y).__name__}") from None
+    y = _as_float_array(y, name)
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y.ndim != 1:

@@ -430,10 +430,9 @@ class Periodic(_Stationary):
 # ----------------------------------------------------------------------------------------------------
 # non-stationary / noise kernels
 # ----------------------------------------------------------------------------------------------------
-class Linear(Kernel):
-    """Linear (dot product): k(x,x') = σ² x·x', R&W eq. 4.28 with Σ_p = σ² I."""
+class _VarianceKernel(Kernel):
+    """A kernel whose only parameter is its own variance σ² (Linear, White)."""
 
-    spec = "linear"
     variance = _positive_property("variance", "Variance σ², shape batch_shape + (1, 1).")
 
     def __init__(
@@ -446,6 +445,12 @@ class Linear(Kernel):
     ):
         super().__init__(input_dim, batch_shape, dtype)
         self._register_positive("variance", variance, self.batch_shape + (1, 1), VARIANCE_CONSTRAINT)
+
+
+class Linear(_VarianceKernel):
+    """Linear (dot product): k(x,x') = σ² x·x', R&W eq. 4.28 with Σ_p = σ² I."""
+
+    spec = "linear"
 
     def _forward(self, x1, x2):
         var = self._param("variance", x1)
@@ -461,22 +466,10 @@ class Linear(Kernel):
         return var[..., 0] * x.pow(2).sum(-1)
 
 
-class White(Kernel):
+class White(_VarianceKernel):
     """White noise: k(x,x') = σ² δ(x, x'), nonzero only on the diagonal of K(x, x) (x2=None) and in diag()."""
 
     spec = "white"
-    variance = _positive_property("variance", "Variance σ², shape batch_shape + (1, 1).")
-
-    def __init__(
-        self,
-        input_dim: int | None = None,
-        *,
-        variance=1.0,
-        batch_shape: Sequence[int] = (),
-        dtype=torch.float64,
-    ):
-        super().__init__(input_dim, batch_shape, dtype)
-        self._register_positive("variance", variance, self.batch_shape + (1, 1), VARIANCE_CONSTRAINT)
 
     def _forward(self, x1, x2):
         n = x1.shape[-2]

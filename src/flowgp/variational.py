@@ -105,26 +105,29 @@ class SparseVariationalGP(nn.Module):
         a, _ = self._projection(x)  # [..., Lb, M, N]
         r = self.q_sqrt_tril()
         mean = (self.q_mu.unsqueeze(-2) @ a).squeeze(-2).transpose(-1, -2)  # [..., N, L]
-        if a.shape[-1] >= 2 * a.shape[-2]:
-            # N >= 2M: var = diag K_XX + Σ_m A ⊙ (S - I) A; the M³ product S - I is cheap next to the
-            # [M, N] elementwise passes it saves (one square and its backward)
-            eye = torch.eye(r.shape[-1], dtype=r.dtype, device=r.device)
-            pa = (r @ r.mT - eye) @ a  # [..., L, M, N]
-            correction = (lambda: a.mT @ pa) if full_cov else (lambda: (a * pa).sum(-2))
-        else:  # small N (prediction on few points, M comparable to N): no M³ work
-            ra = r.mT @ a
-            correction = (lambda: ra.mT @ ra - a.mT @ a) if full_cov else (
-                lambda: ra.square().sum(-2) - a.square().sum(-2))
         if full_cov:
             kxx = self.kernel(x.unsqueeze(-3))  # [..., Lb, N, N]
-            out = Marginals(mean, kxx + correction())
+            out = Marginals(mean, kxx + self._covariance_correction(a, r, full_cov=True))
         else:
             kdiag = self.kernel.diag(x.unsqueeze(-3))  # [..., Lb, N]
-            var = kdiag + correction()  # [..., L, N]
+            var = kdiag + self._covariance_correction(a, r, full_cov=False)  # [..., L, N]
             out = Marginals(mean, var.transpose(-1, -2).clamp_min(1e-12))
         if self.mean_function is not None:
             out = Marginals(out.mean + self.mean_function(x), out.var)
         return out
+
+    @staticmethod
+    def _covariance_correction(a: torch.Tensor, r: torch.Tensor, full_cov: bool) -> torch.Tensor:
+        """Aᵀ (S - I) A (its diagonal unless full_cov), the part of the covariance q(u) adds to K_XX."""
+        if a.shape[-1] >= 2 * a.shape[-2]:
+            # N >= 2M: use (S - I) A; the M³ product S - I is cheap next to the [M, N] elementwise passes
+            # it saves (one square and its backward)
+            eye = torch.eye(r.shape[-1], dtype=r.dtype, device=r.device)
+            pa = (r @ r.mT - eye) @ a  # [..., L, M, N]
+            return a.mT @ pa if full_cov else (a * pa).sum(-2)
+        # small N (prediction on a few points, M comparable to N): (RᵀA)ᵀ(RᵀA) - AᵀA, no M³ work
+        ra = r.mT @ a
+        return ra.mT @ ra - a.mT @ a if full_cov else ra.square().sum(-2) - a.square().sum(-2)
 
     def sample(
         self, x: torch.Tensor, num_samples: int = 1, full_cov: bool = False, generator: torch.Generator | None = None

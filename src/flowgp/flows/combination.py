@@ -53,7 +53,30 @@ def _logsumexp(terms):
     return m + torch.log(total)
 
 
-class Compose(Flow):
+class _FlowOfFlows(Flow):
+    """Shared parts of flows built from child flows `self.flows`: domain, codomain and the nested
+    parameter dicts keyed by the child's index."""
+
+    @property
+    def domain(self) -> str:
+        return self.flows[0].domain
+
+    @property
+    def codomain(self) -> str:
+        return _category(self)
+
+    @property
+    def _needs_input_check(self) -> bool:
+        return any(f._needs_input_check for f in self.flows)
+
+    def constrain(self, raw: dict) -> dict:
+        return {str(i): f.constrain(raw[str(i)]) for i, f in enumerate(self.flows)}
+
+    def params(self, x=None) -> dict:
+        return {str(i): f.params(x) for i, f in enumerate(self.flows)}
+
+
+class Compose(_FlowOfFlows):
     """f_K = G_{K-1}(...G_0(f_0)) (paper eq. 2), applied in list order: "sal+softplus" = softplus(sal(f)).
 
     log|G'| is the sum of the stages' log-derivatives at their own inputs; the inverse applies the
@@ -73,30 +96,12 @@ class Compose(Flow):
         self.param_shape = _broadcast_param_shapes(flat)
 
     @property
-    def domain(self) -> str:
-        return self.flows[0].domain
-
-    @property
-    def codomain(self) -> str:
-        return _category(self)
-
-    @property
     def spec(self) -> str:
         return "+".join(f.spec for f in self.flows)
 
     @property
     def is_identity(self) -> bool:
         return all(f.is_identity for f in self.flows)
-
-    @property
-    def _needs_input_check(self) -> bool:
-        return any(f._needs_input_check for f in self.flows)
-
-    def constrain(self, raw: dict) -> dict:
-        return {str(i): f.constrain(raw[str(i)]) for i, f in enumerate(self.flows)}
-
-    def params(self, x=None) -> dict:
-        return {str(i): f.params(x) for i, f in enumerate(self.flows)}
 
     def _forward(self, f, p):
         for i, flow in enumerate(self.flows):
@@ -171,7 +176,7 @@ def compose(*flows: Flow) -> Compose:
     return Compose(flows)
 
 
-class LinearCombination(Flow):
+class LinearCombination(_FlowOfFlows):
     """G(f) = Σ_i (a_i + b_i·G_i(f)), b_i > 0 (appendix eq. 26 generalised to any increasing G_i).
 
     log G' = logsumexp_i(log b_i + log G_i'(f)); the inverse is numerical. With
@@ -199,30 +204,18 @@ class LinearCombination(Flow):
         )
 
     @property
-    def domain(self) -> str:
-        return self.flows[0].domain
-
-    @property
-    def codomain(self) -> str:
-        return _category(self)
-
-    @property
     def spec(self) -> str:
         inner = ",".join(f.spec for f in self.flows)
         return f"sum({inner})" if self.coefficients is not None else f"add({inner})"
 
-    @property
-    def _needs_input_check(self) -> bool:
-        return any(f._needs_input_check for f in self.flows)
-
     def constrain(self, raw: dict) -> dict:
-        out = {str(i): f.constrain(raw[str(i)]) for i, f in enumerate(self.flows)}
+        out = super().constrain(raw)
         if self.coefficients is not None:
             out.update({f"coef{i}": c.constrain(raw[f"coef{i}"]) for i, c in enumerate(self.coefficients)})
         return out
 
     def params(self, x=None) -> dict:
-        out = {str(i): f.params(x) for i, f in enumerate(self.flows)}
+        out = super().params(x)
         if self.coefficients is not None:
             out.update({f"coef{i}": c.params(x) for i, c in enumerate(self.coefficients)})
         return out

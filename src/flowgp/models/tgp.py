@@ -43,18 +43,22 @@ class TGP(SVGP):
         self.flow = flow
         self.closed_form_affine = bool(closed_form_affine)
 
-    def _affine(self, x):
+    def _affine_marginals(self, x, mean, var):
+        """q(f_K) = N(a + b·mean, b²·var) when G(f) = a + b f and the likelihood is Gaussian, else None."""
         if not (self.closed_form_affine and isinstance(self.likelihood, GaussianLikelihood)):
             return None
-        return self.flow.affine_coefficients(x)
+        coefficients = self.flow.affine_coefficients(x)
+        if coefficients is None:
+            return None
+        a, b = coefficients
+        return a + b * mean, b.square() * var
 
     def expected_log_likelihood(self, x, y):
         """Per-point E_{q(f₀,n)}[log p(y_n | G(f₀,n))], [N, L] (appendix eq. 14)."""
         mean, var = self.gp.marginals(x)
-        affine = self._affine(x)
+        affine = self._affine_marginals(x, mean, var)
         if affine is not None:
-            a, b = affine
-            return self.likelihood.expected_log_prob(y, a + b * mean, b.square() * var)
+            return self.likelihood.expected_log_prob(y, *affine)
         f, w = gh_points(mean, var, self.quadrature_points)
         return (w * self.likelihood.log_prob(y, self.flow(f, x, validate=False))).sum(0)
 
@@ -62,20 +66,18 @@ class TGP(SVGP):
         """E[y*] and Var[y*] under ∫ p(y* | G(f₀)) q(f₀) df₀ by quadrature (paper §4.5)."""
         x = self._check(x)
         mean, var = self.gp.marginals(x)
-        affine = self._affine(x)
+        affine = self._affine_marginals(x, mean, var)
         if affine is not None:
-            a, b = affine
-            return self.likelihood.predictive_moments(a + b * mean, b.square() * var)
+            return self.likelihood.predictive_moments(*affine)
         return flow_predictive_moments(self.flow, self.likelihood, mean, var, x, self.predict_quadrature_points)
 
     def log_predictive_density(self, x, y):
         """log p(y* | x*) = log ∫ p(y* | G(f₀)) q(f₀) df₀ (appendix eq. 19), quadrature + log-sum-exp."""
         x, y = self._check(x, y)
         mean, var = self.gp.marginals(x)
-        affine = self._affine(x)
+        affine = self._affine_marginals(x, mean, var)
         if affine is not None:
-            a, b = affine
-            return self.likelihood.predictive_log_density(y, a + b * mean, b.square() * var)
+            return self.likelihood.predictive_log_density(y, *affine)
         return flow_log_predictive_density(
             self.flow, self.likelihood, y, mean, var, x, self.predict_quadrature_points
         )
