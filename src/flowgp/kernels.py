@@ -343,11 +343,13 @@ class RBF(_Stationary):
             half_r2 = _squared_distance(a, None)
             return -half_r2 if log_scale is None else log_scale - half_r2
         b = b / ell
-        a2 = a.pow(2).sum(-1, keepdim=True)  # [..., N, 1]
+        # the norms are negated on the small [N, 1]/[M, 1] side: adding them in place has an identity
+        # backward on [N, M], where a subtraction would cost a negation pass of the big gradient
+        neg_a2 = a.pow(2).sum(-1, keepdim=True).neg()  # [..., N, 1]
         if log_scale is not None:
-            a2 = a2 - log_scale
-        b2 = b.pow(2).sum(-1, keepdim=True)  # [..., M, 1]
-        return (a @ (2.0 * b).mT).sub_(a2).sub_(b2.mT)
+            neg_a2 = neg_a2 + log_scale
+        neg_b2 = b.pow(2).sum(-1, keepdim=True).neg()  # [..., M, 1]
+        return (a @ (2.0 * b).mT).add_(neg_a2).add_(neg_b2.mT)
 
     def _profile(self, r2):
         return torch.exp(-0.5 * r2)
