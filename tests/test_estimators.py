@@ -119,3 +119,67 @@ def test_load_rejects_other_files(tmp_path):
     est.save(tmp_path / "tgp.pt")
     with pytest.raises(ValueError, match="TGPRegressor"):
         WarpedGPRegressor.load(tmp_path / "tgp.pt")
+
+
+# ---------------------------------------------------------------- input-dependent / Bayesian flows (issue 5)
+ID_FAST = dict(num_inducing=10, epochs=60, verbose=False, kmeans_restarts=1, input_dependent=True, hidden=(8,),
+               mc_samples_predict=10, flow_init_epochs=20)
+
+
+@pytest.mark.parametrize("bayesian,dropout", [("point", 0.25), ("mc_dropout", 0.25), ("vb", 0.0)])
+def test_input_dependent_estimator_fits_and_round_trips(bayesian, dropout, tmp_path):
+    x, y = _data()
+    est = TGPRegressor(bayesian=bayesian, dropout=dropout, mc_samples_train=2, **ID_FAST).fit(x, y)
+    assert est.model_.input_dependent
+    assert est.score(x, y) > 0.8
+    mean, std = est.predict(x[:7], return_std=True)
+    np.testing.assert_allclose(est.predict(x[:7]), mean, rtol=1e-12)  # seeded W draws: repeatable
+    lpd = est.log_predictive_density(x[:7], y[:7])
+    assert np.all(np.isfinite(lpd)) and np.all(std > 0)
+    lower, upper = est.predict_interval(x[:7], level=0.9)
+    assert np.all(lower < mean) and np.all(mean < upper)
+    path = est.save(tmp_path / "id.pt")
+    loaded = flowgp.load(path)
+    params = loaded.get_params()
+    for key in ("input_dependent", "hidden", "activation", "dropout", "bayesian", "mc_samples_train",
+                "mc_samples_predict", "prior_precision", "flow_init_epochs"):
+        assert params[key] == est.get_params()[key], key
+    np.testing.assert_allclose(loaded.predict(x[:7]), mean, rtol=1e-12)
+    np.testing.assert_allclose(loaded.log_predictive_density(x[:7], y[:7]), lpd, rtol=1e-12)
+
+
+def test_mc_dropout_estimator_with_zero_dropout_equals_point_estimate():
+    x, y = _data()
+    pe = TGPRegressor(bayesian="point", dropout=0.0, **ID_FAST).fit(x, y)
+    ba = TGPRegressor(bayesian="mc_dropout", dropout=0.0, **ID_FAST).fit(x, y)
+    np.testing.assert_allclose(ba.predict(x), pe.predict(x), rtol=1e-10)
+    np.testing.assert_allclose(ba.log_predictive_density(x, y), pe.log_predictive_density(x, y), rtol=1e-10)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(bayesian="laplace"), "bayesian must be one of"),
+    (dict(bayesian="vb", dropout=0.25), "uses no dropout"),
+    (dict(activation="sigmoid"), "activation must be one of"),
+    (dict(hidden=(0,)), "hidden must list"),
+    (dict(dropout=1.5), "dropout must lie in"),
+    (dict(mc_samples_train=0), "mc_samples_train"),
+    (dict(mc_samples_predict=2.5), "mc_samples_predict"),
+    (dict(prior_precision=-1.0), "prior_precision"),
+    (dict(input_dependent="some"), "input_dependent must be"),
+    (dict(flow="affine"), "no non-affine stage"),
+])
+def test_input_dependent_options_are_refused_clearly(kw, match):
+    x, y = _data(n=30)
+    with pytest.raises(ValueError, match=match):
+        TGPRegressor(**{**ID_FAST, **kw}).fit(x, y)
+
+
+def test_warping_functions_are_in_target_units():
+    x, y = _data()
+    est = TGPRegressor(bayesian="mc_dropout", **ID_FAST).fit(x, y)
+    out = est.warping_functions(x[:3], f_grid=np.linspace(-2, 2, 9), num_samples=20)
+    assert out["point"].shape == out["mean"].shape == out["std"].shape == (9, 3)
+    assert np.all(np.diff(out["point"], axis=0) > 0)
+    assert 0 < np.median(out["point"]) < 12  # y ≈ 5 + 3 sin(x) in its own units
+    with pytest.raises(ValueError, match="input_dependent=True"):
+        TGPRegressor(flow="sal", **FAST).fit(x, y).warping_functions(x[:2])

@@ -31,3 +31,120 @@ def test_log_prob_is_normal_density():
     lik = GaussianLikelihood(noise=2.0).double()
     got = lik.log_prob(torch.tensor(1.0, dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64))
     assert got.item() == pytest.approx(-0.5 * math.log(2 * math.pi * 2.0) - 0.25)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Classification likelihoods (Bernoulli/probit, softmax, robust max)
+# ---------------------------------------------------------------------------------------------------
+from flowgp.likelihoods import BernoulliLikelihood, RobustMaxLikelihood, SoftmaxLikelihood  # noqa: E402
+
+
+def _class_marginals(n=6, c=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    mean = 1.5 * torch.randn(n, c, generator=g, dtype=torch.float64)
+    var = 0.1 + torch.rand(n, c, generator=g, dtype=torch.float64)
+    y = torch.randint(0, c, (n,), generator=g)
+    return mean, var, y
+
+
+def _mc_agrees(estimate, draws, sigmas=4.0):
+    """|estimate - mean(draws)| within `sigmas` standard errors of the Monte Carlo mean (per element)."""
+    mc = draws.mean(0)
+    se = draws.std(0) / math.sqrt(draws.shape[0])
+    assert torch.all((estimate - mc).abs() <= sigmas * se + 1e-5), (estimate, mc, se)
+
+
+def test_bernoulli_log_prob_is_probit():
+    lik = BernoulliLikelihood()
+    f = torch.tensor([-2.0, 0.0, 1.3], dtype=torch.float64)
+    phi = 0.5 * (1 + torch.erf(f / math.sqrt(2)))
+    torch.testing.assert_close(lik.log_prob(torch.ones(3, dtype=torch.float64), f), phi.log())
+    torch.testing.assert_close(lik.log_prob(torch.zeros(3, dtype=torch.float64), f), (1 - phi).log())
+    # stays finite far in the tails where Φ underflows
+    assert torch.isfinite(lik.log_prob(torch.ones(1, dtype=torch.float64), torch.tensor([-40.0], dtype=torch.float64)))
+
+
+def test_bernoulli_quadrature_ell_agrees_with_monte_carlo():
+    lik = BernoulliLikelihood()
+    mean, var, _ = _class_marginals(c=1)
+    y = (torch.arange(6) % 2).double().unsqueeze(-1)
+    quad = lik.expected_log_prob(y, mean, var, num_points=40)
+    g = torch.Generator().manual_seed(1)
+    f = mean + var.sqrt() * torch.randn((100000,) + mean.shape, generator=g, dtype=torch.float64)
+    _mc_agrees(quad, lik.log_prob(y, f))
+
+
+def test_bernoulli_predictive_closed_form_matches_quadrature():
+    lik = BernoulliLikelihood()
+    mean, var, _ = _class_marginals(c=1)
+    p = lik.predictive_prob(mean, var)
+    quad = expectation(lambda f: torch.special.ndtr(f), mean, var, 80)
+    torch.testing.assert_close(p, quad, rtol=1e-8, atol=1e-10)
+    y = torch.ones_like(mean)
+    torch.testing.assert_close(lik.predictive_log_density(y, mean, var),
+                               Likelihood.predictive_log_density(lik, y, mean, var, 100), rtol=1e-7, atol=1e-9)
+
+
+def test_softmax_log_prob_and_shapes():
+    lik = SoftmaxLikelihood(4)
+    mean, var, y = _class_marginals()
+    lp = lik.log_prob(y, mean)
+    torch.testing.assert_close(lp, torch.log_softmax(mean, -1)[torch.arange(6), y])
+    f = torch.randn(7, 6, 4, dtype=torch.float64)  # extra leading (sample) dimension
+    assert lik.log_prob(y, f).shape == (7, 6)
+    probs = lik.predictive_probs(mean, var, num_samples=50)
+    assert probs.shape == (6, 4)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(6, dtype=torch.float64))
+
+
+def test_softmax_mc_ell_is_unbiased_against_a_large_reference():
+    lik = SoftmaxLikelihood(4)
+    mean, var, y = _class_marginals()
+    reference = lik.expected_log_prob(y, mean, var, num_samples=200000, generator=torch.Generator().manual_seed(5))
+    g = torch.Generator().manual_seed(6)
+    small = torch.stack([lik.expected_log_prob(y, mean, var, num_samples=10, generator=g) for _ in range(2000)])
+    _mc_agrees(reference, small)
+    # reparameterised: gradients reach the variational mean and variance
+    mean.requires_grad_(True)
+    var.requires_grad_(True)
+    lik.expected_log_prob(y, mean, var, 10).sum().backward()
+    assert torch.isfinite(mean.grad).all() and mean.grad.abs().sum() > 0 and var.grad.abs().sum() > 0
+
+
+def test_robustmax_quadrature_agrees_with_monte_carlo():
+    lik = RobustMaxLikelihood(4, epsilon=0.01)
+    mean, var, y = _class_marginals()
+    quad = lik.expected_log_prob(y, mean, var, num_points=40)
+    g = torch.Generator().manual_seed(2)
+    f = mean + var.sqrt() * torch.randn((200000,) + mean.shape, generator=g, dtype=torch.float64)
+    _mc_agrees(quad, lik.log_prob(y, f))
+    # predictive probabilities: argmax frequencies, and they sum to one
+    probs = lik.predictive_probs(mean, var, num_points=60)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(6, dtype=torch.float64), rtol=0, atol=1e-6)
+    freq = torch.stack([(f.argmax(-1) == c).double() for c in range(4)], -1)
+    low = 0.01 / 3
+    _mc_agrees(probs, low + (1 - 0.01 - low) * freq)
+
+
+def test_robustmax_log_prob_levels_and_gradient():
+    lik = RobustMaxLikelihood(3, epsilon=0.1)
+    f = torch.tensor([[0.0, 2.0, 1.0]], dtype=torch.float64)
+    torch.testing.assert_close(lik.log_prob(torch.tensor([1]), f), torch.tensor([math.log(0.9)], dtype=torch.float64))
+    torch.testing.assert_close(lik.log_prob(torch.tensor([0]), f), torch.tensor([math.log(0.05)], dtype=torch.float64))
+    mean = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    var = (0.2 + torch.rand(4, 3, dtype=torch.float64)).requires_grad_(True)
+    y = torch.tensor([0, 1, 2, 1])
+    assert torch.autograd.gradcheck(lambda m, v: lik.expected_log_prob(y, m, v, 20), (mean, var))
+
+
+def test_classification_likelihoods_refuse_bad_input():
+    with pytest.raises(ValueError, match="num_classes"):
+        SoftmaxLikelihood(1)
+    with pytest.raises(ValueError, match="epsilon"):
+        RobustMaxLikelihood(3, epsilon=0.9)
+    lik = SoftmaxLikelihood(3)
+    f = torch.zeros(2, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match="class indices"):
+        lik.log_prob(torch.tensor([0, 3]), f)
+    with pytest.raises(ValueError, match="integer"):
+        lik.log_prob(torch.tensor([0.5, 1.0]), f)

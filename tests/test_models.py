@@ -196,3 +196,196 @@ def test_warped_gp_with_log_flow_is_svgp_on_log_targets():
         torch.testing.assert_close(wgp.predict_median(x), torch.exp(m))
     with pytest.raises(ValueError, match="positive|> 0"):
         wgp.elbo(x, y - 10)
+
+
+# ---------------------------------------------------------------- input-dependent / Bayesian flows (issue 5)
+from flowgp.flows import InputDependentFlow, init_random, make_input_dependent  # noqa: E402
+from flowgp.quadrature import gh_points  # noqa: E402
+
+
+def _id_tgp(bayesian="mc_dropout", dropout=0.25, seed=0, **tgp_kw):
+    x, y, g = _data(seed=seed)
+    flow = make_input_dependent(make_flow("sal"), 2, hidden=(5,), activation="tanh", dropout=dropout,
+                                bayesian=bayesian)
+    model = TGP(make_kernel("rbf", 2), x[:8].clone(), flow, GaussianLikelihood(0.1), **tgp_kw)
+    _perturb(model, g)
+    return model, x, y
+
+
+def test_constant_network_tgp_equals_plain_tgp():
+    _, plain, x, y = _pair("sal", closed_form_affine=False)
+    init_random(plain.flow, std=0.3, generator=torch.Generator().manual_seed(2))
+    plain_state = {k: v.clone() for k, v in plain.state_dict().items()}
+    flow = make_input_dependent(plain.flow, 2, hidden=(4,), dropout=0.5)
+    model = TGP(make_kernel("rbf", 2), x[:8].clone(), flow, GaussianLikelihood(0.1), mc_samples_train=3,
+                mc_samples_predict=4)
+    model.load_state_dict(plain_state, strict=False)  # GP, likelihood and the bases (shared with plain)
+    flow.flows[0].network.set_constant_(flow.flows[0].raw_target())
+    with torch.no_grad():
+        for mode in (model.train, model.eval):
+            mode()
+            plain.eval()
+            torch.testing.assert_close(model.expected_log_likelihood(x, y), plain.expected_log_likelihood(x, y))
+        model.eval()
+        penalty = flow.flows[0].network.penalty()
+        torch.testing.assert_close(model.elbo(x, y), plain.elbo(x, y) - penalty)
+        for a, b in zip(model.predict(x), plain.predict(x)):
+            torch.testing.assert_close(a, b)
+        torch.testing.assert_close(model.log_predictive_density(x, y), plain.log_predictive_density(x, y))
+        plain.predict_quadrature_points = 20  # mixture quantiles use 20 nodes per W draw
+        torch.testing.assert_close(model.predict_quantiles(x, [0.1, 0.9]), plain.predict_quantiles(x, [0.1, 0.9]))
+
+
+def test_mc_dropout_with_zero_dropout_equals_point_estimate():
+    model, x, y = _id_tgp("mc_dropout", dropout=0.0, mc_samples_predict=7)
+    model.eval()
+    with torch.no_grad():
+        ba = (model.predict(x), model.log_predictive_density(x, y), model.elbo(x, y))
+        for stage in [m for m in model.flow.modules() if isinstance(m, InputDependentFlow)]:
+            stage.network.bayesian = "point"
+        pe = (model.predict(x), model.log_predictive_density(x, y), model.elbo(x, y))
+    for a, b in zip(ba[0], pe[0]):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ba[1], pe[1], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ba[2], pe[2], rtol=1e-12, atol=1e-12)
+    # With dropout the two predictions differ (MC mixture vs one deterministic pass).
+    model2, x, y = _id_tgp("mc_dropout", dropout=0.5, mc_samples_predict=7)
+    model2.eval()
+    with torch.no_grad():
+        lpd_ba = model2.log_predictive_density(x, y)
+        model2.flow.flows[0].network.bayesian = "point"
+        assert not torch.allclose(lpd_ba, model2.log_predictive_density(x, y))
+
+
+def test_bayesian_prediction_is_the_eq20_mixture():
+    """Fixed network draws: predictions equal the average over plain TGPs, one per draw (appendix eq. 20)."""
+    model, x, y = _id_tgp("vb", dropout=0.0, mc_samples_predict=3)
+    model.eval()
+    stage = model.flow.flows[0]
+    draws = torch.randn(3, stage.num_raw, generator=torch.Generator().manual_seed(5))
+    stage.network.forward = lambda xx, num_samples=1, sample=True: draws[:, None, :].expand(3, xx.shape[0], -1)
+    with torch.no_grad():
+        mean, var = model.predict(x)
+        lpd = model.log_predictive_density(x, y)
+        per_draw = []
+        for s in range(3):
+            plain = TGP(make_kernel("rbf", 2), x[:8].clone(), make_flow("sal"), GaussianLikelihood(0.1),
+                        closed_form_affine=False)
+            plain.load_state_dict({k: v for k, v in model.state_dict().items() if "network" not in k},
+                                  strict=False)
+            plain.flow.flows[0].raw_a.copy_(draws[s, 0])
+            plain.flow.flows[0].raw_b.copy_(draws[s, 1])
+            f, w = gh_points(*plain.gp.marginals(x), 20)  # quantiles use 20 nodes per W draw
+            per_draw.append((plain.predict(x), plain.log_predictive_density(x, y), plain.flow(f), w))
+    m = torch.stack([p[0][0] for p in per_draw])
+    v = torch.stack([p[0][1] for p in per_draw])
+    torch.testing.assert_close(mean, m.mean(0))
+    torch.testing.assert_close(var, (v + m.square()).mean(0) - m.mean(0).square())
+    lp = torch.stack([p[1] for p in per_draw])
+    torch.testing.assert_close(lpd, torch.logsumexp(lp, 0) - math.log(3))
+    with torch.no_grad():
+        q = model.predict_quantiles(x, [0.3])[0]
+    noise_sd = model.likelihood.noise.sqrt()
+    cdf = torch.stack([(w * torch.special.ndtr((q - g) / noise_sd)).sum(0) for _, _, g, w in per_draw]).mean(0)
+    torch.testing.assert_close(cdf, torch.full_like(cdf, 0.3), rtol=0, atol=1e-8)
+
+
+def test_input_dependent_ell_is_one_batched_pass():
+    """S weight draws x Q nodes x N points in one network call (no loop over points or samples)."""
+    model, x, y = _id_tgp("mc_dropout", mc_samples_train=4, quadrature_points=7)
+    calls = []
+    model.flow.flows[0].network.register_forward_hook(lambda mod, inp, out: calls.append(tuple(out.shape)))
+    model.train()
+    ell = model.expected_log_likelihood(x, y)
+    assert ell.shape == (30, 1)
+    assert calls == [(4, 30, 2)]
+    # Deterministic path: the batched ELL equals the per-point ELL.
+    model.flow.flows[0].network.bayesian = "point"
+    model.eval()
+    with torch.no_grad():
+        full = model.expected_log_likelihood(x, y)
+        single = torch.cat([model.expected_log_likelihood(x[i:i + 1], y[i:i + 1]) for i in range(5)])
+    torch.testing.assert_close(full[:5], single)
+
+
+def test_input_dependent_ell_gradcheck_float64():
+    """gradcheck of the VB ELL (S = 2 reparameterised draws, quadrature) w.r.t. q_mu and q(W)'s parameters."""
+    model, x, y = _id_tgp("vb", dropout=0.0, mc_samples_train=2, quadrature_points=5)
+    x, y = x[:6], y[:6]
+    model.train()
+    names = ["gp.q_mu", "flow.flows.0.network.weights.0", "flow.flows.0.network.weight_raw_std.1",
+             "flow.flows.0.network.biases.1"]
+    params = dict(model.named_parameters())
+    inputs = tuple(params[n].detach().clone().requires_grad_(True) for n in names)
+
+    class Wrapper(nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, xx, yy):
+            return self.m.expected_log_likelihood(xx, yy)
+
+    wrapper = Wrapper(model)
+
+    def ell(*values):
+        torch.manual_seed(11)  # the same W draws at every evaluation
+        return torch.func.functional_call(wrapper, {"m." + n: v for n, v in zip(names, values)}, (x, y))
+    assert torch.autograd.gradcheck(ell, inputs, atol=1e-6)
+
+
+def test_elbo_subtracts_the_network_penalty():
+    for bayesian, dropout in (("point", 0.25), ("vb", 0.0)):
+        model, x, y = _id_tgp(bayesian, dropout=dropout)
+        model.flow.flows[0].network.bayesian = bayesian
+        model.eval()
+        with torch.no_grad():
+            torch.manual_seed(0)
+            value = model.elbo(x, y, num_data=90)
+            torch.manual_seed(0)
+            ell = model.expected_log_likelihood(x, y).sum() * 3
+            expected = ell - model.gp.kl_divergence() - model.flow.flows[0].network.penalty()
+        torch.testing.assert_close(value, expected)
+        assert model.flow_penalty() > 0
+
+
+def test_input_dependent_tgp_options_are_checked():
+    x, y, _ = _data()
+    flow = make_input_dependent(make_flow("sal"), 2)
+    with pytest.raises(ValueError, match="mc_samples_train must be a positive integer"):
+        TGP(make_kernel("rbf", 2), x[:8], flow, mc_samples_train=0)
+    with pytest.raises(ValueError, match="mc_samples_predict must be a positive integer"):
+        TGP(make_kernel("rbf", 2), x[:8], flow, mc_samples_predict=2.5)
+    model = TGP(make_kernel("rbf", 2), x[:8], flow)
+    model.eval()
+    with pytest.raises(NotImplementedError, match="mixture over W"):
+        model.predict_latent_quantiles(x, [0.5])
+    assert model.sample_f(x, 3).shape == (3, 30, 1)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("bayesian,dropout", [("mc_dropout", 0.25), ("vb", 0.0)])
+def test_input_dependent_tgp_runs_on_cuda(bayesian, dropout):
+    model, x, y = _id_tgp(bayesian, dropout=dropout, mc_samples_train=2, mc_samples_predict=5)
+    cpu_state = {k: v.clone() for k, v in model.state_dict().items()}
+    model = model.to("cuda")
+    x, y = x.cuda(), y.cuda()
+    model.train()
+    loss = -model.elbo(x, y)
+    loss.backward()
+    assert torch.isfinite(loss) and model.gp.q_mu.grad.device.type == "cuda"
+    model.eval()
+    with torch.no_grad():
+        mean, var = model.predict(x)
+        lpd = model.log_predictive_density(x, y)
+    assert mean.device.type == "cuda" and bool(torch.all(var > 0)) and bool(torch.all(torch.isfinite(lpd)))
+    # Deterministic (PE) prediction agrees with the CPU model.
+    if bayesian == "mc_dropout":
+        model.flow.flows[0].network.bayesian = "point"
+        cpu_model, _, _ = _id_tgp(bayesian, dropout=dropout)
+        cpu_model.load_state_dict(cpu_state)
+        cpu_model.flow.flows[0].network.bayesian = "point"
+        cpu_model.eval()
+        with torch.no_grad():
+            torch.testing.assert_close(model.predict(x)[0].cpu(), cpu_model.predict(x.cpu())[0])

@@ -1,4 +1,4 @@
-"""Command line: `flowgp demo`, `flowgp fit`, `flowgp predict` (thin layers over the estimators)."""
+"""Command line: `flowgp demo`, `flowgp fit`, `flowgp predict`, `flowgp bench ...` (thin layers over the estimators)."""
 from __future__ import annotations
 
 import argparse
@@ -172,7 +172,13 @@ def main(argv=None) -> int:
     p_pred.add_argument("--target", default=None, help="target column to score against, if present")
     p_pred.add_argument("--level", type=float, default=0.95)
     p_pred.add_argument("--out", default="predictions.csv")
+    p_bench = sub.add_parser("bench", help="run the TGP paper's benchmarks (uci, airquality, rainfall, timing, report)")
+    from .bench.cli import add_bench_parser, run_bench
+
+    add_bench_parser(p_bench)
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        return run_bench(args)
     try:
         if args.command == "demo":
             demo(args.out, args.json, args.epochs, args.seed)

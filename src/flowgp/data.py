@@ -1,7 +1,15 @@
-"""Data: the embedded demo set (TGP appendix Fig. 4 / paper Fig. 4) and CSV loading with clear errors."""
+"""Data: the embedded demo set (paper Fig. 4), CSV loading, and the benchmark datasets of `flowgp bench`.
+
+Benchmark loaders read the shared data folder (`resolve_data_dir`: --data-dir, $FLOWGP_DATA, ../shared/data):
+UCI regression sets with their shipped standard splits, classification sets (stratified splits; avila's
+official split), SIC97 rainfall (official split or CV) and London PM2.5. All return raw units; scaling is
+fitted on the training split only (`standardize`, and the estimators standardise on what they are fitted on).
+"""
 from __future__ import annotations
 
 import csv
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -64,3 +72,274 @@ def load_csv(path, target: str | None, features: list[str] | None = None):
     if target is None:
         return data, None, list(features)
     return data[:, :-1], data[:, -1], list(features)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Benchmark datasets in the shared data folder (layout: ../shared/data/SOURCES.md)
+# ---------------------------------------------------------------------------------------------------------
+__all__ += ["UCI_DATASETS", "CLASSIFICATION_DATASETS", "Split", "resolve_data_dir", "load_uci", "uci_num_splits",
+            "uci_split", "load_classification", "classification_split", "load_rainfall", "rainfall_official_split",
+            "load_air_quality", "cv_splits", "standardize"]
+
+UCI_DATASETS = ("boston", "concrete", "energy", "kin8nm", "power", "wine-red", "yacht")
+
+# name -> (relative path, has header, target column (name or index), dropped non-feature columns)
+CLASSIFICATION_DATASETS = {
+    "banknote": ("classification/banknote_authentication.txt", False, 4, ()),
+    "heart": ("classification/heart_failure_clinical_records.csv", True, "DEATH_EVENT", ()),
+    "heart-statlog": ("classification/heart_statlog.csv", True, "Class", ()),
+    "ionosphere": ("classification/ionosphere.data", False, 34, ()),
+    "movement": ("classification/movement_aal.csv", True, "label", ("sequence_id", "time_step")),
+    "activity": ("classification/arem_activity.csv", True, "label", ("sequence", "time_ms")),
+    "avila": ("classification/avila/avila-tr.txt", False, 10, ()),  # + avila-ts.txt, the official test set
+}
+
+RAINFALL_FILE = "sic97_rainfall/sic97_all.csv"
+AIR_QUALITY_FILE = "air_quality/london_n_kensington_pm25_2019-03-15_2019-04-15.csv"
+
+
+@dataclass
+class Split:
+    """One train/test partition in raw (unstandardised) units; `info` says where it came from."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    info: str = ""
+
+
+def resolve_data_dir(data_dir=None) -> Path:
+    """The data folder: `data_dir` if given, else $FLOWGP_DATA, else ../shared/data relative to the CWD."""
+    if data_dir is not None:
+        path, origin = Path(data_dir), "--data-dir"
+    elif os.environ.get("FLOWGP_DATA"):
+        path, origin = Path(os.environ["FLOWGP_DATA"]), "$FLOWGP_DATA"
+    else:
+        path, origin = Path("..") / "shared" / "data", "the default ../shared/data"
+    if not path.is_dir():
+        raise FileNotFoundError(f"data folder {path} (from {origin}) does not exist; pass --data-dir or set "
+                                "FLOWGP_DATA to the folder holding uci/, classification/, sic97_rainfall/, air_quality/")
+    return path
+
+
+def _read_index(path: Path, n_rows: int) -> np.ndarray:
+    if not path.is_file():
+        raise FileNotFoundError(f"split file {path} is missing; the UCI folder needs index_train_<i>.txt and "
+                                "index_test_<i>.txt for every split listed in n_splits.txt")
+    try:
+        idx = np.loadtxt(path, dtype=float, ndmin=1)
+    except ValueError as err:
+        raise ValueError(f"{path} must hold one integer row index per line: {err}") from None
+    if idx.size == 0 or np.any(idx != np.round(idx)) or idx.min() < 0 or idx.max() >= n_rows:
+        raise ValueError(f"{path} must hold integer row indices in [0, {n_rows}); check the file")
+    return idx.astype(np.int64)
+
+
+def _uci_dir(name: str, data_dir) -> Path:
+    folder = resolve_data_dir(data_dir) / "uci" / name
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no UCI dataset folder {folder}; known sets: {', '.join(UCI_DATASETS)}")
+    return folder
+
+
+def load_uci(name: str, data_dir=None):
+    """A UCI regression set from uci/<name>/ (data.txt + index_features/index_target): (X [N, D], y [N])."""
+    folder = _uci_dir(name, data_dir)
+    path = folder / "data.txt"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing (expected a whitespace-separated numeric table)")
+    try:
+        table = np.loadtxt(path, dtype=float, ndmin=2)
+    except ValueError as err:
+        raise ValueError(f"{path} is not a numeric whitespace-separated table: {err}") from None
+    if not np.all(np.isfinite(table)):
+        raise ValueError(f"{path} holds non-finite values (NaN/inf); the UCI tables have no missing values")
+    cols = table.shape[1]
+    feats, target = folder / "index_features.txt", folder / "index_target.txt"
+    if feats.is_file() and target.is_file():
+        f_idx = _read_index(feats, cols)
+        t_idx = int(_read_index(target, cols)[0])
+    else:  # the shipped convention when the index files are absent: last column is the target
+        f_idx, t_idx = np.arange(cols - 1), cols - 1
+    return table[:, f_idx], table[:, t_idx]
+
+
+def uci_num_splits(name: str, data_dir=None) -> int:
+    path = _uci_dir(name, data_dir) / "n_splits.txt"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; it should hold the number of standard splits")
+    try:
+        return int(path.read_text().split()[0])
+    except (ValueError, IndexError):
+        raise ValueError(f"{path} must hold one integer (the number of splits)") from None
+
+
+def uci_split(name: str, split: int, data_dir=None) -> Split:
+    """The shipped standard 90/10 split number `split` of a UCI set (index_train_<i> / index_test_<i>)."""
+    x, y = load_uci(name, data_dir)
+    n_splits = uci_num_splits(name, data_dir)
+    if not 0 <= split < n_splits:
+        raise ValueError(f"split must be in 0..{n_splits - 1} for {name}, got {split}")
+    folder = _uci_dir(name, data_dir)
+    tr = _read_index(folder / f"index_train_{split}.txt", len(y))
+    te = _read_index(folder / f"index_test_{split}.txt", len(y))
+    if np.intersect1d(tr, te).size:
+        raise ValueError(f"{name} split {split}: train and test indices overlap")
+    return Split(x[tr], y[tr], x[te], y[te], f"uci/{name} standard split {split}")
+
+
+def _read_table(path: Path, header: bool):
+    """Comma-separated table -> (header or None, list of string rows), with clear errors."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no data file at {path}")
+    with path.open(newline="", encoding="utf-8-sig") as fh:
+        rows = [[c.strip() for c in r] for r in csv.reader(fh) if any(c.strip() for c in r)]
+    if not rows:
+        raise ValueError(f"{path} is empty")
+    head = rows.pop(0) if header else None
+    width = len(head) if head else len(rows[0]) if rows else 0
+    if not rows:
+        raise ValueError(f"{path} has no data rows")
+    for i, r in enumerate(rows):
+        if len(r) != width:
+            raise ValueError(f"{path.name} row {i + 1 + bool(header)} has {len(r)} cells, expected {width}")
+    return head, rows
+
+
+def _to_float(path: Path, rows, cols, names) -> np.ndarray:
+    out = np.empty((len(rows), len(cols)))
+    for i, r in enumerate(rows):
+        for j, c in enumerate(cols):
+            try:
+                out[i, j] = float(r[c])
+            except ValueError:
+                raise ValueError(f"{path.name} row {i + 1}, column '{names[j]}': '{r[c]}' is not a number") from None
+    return out
+
+
+def _load_class_file(path: Path, header: bool, target, drop, drop_incomplete: bool = False):
+    head, rows = _read_table(path, header)
+    if drop_incomplete:  # rows with an empty cell are left out (non-numeric text still raises)
+        rows = [r for r in rows if all(c != "" for c in r)]
+        if not rows:
+            raise ValueError(f"{path.name}: every row has an empty cell")
+    names = head or [str(i) for i in range(len(rows[0]))]
+    if isinstance(target, str):
+        if target not in names:
+            raise ValueError(f"target column '{target}' is not in {path.name}; columns are {names}")
+        t = names.index(target)
+    else:
+        t = target
+        if t >= len(names):
+            raise ValueError(f"{path.name} has {len(names)} columns, expected the target in column {t}")
+    missing = [d for d in drop if d not in names]
+    if missing:
+        raise ValueError(f"{path.name} lacks the bookkeeping columns {missing}; columns are {names}")
+    feat = [i for i, n in enumerate(names) if i != t and n not in drop]
+    x = _to_float(path, rows, feat, [names[i] for i in feat])
+    return x, [r[t] for r in rows]
+
+
+def load_classification(name: str, data_dir=None, part: str = "train"):
+    """A classification set: (X [N, D], labels [N] int in 0..K-1, class names). `part` matters for avila only.
+
+    Labels are the sorted distinct target values mapped to 0..K-1 (for avila over train and test together,
+    so both parts share one coding).
+    """
+    if name not in CLASSIFICATION_DATASETS:
+        raise ValueError(f"unknown classification set '{name}'; choose one of {sorted(CLASSIFICATION_DATASETS)}")
+    rel, header, target, drop = CLASSIFICATION_DATASETS[name]
+    root = resolve_data_dir(data_dir)
+    # The shipped heart-failure file has empty cells in 26 of 299 rows (not in the UCI original); drop those.
+    x, raw = _load_class_file(root / rel, header, target, drop, drop_incomplete=name == "heart")
+    all_raw = list(raw)
+    if name == "avila":
+        x_te, raw_te = _load_class_file(root / rel.replace("avila-tr", "avila-ts"), header, target, drop)
+        all_raw += raw_te
+        if part == "test":
+            x, raw = x_te, raw_te
+    elif part != "train":
+        raise ValueError(f"part='test' exists only for avila (official split); {name} uses classification_split")
+
+    def _key(v):  # numeric labels sort numerically, letters alphabetically
+        try:
+            return (0, float(v), "")
+        except ValueError:
+            return (1, 0.0, v)
+
+    classes = sorted(set(all_raw), key=_key)
+    code = {c: i for i, c in enumerate(classes)}
+    return x, np.array([code[v] for v in raw], dtype=np.int64), classes
+
+
+def classification_split(name: str, split: int = 0, data_dir=None, test_fraction: float = 0.1, seed: int = 0) -> Split:
+    """Avila: the official train/test files (split must be 0). Others: a stratified random split whose
+    random state is (seed, split), so split i is the same on every machine."""
+    if name == "avila":
+        if split != 0:
+            raise ValueError("avila has one official train/test split; use split 0")
+        x_tr, y_tr, _ = load_classification(name, data_dir, "train")
+        x_te, y_te, _ = load_classification(name, data_dir, "test")
+        return Split(x_tr, y_tr, x_te, y_te, "avila official train/test")
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    from sklearn.model_selection import train_test_split
+
+    x, y, _ = load_classification(name, data_dir)
+    idx = np.arange(len(y))
+    tr, te = train_test_split(idx, test_size=test_fraction, stratify=y, random_state=seed * 1000 + split)
+    return Split(x[tr], y[tr], x[te], y[te], f"{name} stratified split {split} (seed {seed})")
+
+
+def load_rainfall(data_dir=None):
+    """SIC97 Swiss rainfall: (X [467, 2] = (x_km, y_km), rainfall [467] (1/10 mm, > 0), is_train100 [467] bool)."""
+    path = resolve_data_dir(data_dir) / RAINFALL_FILE
+    head, rows = _read_table(path, header=True)
+    need = ["x_km", "y_km", "rainfall", "split"]
+    missing = [c for c in need if c not in head]
+    if missing:
+        raise ValueError(f"{path.name} lacks columns {missing}; columns are {head}")
+    cols = [head.index(c) for c in need[:3]]
+    table = _to_float(path, rows, cols, need[:3])
+    split = [r[head.index("split")] for r in rows]
+    bad = sorted(set(split) - {"train100", "test367"})
+    if bad:
+        raise ValueError(f"{path.name} column 'split' must be train100 or test367, found {bad}")
+    return table[:, :2], table[:, 2], np.array([s == "train100" for s in split])
+
+
+def rainfall_official_split(data_dir=None) -> Split:
+    """The official SIC97 split: 100 training stations, 367 test stations."""
+    x, y, is_train = load_rainfall(data_dir)
+    return Split(x[is_train], y[is_train], x[~is_train], y[~is_train], "sic97 official train100/test367")
+
+
+def load_air_quality(data_dir=None):
+    """London N. Kensington PM2.5, 15 Mar - 15 Apr 2019: (X [744, 1] = hours_since_start, pm25 [744] > 0)."""
+    path = resolve_data_dir(data_dir) / AIR_QUALITY_FILE
+    x, y, _ = load_csv(path, "pm25", ["hours_since_start"])
+    if not np.all(np.isfinite(y)):
+        raise ValueError(f"{path.name} column 'pm25' holds NaN/inf values")
+    return x, y
+
+
+def cv_splits(n: int, k: int = 5, seed: int = 0):
+    """Shuffled k-fold cross-validation: list of k (train_idx, test_idx) over range(n), seeded."""
+    if k < 2 or k > n:
+        raise ValueError(f"k must be in 2..n={n}, got {k}")
+    perm = np.random.default_rng(seed).permutation(n)
+    folds = np.array_split(perm, k)
+    return [(np.sort(np.concatenate(folds[:i] + folds[i + 1:])), np.sort(folds[i])) for i in range(k)]
+
+
+def standardize(train: np.ndarray, *others: np.ndarray):
+    """Scale columns by the TRAINING split's mean and std only (no test statistics leak in).
+
+    Returns (train_std, *others_std, mean, std); constant columns keep std 1.
+    """
+    train = np.asarray(train, dtype=float)
+    mean = train.mean(0)
+    std = train.std(0)
+    std = np.where(std > 0, std, 1.0)
+    return (((train - mean) / std),) + tuple((np.asarray(o, dtype=float) - mean) / std for o in others) + (mean, std)

@@ -7,13 +7,23 @@ from __future__ import annotations
 from ..checkpoint import safe_load
 from ._base import _FORMAT
 from .regression import SVGPRegressor, TGPRegressor, WarpedGPRegressor
+from .classification import SVGPClassifier, TGPClassifier
+from .deep import DeepGPClassifier, DeepGPRegressor
+from .latent import LatentDeepGPRegressor
+from .multioutput import AlignedMultiOutputGPRegressor
 
-__all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor", "load"]
+__all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor", "SVGPClassifier", "TGPClassifier", "load"]
+__all__ += ["DeepGPRegressor", "DeepGPClassifier"]
+__all__ += ["LatentDeepGPRegressor"]
+__all__ += ["AlignedMultiOutputGPRegressor"]
 
 
 def _estimator_classes() -> dict:
     # Explicit list of every estimator family (add new families here, no registry).
-    classes = [SVGPRegressor, TGPRegressor, WarpedGPRegressor]
+    classes = [SVGPRegressor, TGPRegressor, WarpedGPRegressor, SVGPClassifier, TGPClassifier]
+    classes += [DeepGPRegressor, DeepGPClassifier]
+    classes += [LatentDeepGPRegressor]
+    classes += [AlignedMultiOutputGPRegressor]
     return {c.__name__: c for c in classes}
 
 

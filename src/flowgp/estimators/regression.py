@@ -6,26 +6,27 @@ undo the scaling on every output.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
-from pathlib import Path
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 
-from ..checkpoint import atomic_save, safe_load
+from ..bayesian import BAYESIAN_MODES, default_prior_precision
 from ..flows import Flow, init_from_data, init_identity, init_random, make_flow
+from ..flows.conditional import init_input_dependent, make_input_dependent, static_flow, warping_curves
 from ..inducing import kmeans_inducing_points
 from ..kernels import make_kernel
 from ..likelihoods import GaussianLikelihood
 from ..models import SVGP, TGP, WarpedGP
 from ..training import train
-from ._base import _DTYPES, _FORMAT, _as_1d_float, _as_2d_float, _default_dtype
+from ._base import _Estimator, _as_1d_float, _as_2d_float, _default_dtype
 
 __all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor"]
 
-class SVGPRegressor(RegressorMixin, BaseEstimator):
+class SVGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
     """Sparse variational GP regression (Hensman et al. 2013) with a scikit-learn interface.
 
     Args:
@@ -75,36 +76,13 @@ class SVGPRegressor(RegressorMixin, BaseEstimator):
     def _make_model(self, kernel, z):
         return SVGP(kernel, z, GaussianLikelihood(noise=self.noise), **self._model_kwargs())
 
-    def _initialise_flow(self, model, y_t, generator) -> None:
+    def _initialise_flow(self, model, y_t, generator, x_t=None) -> None:
         pass
-
-    def _spec(self) -> dict:
-        kernel = self.kernel if isinstance(self.kernel, str) else self.kernel.spec
-        return {"kernel": kernel}
 
     # ----- helpers -----------------------------------------------------------------------------------
     def _model_kwargs(self) -> dict:
         return dict(learn_inducing=self.learn_inducing, quadrature_points=self.quadrature_points,
                     predict_quadrature_points=self.predict_quadrature_points)
-
-    def _torch_dtype(self):
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be 'float64' or 'float32', got {self.dtype!r}")
-        return _DTYPES[self.dtype]
-
-    def _check_fitted(self):
-        if not hasattr(self, "model_"):
-            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
-
-    def _tensor(self, a):
-        return torch.as_tensor(a, dtype=self._torch_dtype(), device=self.device)
-
-    def _inputs(self, X):
-        self._check_fitted()
-        X = _as_2d_float(X)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features but the estimator was fitted with {self.n_features_in_}")
-        return self._tensor((X - self.x_mean_) / self.x_std_)
 
     def _targets(self, y, n):
         y = _as_1d_float(y, n)
@@ -129,22 +107,18 @@ class SVGPRegressor(RegressorMixin, BaseEstimator):
         if X.shape[0] < 2:
             raise ValueError(f"need at least 2 training points, got {X.shape[0]}")
         self._check_targets(y)
-        self.n_features_in_ = X.shape[1]
-        self.x_mean_ = X.mean(0)
-        std = X.std(0)
-        self.x_std_ = np.where(std > 0, std, 1.0)
+        xt = self._fit_input_scaling(X)
         y_std = float(y.std()) if y.std() > 0 else 1.0
         if self._target_positive():
             self.y_shift_, self.y_scale_ = 0.0, y_std
         else:
             self.y_shift_, self.y_scale_ = float(y.mean()), y_std
-        xt = self._tensor((X - self.x_mean_) / self.x_std_)
         yt = self._tensor((y - self.y_shift_) / self.y_scale_)[:, None]
         torch.manual_seed(self.seed)
         z = kmeans_inducing_points(xt, self.num_inducing, self.kmeans_restarts, self.seed)
         self.model_ = self._build(X.shape[1], z)
         generator = torch.Generator().manual_seed(self.seed)
-        self._initialise_flow(self.model_, yt, generator)
+        self._initialise_flow(self.model_, yt, generator, x_t=xt)
         self.history_ = train(self.model_, xt, yt, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
                               fix_noise_fraction=self.fix_noise_fraction, seed=self.seed, verbose=self.verbose,
                               desc=type(self).__name__)
@@ -198,43 +172,13 @@ class SVGPRegressor(RegressorMixin, BaseEstimator):
             f = self.model_.sample_f(xt, num_samples, generator=generator)
         return f[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_
 
-    def save(self, path):
-        """Write the fitted estimator atomically to `path` (a torch file loadable with weights_only=True)."""
-        self._check_fitted()
-        params = {k: v for k, v in self.get_params().items() if k not in ("kernel", "flow")}
-        state = {
-            "format": _FORMAT, "class": type(self).__name__, "params": params, "spec": self._spec(),
-            "n_features_in": self.n_features_in_, "x_mean": torch.as_tensor(self.x_mean_),
-            "x_std": torch.as_tensor(self.x_std_), "y_shift": self.y_shift_, "y_scale": self.y_scale_,
-            "inducing_shape": list(self.model_.gp.inducing_points.shape), "history": list(self.history_),
-            "model": {k: v.detach().cpu() for k, v in self.model_.state_dict().items()},
-        }
-        atomic_save(state, path)
-        return Path(path)
+    def _extra_state(self) -> dict:
+        return {"y_shift": self.y_shift_, "y_scale": self.y_scale_,
+                "inducing_shape": list(self.model_.gp.inducing_points.shape)}
 
-    @classmethod
-    def load(cls, path, device=None):
-        """Load an estimator written by `save` (weights_only: no code is executed)."""
-        state = safe_load(path)
-        if not isinstance(state, dict) or state.get("format") != _FORMAT:
-            raise ValueError(f"{path} is not a flowgp estimator file")
-        target = _ESTIMATORS.get(state["class"])
-        if target is None or not issubclass(target, cls):
-            raise ValueError(f"{path} holds a {state['class']}, not a {cls.__name__}")
-        params = dict(state["params"])
-        if device is not None:
-            params["device"] = device
-        est = target(**params, **state["spec"])
-        est.n_features_in_ = int(state["n_features_in"])
-        est.x_mean_ = state["x_mean"].numpy()
-        est.x_std_ = state["x_std"].numpy()
-        est.y_shift_, est.y_scale_ = float(state["y_shift"]), float(state["y_scale"])
-        est.history_ = list(state["history"])
-        z = np.zeros(state["inducing_shape"])
-        est.model_ = est._build(est.n_features_in_, z)
-        est.model_.load_state_dict(state["model"])
-        est.model_.eval()
-        return est
+    def _restore(self, state):
+        self.y_shift_, self.y_scale_ = float(state["y_shift"]), float(state["y_scale"])
+        self.model_ = self._build(self.n_features_in_, np.zeros(state["inducing_shape"]))
 
 
 class _FlowRegressor(SVGPRegressor):
@@ -264,10 +208,12 @@ class _FlowRegressor(SVGPRegressor):
     def _spec(self) -> dict:
         return {**super()._spec(), "flow": self._flow_spec()}
 
-    def _initialise_flow(self, model, y_t, generator):
+    def _initialise_flow(self, model, y_t, generator, x_t=None):
+        self._initialise_static_flow(model.flow, y_t, generator)
+
+    def _initialise_static_flow(self, flow, y_t, generator):
         if self.flow_init not in self._FLOW_INITS:
             raise ValueError(f"flow_init must be one of {self._FLOW_INITS}, got {self.flow_init!r}")
-        flow = model.flow
         if isinstance(self.flow, Flow):
             flow.load_state_dict(self.flow.state_dict())
         if not any(True for _ in flow.parameters()) or self.flow_init == "none":
@@ -280,22 +226,146 @@ class _FlowRegressor(SVGPRegressor):
             init_from_data(flow, y_t[:, 0], direction=self._data_direction)
 
 
+@contextlib.contextmanager
+def _seeded(seed, device):
+    dev = torch.device(device)
+    devices = [] if dev.type != "cuda" else [torch.cuda.current_device() if dev.index is None else dev.index]
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(int(seed))
+        yield
+
+
 class TGPRegressor(_FlowRegressor):
     """Transformed GP regression (paper §3-4): a sparse GP prior warped by the marginal flow `flow`.
 
     `flow` is a spec string ("sal", "sal+softplus", "tanh", "identity", ...) or a Flow;
     `flow_init` is "identity" (appendix B.3), "data" (B.2, eq. 30), "random" or "none".
     flow="identity" gives exactly the SVGPRegressor.
+
+    Input-dependent flows (paper §3.2-3.3, §4.4): with `input_dependent=True` the non-affine stages of the
+    flow (for "sal" the sinh-arcsinh, as in appendix B.6; `input_dependent="all"` for every stage) take
+    their parameters from a network θ(x) = NN(x, W) with hidden layers `hidden`, `activation` ("relu" or
+    "tanh") and `dropout`. `bayesian` chooses the treatment of W: "point" (PE-TGP: standard dropout in
+    training, one deterministic pass in prediction), "mc_dropout" (BA-TGP: same training, predictions
+    average `mc_samples_predict` dropout draws, appendix eq. 20) or "vb" (mean-field Gaussian q(W),
+    reparameterised, with -KL[q(W)||p(W)] in the ELBO; needs dropout=0). `mc_samples_train` draws of W
+    enter every ELBO evaluation in training. `prior_precision` is λ of p_λ(W) = N(0, λ⁻¹I) (None: 1e-5,
+    the weight decay of appendix B.6, or 1 for "vb" as in B.6.3). After the usual flow initialisation
+    the networks are fitted to output those parameters (appendix B.4) for `flow_init_epochs` epochs.
     """
 
     _data_direction = "generative"
 
+    def __init__(self, flow="sal", flow_init="identity", num_inducing=100, kernel="rbf", batch_size=None,
+                 epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05, lengthscale=1.0,
+                 period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
+                 quadrature_points=20, predict_quadrature_points=100, verbose=True, input_dependent=False,
+                 hidden=(50,), activation="relu", dropout=0.25, bayesian="mc_dropout", mc_samples_train=1,
+                 mc_samples_predict=100, prior_precision=None, flow_init_epochs=100):
+        super().__init__(flow=flow, flow_init=flow_init, num_inducing=num_inducing, kernel=kernel,
+                         batch_size=batch_size, epochs=epochs, lr=lr, seed=seed, dtype=dtype, device=device,
+                         noise=noise, lengthscale=lengthscale, period=period,
+                         fix_noise_fraction=fix_noise_fraction, kmeans_restarts=kmeans_restarts,
+                         learn_inducing=learn_inducing, quadrature_points=quadrature_points,
+                         predict_quadrature_points=predict_quadrature_points, verbose=verbose)
+        self.input_dependent = input_dependent
+        self.hidden = hidden
+        self.activation = activation
+        self.dropout = dropout
+        self.bayesian = bayesian
+        self.mc_samples_train = mc_samples_train
+        self.mc_samples_predict = mc_samples_predict
+        self.prior_precision = prior_precision
+        self.flow_init_epochs = flow_init_epochs
+
+    def _which_stages(self):
+        if self.input_dependent in (False, None):
+            return None
+        if self.input_dependent is True or self.input_dependent == "nonlinear":
+            return "nonlinear"
+        if self.input_dependent == "all":
+            return "all"
+        raise ValueError(f"input_dependent must be False, True (= 'nonlinear') or 'all', got {self.input_dependent!r}")
+
+    def _check_bayesian_options(self) -> None:
+        if self.bayesian not in BAYESIAN_MODES:
+            raise ValueError(f"bayesian must be one of {BAYESIAN_MODES}, got {self.bayesian!r}")
+        if self.bayesian == "vb" and self.dropout:
+            raise ValueError("bayesian='vb' uses no dropout (appendix B.6.3); pass dropout=0")
+        for name in ("mc_samples_train", "mc_samples_predict", "flow_init_epochs"):
+            value, least = getattr(self, name), 0 if name == "flow_init_epochs" else 1
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+                raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+
     def _target_positive(self) -> bool:
         return make_flow(self._flow_spec()).codomain == "positive"
 
+    def _model_kwargs(self) -> dict:
+        return {**super()._model_kwargs(), "mc_samples_train": self.mc_samples_train,
+                "mc_samples_predict": self.mc_samples_predict}
+
     def _make_model(self, kernel, z):
-        return TGP(kernel, z, make_flow(self._flow_spec()), GaussianLikelihood(noise=self.noise),
-                   **self._model_kwargs())
+        flow = make_flow(self._flow_spec())
+        which = self._which_stages()
+        if which is not None:
+            self._check_bayesian_options()
+            precision = default_prior_precision(self.bayesian) if self.prior_precision is None else self.prior_precision
+            flow = make_input_dependent(flow, z.shape[-1], which, hidden=self.hidden, activation=self.activation,
+                                        dropout=self.dropout, bayesian=self.bayesian, prior_precision=precision)
+        return TGP(kernel, z, flow, GaussianLikelihood(noise=self.noise), **self._model_kwargs())
+
+    def _fixed_rng(self):
+        """Predictions of Bayesian input-dependent flows draw W (dropout masks or Gaussian weights) from
+        torch's global RNG: fork it and seed it with `seed`, so that repeated calls agree."""
+        if self._which_stages() is None:
+            return contextlib.nullcontext()
+        return _seeded(self.seed, self.device)
+
+    def predict(self, X, return_std=False):
+        with self._fixed_rng():
+            return super().predict(X, return_std=return_std)
+
+    def predict_quantiles(self, X, probs):
+        with self._fixed_rng():
+            return super().predict_quantiles(X, probs)
+
+    def log_predictive_density(self, X, y):
+        with self._fixed_rng():
+            return super().log_predictive_density(X, y)
+
+    def elbo(self, X, y):
+        with self._fixed_rng():
+            return super().elbo(X, y)
+
+    def sample_f(self, X, num_samples=1, seed=None):
+        with _seeded(self.seed if seed is None else seed, self.device):
+            return super().sample_f(X, num_samples=num_samples, seed=seed)
+
+    def warping_functions(self, X, f_grid=None, num_samples=100):
+        """The learned warping y = G_{θ(x, W)}(f₀) at each row of X over `f_grid` (GP units; default
+        linspace(-3, 3, 200)), in the units of y: dict of arrays [G, n_rows] "point", "mean", "std" plus
+        "f_grid" (appendix Fig. 9). Draw them with `flowgp.flows.conditional.plot_warping_curves`."""
+        if self._which_stages() is None:
+            raise ValueError("warping_functions needs input_dependent=True")
+        xt = self._inputs(X)
+        f = torch.linspace(-3, 3, 200) if f_grid is None else torch.as_tensor(f_grid)
+        f = f.to(dtype=xt.dtype, device=xt.device)
+        with _seeded(self.seed, self.device):
+            curves = warping_curves(self.model_.flow, xt, f, num_samples)
+        out = {k: v[..., 0].cpu().numpy() * self.y_scale_ for k, v in curves.items()}
+        out["point"] += self.y_shift_
+        out["mean"] += self.y_shift_
+        out["f_grid"] = f.cpu().numpy()
+        return out
+
+    def _initialise_flow(self, model, y_t, generator, x_t=None):
+        if self._which_stages() is None:
+            return super()._initialise_flow(model, y_t, generator, x_t)
+        # Appendix B.4: initialise the plain flow, then teach the networks its parameters.
+        self._initialise_static_flow(static_flow(model.flow), y_t, generator)
+        batch = x_t.shape[0] if self.batch_size is None else int(self.batch_size)
+        init_input_dependent(model.flow, x_t, epochs=int(self.flow_init_epochs), batch_size=batch, lr=self.lr,
+                             generator=generator)
 
 
 class WarpedGPRegressor(_FlowRegressor):
@@ -323,4 +393,3 @@ class WarpedGPRegressor(_FlowRegressor):
                         **self._model_kwargs())
 
 
-_ESTIMATORS = {c.__name__: c for c in (SVGPRegressor, TGPRegressor, WarpedGPRegressor)}

@@ -5,6 +5,8 @@ initialise them with `init_identity`, `init_from_data` or `init_random`.
 """
 from .base import Flow, ParamSpec
 from .combination import ArcsinhCombination, Compose, LinearCombination, compose
+from .conditional import (InputDependentFlow, init_input_dependent, input_dependent_flows, make_input_dependent,
+                          static_flow, weight_sampling)
 from .elementwise import (Affine, Arcsinh, BoxCox, Exp, Identity, InverseBoxCox, Log, Sinh, SinhArcsinh,
                           Softplus, Tanh, TukeyGH)
 from .factory import FLOW_ALIASES, FLOW_NAMES, make_flow
@@ -15,5 +17,6 @@ __all__ = [
     "Flow", "ParamSpec", "Identity", "Log", "Exp", "Softplus", "Sinh", "Arcsinh", "Affine", "SinhArcsinh",
     "BoxCox", "InverseBoxCox", "TukeyGH", "Tanh", "Compose", "compose", "LinearCombination",
     "ArcsinhCombination", "make_flow", "FLOW_NAMES", "FLOW_ALIASES", "init_identity", "init_from_data",
-    "init_random", "monotone_inverse",
+    "init_random", "monotone_inverse", "InputDependentFlow", "make_input_dependent", "static_flow",
+    "input_dependent_flows", "weight_sampling", "init_input_dependent",
 ]

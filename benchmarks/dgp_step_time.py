@@ -1,0 +1,289 @@
+"""Deep-GP training-step and prediction time: flowgp DSVI / CNF deep GPs vs GPyTorch's DeepGP and flowgp's TGP.
+
+Run from the repository root (GPyTorch is a dev-only dependency):
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/dgp_step_time.py
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/dgp_step_time.py --rounds 3 --steps 10   # quicker
+
+Part 1 (synthetic, N=10000, D=8, B=512, M=100, one sample): median time of one training step (minibatch
+ELBO, backward, Adam update) of 2- and 3-layer flowgp DSVI ("dgpL") and CNF ("cnf-dgpL") deep GPs, GPyTorch's
+DeepGP with the same layers, widths (hidden width min(D, 16) = 8), M, batch and one likelihood sample, and
+flowgp's TGP (one SAL flow). The peers are interleaved: every round times every model for `--steps` steps and
+the reported value is the median over rounds of each round's median, which keeps slow drifts from load on a
+shared machine out of the ratios. Ratios printed: flowgp DGP / GPyTorch DGP, DGP / TGP.
+
+Part 2 (energy, TGP paper Fig. 11): training-step time (full batch of the 691 training points, M=100) and
+prediction time on the 77 test points (mean, variance and log density; the DGP with 100 samples, the TGP
+with 100 Gauss-Hermite points) of the 3-layer DSVI deep GP against the TGP.
+
+Results go to docs/results/dgp_step_time.json (`--json` to change).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from flowgp import TGP, GaussianLikelihood, make_flow, make_kernel
+from flowgp.models.deep_gp import build_deep_gp
+
+ROOT = Path(__file__).resolve().parents[1]
+ENERGY = ROOT.parent / "shared" / "data" / "uci" / "energy"
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _batches(x, y, batch, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    n = x.shape[0]
+    while True:
+        if batch >= n:
+            yield x, y
+        else:
+            idx = torch.randint(0, n, (batch,), generator=g).to(x.device)
+            yield x[idx], y[idx]
+
+
+def flowgp_step(model, x, y, batch, lr=0.01):
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=lr)
+    batches = _batches(x, y, batch)
+    n = x.shape[0]
+
+    def step():
+        xb, yb = next(batches)
+        opt.zero_grad(set_to_none=True)
+        loss = -model.elbo(xb, yb, num_data=n)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def gpytorch_dgp(x, z, num_layers, width, lr=0.01):
+    """GPyTorch's DeepGP with the flowgp layer layout: RBF-ARD (scaled) per output, linear mean on hidden layers
+    (zero on the last), the same M inducing inputs (shared by the outputs of a layer), whitened Cholesky q(u)."""
+    import gpytorch
+    from gpytorch.models.deep_gps import DeepGP, DeepGPLayer
+
+    class Layer(DeepGPLayer):
+        def __init__(self, d_in, d_out, z_init, last):
+            batch = torch.Size([d_out]) if d_out > 1 else torch.Size([])
+            m = z_init.shape[0]
+            dist = gpytorch.variational.CholeskyVariationalDistribution(m, batch_shape=batch)
+            zb = z_init.expand(batch + z_init.shape).clone() if d_out > 1 else z_init.clone()
+            strategy = gpytorch.variational.VariationalStrategy(self, zb, dist, learn_inducing_locations=True)
+            super().__init__(strategy, d_in, None if d_out == 1 else d_out)
+            self.mean_module = gpytorch.means.ZeroMean() if last else gpytorch.means.LinearMean(d_in, batch_shape=batch)
+            self.covar_module = gpytorch.kernels.ScaleKernel(
+                gpytorch.kernels.RBFKernel(ard_num_dims=d_in, batch_shape=batch), batch_shape=batch)
+
+        def forward(self, h):
+            return gpytorch.distributions.MultivariateNormal(self.mean_module(h), self.covar_module(h))
+
+    class Model(DeepGP):
+        def __init__(self):
+            super().__init__()
+            dims = [x.shape[1]] + [width] * (num_layers - 1) + [1]
+            zs = [z]
+            for _ in range(num_layers - 1):
+                zs.append(torch.randn(z.shape[0], width, dtype=z.dtype))
+            self.layers_ = torch.nn.ModuleList(
+                [Layer(dims[i], dims[i + 1], zs[i], i == num_layers - 1) for i in range(num_layers)])
+            self.likelihood = gpytorch.likelihoods.GaussianLikelihood()
+
+        def forward(self, h):
+            for layer in self.layers_:
+                h = layer(h)
+            return h
+
+    model = Model().to(device=x.device, dtype=x.dtype)
+    mll = gpytorch.mlls.DeepApproximateMLL(gpytorch.mlls.VariationalELBO(model.likelihood, model, x.shape[0]))
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    return model, mll, opt
+
+
+def gpytorch_step(x, y, z, num_layers, width, batch):
+    import gpytorch
+
+    model, mll, opt = gpytorch_dgp(x, z, num_layers, width)
+    batches = _batches(x, y[:, 0], batch)
+
+    def step():
+        xb, yb = next(batches)
+        with gpytorch.settings.num_likelihood_samples(1):
+            opt.zero_grad(set_to_none=True)
+            loss = -mll(model(xb), yb)
+            loss.backward()
+            opt.step()
+
+    return step
+
+
+def _time(fn, steps, device):
+    times = []
+    for _ in range(steps):
+        _sync(device)
+        t = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def interleaved(fns: dict, rounds, steps, warmup, device):
+    """Median over rounds of the per-round median time of each fn, the fns interleaved within every round."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    per = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            per[k].append(_time(fn, steps, device))
+    return {k: statistics.median(v) for k, v in per.items()}, per
+
+
+def synthetic(args, device, dtype):
+    g = torch.Generator().manual_seed(0)
+    n, d = args.num_data, args.dim
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    y = torch.sin(x[:, :1]) * torch.cos(x[:, 1:2]) + 0.1 * torch.randn(n, 1, generator=g, dtype=torch.float64)
+    x, y = x.to(device, dtype), y.to(device, dtype)
+    z = x[torch.randperm(n, generator=g)[: args.inducing].to(device)].clone()
+    width = min(d, 16)
+    fns = {}
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        for layers in (2, 3):
+            for post, name in (("gaussian", "dgp"), ("cnf", "cnf-dgp")):
+                model = build_deep_gp(x, 1, layers, inducing_points=z, posterior=post, hidden_width=width)
+                fns[f"{name}{layers}"] = flowgp_step(model.to(device), x, y, args.batch)
+            if not args.no_peer:
+                fns[f"gpytorch-dgp{layers}"] = gpytorch_step(x, y, z, layers, width, args.batch)
+        tgp = TGP(make_kernel("rbf", d), z, make_flow("sal"), GaussianLikelihood(0.05)).to(device, dtype)
+        fns["tgp"] = flowgp_step(tgp, x, y, args.batch)
+    finally:
+        torch.set_default_dtype(previous)
+    med, per = interleaved(fns, args.rounds, args.steps, args.warmup, device)
+    row = {"part": "synthetic", "dtype": str(dtype).replace("torch.", ""), "N": n, "D": d, "B": args.batch,
+           "M": args.inducing, "hidden_width": width, "samples": 1,
+           "step_ms": {k: 1e3 * v for k, v in med.items()},
+           "round_medians_ms": {k: [1e3 * t for t in v] for k, v in per.items()}}
+    ratios = {}
+    for layers in (2, 3):
+        for name in ("dgp", "cnf-dgp"):
+            key = f"{name}{layers}"
+            if f"gpytorch-dgp{layers}" in med:
+                ratios[f"{key}/gpytorch-dgp{layers}"] = med[key] / med[f"gpytorch-dgp{layers}"]
+            ratios[f"{key}/tgp"] = med[key] / med["tgp"]
+    row["ratios"] = ratios
+    return row
+
+
+def _load_energy(split=0):
+    data = np.loadtxt(ENERGY / "data.txt")
+    feats = np.loadtxt(ENERGY / "index_features.txt").astype(int)
+    target = int(np.loadtxt(ENERGY / "index_target.txt"))
+    tr = np.loadtxt(ENERGY / f"index_train_{split}.txt").astype(int)
+    te = np.loadtxt(ENERGY / f"index_test_{split}.txt").astype(int)
+    x, y = data[:, feats], data[:, target]
+    mu, sd = x[tr].mean(0), x[tr].std(0)
+    sd[sd == 0] = 1
+    ym, ys = y[tr].mean(), y[tr].std()
+    f = lambda a: torch.tensor(a)  # noqa: E731
+    return f((x[tr] - mu) / sd), f((y[tr] - ym) / ys)[:, None], f((x[te] - mu) / sd), f((y[te] - ym) / ys)[:, None]
+
+
+def energy(args, device):
+    from flowgp.inducing import kmeans_inducing_points
+
+    xtr, ytr, xte, yte = (t.to(device) for t in _load_energy())
+    z = torch.as_tensor(kmeans_inducing_points(xtr, args.inducing, 1, 0), device=device)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        dgp = build_deep_gp(xtr, 1, 3, inducing_points=z).to(device)
+        tgp = TGP(make_kernel("rbf", xtr.shape[1]), z, make_flow("sal"), GaussianLikelihood(0.05)).to(device)
+    finally:
+        torch.set_default_dtype(previous)
+    n = xtr.shape[0]
+    train = {"dgp3": flowgp_step(dgp, xtr, ytr, n), "tgp": flowgp_step(tgp, xtr, ytr, n)}
+
+    def predict_dgp():
+        with torch.no_grad():
+            dgp.predict(xte, num_samples=100)
+            dgp.log_predictive_density(xte, yte, num_samples=100)
+
+    def predict_tgp():
+        with torch.no_grad():
+            tgp.predict(xte)
+            tgp.log_predictive_density(xte, yte)
+
+    tmed, _ = interleaved(train, args.rounds, args.steps, args.warmup, device)
+    pmed, _ = interleaved({"dgp3": predict_dgp, "tgp": predict_tgp}, args.rounds, args.predict_steps, 1, device)
+    return {"part": "energy", "N_train": n, "N_test": xte.shape[0], "D": xtr.shape[1], "M": z.shape[0],
+            "hidden_width": dgp.layers[0].output_dim, "batch": n, "dgp_predict_samples": 100,
+            "tgp_predict_quadrature": tgp.predict_quadrature_points,
+            "train_step_ms": {k: 1e3 * v for k, v in tmed.items()},
+            "predict_ms": {k: 1e3 * v for k, v in pmed.items()},
+            "dgp3_over_tgp_train": tmed["dgp3"] / tmed["tgp"], "dgp3_over_tgp_predict": pmed["dgp3"] / pmed["tgp"]}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--num-data", type=int, default=10_000)
+    p.add_argument("--dim", type=int, default=8)
+    p.add_argument("--batch", type=int, default=512)
+    p.add_argument("--inducing", type=int, default=100)
+    p.add_argument("--dtypes", default="float64")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--steps", type=int, default=15)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--predict-steps", type=int, default=3, help="timed predictions per round (part 2)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--no-peer", action="store_true", help="skip GPyTorch")
+    p.add_argument("--no-energy", action="store_true", help="skip part 2")
+    p.add_argument("--json", default=str(ROOT / "docs" / "results" / "dgp_step_time.json"))
+    a = p.parse_args()
+    device = torch.device(a.device)
+    rows = []
+    for dt in a.dtypes.split(","):
+        row = synthetic(a, device, getattr(torch, dt))
+        rows.append(row)
+        print(f"[synthetic {row['dtype']}] step ms: " + ", ".join(f"{k} {v:.2f}" for k, v in row["step_ms"].items()))
+        print("  ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in row["ratios"].items()), flush=True)
+    if not a.no_energy:
+        row = energy(a, device)
+        rows.append(row)
+        print(f"[energy] train step ms {row['train_step_ms']}, predict ms {row['predict_ms']}")
+        print(f"  DGP3/TGP train {row['dgp3_over_tgp_train']:.2f}x, predict {row['dgp3_over_tgp_predict']:.2f}x")
+    meta = {"torch": torch.__version__, "threads": torch.get_num_threads(),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "machine": platform.machine(),
+            "device": str(device), "cpu_count": os.cpu_count(),
+            "note": "measured on a shared 2-core machine while other jobs ran (under load); ratios interleaved"}
+    try:
+        import gpytorch
+
+        meta["gpytorch"] = gpytorch.__version__
+    except ImportError:
+        pass
+    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+    with open(a.json, "w") as fh:
+        json.dump({"meta": meta, "rows": rows}, fh, indent=2)
+    print(f"wrote {a.json}")
+
+
+if __name__ == "__main__":
+    main()

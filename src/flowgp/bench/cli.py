@@ -1,0 +1,80 @@
+"""`flowgp bench <subcommand>`: argparse wiring over an explicit tuple of subcommand modules.
+
+Interface of a subcommand module (e.g. `flowgp/bench/uci.py`, `snr.py`, `amogp.py`):
+
+    NAME = "uci"                       # the subcommand name on the command line
+    HELP = "one-line help text"
+    def add_arguments(parser): ...     # add options to the argparse sub-parser it is given
+    def run(args) -> int: ...          # do the work; return a process exit code (0 = success)
+
+To add a subcommand, write such a module and add one line naming it to `_SUBCOMMAND_MODULES` below
+(a closed list: nothing else registers itself). Modules are imported lazily so a broken optional
+subcommand cannot stop the others from running.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+__all__ = ["main", "add_bench_parser", "run_bench"]
+
+# Explicit, closed list of subcommand modules (relative to flowgp.bench). One line per subcommand.
+_SUBCOMMAND_MODULES = (
+    "uci",
+    "applications",   # `airquality` and `rainfall` are two NAMEs exported by this module via SUBCOMMANDS
+    "timing",
+    "report",
+    "snr",
+    "amogp",
+)
+
+
+def _load(name: str):
+    return importlib.import_module(f"flowgp.bench.{name}")
+
+
+def _subcommands():
+    """Yield (name, help, add_arguments, run) for every subcommand in `_SUBCOMMAND_MODULES`.
+
+    A module may expose several subcommands through `SUBCOMMANDS = ((NAME, HELP, add_arguments, run), ...)`;
+    otherwise its module-level NAME/HELP/add_arguments/run are used.
+    """
+    for mod_name in _SUBCOMMAND_MODULES:
+        try:
+            mod = _load(mod_name)
+        except ImportError as err:  # say so loudly, but keep the other subcommands usable
+            print(f"flowgp bench: subcommand module '{mod_name}' failed to import: {err}", file=sys.stderr)
+            continue
+        entries = getattr(mod, "SUBCOMMANDS", None)
+        if entries is None:
+            entries = ((getattr(mod, "NAME", mod_name), getattr(mod, "HELP", ""), mod.add_arguments, mod.run),)
+        yield from entries
+
+
+def add_bench_parser(parser: argparse.ArgumentParser) -> None:
+    """Fill `parser` (the `flowgp bench` parser) with one sub-parser per subcommand."""
+    sub = parser.add_subparsers(dest="bench_command", required=True)
+    for name, help_text, add_arguments, run in _subcommands():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        add_arguments(p)
+        p.set_defaults(_bench_run=run)
+
+
+def run_bench(args) -> int:
+    """Dispatch parsed `flowgp bench ...` arguments; bad input gives exit code 2 and a one-line message."""
+    try:
+        return int(args._bench_run(args) or 0)
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        print(f"flowgp bench {args.bench_command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="flowgp bench", description="TGP paper benchmarks (resumable)")
+    add_bench_parser(parser)
+    return run_bench(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Training budgets for `flowgp bench`: `paper` (TGP appendix B.5-B.6) and `quick` (cheap, same protocol).
+
+A preset fixes the optimiser budget and the initialisation; `Preset.epochs_for(n)` turns it into epochs for a
+training set of n points, and `Preset.batch_for(n)` into a minibatch size.
+
+- `paper` (appendix B.6, UCI): 15 000 epochs (each a full pass), Adam lr 0.01, k-means inducing points (best
+  of 10 runs), RBF kernel hyperparameters initialised to 2.0 (we set the lengthscale; the estimators keep the
+  kernel variance at 1.0), q(u) = N(0, 1e-5 I) whitened, Gaussian noise initialised to 0.05. The appendix
+  does not state a minibatch size; we use 10 000 points, i.e. full batch on all seven smaller UCI sets.
+  Applications (appendix B.5): RBF lengthscale 0.1, noise 1.0, Adam 0.01, 10 000 epochs (air quality) /
+  20 000 epochs (rainfall), full batch, with and without the noise held fixed for 60 % of the iterations.
+  Their `quick` budget: 1 000 epochs, except air-quality fits with M > 200 (the 100 % case, M = 595), which
+  train for 200 epochs: one of their steps costs 0.15-0.47 s against ~0.01-0.04 s at M <= 60 (measured).
+- `quick`: a fixed number of optimisation *steps* (1 500, not epochs) with minibatches of 512, so the large
+  sets cost no more than the small ones; k-means with 3 restarts. Calibration, measured on this 2-core
+  machine with one torch thread per process, float64, M = 100 (Nov 2026): one step of SVGP or TGP(sal) costs
+  ~5 ms at batch 512 on an idle machine (boston full batch 5.1 ms, kin8nm batch 256 5.3 ms, batch 1024 9 ms);
+  a whole quick fit (k-means + 1 500 steps + prediction) took 6.7 s (boston svgp), 6.9 s (boston tgp),
+  6.1 s (power svgp), 9.3 s (power tgp) under light load, and 11-45 s (mean 19 s) for the 14 fits of
+  split 0 while ~6 other jobs shared the 2 cores (docs/results/calibration-split0). Estimate for svgp+tgp on
+  the 7 sets x 10 splits (140 fits): ≈ 140 x 7.5 s ≈ 18 min with one job, ≈ 9-10 min with `--jobs 2`, on a
+  quiet machine (about 2.5x longer when the cores are shared).
+- `tiny`: a smoke-test budget (a few steps) for CI and tests; its numbers mean nothing.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+__all__ = ["Preset", "PRESETS", "get_preset", "APPLICATION_PRESETS", "get_application_preset"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    epochs: int | None = None          # fixed number of epochs (full passes), or None to use `steps`
+    steps: int | None = None           # fixed number of optimiser steps (converted to epochs per dataset)
+    batch_size: int | None = None      # None = full batch
+    lr: float = 0.01
+    noise: float = 0.05
+    lengthscale: float = 2.0
+    kmeans_restarts: int = 10
+    quadrature_points: int = 20
+    predict_quadrature_points: int = 100
+    fix_noise_fraction: float = 0.0
+    large_m: int | None = None         # with more inducing points than this ...
+    large_m_epochs: int | None = None  # ... train for this many epochs instead (their steps cost ~(M/200)^3 more)
+
+    def batch_for(self, n: int) -> int:
+        return n if self.batch_size is None else min(int(self.batch_size), n)
+
+    def epochs_for(self, n: int, num_inducing: int | None = None) -> int:
+        if self.large_m is not None and num_inducing is not None and num_inducing > self.large_m:
+            return int(self.large_m_epochs)
+        if self.epochs is not None:
+            return int(self.epochs)
+        steps_per_epoch = math.ceil(n / self.batch_for(n))
+        return max(1, round(self.steps / steps_per_epoch))
+
+    def estimator_kwargs(self, n: int, num_inducing: int | None = None) -> dict:
+        """Keyword arguments shared by every regression estimator for a training set of n points."""
+        return dict(epochs=self.epochs_for(n, num_inducing), batch_size=self.batch_for(n), lr=self.lr,
+                    noise=self.noise,
+                    lengthscale=self.lengthscale, kmeans_restarts=self.kmeans_restarts,
+                    quadrature_points=self.quadrature_points,
+                    predict_quadrature_points=self.predict_quadrature_points,
+                    fix_noise_fraction=self.fix_noise_fraction)
+
+
+PRESETS = {
+    "paper": Preset("paper", epochs=15000, batch_size=10000),
+    "quick": Preset("quick", steps=1500, batch_size=512, kmeans_restarts=3),
+    "tiny": Preset("tiny", steps=5, batch_size=128, kmeans_restarts=1, quadrature_points=10,
+                   predict_quadrature_points=20),
+}
+
+# Appendix B.5: lengthscale 0.1, noise 1.0, full batch.
+APPLICATION_PRESETS = {
+    "airquality": {
+        "paper": Preset("paper", epochs=10000, noise=1.0, lengthscale=0.1),
+        "quick": Preset("quick", epochs=1000, noise=1.0, lengthscale=0.1, kmeans_restarts=3, large_m=200,
+                        large_m_epochs=200),
+        "tiny": Preset("tiny", epochs=3, noise=1.0, lengthscale=0.1, kmeans_restarts=1, quadrature_points=10,
+                       predict_quadrature_points=20),
+    },
+    "rainfall": {
+        "paper": Preset("paper", epochs=20000, noise=1.0, lengthscale=0.1),
+        "quick": Preset("quick", epochs=1000, noise=1.0, lengthscale=0.1, kmeans_restarts=3),
+        "tiny": Preset("tiny", epochs=3, noise=1.0, lengthscale=0.1, kmeans_restarts=1, quadrature_points=10,
+                       predict_quadrature_points=20),
+    },
+}
+
+
+def get_preset(name: str, **overrides) -> Preset:
+    """The UCI preset `name` ('paper', 'quick', 'tiny'); `overrides` replace fields (e.g. epochs=50)."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset '{name}'; choose one of {sorted(PRESETS)}")
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if "epochs" in overrides:  # an explicit epoch count replaces a step budget
+        overrides.setdefault("steps", None)
+    return replace(PRESETS[name], **overrides)
+
+
+def get_application_preset(application: str, name: str, **overrides) -> Preset:
+    table = APPLICATION_PRESETS.get(application)
+    if table is None:
+        raise ValueError(f"unknown application '{application}'; choose one of {sorted(APPLICATION_PRESETS)}")
+    if name not in table:
+        raise ValueError(f"unknown preset '{name}' for {application}; choose one of {sorted(table)}")
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if "epochs" in overrides:  # an explicit epoch count applies to every M
+        overrides.setdefault("large_m", None)
+    return replace(table[name], **overrides)

@@ -1,0 +1,471 @@
+"""`flowgp bench report DIR`: Markdown tables, rankings and PNG figures from the JSON lines in DIR.
+
+Reads every `*.jsonl` in DIR (not `*.errors.jsonl`) and recognises three row shapes:
+- benchmark rows (`dataset, model, num_inducing, split` + metrics): mean ± standard error over splits per
+  dataset × model × M, best in bold (lowest NLL/RMSE, highest accuracy, coverage closest to 0.95), the
+  average rank of each model across datasets, and figures in the style of the paper's Figs. 7-9/12 (one
+  panel per dataset, one marker per model and M, error bars = standard error; last panel: ranking);
+- application rows (`fold, inducing_fraction, fix_noise_fraction`): RMSE/NLL mean ± std over flows, folds
+  and seeds (appendix B.5) per model × inducing fraction × noise scheme, per-flow breakdown, and a
+  comparison with the paper's Table 2/4 values;
+- timing rows (`repeat`): medians and ratios (paper Fig. 11).
+Writes DIR/report.md, DIR/summary.json and DIR/*.png.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from .results import read_rows
+
+NAME = "report"
+HELP = "Markdown tables, rankings and PNG figures from bench result folders"
+
+# metric -> (label, direction): "min" lower is better, "max" higher is better, a number = closest to it.
+METRICS = {"nll": ("NLL", "min"), "rmse": ("RMSE", "min"), "coverage95": ("95% coverage", 0.95),
+           "accuracy": ("accuracy", "max")}
+
+# Published numbers (TGP appendix). Applications: RMSE mean and std over 5 folds x 2 seeds (Table 4, main-paper
+# flows; Table 2, rainfall averaged over flows). UCI: appendix B.6.3 table (SVGP; the TGP column there is the
+# input-dependent point-estimate TGP, so it is listed for reference only, model "pe-tgp").
+PAPER_REFERENCE = [
+    # (dataset, model, flow (None = any / averaged), inducing_fraction or num_inducing, metric, mean, std, source)
+    ("airquality", "svgp", None, 0.05, "rmse", 5.491, 1.02, "Table 4 (left)"),
+    ("airquality", "tgp", "sal+softplus:data", 0.05, "rmse", 4.851, 0.786, "Table 4 (left)"),
+    ("airquality", "wgp", "sal+softplus:data", 0.05, "rmse", 6.451, 1.207, "Table 4 (left)"),
+    ("airquality", "svgp", None, 0.1, "rmse", 4.335, 1.115, "Table 4 (left)"),
+    ("airquality", "tgp", "sal+softplus:data", 0.1, "rmse", 4.299, 1.269, "Table 4 (left)"),
+    ("airquality", "wgp", "sal+softplus:data", 0.1, "rmse", 4.505, 0.986, "Table 4 (left)"),
+    ("airquality", "svgp", None, 1.0, "rmse", 3.345, 1.036, "Table 4 (left)"),
+    ("airquality", "tgp", "sal+softplus:data", 1.0, "rmse", 2.833, 0.923, "Table 4 (left)"),
+    ("airquality", "wgp", "sal+softplus:data", 1.0, "rmse", 4.151, 1.702, "Table 4 (left)"),
+    ("rainfall", "svgp", None, 1.0, "rmse", 50.892, 5.441, "Table 4 (right)"),
+    ("rainfall", "tgp", "softplus:identity", 1.0, "rmse", 50.858, 5.395, "Table 4 (right)"),
+    ("rainfall", "wgp", "softplus:identity", 1.0, "rmse", 50.893, 5.356, "Table 4 (right)"),
+    ("rainfall", "tgp", "sal+softplus:data", 1.0, "rmse", 73.057, 8.465, "Table 4 (right)"),
+    ("rainfall", "wgp", "sal+softplus:data", 1.0, "rmse", 48.85, 5.404, "Table 4 (right)"),
+    ("rainfall", "tgp", None, 1.0, "rmse", 74.306, 15.225, "Table 2 (all flows)"),
+    ("rainfall", "wgp", None, 1.0, "rmse", 49.764, 5.369, "Table 2 (all flows)"),
+    ("concrete", "svgp", None, 100, "nll", 3.17, None, "B.6.3"),
+    ("concrete", "svgp", None, 100, "rmse", 5.79, None, "B.6.3"),
+    ("concrete", "pe-tgp", None, 100, "nll", 3.24, None, "B.6.3"),
+    ("concrete", "pe-tgp", None, 100, "rmse", 5.55, None, "B.6.3"),
+    ("boston", "svgp", None, 100, "nll", 2.38, None, "B.6.3"),
+    ("boston", "svgp", None, 100, "rmse", 2.66, None, "B.6.3"),
+    ("boston", "pe-tgp", None, 100, "nll", 2.26, None, "B.6.3"),
+    ("boston", "pe-tgp", None, 100, "rmse", 2.38, None, "B.6.3"),
+]
+PAPER_RUNS = {"airquality": 10, "rainfall": 10}  # 5 folds x 2 seeds
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("dirs", nargs="+", help="result folders holding *.jsonl files (all are merged)")
+    parser.add_argument("--out", default=None, help="where to write report.md and figures (default: first DIR)")
+    parser.add_argument("--no-figures", action="store_true")
+    parser.add_argument("--cmdline", default=None, help="the command line that produced the rows (quoted in the report)")
+
+
+# ----- statistics -----------------------------------------------------------------------------------------
+def mean_se(values):
+    """(mean, standard error, n) of finite values; se is 0 for n = 1, NaN mean for n = 0."""
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
+    if v.size == 0:
+        return float("nan"), float("nan"), 0
+    se = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else 0.0
+    return float(v.mean()), se, int(v.size)
+
+
+def mean_std(values):
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
+    if v.size == 0:
+        return float("nan"), float("nan"), 0
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0, int(v.size)
+
+
+def _score(mean: float, direction) -> float:
+    """Smaller is better after this transform."""
+    if direction == "min":
+        return mean
+    if direction == "max":
+        return -mean
+    return abs(mean - float(direction))
+
+
+def _best(means: dict, direction) -> set:
+    finite = {k: _score(m, direction) for k, m in means.items() if np.isfinite(m)}
+    if not finite:
+        return set()
+    top = min(finite.values())
+    return {k for k, s in finite.items() if s == top}
+
+
+def _fmt(mean, err, bold=False, digits=3) -> str:
+    if not np.isfinite(mean):
+        return "—"
+    text = f"{mean:.{digits}f} ± {err:.{digits}f}"
+    return f"**{text}**" if bold else text
+
+
+# ----- row classification -----------------------------------------------------------------------------------
+def load_rows(dirs) -> list[dict]:
+    rows = []
+    for d in dirs:
+        d = Path(d)
+        if not d.is_dir():
+            raise FileNotFoundError(f"result folder {d} does not exist")
+        for path in sorted(d.glob("*.jsonl")):
+            if path.name.endswith(".errors.jsonl"):
+                continue
+            for r in read_rows(path):
+                r.setdefault("_file", path.name)
+                rows.append(r)
+    return rows
+
+
+_TIMING_KEYS = ("dataset", "model", "num_inducing", "epochs", "batch_size", "repeat", "train_seconds",
+                "predict_seconds")
+_APPLICATION_KEYS = ("dataset", "model", "fold", "inducing_fraction", "fix_noise_fraction")
+
+
+def _is_timing(r):
+    return all(k in r for k in _TIMING_KEYS)
+
+
+def _is_application(r):
+    return all(k in r for k in _APPLICATION_KEYS)
+
+
+def _is_benchmark(r):
+    return all(k in r for k in ("dataset", "model", "num_inducing", "split")) and not _is_timing(r)
+
+
+def _order(values, preferred=()):
+    values = list(dict.fromkeys(values))
+    return [v for v in preferred if v in values] + sorted(v for v in values if v not in preferred)
+
+
+# ----- benchmark tables --------------------------------------------------------------------------------------
+def benchmark_summary(rows):
+    """{(preset, task): {(dataset, M): {model: {metric: (mean, se, n)}}}}"""
+    groups = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        groups[(r.get("preset", "?"), r.get("task", "regression"))][(r["dataset"], r["num_inducing"], r["model"])].append(r)
+    out = {}
+    for pt, g in groups.items():
+        table = defaultdict(dict)
+        for (ds, m, model), rs in g.items():
+            table[(ds, m)][model] = {k: mean_se([x.get(k) for x in rs]) for k in METRICS if any(k in x for x in rs)}
+        out[pt] = dict(table)
+    return out
+
+
+def rankings(table, metric):
+    """Average rank (1 = best) of each model across datasets, per M; ties share the mean rank."""
+    direction = METRICS[metric][1]
+    per_m = defaultdict(lambda: defaultdict(list))
+    for (ds, m), models in table.items():
+        scores = {mod: _score(v[metric][0], direction) for mod, v in models.items()
+                  if metric in v and np.isfinite(v[metric][0])}
+        if len(scores) < 2:
+            continue
+        ordered = sorted(scores.values())
+        for mod, s in scores.items():
+            ranks = [i + 1 for i, x in enumerate(ordered) if x == s]
+            per_m[m][mod].append(float(np.mean(ranks)))
+    return {m: {mod: (float(np.mean(r)), len(r)) for mod, r in mods.items()} for m, mods in per_m.items()}
+
+
+def _benchmark_markdown(summary, model_order) -> list[str]:
+    lines = []
+    for (preset, task), table in sorted(summary.items()):
+        metrics = ["nll", "rmse", "coverage95"] if task == "regression" else ["accuracy", "nll"]
+        models = _order([mod for v in table.values() for mod in v], model_order)
+        lines += [f"## {task.capitalize()} benchmark (preset `{preset}`)", ""]
+        for metric in metrics:
+            label, direction = METRICS[metric]
+            note = {"min": "lower is better", "max": "higher is better"}.get(direction, f"closest to {direction} is best")
+            lines += [f"### {label} ({note}); mean ± standard error over splits", "",
+                      "| dataset | M | n | " + " | ".join(models) + " |", "|---|---|---|" + "---|" * len(models)]
+            for (ds, m) in sorted(table, key=lambda k: (k[0], k[1])):
+                cells = table[(ds, m)]
+                means = {mod: cells[mod][metric][0] for mod in models if mod in cells and metric in cells[mod]}
+                best = _best(means, direction)
+                n = max((cells[mod][metric][2] for mod in means), default=0)
+                row = [_fmt(*cells[mod][metric][:2], bold=mod in best) if mod in means else "—" for mod in models]
+                lines.append(f"| {ds} | {m} | {n} | " + " | ".join(row) + " |")
+            lines.append("")
+            ranks = rankings(table, metric)
+            if ranks:
+                lines += [f"Average {label} rank across datasets (1 = best):", "",
+                          "| M | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
+                for m in sorted(ranks):
+                    best = _best({k: v[0] for k, v in ranks[m].items()}, "min")
+                    lines.append(f"| {m} | " + " | ".join(
+                        (f"**{ranks[m][mod][0]:.2f}**" if mod in best else f"{ranks[m][mod][0]:.2f}")
+                        if mod in ranks[m] else "—" for mod in models) + " |")
+                lines.append("")
+    return lines
+
+
+# ----- applications ------------------------------------------------------------------------------------------
+def application_summary(rows):
+    """{(dataset, preset, protocol): {(fraction, scheme): {model: {metric: (mean, std, n)}}}} over flows/folds/seeds."""
+    groups = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        groups[(r["dataset"], r.get("preset", "?"), r.get("protocol", "cv"))][
+            (r["inducing_fraction"], r["fix_noise_fraction"], r["model"])].append(r)
+    out = {}
+    for key, g in groups.items():
+        table = defaultdict(dict)
+        for (frac, scheme, model), rs in g.items():
+            table[(frac, scheme)][model] = {k: mean_std([x.get(k) for x in rs]) for k in ("rmse", "nll", "coverage95")}
+        out[key] = dict(table)
+    return out
+
+
+def _flow_label(r):
+    return "none" if r["model"] == "svgp" else f"{r.get('flow', '?')}:{r.get('flow_init', '?')}"
+
+
+def _application_markdown(rows, model_order) -> list[str]:
+    lines = []
+    summary = application_summary(rows)
+    for (ds, preset, protocol), table in sorted(summary.items()):
+        models = _order([m for v in table.values() for m in v], model_order)
+        lines += [f"## Application: {ds} (preset `{preset}`, protocol `{protocol}`)", "",
+                  "RMSE mean ± std over flows, folds and seeds (appendix B.5); scheme = fraction of iterations "
+                  "with the noise held fixed.", "",
+                  "| inducing | scheme | n | " + " | ".join(models) + " |", "|---|---|---|" + "---|" * len(models)]
+        for frac, scheme in sorted(table):
+            cells = table[(frac, scheme)]
+            means = {m: cells[m]["rmse"][0] for m in models if m in cells}
+            best = _best(means, "min")
+            n = max(cells[m]["rmse"][2] for m in means)
+            lines.append(f"| {frac:g} | {scheme:g} | {n} | " + " | ".join(
+                _fmt(*cells[m]["rmse"][:2], bold=m in best) if m in cells else "—" for m in models) + " |")
+        lines.append("")
+        # per-flow breakdown
+        per = defaultdict(list)
+        for r in rows:
+            if r["dataset"] == ds and r.get("preset", "?") == preset and r.get("protocol", "cv") == protocol:
+                per[(r["inducing_fraction"], r["fix_noise_fraction"], r["model"], _flow_label(r))].append(r)
+        lines += ["Per flow (RMSE / NLL, mean ± std over folds and seeds):", "",
+                  "| inducing | scheme | model | flow:init | n | RMSE | NLL | 95% coverage |", "|---|---|---|---|---|---|---|---|"]
+        for (frac, scheme, model, flow), rs in sorted(per.items(), key=lambda kv: (kv[0][0], kv[0][1],
+                                                                                 _order(models, model_order).index(kv[0][2]) if kv[0][2] in models else 99, kv[0][3])):
+            rm, nl, cv = (mean_std([x.get(k) for x in rs]) for k in ("rmse", "nll", "coverage95"))
+            lines.append(f"| {frac:g} | {scheme:g} | {model} | {flow} | {rm[2]} | {_fmt(*rm[:2])} | {_fmt(*nl[:2])} | "
+                         f"{_fmt(*cv[:2])} |")
+        lines.append("")
+    return lines
+
+
+def paper_comparison(rows) -> list[dict]:
+    """Our numbers next to the paper's, with the gap in units of the combined standard error."""
+    out = []
+    apps = [r for r in rows if _is_application(r)]
+    bench = [r for r in rows if _is_benchmark(r) and not _is_application(r)]
+    for ds, model, flow, size, metric, p_mean, p_std, source in PAPER_REFERENCE:
+        if ds in PAPER_RUNS:
+            cand = [r for r in apps if r["dataset"] == ds and r["model"] == model and
+                    math.isclose(r["inducing_fraction"], size) and (flow is None or _flow_label(r) == flow)]
+            group_key = lambda r: (r.get("preset"), r.get("protocol", "cv"), r["fix_noise_fraction"])  # noqa: E731
+        else:
+            cand = [r for r in bench if r["dataset"] == ds and r["model"] == model and r["num_inducing"] == size]
+            group_key = lambda r: (r.get("preset"), None, None)  # noqa: E731
+        groups = defaultdict(list)
+        for r in cand:
+            groups[group_key(r)].append(r)
+        for (preset, protocol, scheme), rs in sorted(groups.items(), key=lambda kv: str(kv[0])):
+            mean, se, n = mean_se([r.get(metric) for r in rs])
+            p_se = p_std / math.sqrt(PAPER_RUNS[ds]) if (p_std is not None and ds in PAPER_RUNS) else 0.0
+            gap = (mean - p_mean) / math.sqrt(se ** 2 + p_se ** 2) if (se > 0 or p_se > 0) else float("nan")
+            out.append({"dataset": ds, "model": model, "flow": flow or "any", "size": size, "metric": metric,
+                        "scheme": scheme, "preset": preset, "protocol": protocol, "ours_mean": mean, "ours_se": se,
+                        "n": n, "paper_mean": p_mean, "paper_std": p_std, "gap_in_se": gap, "source": source})
+    return out
+
+
+def _comparison_markdown(comp) -> list[str]:
+    if not comp:
+        return []
+    lines = ["## Against the paper's published numbers", "",
+             "gap = (ours − paper) / sqrt(se_ours² + se_paper²), se_paper = std/√10 for the applications "
+             "(5 folds × 2 seeds); B.6.3 gives no spread, so there gap uses our se only.", "",
+             "| dataset | model | flow | M or fraction | scheme | preset | metric | ours (mean ± se, n) | paper | gap/se | source |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in comp:
+        paper = f"{c['paper_mean']:.3f}" + (f" ± {c['paper_std']:.3f} (std)" if c["paper_std"] is not None else "")
+        gap = f"{c['gap_in_se']:+.1f}" if np.isfinite(c["gap_in_se"]) else "—"
+        scheme = "—" if c["scheme"] is None else f"{c['scheme']:g}"
+        lines.append(f"| {c['dataset']} | {c['model']} | {c['flow']} | {c['size']:g} | {scheme} | {c['preset']} | "
+                     f"{c['metric']} | {c['ours_mean']:.3f} ± {c['ours_se']:.3f} ({c['n']}) | {paper} | {gap} | "
+                     f"{c['source']} |")
+    return lines + [""]
+
+
+def _timing_markdown(rows) -> list[str]:
+    from .timing import summarise
+
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r["dataset"], r["num_inducing"], r["epochs"], r["batch_size"], r.get("tag", ""))].append(r)
+    lines = []
+    for (ds, m, epochs, batch, tag), rs in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        lines += [f"## Timing: {ds}, M = {m}, {epochs} epochs, batch {batch} {tag}".rstrip(), "",
+                  "| model | repeats | train median (s) | ratio | s/epoch | predict median (s) | ratio |",
+                  "|---|---|---|---|---|---|---|"]
+        for s in summarise(rs):
+            lines.append(f"| {s['model']} | {s['repeats']} | {s['train_median_s']:.3f} | {s['train_ratio']:.2f} | "
+                         f"{s['train_s_per_epoch']:.4f} | {s['predict_median_s']:.4f} | {s['predict_ratio']:.2f} |")
+        lines.append("")
+    return lines
+
+
+# ----- figures -------------------------------------------------------------------------------------------------
+_MARKERS = "osD^v<>Pp*hX"
+
+
+def _benchmark_figure(table, metric, models, path, title):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets = sorted({ds for ds, _ in table})
+    sizes = sorted({m for _, m in table})
+    ranks = rankings(table, metric)
+    panels = len(datasets) + (1 if ranks else 0)
+    cols = min(4, panels)
+    rows_n = math.ceil(panels / cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(3.6 * cols, 0.45 * len(models) * len(sizes) + 1.8 * rows_n),
+                             squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    labels = [(mod, m) for m in sizes for mod in models]
+    for ax, ds in zip(axes.flat, datasets):
+        for y, (mod, m) in enumerate(labels):
+            cell = table.get((ds, m), {}).get(mod, {}).get(metric)
+            if cell and np.isfinite(cell[0]):
+                ax.errorbar(cell[0], y, xerr=cell[1], fmt=_MARKERS[models.index(mod) % len(_MARKERS)],
+                            color=colors[models.index(mod) % len(colors)], capsize=3)
+        ax.set_yticks(range(len(labels)))
+        ax.set_yticklabels([f"{mod} M={m}" for mod, m in labels], fontsize=8)
+        ax.set_title(ds)
+        ax.set_xlabel(METRICS[metric][0])
+        ax.ticklabel_format(axis="x", useOffset=False)  # an offset label would collide with the axis label
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_ylim(len(labels) - 0.5, -0.5)  # first label on top, half a slot of margin
+    if ranks:
+        ax = axes.flat[len(datasets)]
+        for y, (mod, m) in enumerate(labels):
+            if mod in ranks.get(m, {}):
+                ax.plot(ranks[m][mod][0], y, _MARKERS[models.index(mod) % len(_MARKERS)],
+                        color=colors[models.index(mod) % len(colors)])
+        ax.set_yticks(range(len(labels)))
+        ax.set_yticklabels([f"{mod} M={m}" for mod, m in labels], fontsize=8)
+        ax.set_title("average rank")
+        ax.set_xlabel("rank (1 = best)")
+        ax.set_ylim(len(labels) - 0.5, -0.5)  # first label on top, half a slot of margin
+    for ax in list(axes.flat)[panels:]:
+        ax.axis("off")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _application_figure(summary, models_order, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = sorted(summary)
+    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 4.5), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, key in zip(axes.flat, keys):
+        table = summary[key]
+        models = _order([m for v in table.values() for m in v], models_order)
+        labels = [(fs, m) for fs in sorted(table) for m in models]
+        for y, ((frac, scheme), m) in enumerate(labels):
+            cell = table[(frac, scheme)].get(m, {}).get("rmse")
+            if cell and np.isfinite(cell[0]):
+                ax.errorbar(cell[0], y, xerr=cell[1], fmt=_MARKERS[models.index(m) % len(_MARKERS)],
+                            color=colors[models.index(m) % len(colors)], capsize=3)
+        ax.set_yticks(range(len(labels)))
+        ax.set_yticklabels([f"{m} {frac * 100:g}% fix{scheme:g}" for (frac, scheme), m in labels], fontsize=8)
+        ax.set_ylim(len(labels) - 0.5, -0.5)  # first label on top, half a slot of margin
+        ax.set_xlabel("RMSE (mean ± std; left is better)")
+        ax.set_title(f"{key[0]} ({key[1]}, {key[2]})")
+        ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ----- entry points ----------------------------------------------------------------------------------------------
+MODEL_ORDER = ("svgp", "tgp", "wgp", "pe-tgp", "ba-tgp")
+
+
+def build_report(dirs, out=None, figures: bool = True, command: str | None = None) -> Path:
+    """Write report.md, summary.json and PNGs for the rows in `dirs`; returns the report path."""
+    dirs = [dirs] if isinstance(dirs, (str, Path)) else list(dirs)
+    rows = load_rows(dirs)
+    if not rows:
+        raise ValueError(f"no result rows (*.jsonl) found in {', '.join(map(str, dirs))}")
+    out = Path(out or dirs[0])
+    out.mkdir(parents=True, exist_ok=True)
+    apps = [r for r in rows if _is_application(r)]
+    timing = [r for r in rows if _is_timing(r)]
+    bench = [r for r in rows if _is_benchmark(r) and not _is_application(r)]
+    lines = ["# flowgp benchmark report", ""]
+    if command:
+        lines += ["Produced by:", "", "```", command, "```", ""]
+    lines += [f"{len(rows)} rows from {', '.join(str(d) for d in dirs)}.", ""]
+    summary = {"benchmark": {}, "applications": {}, "comparison": [], "timing": []}
+    figs = []
+    if bench:
+        bsum = benchmark_summary(bench)
+        lines += _benchmark_markdown(bsum, MODEL_ORDER)
+        for (preset, task), table in bsum.items():
+            summary["benchmark"][f"{preset}/{task}"] = [
+                {"dataset": ds, "num_inducing": m, "model": mod, **{k: dict(zip(("mean", "se", "n"), v))
+                                                                  for k, v in cells.items()}}
+                for (ds, m), mods in sorted(table.items()) for mod, cells in mods.items()]
+            if figures:
+                models = _order([mod for v in table.values() for mod in v], MODEL_ORDER)
+                for metric in (["nll", "rmse", "coverage95"] if task == "regression" else ["nll", "accuracy"]):
+                    path = out / f"{task}_{preset}_{metric}.png"
+                    _benchmark_figure(table, metric, models, path, f"{METRICS[metric][0]} ({task}, preset {preset})")
+                    figs.append(path.name)
+    if apps:
+        lines += _application_markdown(apps, MODEL_ORDER)
+        asum = application_summary(apps)
+        summary["applications"] = [
+            {"dataset": k[0], "preset": k[1], "protocol": k[2], "inducing_fraction": f, "fix_noise_fraction": s,
+             "model": mod, **{m: dict(zip(("mean", "std", "n"), v)) for m, v in cells.items()}}
+            for k, table in sorted(asum.items()) for (f, s), mods in sorted(table.items()) for mod, cells in mods.items()]
+        if figures:
+            _application_figure(asum, MODEL_ORDER, out / "applications_rmse.png")
+            figs.append("applications_rmse.png")
+    comp = paper_comparison(rows)
+    summary["comparison"] = comp
+    lines += _comparison_markdown(comp)
+    if timing:
+        lines += _timing_markdown(timing)
+    if figs:
+        lines += ["## Figures", ""] + [f"![{f}]({f})" for f in figs] + [""]
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=float) + "\n")
+    return path
+
+
+def run(args) -> int:
+    path = build_report(args.dirs, args.out, figures=not args.no_figures, command=args.cmdline)
+    print(f"wrote {path}")
+    return 0

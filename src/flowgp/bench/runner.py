@@ -1,0 +1,146 @@
+"""Shared pieces of the bench subcommands: list parsing, metrics of one fit, and a resumable job runner.
+
+`run_jobs(jobs, work, store, jobs_n)` runs every job whose key is not yet in the `ResultStore`, in this process
+(`jobs_n=1`) or in `jobs_n` worker processes (each limited to one torch thread), and appends each finished row
+from the parent process only, so the file has a single writer. A job that raises is reported on stderr and
+written to `<store>.errors.jsonl` (not to the store), so a rerun retries it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+import numpy as np
+
+__all__ = ["parse_int_list", "parse_name_list", "evaluate_regression", "evaluate_classification", "fit_and_score",
+           "run_jobs", "limit_threads"]
+
+
+def parse_int_list(text: str, what: str = "value") -> list[int]:
+    """'0-4,7,9' -> [0, 1, 2, 3, 4, 7, 9] (ranges inclusive, order kept, duplicates dropped)."""
+    out: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if "-" in part[1:]:
+                lo, hi = part.split("-", 1) if not part.startswith("-") else (part, part)
+                lo, hi = int(lo), int(hi)
+                if hi < lo:
+                    raise ValueError
+                vals = range(lo, hi + 1)
+            else:
+                vals = [int(part)]
+        except ValueError:
+            raise ValueError(f"bad {what} list '{text}': use integers and inclusive ranges such as '0-4,7'") from None
+        out += [v for v in vals if v not in out]
+    if not out:
+        raise ValueError(f"empty {what} list '{text}'")
+    return out
+
+
+def parse_name_list(text: str, known=None, what: str = "name") -> list[str]:
+    names = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not names:
+        raise ValueError(f"empty {what} list '{text}'")
+    if known is not None:
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise ValueError(f"unknown {what}(s) {unknown}; choose from {', '.join(known)}")
+    return names
+
+
+def limit_threads() -> None:
+    """One torch/BLAS thread per process: parallelism comes from processes (--jobs)."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def evaluate_regression(est, x_test, y_test) -> dict:
+    """Test NLL (mean negative log predictive density), RMSE of the predictive mean, 95 % interval coverage."""
+    from ..metrics import coverage, mean_nll, rmse
+
+    lower, upper = est.predict_interval(x_test, 0.95)
+    return {"nll": mean_nll(est.log_predictive_density(x_test, y_test)),
+            "rmse": rmse(y_test, est.predict(x_test)),
+            "coverage95": coverage(y_test, lower, upper)}
+
+
+def evaluate_classification(est, x_test, y_test) -> dict:
+    """Accuracy of the most probable class and NLL = -mean log p(y* | x*) from `predict_proba`."""
+    proba = np.asarray(est.predict_proba(x_test), dtype=float)
+    y = np.asarray(y_test, dtype=np.int64)
+    p_true = np.clip(proba[np.arange(len(y)), y], 1e-300, None)
+    return {"accuracy": float(np.mean(proba.argmax(1) == y)), "nll": float(-np.mean(np.log(p_true)))}
+
+
+def fit_and_score(est, split, task: str = "regression") -> dict:
+    """Fit on the split's training part only (the estimators standardise on what they are fitted on, so no
+    test statistics leak in), then score on its test part; adds train/predict wall seconds."""
+    start = time.perf_counter()
+    est.fit(split.x_train, split.y_train)
+    train_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    if task == "classification":
+        scores = evaluate_classification(est, split.x_test, split.y_test)
+    else:
+        scores = evaluate_regression(est, split.x_test, split.y_test)
+    return {**scores, "train_seconds": train_seconds, "predict_seconds": time.perf_counter() - start}
+
+
+def _call(work, job):
+    limit_threads()
+    try:
+        return job, work(job), None
+    except Exception as err:  # reported by the parent; the row is not written, so a rerun retries it
+        return job, None, f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
+
+
+def run_jobs(jobs, work, store, jobs_n: int = 1, desc: str = "bench", verbose: bool = True) -> int:
+    """Run `work(job) -> row` for every job not yet in `store`; returns the number of failed jobs.
+
+    `work` must be a module-level function (it is pickled to worker processes when jobs_n > 1).
+    """
+    from tqdm.auto import tqdm
+
+    todo = [j for j in jobs if not store.is_done(j)]
+    skipped = len(jobs) - len(todo)
+    if verbose and skipped:
+        print(f"{desc}: {skipped} of {len(jobs)} rows already in {store.path}, skipping them", file=sys.stderr)
+    failures = 0
+    err_path = store.path.with_suffix(".errors.jsonl")
+
+    def _record(job, row, err):
+        nonlocal failures
+        if err is None:
+            store.append(row)
+            return
+        failures += 1
+        print(f"{desc}: job {json.dumps(job)} failed: {err.splitlines()[0]}", file=sys.stderr)
+        with open(err_path, "a") as fh:
+            fh.write(json.dumps({**job, "error": err}) + "\n")
+
+    bar = tqdm(total=len(todo), desc=desc, disable=not verbose)
+    if jobs_n <= 1 or len(todo) <= 1:
+        limit_threads()
+        for job in todo:
+            _record(*_call(work, job))
+            bar.update()
+    else:
+        import multiprocessing as mp
+
+        with ProcessPoolExecutor(max_workers=int(jobs_n), mp_context=mp.get_context("spawn")) as pool:
+            futures = [pool.submit(_call, work, job) for job in todo]
+            for fut in as_completed(futures):
+                _record(*fut.result())
+                bar.update()
+    bar.close()
+    return failures

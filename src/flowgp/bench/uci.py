@@ -1,0 +1,134 @@
+"""`flowgp bench uci`: UCI regression (and classification) over the standard splits, one JSON line per fit.
+
+    flowgp bench uci --datasets boston,concrete --models svgp,tgp --splits 0-9 --inducing 5,100 \
+        --preset quick --jobs 2 --out bench-results/uci
+
+Rows go to OUT/uci.jsonl, keyed by (dataset, model, num_inducing, split, preset, seed); rerunning the same
+command skips finished rows. Regression rows hold nll, rmse, coverage95; classification rows accuracy, nll.
+Datasets: the UCI folders under uci/ (standard 90/10 splits shipped with the data), the classification sets
+(stratified 90/10 splits; avila: the official split, split 0 only), or `csv:PATH:TARGET` for a user's file
+(random 90/10 splits).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .runner import parse_int_list, parse_name_list, run_jobs
+
+NAME = "uci"
+HELP = "UCI regression/classification benchmark over standard splits (resumable JSON lines)"
+KEY_FIELDS = ("dataset", "model", "num_inducing", "split", "preset", "seed")
+DEFAULT_DATASETS = "boston,concrete,energy,kin8nm,power,wine-red,yacht"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--datasets", default=DEFAULT_DATASETS,
+                        help="comma-separated UCI/classification names or csv:PATH:TARGET (default: the 7 UCI sets)")
+    parser.add_argument("--models", default="svgp,tgp", help="comma-separated model names (flowgp.bench.models)")
+    parser.add_argument("--splits", default="0-9", help="split numbers, e.g. '0-9' or '0,3,5'")
+    parser.add_argument("--inducing", default="100", help="numbers of inducing points, e.g. '5,100'")
+    parser.add_argument("--preset", default="quick", help="training budget: paper, quick or tiny")
+    parser.add_argument("--epochs", type=int, default=None, help="override the preset's epochs")
+    parser.add_argument("--seed", type=int, default=0, help="base seed (split i uses seed + i)")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (one torch thread each)")
+    parser.add_argument("--data-dir", default=None, help="data folder (default $FLOWGP_DATA, then ../shared/data)")
+    parser.add_argument("--out", default="bench-results/uci", help="output folder (uci.jsonl is appended to)")
+    parser.add_argument("--quiet", action="store_true")
+
+
+def _dataset_task(name: str, data_dir=None) -> str:
+    """'classification' for the classification sets, else 'regression' (a UCI folder or csv:PATH:TARGET)."""
+    from ..data import CLASSIFICATION_DATASETS, UCI_DATASETS, resolve_data_dir
+
+    if name in CLASSIFICATION_DATASETS:
+        return "classification"
+    if name.startswith("csv:") or name in UCI_DATASETS or (resolve_data_dir(data_dir) / "uci" / name).is_dir():
+        return "regression"
+    raise ValueError(f"unknown dataset '{name}'; choose from {', '.join(UCI_DATASETS + tuple(CLASSIFICATION_DATASETS))}"
+                     ", another folder under uci/, or csv:PATH:TARGET")
+
+
+def load_split(dataset: str, split: int, data_dir=None, seed: int = 0):
+    """The train/test Split `split` of a bench dataset name (see the module docstring)."""
+    from ..data import CLASSIFICATION_DATASETS, Split, classification_split, load_csv, uci_split
+
+    if dataset.startswith("csv:"):
+        parts = dataset[4:].rsplit(":", 1)
+        if len(parts) != 2 or not parts[0] or not parts[1]:
+            raise ValueError(f"a CSV dataset is written csv:PATH:TARGET, got '{dataset}'")
+        x, y, _ = load_csv(parts[0], parts[1])
+        rng = np.random.default_rng(seed * 1000 + split)
+        perm = rng.permutation(len(y))
+        n_test = max(1, int(round(0.1 * len(y))))
+        te, tr = np.sort(perm[:n_test]), np.sort(perm[n_test:])
+        return Split(x[tr], y[tr], x[te], y[te], f"{parts[0]} random 90/10 split {split}")
+    if dataset in CLASSIFICATION_DATASETS:
+        return classification_split(dataset, split, data_dir, seed=seed)
+    return uci_split(dataset, split, data_dir)
+
+
+def _work(job: dict) -> dict:
+    """One fit: a module-level function so worker processes can run it."""
+    from .models import make_estimator
+    from .presets import get_preset
+    from .runner import fit_and_score
+
+    split = load_split(job["dataset"], job["split"], job["data_dir"], job["seed"] - job["split"])
+    preset = get_preset(job["preset_name"], epochs=job["epochs_override"])
+    n = len(split.y_train)
+    m = min(job["num_inducing"], n)
+    est = make_estimator(job["model"], preset, m, job["seed"], n, task=job["task"])
+    scores = fit_and_score(est, split, job["task"])
+    row = {k: job[k] for k in KEY_FIELDS}
+    row.update(task=job["task"], epochs=int(est.epochs), batch_size=est.batch_size, n_train=n,
+               n_test=len(split.y_test), **scores)
+    if hasattr(est, "flow"):
+        row["flow"] = est.flow if isinstance(est.flow, str) else str(est.flow)
+        row["flow_init"] = est.flow_init
+    return row
+
+
+def build_jobs(args) -> list[dict]:
+    from .models import model_names, supports_task
+    from .presets import get_preset
+
+    get_preset(args.preset)  # validate early
+    datasets = parse_name_list(args.datasets, what="dataset")
+    models = parse_name_list(args.models, known=model_names(), what="model")
+    splits = parse_int_list(args.splits, "split")
+    inducing = parse_int_list(args.inducing, "inducing")
+    if min(inducing) < 1:
+        raise ValueError("--inducing values must be >= 1")
+    jobs = []
+    for ds in datasets:
+        task = _dataset_task(ds, args.data_dir)
+        bad = [m for m in models if not supports_task(m, task)]
+        if bad:
+            raise ValueError(f"models {bad} do not handle {task} (dataset '{ds}')")
+        if ds == "avila" and splits != [0]:
+            raise ValueError("avila has one official train/test split; pass --splits 0")
+        load_split(ds, splits[0], args.data_dir, args.seed)  # fail fast on missing/malformed files
+        for split in splits:
+            for model in models:
+                for m in inducing:
+                    jobs.append({"dataset": ds, "model": model, "num_inducing": m, "split": split,
+                                 "preset": args.preset if args.epochs is None else f"{args.preset}-e{args.epochs}",
+                                 "seed": args.seed + split, "task": task, "data_dir": args.data_dir,
+                                 "preset_name": args.preset,
+                                 "epochs_override": args.epochs})
+    return jobs
+
+
+def run(args) -> int:
+    from .results import ResultStore
+
+    jobs = build_jobs(args)
+    store = ResultStore(Path(args.out) / "uci.jsonl", KEY_FIELDS)
+    failures = run_jobs(jobs, _work, store, args.jobs, desc="bench uci", verbose=not args.quiet)
+    if not args.quiet:
+        print(f"wrote {store.path} ({len(store)} rows); make tables with: flowgp bench report {args.out}",
+              file=sys.stderr)
+    return 1 if failures else 0

@@ -1,0 +1,319 @@
+"""scikit-learn style classifiers: thin layers over `flowgp.models.TGPClassification` and `flowgp.training`.
+
+Inputs are standardised; labels may be any sortable values (strings included) and are mapped to indices
+0..C-1 through `classes_`. Binary problems use one latent GP with the probit link, multiclass problems C
+latents with the softmax (or robust max). `fix_variance_epochs` holds the variational covariance fixed for
+the first epochs, as the TGP appendix B.6 does following Hensman et al. (2015).
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassifierMixin
+
+from ..bayesian import BAYESIAN_MODES
+from ..flows import Flow, init_identity, init_random, make_flow
+from ..flows.conditional import init_input_dependent, make_input_dependent, static_flow
+from ..inducing import kmeans_inducing_points
+from ..kernels import make_kernel
+from ..models.classification import CLASSIFICATION_LIKELIHOODS, TGPClassification
+from ..training import train
+from ._base import _Estimator, _as_2d_float, _default_dtype
+
+__all__ = ["SVGPClassifier", "TGPClassifier"]
+
+
+def _as_labels(y, n: int) -> np.ndarray:
+    y = y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1:
+        raise ValueError(f"y must be 1-D [n_samples] (one label per row), got shape {y.shape}")
+    if len(y) != n:
+        raise ValueError(f"y has {len(y)} labels but X has {n} rows")
+    if y.dtype.kind == "f" and not np.isfinite(y).all():
+        raise ValueError("y contains NaN or inf; drop the unlabelled rows first")
+    if y.dtype.kind == "O" and any(v is None or (isinstance(v, float) and not np.isfinite(v)) for v in y):
+        raise ValueError("y contains None or NaN; drop the unlabelled rows first")
+    return y
+
+
+@contextlib.contextmanager
+def _seeded(seed, device):
+    """Fixed global RNG inside the block (dropout masks / q(W) draws), restored afterwards: repeatable predictions."""
+    dev = torch.device(device)
+    devices = [] if dev.type != "cuda" else [torch.cuda.current_device() if dev.index is None else dev.index]
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(int(seed))
+        yield
+
+
+class SVGPClassifier(_Estimator, ClassifierMixin, BaseEstimator):
+    """Sparse variational GP classifier (Hensman et al. 2015) with a scikit-learn interface.
+
+    Args:
+        num_inducing: M, inducing inputs initialised by k-means (best of `kmeans_restarts`).
+        kernel: kernel spec, e.g. "rbf", "matern32" (one kernel per latent GP for multiclass problems).
+        batch_size: minibatch size (None: full batch). epochs: passes over the data. lr: Adam step.
+        seed: controls k-means, flow initialisation, Monte Carlo draws and minibatch order.
+        dtype: "float64" (default) or "float32". device: "cpu" or "cuda".
+        lengthscale, period: initial kernel hyperparameters (standardised inputs).
+        likelihood: "softmax" (default) or "robustmax" for more than two classes; binary uses the probit.
+        fix_variance_epochs: hold the variational covariance fixed for this many epochs first (appendix B.6).
+        quadrature_points: Gauss-Hermite points of the binary ELL; mc_samples: MC samples of the multiclass ELL.
+        predict_samples: MC samples of the multiclass predictive probabilities.
+        verbose: show a tqdm progress bar.
+    """
+
+    def __init__(self, num_inducing=100, kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0,
+                 dtype="float64", device="cpu", lengthscale=1.0, period=1.0, likelihood="softmax",
+                 fix_variance_epochs=0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
+                 mc_samples=20, predict_samples=256, verbose=True):
+        self.num_inducing = num_inducing
+        self.kernel = kernel
+        self.batch_size = batch_size
+        self.epochs = epochs
+        self.lr = lr
+        self.seed = seed
+        self.dtype = dtype
+        self.device = device
+        self.lengthscale = lengthscale
+        self.period = period
+        self.likelihood = likelihood
+        self.fix_variance_epochs = fix_variance_epochs
+        self.kmeans_restarts = kmeans_restarts
+        self.learn_inducing = learn_inducing
+        self.quadrature_points = quadrature_points
+        self.mc_samples = mc_samples
+        self.predict_samples = predict_samples
+        self.verbose = verbose
+
+    # ----- hooks the flow estimator overrides --------------------------------------------------------
+    def _flow_spec(self) -> str:
+        return "identity"
+
+    def _initialise_flow(self, model, generator, x_t) -> None:
+        pass
+
+    def _make_flow(self, num_latent: int, input_dim: int) -> Flow:
+        return make_flow(self._flow_spec(), param_shape=(num_latent,))
+
+    def _model_kwargs(self) -> dict:
+        return {}
+
+    # ----- helpers -----------------------------------------------------------------------------------
+    def _check_params(self):
+        if self.likelihood not in CLASSIFICATION_LIKELIHOODS:
+            raise ValueError(f"likelihood must be one of {CLASSIFICATION_LIKELIHOODS}, got {self.likelihood!r}")
+        if isinstance(self.fix_variance_epochs, bool) or not isinstance(self.fix_variance_epochs, int) \
+                or self.fix_variance_epochs < 0:
+            raise ValueError(f"fix_variance_epochs must be a non-negative integer, got {self.fix_variance_epochs!r}")
+        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 0:
+            raise ValueError(f"epochs must be a non-negative integer, got {self.epochs!r}")
+
+    def _encode(self, y, n) -> torch.Tensor:
+        y = _as_labels(y, n)
+        idx = np.searchsorted(self.classes_, y)
+        idx = np.clip(idx, 0, len(self.classes_) - 1)
+        unknown = self.classes_[idx] != y
+        if np.any(unknown):
+            raise ValueError(f"y holds labels not seen in fit: {sorted(set(y[unknown].tolist()))[:5]}; "
+                             f"known classes: {self.classes_.tolist()}")
+        return torch.as_tensor(idx, dtype=torch.long, device=self.device)
+
+    def _build(self, input_dim, z):
+        torch_dtype = self._torch_dtype()
+        num_classes = len(self.classes_)
+        num_latent = 1 if num_classes == 2 else num_classes
+        if isinstance(self.kernel, str):
+            kernel = make_kernel(self.kernel, input_dim, batch_shape=() if num_latent == 1 else (num_latent,),
+                                 lengthscale=self.lengthscale, period=self.period)
+        else:  # a user's kernel instance: train a copy, keep theirs untouched
+            kernel = copy.deepcopy(self.kernel)
+        with _default_dtype(torch_dtype):
+            flow = self._make_flow(num_latent, input_dim)
+            model = TGPClassification(kernel, torch.as_tensor(z, dtype=torch_dtype), num_classes, flow=flow,
+                                      likelihood=self.likelihood, quadrature_points=self.quadrature_points,
+                                      mc_samples=self.mc_samples, predict_samples=self.predict_samples,
+                                      learn_inducing=self.learn_inducing, **self._model_kwargs())
+        return model.to(device=self.device, dtype=torch_dtype)
+
+    # ----- public API --------------------------------------------------------------------------------
+    def fit(self, X, y):
+        """Fit on X [n_samples, n_features] and labels y [n_samples] (any sortable labels); returns self."""
+        self._check_params()
+        X = _as_2d_float(X)
+        y = _as_labels(y, X.shape[0])
+        classes = np.unique(y)
+        if len(classes) < 2:
+            raise ValueError(f"y must hold at least two classes to train a classifier, got only {classes.tolist()}")
+        self.classes_ = classes
+        xt = self._fit_input_scaling(X)
+        yt = self._encode(y, X.shape[0])
+        torch.manual_seed(self.seed)
+        z = kmeans_inducing_points(xt, self.num_inducing, self.kmeans_restarts, self.seed)
+        self.model_ = self._build(X.shape[1], z)
+        self._initialise_flow(self.model_, torch.Generator().manual_seed(self.seed), xt)
+        frozen = min(self.fix_variance_epochs, self.epochs)
+        kwargs = dict(batch_size=self.batch_size, lr=self.lr, seed=self.seed, verbose=self.verbose,
+                      desc=type(self).__name__)
+        self.history_ = []
+        if frozen:
+            # Stage 1 (appendix B.6): S held fixed; train() only optimises parameters that require grad.
+            self.model_.set_variance_trainable(False)
+            try:
+                self.history_ += train(self.model_, xt, yt, epochs=frozen, **kwargs)
+            finally:
+                self.model_.set_variance_trainable(True)
+        if self.epochs > frozen:
+            self.history_ += train(self.model_, xt, yt, epochs=self.epochs - frozen,
+                                   **{**kwargs, "seed": self.seed + 1})
+        self.model_.eval()
+        return self
+
+    _PREDICT_CHUNK = 2048  # rows per predictive evaluation: bounds the [samples, rows, classes] tensors
+
+    def predict_proba(self, X):
+        """Class probabilities [n_samples, n_classes], columns ordered as `classes_`; rows sum to one."""
+        xt = self._inputs(X)
+        with torch.no_grad(), _seeded(self.seed, self.device):
+            probs = [self.model_.predict_proba(xt[i:i + self._PREDICT_CHUNK])
+                     for i in range(0, xt.shape[0], self._PREDICT_CHUNK)]
+        return torch.cat(probs).cpu().numpy().astype(np.float64)
+
+    def predict(self, X):
+        """Most probable class label per row."""
+        probs = self.predict_proba(X)
+        return self.classes_[probs.argmax(1)]
+
+    def log_predictive_density(self, X, y):
+        """Per-point log p(y* | x*) (the negative of the per-point NLL)."""
+        xt = self._inputs(X)
+        yt = self._encode(y, xt.shape[0])
+        with torch.no_grad(), _seeded(self.seed, self.device):
+            out = [self.model_.log_predictive_density(xt[i:i + self._PREDICT_CHUNK], yt[i:i + self._PREDICT_CHUNK])
+                   for i in range(0, xt.shape[0], self._PREDICT_CHUNK)]
+        return torch.cat(out).cpu().numpy()
+
+    def elbo(self, X, y):
+        """The ELBO on (X, y) (a lower bound on log p(y | X); Monte Carlo for the softmax)."""
+        xt = self._inputs(X)
+        yt = self._encode(y, xt.shape[0])
+        with torch.no_grad(), _seeded(self.seed, self.device):
+            return self.model_.elbo(xt, yt).item()
+
+    def _extra_state(self) -> dict:
+        return {"classes": self.classes_.tolist(), "inducing_shape": list(self.model_.gp.inducing_points.shape)}
+
+    def _restore(self, state):
+        self.classes_ = np.asarray(state["classes"])
+        self.model_ = self._build(self.n_features_in_, np.zeros(state["inducing_shape"]))
+
+
+class TGPClassifier(SVGPClassifier):
+    """Transformed GP classifier (paper §5.2): every latent GP warped by its own marginal flow.
+
+    `flow` is a spec string ("sal", "sinharcsinh", "lincomb3", "tanh", ...) or a Flow with per-latent
+    parameters; `flow_init` is "identity" (appendix B.3), "random" or "none" (there are no targets to
+    initialise a flow from data in classification). flow="identity" gives exactly the SVGPClassifier.
+
+    Input-dependent flows (paper §3.2-3.3, §4.4) as in TGPRegressor: `input_dependent=True` makes the
+    non-affine stages take their parameters from a network NN(x, W) (`hidden`, `activation`, `dropout`);
+    `bayesian` = "point" (PE-TGP), "mc_dropout" (BA-TGP: predictions average `mc_samples_predict` W draws,
+    appendix eq. 20) or "vb" (mean-field q(W), needs dropout=0). `mc_samples_train` W draws per ELBO
+    evaluation (binary; the softmax pairs one W draw with each latent draw). The networks are fitted to the
+    initial flow parameters for `flow_init_epochs` epochs (appendix B.4). `prior_precision` is λ of p_λ(W).
+    """
+
+    _FLOW_INITS = ("identity", "random", "none")
+
+    def __init__(self, flow="sal", flow_init="identity", num_inducing=100, kernel="rbf", batch_size=None,
+                 epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", lengthscale=1.0, period=1.0,
+                 likelihood="softmax", fix_variance_epochs=0, kmeans_restarts=10, learn_inducing=True,
+                 quadrature_points=20, mc_samples=20, predict_samples=256, verbose=True, input_dependent=False,
+                 hidden=(50,), activation="relu", dropout=0.25, bayesian="mc_dropout", mc_samples_train=1,
+                 mc_samples_predict=100, prior_precision=None, flow_init_epochs=100):
+        super().__init__(num_inducing=num_inducing, kernel=kernel, batch_size=batch_size, epochs=epochs, lr=lr,
+                         seed=seed, dtype=dtype, device=device, lengthscale=lengthscale, period=period,
+                         likelihood=likelihood, fix_variance_epochs=fix_variance_epochs,
+                         kmeans_restarts=kmeans_restarts, learn_inducing=learn_inducing,
+                         quadrature_points=quadrature_points, mc_samples=mc_samples,
+                         predict_samples=predict_samples, verbose=verbose)
+        self.flow = flow
+        self.flow_init = flow_init
+        self.input_dependent = input_dependent
+        self.hidden = hidden
+        self.activation = activation
+        self.dropout = dropout
+        self.bayesian = bayesian
+        self.mc_samples_train = mc_samples_train
+        self.mc_samples_predict = mc_samples_predict
+        self.prior_precision = prior_precision
+        self.flow_init_epochs = flow_init_epochs
+
+    def _which_stages(self):
+        if self.input_dependent in (False, None):
+            return None
+        if self.input_dependent is True or self.input_dependent == "nonlinear":
+            return "nonlinear"
+        if self.input_dependent == "all":
+            return "all"
+        raise ValueError(f"input_dependent must be False, True (= 'nonlinear') or 'all', got {self.input_dependent!r}")
+
+    def _make_flow(self, num_latent, input_dim):
+        flow = super()._make_flow(num_latent, input_dim)
+        which = self._which_stages()
+        if which is None:
+            return flow
+        return make_input_dependent(flow, input_dim, which=which, hidden=tuple(self.hidden),
+                                    activation=self.activation, dropout=self.dropout, bayesian=self.bayesian,
+                                    prior_precision=self.prior_precision)
+
+    def _model_kwargs(self):
+        return {"mc_samples_train": self.mc_samples_train, "mc_samples_predict": self.mc_samples_predict}
+
+    def _flow_spec(self) -> str:
+        if isinstance(self.flow, Flow):
+            return self.flow.spec
+        if not isinstance(self.flow, str):
+            raise TypeError(f"flow must be a spec string such as 'sal' or a Flow, got {type(self.flow).__name__}")
+        flow = make_flow(self.flow)  # validates the name early, with the list of valid names
+        if flow.domain != "real":
+            raise ValueError(f"flow '{flow.spec}' needs positive inputs but the latent GPs take every real value; "
+                             "choose a flow defined on all reals such as 'sal'")
+        return flow.spec
+
+    def _check_params(self):
+        super()._check_params()
+        if self.flow_init not in self._FLOW_INITS:
+            raise ValueError(f"flow_init must be one of {self._FLOW_INITS}, got {self.flow_init!r}")
+        self._flow_spec()
+        if self._which_stages() is not None:
+            if self.bayesian not in BAYESIAN_MODES:
+                raise ValueError(f"bayesian must be one of {BAYESIAN_MODES}, got {self.bayesian!r}")
+            if isinstance(self.flow, Flow):
+                raise ValueError("input_dependent=True needs flow as a spec string (the networks are built here)")
+            if int(self.flow_init_epochs) != self.flow_init_epochs or self.flow_init_epochs < 0:
+                raise ValueError(f"flow_init_epochs must be a non-negative integer, got {self.flow_init_epochs!r}")
+
+    def _spec(self) -> dict:
+        return {**super()._spec(), "flow": self._flow_spec()}
+
+    def _initialise_flow(self, model, generator, x_t):
+        input_dependent = self._which_stages() is not None
+        flow = static_flow(model.flow) if input_dependent else model.flow
+        if isinstance(self.flow, Flow):
+            flow.load_state_dict(self.flow.state_dict())
+        if any(True for _ in flow.parameters()) and self.flow_init != "none":
+            if self.flow_init == "identity":
+                init_identity(flow)
+            else:
+                init_random(flow, generator=generator)
+        if input_dependent:
+            # appendix B.4: teach the networks the initial (non-input-dependent) parameters
+            init_input_dependent(model.flow, x_t, epochs=int(self.flow_init_epochs), generator=generator)
+
+

@@ -1,0 +1,302 @@
+"""scikit-learn style multi-output estimator: a thin layer over `flowgp.models.amogp.AMOGP` and `flowgp.training`.
+
+Rows are (x, y, output): each row's `output` (0..D-1) names its series, so the series may be observed at
+different inputs and in different numbers. Inputs are standardised with one shared shift/scale (the series
+share one time axis); each series' targets with their own.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, RegressorMixin
+from torch import nn
+
+from ..checkpoint import atomic_save, safe_load
+from ..models.amogp import AMOGP, plot_layers
+from ..training import train
+from ._base import _DTYPES, _FORMAT, _as_1d_float, _as_2d_float, _default_dtype
+
+__all__ = ["AlignedMultiOutputGPRegressor"]
+
+
+class _Packed(nn.Module):
+    """Adapter for `flowgp.training.train`: the output index travels as the last column of x."""
+
+    def __init__(self, model: AMOGP):
+        super().__init__()
+        self.model = model
+
+    def elbo(self, xo, y, num_data=None):
+        return self.model.elbo(xo[:, :-1], y[:, 0], xo[:, -1].long(), num_data=num_data)
+
+
+class AlignedMultiOutputGPRegressor(RegressorMixin, BaseEstimator):
+    """Aligned warped multi-output GP regression (AMO-GP, Kaiser et al. 2018) for 1-D inputs.
+
+    Args:
+        num_inducing: inducing points of the shared CP layer per output.
+        num_inducing_alignment / num_inducing_warping: inducing points per alignment / warping GP.
+        latent_processes: R white-noise latents shared by the outputs.
+        alignment, warping: "gp" or "identity"; both "identity" is the MO-GP (CP kernel alone), warping
+            "identity" alone the aligned-only ablation.
+        num_outputs: D (None: max(output) + 1); every output must have training rows.
+        batch_size, epochs, lr, seed, dtype, device, verbose: training (Adam on the bound, tqdm bar).
+        noise: initial σ²_y (standardised units). lengthscale: initial CP auto-covariance lengthscale
+            (standardised inputs). alignment_variance/lengthscale, warping_variance/lengthscale: SE inits.
+        alignment_noise, latent_noise: initial σ²_a, σ²_f.
+        num_samples: Monte Carlo samples through the hierarchy for log_predictive_density and intervals.
+    """
+
+    def __init__(self, num_inducing=20, num_inducing_alignment=10, num_inducing_warping=10, latent_processes=1,
+                 alignment="gp", warping="gp", num_outputs=None, batch_size=256, epochs=500, lr=0.01, seed=0,
+                 dtype="float64", device="cpu", noise=0.05, lengthscale=0.3, alignment_variance=0.01,
+                 alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=1e-3,
+                 latent_noise=1e-3, num_samples=200, verbose=True):
+        self.num_inducing = num_inducing
+        self.num_inducing_alignment = num_inducing_alignment
+        self.num_inducing_warping = num_inducing_warping
+        self.latent_processes = latent_processes
+        self.alignment = alignment
+        self.warping = warping
+        self.num_outputs = num_outputs
+        self.batch_size = batch_size
+        self.epochs = epochs
+        self.lr = lr
+        self.seed = seed
+        self.dtype = dtype
+        self.device = device
+        self.noise = noise
+        self.lengthscale = lengthscale
+        self.alignment_variance = alignment_variance
+        self.alignment_lengthscale = alignment_lengthscale
+        self.warping_variance = warping_variance
+        self.warping_lengthscale = warping_lengthscale
+        self.alignment_noise = alignment_noise
+        self.latent_noise = latent_noise
+        self.num_samples = num_samples
+        self.verbose = verbose
+
+    # ----- helpers -------------------------------------------------------------------------------------
+    def _torch_dtype(self):
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be 'float64' or 'float32', got {self.dtype!r}")
+        return _DTYPES[self.dtype]
+
+    def _check_options(self):
+        for name in ("alignment", "warping"):
+            if getattr(self, name) not in ("gp", "identity"):
+                raise ValueError(f"{name} must be 'gp' or 'identity', got {getattr(self, name)!r}")
+        for name in ("num_inducing", "num_inducing_alignment", "num_inducing_warping", "latent_processes"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+
+    def _check_fitted(self):
+        if not hasattr(self, "model_"):
+            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit(X, y, output) first")
+
+    def _tensor(self, a, dtype=None):
+        return torch.as_tensor(a, dtype=dtype or self._torch_dtype(), device=self.device)
+
+    def _output_index(self, output, n, num_outputs=None):
+        if output is None:
+            raise ValueError("output is required: one series index (0..D-1) per row of X")
+        o = np.asarray(output.detach().cpu() if isinstance(output, torch.Tensor) else output)
+        if o.ndim != 1:
+            raise ValueError(f"output must be 1-D [n_samples], got shape {o.shape}")
+        if len(o) != n:
+            raise ValueError(f"output has {len(o)} entries but X has {n} rows")
+        if o.size and (not np.issubdtype(o.dtype, np.number) or np.any(o != np.round(o))):
+            raise ValueError("output must hold integer series indices 0..D-1")
+        o = o.astype(np.int64)
+        if num_outputs is not None and o.size and (o.min() < 0 or o.max() >= num_outputs):
+            raise ValueError(f"output indices must lie in 0..{num_outputs - 1}, got values in {o.min()}..{o.max()}")
+        if o.size and o.min() < 0:
+            raise ValueError(f"output indices must be non-negative, got {o.min()}")
+        return o
+
+    def _inputs(self, X, output):
+        self._check_fitted()
+        X = _as_2d_float(X)
+        if X.shape[1] != 1:
+            raise ValueError(f"X must have exactly one feature (AMO-GP takes 1-D inputs), got {X.shape[1]}")
+        o = self._output_index(output, X.shape[0], self.n_outputs_)
+        xt = self._tensor((X - self.x_mean_) / self.x_std_)
+        return xt, self._tensor(o, torch.long), o
+
+    def _build(self, z_a, z_f, z_g):
+        dtype = self._torch_dtype()
+        with _default_dtype(dtype):
+            model = AMOGP(z_a, z_f, z_g, latent_processes=int(self.latent_processes),
+                          alignment=self.alignment == "gp", warping=self.warping == "gp",
+                          lengthscale=self.lengthscale, variance=1.0,
+                          alignment_variance=self.alignment_variance,
+                          alignment_lengthscale=self.alignment_lengthscale,
+                          warping_variance=self.warping_variance, warping_lengthscale=self.warping_lengthscale,
+                          noise=self.noise, alignment_noise=self.alignment_noise, latent_noise=self.latent_noise)
+        return model.to(device=self.device, dtype=dtype)
+
+    # ----- public API ----------------------------------------------------------------------------------
+    def fit(self, X, y, output):
+        """Fit on X [n, 1], y [n] and output [n] (series index per row); returns self."""
+        self._check_options()
+        X = _as_2d_float(X)
+        if X.shape[1] != 1:
+            raise ValueError(f"X must have exactly one feature (AMO-GP takes 1-D inputs), got {X.shape[1]}")
+        y = _as_1d_float(y, X.shape[0])
+        o = self._output_index(output, X.shape[0], self.num_outputs)
+        d = int(self.num_outputs) if self.num_outputs is not None else int(o.max()) + 1
+        counts = np.bincount(o, minlength=d)
+        if np.any(counts < 2):
+            empty = [i for i in range(d) if counts[i] < 2]
+            raise ValueError(f"every output needs at least 2 training rows; output(s) {empty} have "
+                             f"{[int(counts[i]) for i in empty]} (drop them or renumber the outputs)")
+        self.n_outputs_ = d
+        self.n_features_in_ = 1
+        self.x_mean_, self.x_std_ = float(X.mean()), float(X.std()) or 1.0
+        self.y_mean_ = np.array([y[o == i].mean() for i in range(d)])
+        self.y_std_ = np.array([y[o == i].std() or 1.0 for i in range(d)])
+        xt = (X[:, 0] - self.x_mean_) / self.x_std_
+        yt = (y - self.y_mean_[o]) / self.y_std_[o]
+        lo, hi = xt.min(), xt.max()
+        z_f = np.tile(np.linspace(lo, hi, self.num_inducing), (d, 1))
+        z_a = np.stack([np.linspace(xt[o == i].min(), xt[o == i].max(), self.num_inducing_alignment)
+                        for i in range(d)])
+        z_g = np.tile(np.linspace(-2.5, 2.5, self.num_inducing_warping), (d, 1))
+        torch.manual_seed(self.seed)
+        self.model_ = self._build(z_a, z_f, z_g)
+        xo = self._tensor(np.stack([xt, o.astype(float)], 1))
+        self.history_ = train(_Packed(self.model_), xo, self._tensor(yt)[:, None], epochs=int(self.epochs),
+                              batch_size=self.batch_size, lr=self.lr, seed=self.seed, verbose=self.verbose,
+                              desc=type(self).__name__)
+        return self
+
+    def predict(self, X, output, return_std=False):
+        """Moment-matched predictive mean of y* (and its standard deviation with return_std=True)."""
+        xt, ot, o = self._inputs(X, output)
+        with torch.no_grad():
+            mean, var = self.model_.predict_y(xt, ot)
+        mean = mean.cpu().numpy() * self.y_std_[o] + self.y_mean_[o]
+        if not return_std:
+            return mean
+        return mean, np.sqrt(var.cpu().numpy()) * self.y_std_[o]
+
+    def _samples(self, xt, ot, seed):
+        generator = torch.Generator(device=xt.device).manual_seed(self.seed if seed is None else seed)
+        with torch.no_grad():
+            return self.model_.sample(xt, ot, int(self.num_samples), generator=generator)
+
+    def predict_interval(self, X, output, level=0.95, method="gaussian", seed=None):
+        """Central predictive interval (lower, upper): "gaussian" from the propagated Gaussian, "samples" from
+        quantiles of y drawn through the hierarchy."""
+        if not 0 < level < 1:
+            raise ValueError(f"level must lie in (0, 1), got {level}")
+        xt, ot, o = self._inputs(X, output)
+        if method == "gaussian":
+            mean, std = self.predict(X, output, return_std=True)
+            from scipy.stats import norm
+
+            h = norm.ppf(0.5 + level / 2)
+            return mean - h * std, mean + h * std
+        if method != "samples":
+            raise ValueError(f"method must be 'gaussian' or 'samples', got {method!r}")
+        smp = self._samples(xt, ot, seed)
+        gen = torch.Generator(device=xt.device).manual_seed(1 + (self.seed if seed is None else seed))
+        draws = smp["y_mean"] + smp["y_var"].sqrt() * torch.randn(smp["y_mean"].shape, generator=gen,
+                                                                  dtype=xt.dtype, device=xt.device)
+        q = torch.quantile(draws, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=xt.dtype), dim=0)
+        q = q.cpu().numpy() * self.y_std_[o] + self.y_mean_[o]
+        return q[0], q[1]
+
+    def log_predictive_density(self, X, y, output, method="mc", seed=None):
+        """Per-point log p(y* | x*) in the units of y: "mc" through the hierarchy (num_samples), "gaussian"
+        from the propagated Gaussian."""
+        xt, ot, o = self._inputs(X, output)
+        y = _as_1d_float(y, xt.shape[0])
+        yt = self._tensor((y - self.y_mean_[o]) / self.y_std_[o])
+        generator = torch.Generator(device=xt.device).manual_seed(self.seed if seed is None else seed)
+        with torch.no_grad():
+            lpd = self.model_.log_predictive_density(xt, yt, ot, int(self.num_samples), generator, method=method)
+        return lpd.cpu().numpy() - np.log(self.y_std_[o])
+
+    def score(self, X, y, output, sample_weight=None):
+        """R² of the predictive mean over all rows."""
+        from sklearn.metrics import r2_score
+
+        return r2_score(y, self.predict(X, output), sample_weight=sample_weight)
+
+    def elbo(self, X, y, output):
+        """The bound (eq. 22) on (X, y, output) in the units of y."""
+        xt, ot, o = self._inputs(X, output)
+        y = _as_1d_float(y, xt.shape[0])
+        yt = self._tensor((y - self.y_mean_[o]) / self.y_std_[o])
+        with torch.no_grad():
+            value = self.model_.elbo(xt, yt, ot).item()
+        return value - float(np.log(self.y_std_[o]).sum())
+
+    def layers(self, x_grid, d, f_grid=None):
+        """Learned layers of output d with uncertainty: "alignment" â_d on x_grid as (mean, std) in the units of
+        X; with f_grid (CP-layer values, model units), "warping" ĝ_d(f) + b_d as (mean, std) in the units of y."""
+        self._check_fitted()
+        if not 0 <= int(d) < self.n_outputs_:
+            raise ValueError(f"d must lie in 0..{self.n_outputs_ - 1}, got {d}")
+        xt = self._tensor((np.asarray(x_grid, dtype=float).reshape(-1, 1) - self.x_mean_) / self.x_std_)
+        with torch.no_grad():
+            m, v = self.model_.alignment_function(xt, int(d))
+            res = {"alignment": (m.cpu().numpy() * self.x_std_ + self.x_mean_, v.sqrt().cpu().numpy() * self.x_std_)}
+            if f_grid is not None:
+                ft = self._tensor(np.asarray(f_grid, dtype=float).reshape(-1, 1))
+                gm, gv = self.model_.warping_function(ft, int(d))
+                gm = (gm + self.model_.offset[int(d)]).cpu().numpy()
+                res["warping"] = (gm * self.y_std_[d] + self.y_mean_[d], gv.sqrt().cpu().numpy() * self.y_std_[d])
+        return res
+
+    def plot_layers(self, x_grid, path=None, X=None, y=None, output=None, true_functions=None, output_names=None):
+        """Draw the three layers and the prediction per output (standardised units; see amogp.plot_layers)."""
+        self._check_fitted()
+        xg = (np.asarray(x_grid, dtype=float).ravel() - self.x_mean_) / self.x_std_
+        data = None
+        if X is not None:
+            o = self._output_index(output, len(X), self.n_outputs_)
+            data = ((np.asarray(X, float)[:, 0] - self.x_mean_) / self.x_std_,
+                    (np.asarray(y, float) - self.y_mean_[o]) / self.y_std_[o], o)
+        return plot_layers(self.model_, xg, path=path, data=data, true_functions=true_functions,
+                           output_names=output_names)
+
+    def save(self, path):
+        """Write the fitted estimator atomically to `path` (a torch file loadable with weights_only=True)."""
+        self._check_fitted()
+        state = {
+            "format": _FORMAT, "class": type(self).__name__, "params": self.get_params(),
+            "n_outputs": self.n_outputs_, "x_mean": self.x_mean_, "x_std": self.x_std_,
+            "y_mean": torch.as_tensor(self.y_mean_), "y_std": torch.as_tensor(self.y_std_),
+            "history": list(self.history_),
+            "shapes": {"a": list(self.model_.align.z.shape[:2]) if self.model_.alignment else [self.n_outputs_, 1],
+                       "f": [self.n_outputs_, self.model_.latent.z.shape[1] // self.n_outputs_],
+                       "g": list(self.model_.warp.z.shape[:2]) if self.model_.warping else [self.n_outputs_, 1]},
+            "model": {k: v.detach().cpu() for k, v in self.model_.state_dict().items()},
+        }
+        atomic_save(state, path)
+        return Path(path)
+
+    @classmethod
+    def load(cls, path, device=None):
+        """Load an estimator written by `save` (weights_only: no code is executed)."""
+        state = safe_load(path)
+        if not isinstance(state, dict) or state.get("format") != _FORMAT or state.get("class") != cls.__name__:
+            raise ValueError(f"{path} is not a saved {cls.__name__}")
+        params = dict(state["params"])
+        if device is not None:
+            params["device"] = device
+        est = cls(**params)
+        est.n_outputs_, est.n_features_in_ = int(state["n_outputs"]), 1
+        est.x_mean_, est.x_std_ = float(state["x_mean"]), float(state["x_std"])
+        est.y_mean_, est.y_std_ = state["y_mean"].numpy(), state["y_std"].numpy()
+        est.history_ = list(state["history"])
+        shapes = state["shapes"]
+        est.model_ = est._build(np.zeros(shapes["a"]), np.zeros(shapes["f"]), np.zeros(shapes["g"]))
+        est.model_.load_state_dict(state["model"])
+        est.model_.eval()
+        return est

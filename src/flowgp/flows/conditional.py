@@ -1,0 +1,358 @@
+"""Input-dependent flows G_{θ(x)} with θ(x) = NN(x, W) (TGP paper §3.2-3.3; appendix A.3, B.4).
+
+`InputDependentFlow(base, input_dim, ...)` wraps any flow of the library. The network outputs one
+unconstrained value per scalar parameter of `base` (its raw parameters, nested as in `base.params()`),
+and each goes through that parameter's own constraint (`base.constrain`). Only `params(x)` differs
+from the plain flow: the maths (`_forward`, `_inverse`, `_log_det`) is the base's, applied with
+per-point parameters of shape [S, ..., N, k] that broadcast against f [..., S, ..., N, L].
+
+How many weight samples S the network draws is set by the caller through `weight_sampling(flow, S,
+sample)` (a context manager, used by the TGP model): training averages S draws of W (MC dropout or
+reparameterised VB draws); PE-TGP predicts with one deterministic pass (no sample dimension).
+`base`'s own parameters hold the non-input-dependent values θ̂ that `init_input_dependent` (appendix
+B.4) teaches the network; they are not used by the input-dependent flow itself.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Iterator, Optional
+
+import torch
+from torch import Tensor
+
+from ..bayesian import BayesianMLP
+from .base import Flow
+from .combination import Compose, LinearCombination, _FlowOfFlows
+
+__all__ = ["InputDependentFlow", "make_input_dependent", "static_flow", "input_dependent_flows",
+           "weight_sampling", "init_input_dependent", "raw_parameter_tree", "warping_curves", "plot_warping_curves"]
+
+
+def raw_parameter_tree(flow: Flow) -> dict:
+    """The raw (unconstrained) parameters of `flow`, nested exactly like `flow.params()`."""
+    if isinstance(flow, InputDependentFlow):
+        raise ValueError("an input-dependent flow has no fixed raw parameters; use its .base")
+    if isinstance(flow, _FlowOfFlows):
+        tree = {str(i): raw_parameter_tree(f) for i, f in enumerate(flow.flows)}
+        if isinstance(flow, LinearCombination) and flow.coefficients is not None:
+            tree.update({f"coef{i}": raw_parameter_tree(c) for i, c in enumerate(flow.coefficients)})
+        return tree
+    return {s.name: getattr(flow, "raw_" + s.name) for s in flow.param_specs}
+
+
+def _leaves(tree: dict, prefix=()) -> list:
+    out = []
+    for key in sorted(tree):
+        value = tree[key]
+        if isinstance(value, dict):
+            out.extend(_leaves(value, prefix + (key,)))
+        else:
+            out.append((prefix + (key,), value))
+    return out
+
+
+def _set(tree: dict, path: tuple, value) -> None:
+    for key in path[:-1]:
+        tree = tree.setdefault(key, {})
+    tree[path[-1]] = value
+
+
+class InputDependentFlow(Flow):
+    """G_{θ(x, W)}(f): `base` with every raw parameter given per input by a network (paper §3.2).
+
+    Args:
+        base: any non-input-dependent Flow with param_shape () or (L,).
+        input_dim: D, the number of input features the network reads.
+        hidden, activation, dropout, bayesian, prior_precision: passed to `flowgp.bayesian.BayesianMLP`.
+        network: a ready BayesianMLP to use instead (its out_features must equal `num_raw`).
+    """
+
+    name = "input_dependent"
+
+    def __init__(self, base: Flow, input_dim: int, hidden=(50,), activation: str = "relu", dropout: float = 0.25,
+                 bayesian: str = "mc_dropout", prior_precision: Optional[float] = None,
+                 network: Optional[BayesianMLP] = None):
+        if not isinstance(base, Flow):
+            raise TypeError(f"base must be a flowgp Flow, got {type(base).__name__}")
+        if any(isinstance(m, InputDependentFlow) for m in base.modules()):
+            raise ValueError("base is already (partly) input-dependent; wrap the plain flow instead")
+        super().__init__()
+        self.base = base
+        self.param_shape = base.param_shape
+        self._paths = []
+        self._sizes = []
+        for path, raw in _leaves(raw_parameter_tree(base)):
+            if raw.dim() > 1:
+                raise ValueError(f"input-dependent flows support parameters of shape () or (L,), got "
+                                 f"{tuple(raw.shape)} for {'.'.join(path)} of '{base.spec}'")
+            self._paths.append(path)
+            self._sizes.append(tuple(raw.shape))
+        if not self._paths:
+            raise ValueError(f"the '{base.spec}' flow has no parameters to make input-dependent")
+        self.num_raw = sum(math.prod(s) for s in self._sizes)
+        if network is None:
+            network = BayesianMLP(input_dim, self.num_raw, hidden, activation, dropout, bayesian, prior_precision)
+        elif not isinstance(network, BayesianMLP) or network.out_features != self.num_raw \
+                or network.in_features != input_dim:
+            raise ValueError(f"network must be a BayesianMLP with in_features={input_dim} and "
+                             f"out_features={self.num_raw}")
+        self.network = network
+        # Set by `weight_sampling`; None means: S = 1 stochastic pass in training mode, deterministic in eval.
+        self._sampling = None
+
+    # ------------------------------------------------------------------ description
+    @property
+    def domain(self) -> str:
+        return self.base.domain
+
+    @property
+    def codomain(self) -> str:
+        return self.base.codomain
+
+    @property
+    def _needs_input_check(self) -> bool:
+        return self.base._needs_input_check
+
+    @property
+    def spec(self) -> str:
+        return self.base.spec
+
+    @property
+    def input_dim(self) -> int:
+        return self.network.in_features
+
+    def extra_repr(self) -> str:
+        return f"base={self.base.spec!r}, num_raw={getattr(self, 'num_raw', None)}"
+
+    # ------------------------------------------------------------------ parameters
+    def raw_target(self) -> Tensor:
+        """The base's raw parameters flattened in network-output order: the θ̂ of appendix B.4, [num_raw]."""
+        tree = raw_parameter_tree(self.base)
+        flat = []
+        for path in self._paths:
+            value = tree
+            for key in path:
+                value = value[key]
+            flat.append(value.detach().reshape(-1))
+        return torch.cat(flat)
+
+    def raw_params(self, x: Tensor) -> Tensor:
+        """Network outputs for x [..., N, D]: [S, ..., N, num_raw] when sampling, else [..., N, num_raw]."""
+        if x is None:
+            raise ValueError(f"the input-dependent '{self.spec}' flow needs the inputs x: call flow(f, x)")
+        if x.dim() < 2 or x.shape[-1] != self.input_dim:
+            raise ValueError(f"x must be [..., N, {self.input_dim}] for this input-dependent flow, "
+                             f"got shape {tuple(x.shape)}")
+        if self._sampling is None:
+            num_samples, sample = 1, self.training
+        else:
+            num_samples, sample = self._sampling
+        return self.network(x, num_samples=num_samples, sample=sample)
+
+    def params(self, x: Optional[Tensor] = None) -> dict:
+        """Constrained parameters per input: each leaf [S, ..., N, k] (k = L or 1) or [..., N, k]."""
+        out = self.raw_params(x)
+        tree, start = {}, 0
+        for path, shape in zip(self._paths, self._sizes):
+            size = math.prod(shape)
+            leaf = out[..., start:start + size]
+            start += size
+            _set(tree, path, leaf)  # [..., N, L] broadcasts over outputs; [..., N, 1] for shared scalars
+        return self.base.constrain(tree)
+
+    def constrain(self, raw: dict) -> dict:
+        return self.base.constrain(raw)
+
+    # ------------------------------------------------------------------ maths: the base's
+    def _forward(self, f, p):
+        return self.base._forward(f, p)
+
+    def _inverse(self, y, p):
+        return self.base._inverse(y, p)
+
+    def _log_det(self, f, p):
+        return self.base._log_det(f, p)
+
+    def _forward_and_log_det(self, f, p):
+        return self.base._forward_and_log_det(f, p)
+
+    def _affine(self, p):
+        return self.base._affine(p)
+
+    def _bounds(self, p):
+        return self.base._bounds(p)
+
+    def _image(self, low, high, p):
+        return self.base._image(low, high, p)
+
+    def _domain_interval(self):
+        return self.base._domain_interval()
+
+    def _check_input(self, f, p):
+        self.base._check_input(f, p)
+
+
+# ---------------------------------------------------------------------- helpers over whole flows
+def input_dependent_flows(flow: Flow) -> list:
+    """Every InputDependentFlow inside `flow` (itself included)."""
+    return [m for m in flow.modules() if isinstance(m, InputDependentFlow)]
+
+
+@contextlib.contextmanager
+def weight_sampling(flow: Flow, num_samples: int = 1, sample: bool = True) -> Iterator[None]:
+    """Within the block, every input-dependent stage of `flow` draws `num_samples` W samples (leading
+    dimension S of its parameters), or, with sample=False, uses the deterministic network (no S dim)."""
+    if int(num_samples) != num_samples or num_samples < 1:
+        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+    stages = input_dependent_flows(flow)
+    previous = [s._sampling for s in stages]
+    for s in stages:
+        s._sampling = (int(num_samples), bool(sample))
+    try:
+        yield
+    finally:
+        for s, prev in zip(stages, previous):
+            s._sampling = prev
+
+
+def make_input_dependent(flow: Flow, input_dim: int, which: str = "nonlinear", **network_kwargs) -> Flow:
+    """Make the stages of `flow` input-dependent, sharing their modules (so `static_flow` recovers `flow`).
+
+    which="nonlinear": only stages that are not affine (appendix B.6: for SAL, the sinh-arcsinh carries
+    the dependency and the affine stays shared); which="all": every stage with parameters.
+    network_kwargs: hidden, activation, dropout, bayesian, prior_precision.
+    """
+    if which not in ("nonlinear", "all"):
+        raise ValueError(f"which must be 'nonlinear' or 'all', got {which!r}")
+    if not isinstance(flow, Flow):
+        raise TypeError(f"flow must be a flowgp Flow, got {type(flow).__name__}")
+    stages = list(flow.flows) if isinstance(flow, Compose) else [flow]
+
+    def wrap(stage):
+        if not any(True for _ in stage.parameters()):
+            return stage
+        with torch.no_grad():
+            affine = stage.affine_coefficients() is not None
+        if which == "nonlinear" and affine:
+            return stage
+        return InputDependentFlow(stage, input_dim, **network_kwargs)
+
+    wrapped = [wrap(s) for s in stages]
+    if not any(isinstance(s, InputDependentFlow) for s in wrapped):
+        raise ValueError(f"the '{flow.spec}' flow has no {'non-affine ' if which == 'nonlinear' else ''}stage "
+                         "with parameters to make input-dependent; choose e.g. flow='sal' or which='all'")
+    return wrapped[0] if len(wrapped) == 1 else Compose(wrapped)
+
+
+def static_flow(flow: Flow) -> Flow:
+    """`flow` with every input-dependent stage replaced by its base (modules shared, nothing copied)."""
+    if isinstance(flow, InputDependentFlow):
+        return flow.base
+    if isinstance(flow, Compose):
+        return Compose([static_flow(s) for s in flow.flows])
+    if input_dependent_flows(flow):
+        raise ValueError(f"static_flow supports input-dependent stages at the top level or inside a "
+                         f"composition, not inside {type(flow).__name__}")
+    return flow
+
+
+def init_input_dependent(flow: Flow, x: Tensor, epochs: int = 100, batch_size: int = 256, lr: float = 0.01,
+                         generator: Optional[torch.Generator] = None, tol: float = 1e-8) -> float:
+    """Appendix B.4: fit each network so that NN(x) ≈ θ̂, the raw parameters of its base, by minibatch
+    MSE with Adam (dropout active / VB weights sampled, no KL). Initialise the bases first (identity or
+    from data on `static_flow(flow)`). The last-layer bias starts at θ̂, which makes the fit short.
+    Stops early once the MSE falls below `tol`. Returns the final mean squared error (over networks).
+    """
+    stages = input_dependent_flows(flow)
+    if not stages:
+        raise ValueError("flow has no input-dependent stage to initialise")
+    if not isinstance(x, Tensor) or x.dim() != 2:
+        raise ValueError(f"x must be a 2-D tensor [N, D], got {type(x).__name__} "
+                         f"{tuple(x.shape) if isinstance(x, Tensor) else ''}")
+    if int(epochs) != epochs or epochs < 0:
+        raise ValueError(f"epochs must be a non-negative integer, got {epochs!r}")
+    if int(batch_size) != batch_size or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    n = x.shape[0]
+    batch = min(int(batch_size), n)
+    steps = math.ceil(n / batch)
+    x = x.detach()
+    final = 0.0
+    for stage in stages:
+        net = stage.network
+        target = stage.raw_target().to(net.biases[-1])
+        with torch.no_grad():
+            net.biases[-1].copy_(target)
+        params = [p for p in net.parameters() if p.requires_grad]
+        opt = torch.optim.Adam(params, lr=lr)
+        loss_value = math.inf
+        for _ in range(int(epochs)):
+            order = torch.randperm(n, generator=generator).to(x.device)
+            total = 0.0
+            for i in range(steps):
+                xb = x[order[i * batch:(i + 1) * batch]]
+                opt.zero_grad(set_to_none=True)
+                loss = (net(xb, num_samples=1, sample=True) - target).square().mean()
+                loss.backward()
+                opt.step()
+                total += loss.item()
+            loss_value = total / steps
+            if loss_value < tol:
+                break
+        with torch.no_grad():
+            loss_value = (net(x, sample=False) - target).square().mean().item()
+        final += loss_value / len(stages)
+    return final
+
+
+def warping_curves(flow: Flow, x: Tensor, f_grid: Tensor, num_samples: int = 100) -> dict:
+    """The warping G_{θ(x_p, W)}(f) over `f_grid` [G] at each chosen input x_p ([P, D]) (appendix Fig. 9).
+
+    Returns {"point": one deterministic pass (standard dropout, PE-TGP), "mean", "std": over `num_samples`
+    stochastic draws of W (MC dropout or q(W), BA-TGP)}, each [G, P, K] (K = the flow's outputs, 1 if shared).
+    """
+    if not input_dependent_flows(flow):
+        raise ValueError("warping_curves needs a flow with an input-dependent stage")
+    f = torch.as_tensor(f_grid, dtype=x.dtype, device=x.device).reshape(-1)
+    if f.numel() < 2:
+        raise ValueError("f_grid needs at least 2 points")
+    with torch.no_grad():
+        with weight_sampling(flow, 1, sample=False):
+            point = flow(f.view(-1, 1, 1), x, validate=False)  # [G, P, K]
+        with weight_sampling(flow, num_samples, sample=True):
+            draws = flow(f.view(-1, 1, 1, 1), x, validate=False)  # [G, S, P, K]
+    std = draws.std(1) if num_samples > 1 else torch.zeros_like(point)
+    return {"point": point, "mean": draws.mean(1), "std": std}
+
+
+def plot_warping_curves(f_grid, curves: dict, labels=None, path=None):
+    """Figure in the style of appendix Fig. 9: top row the point-estimate warping at each input, bottom row
+    the posterior mean ± 2 std over W draws. `curves` as returned by `warping_curves` ([G, P, K]; output 0
+    is drawn) or by `TGPRegressor.warping_functions` ([G, P]). Saves a PNG to `path` when given; returns
+    the matplotlib figure."""
+    import numpy as np
+    from matplotlib.figure import Figure  # no pyplot: no global backend or figure state is touched
+
+    def arr(a):
+        return a.detach().cpu().numpy() if isinstance(a, Tensor) else np.asarray(a)
+    f = arr(f_grid).reshape(-1)
+    point, mean, std = (arr(curves[k]) for k in ("point", "mean", "std"))
+    if point.ndim == 3:  # [G, P, K] from warping_curves: draw output 0
+        point, mean, std = point[..., 0], mean[..., 0], std[..., 0]
+    num = point.shape[1]
+    labels = labels if labels is not None else [f"input {p}" for p in range(num)]
+    fig = Figure(figsize=(3 * num, 5.5))
+    axes = fig.subplots(2, num, squeeze=False, sharex=True)
+    for p in range(num):
+        axes[0, p].plot(f, point[:, p], color="C0")
+        axes[0, p].set_title(str(labels[p]), fontsize=9)
+        axes[1, p].plot(f, mean[:, p], color="C1")
+        axes[1, p].fill_between(f, mean[:, p] - 2 * std[:, p], mean[:, p] + 2 * std[:, p], color="C1", alpha=0.3)
+        axes[1, p].set_xlabel("f₀")
+    axes[0, 0].set_ylabel("G(f₀), point estimate")
+    axes[1, 0].set_ylabel("G(f₀), mean ± 2 std")
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig

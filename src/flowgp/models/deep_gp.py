@@ -1,0 +1,458 @@
+"""Deep GPs with doubly-stochastic variational inference (Salimbeni & Deisenroth 2017, DSVI).
+
+F_ℓ = f_ℓ(F_{ℓ-1}) with f_ℓ a multi-output sparse GP layer and F_0 = X (CNF-DGP paper §II, joint above eq. 3).
+The ELBO (CNF-DGP eq. 3) E_{q(F_L)}[log p(y | F_L)] - KL[q(U) || p(U)] is estimated with S samples pushed
+through the layers with the marginal trick: only the per-point marginals q(f_ℓ(x_n) | F_{ℓ-1}) are sampled
+(reparameterised), and the last layer's expectation is taken in closed form (Gaussian likelihood) or by
+Gauss-Hermite quadrature. q(U) is either Gaussian per layer (whitened, as in SVGP) or a normalizing-flow
+posterior over all layers' whitened inducing outputs (`flowgp.models.cnf_posterior`, CNF-DGP eqs. 5-9).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..kernels import Kernel, Sum, White, make_kernel
+from ..likelihoods import GaussianLikelihood, Likelihood
+from ..variational import SparseVariationalGP
+from ._checks import as_inputs, as_targets
+
+__all__ = ["LinearMean", "GPLayer", "DeepGP", "build_deep_gp", "hidden_layer_width", "POSTERIORS"]
+
+#: the variational families over the inducing outputs understood by `build_deep_gp`
+POSTERIORS = ("gaussian", "cnf", "flow-layerwise")
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+class LinearMean(nn.Module):
+    """m(x) = x W with W [D_in, D_out]; fixed by default (Salimbeni & Deisenroth keep the PCA projection fixed)."""
+
+    def __init__(self, weight: torch.Tensor, learn: bool = False):
+        super().__init__()
+        weight = torch.as_tensor(weight, dtype=torch.get_default_dtype())
+        if weight.dim() != 2:
+            raise ValueError(f"weight must have shape [D_in, D_out], got {tuple(weight.shape)}")
+        self.weight = nn.Parameter(weight.clone(), requires_grad=learn)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight
+
+
+def hidden_layer_width(input_dim: int, output_dim: int = 1, cap: int = 16) -> int:
+    """Hidden width of the TGP paper §5.2: at least min(D, 16) GPs per layer, and never fewer than the outputs.
+
+    That is max(min(D, cap), output_dim): energy (D = 8) gets 8 GPs per layer, as the paper states.
+    """
+    return max(min(int(input_dim), cap), int(output_dim))
+
+
+def linear_mean_weight(x: torch.Tensor, output_dim: int) -> torch.Tensor:
+    """Projection of Salimbeni & Deisenroth: identity when widths match, the top principal directions
+    (right singular vectors of x) when shrinking, identity padded with zero columns when growing."""
+    d_in = x.shape[-1]
+    if output_dim == d_in:
+        return torch.eye(d_in, dtype=x.dtype, device=x.device)
+    if output_dim < d_in:
+        _, _, vh = torch.linalg.svd(x, full_matrices=False)
+        return vh[:output_dim].mT.contiguous()
+    eye = torch.eye(d_in, dtype=x.dtype, device=x.device)
+    return torch.cat([eye, eye.new_zeros(d_in, output_dim - d_in)], dim=1)
+
+
+class GPLayer(nn.Module):
+    """One DGP layer: D_out independent sparse GPs of a shared input F_{ℓ-1} [..., N, D_in].
+
+    q(f_ℓ(x)) marginals follow the whitened SVGP (TGP appendix eq. 12); given whitened inducing outputs v
+    (a flow-posterior sample) they are the conditional p(f | v): mean Aᵀv, var diag K_XX - Σ A², A = Lz⁻¹K_ZX.
+
+    Args:
+        inducing_points: Z, [M, D_in] shared by the outputs or [D_out, M, D_in].
+        output_dim: D_out (number of GPs in this layer).
+        kernel: kernel name for `make_kernel` (built with batch_shape (D_out,), one hyperparameter set per GP)
+            or a Kernel instance.
+        mean_weight: [D_in, D_out] weight of a linear mean function, or None for a zero mean (last layer).
+        white_variance: initial variance of a White kernel added on hidden layers (appendix B.6: 1e-6), or None.
+        lengthscale, variance, period: initial kernel hyperparameters when `kernel` is a name.
+        q_var_init, learn_inducing, jitter: passed to SparseVariationalGP.
+        learn_mean: train the linear mean's weight (default False, as in Salimbeni & Deisenroth).
+    """
+
+    def __init__(
+        self,
+        inducing_points: torch.Tensor,
+        output_dim: int,
+        kernel: str | Kernel = "rbf",
+        mean_weight: torch.Tensor | None = None,
+        white_variance: float | None = None,
+        lengthscale=1.0,
+        variance=1.0,
+        q_var_init: float = 1e-5,
+        learn_inducing: bool = True,
+        learn_mean: bool = False,
+        period=1.0,
+        jitter: float | None = None,
+    ):
+        super().__init__()
+        z = torch.as_tensor(inducing_points, dtype=torch.get_default_dtype())
+        if isinstance(output_dim, bool) or not isinstance(output_dim, (int, np.integer)) or output_dim < 1:
+            raise ValueError(f"output_dim must be a positive integer, got {output_dim!r}")
+        if z.dim() not in (2, 3):
+            raise ValueError(f"inducing_points must have shape [M, D_in] or [D_out, M, D_in], got {tuple(z.shape)}")
+        d_in = z.shape[-1]
+        if isinstance(kernel, str):
+            kern = make_kernel(kernel, d_in, batch_shape=(int(output_dim),), lengthscale=lengthscale,
+                               variance=variance, period=period, dtype=z.dtype)
+        elif isinstance(kernel, Kernel):
+            kern = kernel
+        else:
+            raise TypeError(f"kernel must be a kernel name such as 'rbf' or a Kernel, got {type(kernel).__name__}")
+        if white_variance is not None:
+            kern = Sum(kern, White(d_in, variance=white_variance, batch_shape=(int(output_dim),), dtype=z.dtype))
+        mean = None
+        if mean_weight is not None:
+            mean_weight = torch.as_tensor(mean_weight, dtype=z.dtype)
+            if tuple(mean_weight.shape) != (d_in, int(output_dim)):
+                raise ValueError(
+                    f"mean_weight must have shape [D_in, D_out] = [{d_in}, {output_dim}], got {tuple(mean_weight.shape)}"
+                )
+            mean = LinearMean(mean_weight, learn=learn_mean)
+        self.gp = SparseVariationalGP(kern, z, int(output_dim), mean, q_var_init, learn_inducing, jitter)
+
+    @property
+    def input_dim(self) -> int:
+        return self.gp.inducing_points.shape[-1]
+
+    @property
+    def output_dim(self) -> int:
+        return self.gp.num_outputs
+
+    @property
+    def num_inducing(self) -> int:
+        return self.gp.num_inducing
+
+    def kl_divergence(self) -> torch.Tensor:
+        """KL[q(v_ℓ) || N(0, I)] of the layer's own Gaussian posterior (appendix eq. 9)."""
+        return self.gp.kl_divergence()
+
+    def conditional(self, x: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Marginals of p(f(x) | v) for whitened inducing outputs v [..., D_out, M]: mean, var [..., N, D_out]."""
+        if v.shape[-2:] != (self.output_dim, self.num_inducing):
+            raise ValueError(
+                f"v must have shape [..., {self.output_dim}, {self.num_inducing}] (D_out, M), got {tuple(v.shape)}"
+            )
+        lead, n = x.shape[:-2], x.shape[-2]
+        flat = x.reshape(-1, x.shape[-1])
+        a, _ = self.gp._projection(flat)  # [D_out, M, P]: one batch over outputs, all samples' points as columns
+        var = (self.gp.kernel.diag(flat.unsqueeze(-3)) - a.square().sum(-2)).mT.clamp_min(1e-12)  # [P, D_out]
+        a = a.reshape(a.shape[:2] + lead + (n,)).movedim(1, -2).movedim(0, -3)  # [..., D_out, M, N]
+        mean = (v.unsqueeze(-2) @ a).squeeze(-2).mT  # [..., N, D_out]
+        var = var.reshape(lead + (n, self.output_dim))
+        if self.gp.mean_function is not None:
+            mean = mean + self.gp.mean_function(x)
+        return mean, var
+
+    def marginals(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q(f(x)) marginals under the layer's Gaussian q(v), mean and var [..., N, D_out].
+
+        The marginals are per point, so the sample axes are folded into N: one kernel batch over the outputs
+        (no K_ZZ factor broadcast over samples) and large matrix products instead of many small ones.
+        """
+        lead, n = x.shape[:-2], x.shape[-2]
+        mean, var = self.gp.marginals(x.reshape(-1, x.shape[-1]))
+        return mean.reshape(lead + (n, -1)), var.reshape(lead + (n, -1))
+
+    def forward(
+        self, x: torch.Tensor, v: torch.Tensor | None = None, generator: torch.Generator | None = None,
+        num_samples: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(sample, mean, var) of f(x), each [S, N, D_out], for x [S, N, D_in] (or [N, D_in] with num_samples).
+
+        The sample is mean + sqrt(var)·ε with independent ε per point and output (the marginal trick,
+        Salimbeni & Deisenroth eq. 7). With v (whitened inducing outputs, [S, D_out, M]) the marginals are
+        those of p(f | v), as needed by a non-Gaussian q(U).
+        """
+        if x.dim() < 2 or x.shape[-1] != self.input_dim:
+            raise ValueError(f"x must have shape [S, N, {self.input_dim}] or [N, {self.input_dim}], got {tuple(x.shape)}")
+        mean, var = self.marginals(x) if v is None else self.conditional(x, v)
+        shape = mean.shape
+        if num_samples is not None and mean.dim() == 2:
+            shape = (int(num_samples),) + tuple(shape)
+        eps = torch.randn(shape, dtype=mean.dtype, device=mean.device, generator=generator)
+        sample = mean + var.sqrt() * eps
+        return sample, mean.expand(shape), var.expand(shape)
+
+
+class DeepGP(nn.Module):
+    """A deep GP F_L = f_L ∘ … ∘ f_1(X) with likelihood p(y | F_L) (CNF-DGP paper §II, eq. 3).
+
+    Args:
+        layers: GPLayer sequence; layer ℓ's input width must equal layer ℓ-1's output width.
+        likelihood: defaults to GaussianLikelihood(num_outputs = last layer's width).
+        posterior: None for independent Gaussian q(U_ℓ) per layer (DSVI), or a flow posterior with
+            `sample(num_samples, inducing_inputs, generator) -> ([v_ℓ [S, D_ℓ, M]], log q [S])` (cnf_posterior module).
+        num_samples: S used by `elbo` when none is given (training).
+        quadrature_points: Gauss-Hermite points for non-Gaussian likelihood expectations.
+        predict_quadrature_points: points for predictive densities under non-Gaussian likelihoods.
+    """
+
+    def __init__(
+        self,
+        layers: Sequence[GPLayer],
+        likelihood: Likelihood | None = None,
+        posterior: nn.Module | None = None,
+        num_samples: int = 1,
+        quadrature_points: int = 20,
+        predict_quadrature_points: int = 100,
+    ):
+        super().__init__()
+        layers = list(layers)
+        if not layers:
+            raise ValueError("a DeepGP needs at least one layer")
+        for i, layer in enumerate(layers):
+            if not isinstance(layer, GPLayer):
+                raise TypeError(f"layers[{i}] must be a GPLayer, got {type(layer).__name__}")
+            if i and layer.input_dim != layers[i - 1].output_dim:
+                raise ValueError(
+                    f"layers[{i}] takes {layer.input_dim} inputs but layers[{i - 1}] outputs {layers[i - 1].output_dim}"
+                )
+        self.layers = nn.ModuleList(layers)
+        self.likelihood = likelihood if likelihood is not None else GaussianLikelihood(num_outputs=layers[-1].output_dim)
+        self.posterior = posterior
+        if posterior is not None:
+            # q(U) comes from the flow: the layers' own Gaussian q(v) is unused, so keep it out of the optimiser
+            for layer in layers:
+                layer.gp.q_mu.requires_grad_(False)
+                layer.gp.q_sqrt.requires_grad_(False)
+        self.num_samples = _positive_int(num_samples, "num_samples")
+        self.quadrature_points = int(quadrature_points)
+        self.predict_quadrature_points = int(predict_quadrature_points)
+
+    # ----- shapes and checks -------------------------------------------------------------------------
+    @property
+    def input_dim(self) -> int:
+        return self.layers[0].input_dim
+
+    @property
+    def num_outputs(self) -> int:
+        return self.layers[-1].output_dim
+
+    def _check(self, x, y=None):
+        x = as_inputs(x, self.input_dim)
+        if y is None:
+            return x
+        if y.dim() == 1 and not y.is_floating_point():  # class labels for a multiclass likelihood
+            if y.shape[0] != x.shape[0]:
+                raise ValueError(f"y has {y.shape[0]} labels but x has {x.shape[0]} rows")
+            return x, y
+        return x, as_targets(y, x.shape[0], self.num_outputs)
+
+    # ----- sampling through the layers ---------------------------------------------------------------
+    def sample_inducing(self, num_samples: int, generator=None):
+        """(list of whitened v_ℓ [S, D_ℓ, M] or None, KL estimate) for one ELBO evaluation.
+
+        Gaussian q: v is integrated analytically per layer and the KL is closed form. Flow q: v ~ q(V) and
+        KL ≈ (1/S) Σ_s [log q(v_s) - log N(v_s; 0, I)] (CNF-DGP eq. 6; whitening leaves the KL unchanged).
+        """
+        if self.posterior is None:
+            return None, sum(layer.kl_divergence() for layer in self.layers)
+        z = [layer.gp.inducing_points for layer in self.layers]
+        vs, log_q = self.posterior.sample(num_samples, z, generator=generator)
+        log_p = sum(-0.5 * (v.square() + _LOG_2PI).sum((-2, -1)) for v in vs)
+        return vs, (log_q - log_p).mean()
+
+    def propagate(self, x: torch.Tensor, num_samples: int = 1, generator=None, inducing=None):
+        """[(sample, mean, var) per layer], each [S, N, D_ℓ]: S samples pushed through the layers.
+
+        `inducing` is a list of whitened v_ℓ [S, D_ℓ, M] (flow posterior samples); None uses each layer's
+        Gaussian marginals. The first layer sees the same X for every sample and is evaluated once.
+        """
+        num_samples = _positive_int(num_samples, "num_samples")
+        outs = []
+        h = x
+        for i, layer in enumerate(self.layers):
+            v = None if inducing is None else inducing[i]
+            sample, mean, var = layer(h, v=v, generator=generator, num_samples=num_samples)
+            outs.append((sample, mean, var))
+            h = sample
+        return outs
+
+    # ----- objective ---------------------------------------------------------------------------------
+    def expected_log_likelihood(self, y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+        """Σ_n E_{q(f_L(x_n) | F_{L-1})}[log p(y_n | f)] per sample, [S] (closed form for a Gaussian)."""
+        ell = self.likelihood.expected_log_prob(_match_labels(y, mean), mean, var, self.quadrature_points)
+        return ell.reshape(ell.shape[0], -1).sum(-1)
+
+    def elbo(self, x: torch.Tensor, y: torch.Tensor, num_data: int | None = None,
+             num_samples: int | None = None, generator=None) -> torch.Tensor:
+        """Minibatch ELBO (CNF-DGP eq. 3 / eq. 6): (N/B)·(1/S) Σ_s Σ_batch E[log p(y_n | f_L)] - KL."""
+        x, y = self._check(x, y)
+        num_data = x.shape[0] if num_data is None else int(num_data)
+        num_samples = self.num_samples if num_samples is None else _positive_int(num_samples, "num_samples")
+        vs, kl = self.sample_inducing(num_samples, generator)
+        _, mean, var = self.propagate(x, num_samples, generator, vs)[-1]
+        ell = self.expected_log_likelihood(y, mean, var).mean()
+        return ell * (num_data / x.shape[0]) - kl
+
+    # ----- prediction --------------------------------------------------------------------------------
+    def predict_f_samples(self, x: torch.Tensor, num_samples: int = 100, generator=None):
+        """Last-layer marginals (mean, var) [S, N, L] for S samples of the hidden layers (and of q(U))."""
+        x = self._check(x)
+        vs, _ = self.sample_inducing(num_samples, generator)
+        _, mean, var = self.propagate(x, num_samples, generator, vs)[-1]
+        return mean, var
+
+    def predict_f(self, x: torch.Tensor, num_samples: int = 100, generator=None):
+        """Mean and variance of the S-component Gaussian mixture q(f_L(x*)), each [N, L]."""
+        mean, var = self.predict_f_samples(x, num_samples, generator)
+        return _mixture_moments(mean, var)
+
+    def predict(self, x: torch.Tensor, num_samples: int = 100, generator=None):
+        """Predictive mean and variance of y* (noise included) under the mixture over S samples, [N, L]."""
+        mean, var = self.predict_f_samples(x, num_samples, generator)
+        if not hasattr(self.likelihood, "predictive_moments"):
+            raise TypeError(f"{type(self.likelihood).__name__} has no predictive_moments; use predict_f")
+        return _mixture_moments(*self.likelihood.predictive_moments(mean, var))
+
+    def log_predictive_density(self, x: torch.Tensor, y: torch.Tensor, num_samples: int = 100, generator=None):
+        """log p(y* | x*) ≈ log (1/S) Σ_s p(y* | q_s(f_L)) by log-sum-exp over the S samples, [N, L] (or [N])."""
+        x, y = self._check(x, y)
+        vs, _ = self.sample_inducing(num_samples, generator)
+        _, mean, var = self.propagate(x, num_samples, generator, vs)[-1]
+        lpd = self.likelihood.predictive_log_density(_match_labels(y, mean), mean, var, self.predict_quadrature_points)
+        return torch.logsumexp(lpd, dim=0) - math.log(lpd.shape[0])
+
+    def predict_quantiles(self, x: torch.Tensor, probs, num_samples: int = 100, generator=None,
+                          iterations: int = 80) -> torch.Tensor:
+        """Quantiles [P, N, L] of the Gaussian mixture p(y*) = (1/S) Σ_s N(m_s, v_s + σ²), by bisection."""
+        mean, var = self.predict_f_samples(x, num_samples, generator)
+        if not hasattr(self.likelihood, "predictive_moments"):
+            raise TypeError(f"{type(self.likelihood).__name__} has no predictive_moments; quantiles need one")
+        mean, var = self.likelihood.predictive_moments(mean, var)
+        return gaussian_mixture_quantiles(mean, var, probs, iterations)
+
+    def sample_f(self, x: torch.Tensor, num_samples: int = 1, generator=None) -> torch.Tensor:
+        """Samples of f_L(x*) [S, N, L], independent across x* (the marginal trick, not joint draws)."""
+        x = self._check(x)
+        vs, _ = self.sample_inducing(num_samples, generator)
+        return self.propagate(x, num_samples, generator, vs)[-1][0]
+
+
+def _positive_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _match_labels(y: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
+    """Class labels [N] expanded to the samples' leading shape [S, N] (multiclass likelihoods index f [S, N, C])."""
+    if not y.is_floating_point() and y.dim() < mean.dim() - 1:
+        return y.expand(mean.shape[:-1])
+    return y
+
+
+def _mixture_moments(mean: torch.Tensor, var: torch.Tensor):
+    """Mean and variance of an equal-weight mixture over dim 0: E[m], E[v + m²] - E[m]²."""
+    first = mean.mean(0)
+    return first, ((var + mean.square()).mean(0) - first.square()).clamp_min(0)
+
+
+def gaussian_mixture_quantiles(mean: torch.Tensor, var: torch.Tensor, probs, iterations: int = 80) -> torch.Tensor:
+    """Quantiles [P, ...] of (1/S) Σ_s N(mean_s, var_s) (components on dim 0) by vectorised bisection."""
+    probs = torch.as_tensor(probs, dtype=mean.dtype, device=mean.device).reshape(-1)
+    if torch.any((probs <= 0) | (probs >= 1)):
+        raise ValueError(f"quantile probabilities must lie in (0, 1), got {probs.tolist()}")
+    with torch.no_grad():
+        std = var.clamp_min(0).sqrt()
+        lo = (mean - 10 * std).amin(0) - 1e-9
+        hi = (mean + 10 * std).amax(0) + 1e-9
+        shape = (-1,) + (1,) * lo.dim()
+        target = probs.view(shape)
+        lo = lo.unsqueeze(0).expand((len(probs),) + lo.shape).clone()
+        hi = hi.unsqueeze(0).expand_as(lo).clone()
+        for _ in range(iterations):  # each step halves the bracket
+            mid = 0.5 * (lo + hi)
+            cdf = torch.special.ndtr((mid.unsqueeze(1) - mean) / std.clamp_min(1e-300)).mean(1)
+            below = cdf < target
+            lo = torch.where(below, mid, lo)
+            hi = torch.where(below, hi, mid)
+        return 0.5 * (lo + hi)
+
+
+def build_deep_gp(
+    x: torch.Tensor,
+    y_dim: int,
+    num_layers: int,
+    num_inducing: int = 100,
+    kernel: str = "rbf",
+    hidden_width: int | None = None,
+    likelihood: Likelihood | None = None,
+    posterior: str = "gaussian",
+    lengthscale=1.0,
+    variance=1.0,
+    period=1.0,
+    white_variance: float = 1e-6,
+    q_var_init: float = 1e-5,
+    num_samples: int = 1,
+    kmeans_restarts: int = 10,
+    seed: int = 0,
+    inducing_points: torch.Tensor | None = None,
+    learn_inducing: bool = True,
+    flow_steps: int = 2,
+    flow_nonlinear: bool = True,
+    quadrature_points: int = 20,
+    predict_quadrature_points: int = 100,
+) -> DeepGP:
+    """A DeepGP initialised as in Salimbeni & Deisenroth / TGP appendix B.6.
+
+    Hidden layers have `hidden_width` GPs (default `hidden_layer_width(D, y_dim)`, the TGP paper's rule),
+    a fixed linear mean (PCA of the propagated inputs / identity) and a White(1e-6) kernel term; the last
+    layer has y_dim GPs and zero mean. Every layer has the same M inducing inputs: k-means centres of X
+    (best of `kmeans_restarts`) pushed through the preceding mean projections, so that the inducing
+    outputs of all layers stack into the M × 1 × Σd_ℓ tensor of the convolutional flow posterior.
+    `posterior` is "gaussian" (DSVI), "cnf" (CNF-DGP §III) or "flow-layerwise" (the naive flow of Fig. 1).
+    """
+    from ..inducing import kmeans_inducing_points
+    from .cnf_posterior import ConvolutionalFlowPosterior, LayerwiseFlowPosterior
+
+    x = as_inputs(x)
+    num_layers = _positive_int(num_layers, "num_layers")
+    y_dim = _positive_int(y_dim, "y_dim")
+    if posterior not in POSTERIORS:
+        raise ValueError(f"posterior must be one of {POSTERIORS}, got {posterior!r}")
+    d = x.shape[1]
+    width = hidden_layer_width(d, y_dim) if hidden_width is None else _positive_int(hidden_width, "hidden_width")
+    if inducing_points is None:
+        z = torch.as_tensor(kmeans_inducing_points(x, num_inducing, kmeans_restarts, seed), dtype=x.dtype,
+                            device=x.device)
+    else:
+        z = torch.as_tensor(inducing_points, dtype=x.dtype, device=x.device)
+        if z.dim() != 2 or z.shape[1] != d:
+            raise ValueError(f"inducing_points must have shape [M, {d}], got {tuple(z.shape)}")
+    layers = []
+    x_run, z_run = x, z
+    for ell in range(num_layers):
+        last = ell == num_layers - 1
+        d_out = y_dim if last else width
+        weight = None
+        if not last:
+            weight = linear_mean_weight(x_run, d_out)
+        layer = GPLayer(z_run, d_out, kernel=kernel, mean_weight=weight, white_variance=None if last else white_variance,
+                        lengthscale=lengthscale, variance=variance, q_var_init=q_var_init,
+                        learn_inducing=learn_inducing, period=period)
+        layers.append(layer.to(device=x.device, dtype=x.dtype))
+        if not last:
+            x_run, z_run = x_run @ weight, z_run @ weight
+    flow = None
+    if posterior == "cnf":
+        flow = ConvolutionalFlowPosterior(layers, num_steps=flow_steps, nonlinear=flow_nonlinear,
+                                          scale_init=math.sqrt(q_var_init)).to(device=x.device, dtype=x.dtype)
+    elif posterior == "flow-layerwise":
+        flow = LayerwiseFlowPosterior(layers, num_steps=flow_steps, nonlinear=flow_nonlinear,
+                                      scale_init=math.sqrt(q_var_init)).to(device=x.device, dtype=x.dtype)
+    model = DeepGP(layers, likelihood, flow, num_samples=num_samples, quadrature_points=quadrature_points,
+                   predict_quadrature_points=predict_quadrature_points)
+    return model.to(device=x.device, dtype=x.dtype)

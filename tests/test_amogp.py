@@ -1,0 +1,306 @@
+"""AMO-GP: reduction to a sparse GP, lower bound on the exact marginal likelihood, predictions, estimator."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from flowgp.kernels import make_kernel
+from flowgp.likelihoods import GaussianLikelihood
+from flowgp.models import SVGP
+from flowgp.models.amogp import AMOGP
+
+
+def _z(d, m, lo=-2.0, hi=2.0):
+    return torch.linspace(lo, hi, m).expand(d, m).clone()
+
+
+def _set_random_q(ind, gen, scale=0.3):
+    with torch.no_grad():
+        ind.q_mu.copy_(torch.randn(ind.q_mu.shape, generator=gen))
+        ind.q_sqrt.copy_(torch.eye(ind.q_sqrt.shape[-1]) * 0.5 + scale * torch.randn(ind.q_sqrt.shape, generator=gen))
+
+
+def _svgp_twin(model, noise):
+    """A flowgp SVGP with the same kernel (RBF, lengthscale sqrt(2)ℓ), Z, q(u) and noise as a 1-output MO-GP."""
+    ls = float(model.kernel.lengthscale[0, 0, 0].detach()) * math.sqrt(2)
+    var = float(model.kernel.variance[0, 0].detach())
+    svgp = SVGP(make_kernel("rbf", 1, lengthscale=ls, variance=var), model.latent.z[0].detach(),
+                GaussianLikelihood(noise=noise))
+    with torch.no_grad():
+        svgp.gp.q_mu.copy_(model.latent.q_mu)
+        svgp.gp.q_sqrt.copy_(model.latent.q_sqrt_tril())
+    return svgp
+
+
+def _data(n=30, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 1, generator=g) * 4 - 2
+    y = torch.sin(2 * x[:, 0]) + 0.1 * torch.randn(n, generator=g)
+    return x, y
+
+
+def test_identity_layers_one_output_is_exactly_svgp(float64_default):
+    x, y = _data()
+    out = torch.zeros(30, dtype=torch.long)
+    model = AMOGP(None, _z(1, 7), None, alignment=False, warping=False, lengthscale=0.9, variance=1.3, noise=0.1)
+    _set_random_q(model.latent, torch.Generator().manual_seed(1))
+    svgp = _svgp_twin(model, 0.1)
+    torch.testing.assert_close(model.elbo(x, y, out), svgp.elbo(x, y[:, None]))
+    mean, var = model.predict_y(x, out)
+    ref_mean, ref_var = svgp.predict(x)
+    torch.testing.assert_close(mean, ref_mean[:, 0])
+    torch.testing.assert_close(var, ref_var[:, 0])
+    lpd = model.log_predictive_density(x, y, out, method="gaussian")
+    torch.testing.assert_close(lpd, svgp.log_predictive_density(x, y[:, None])[:, 0])
+
+
+def test_alignment_point_mass_limit_recovers_svgp(float64_default):
+    """Alignment GP with q(a) -> δ(x): the bound and predictions converge to the sparse GP's."""
+    x, y = _data()
+    out = torch.zeros(30, dtype=torch.long)
+    ref = AMOGP(None, _z(1, 7), None, alignment=False, warping=False, lengthscale=0.9, noise=0.1)
+    _set_random_q(ref.latent, torch.Generator().manual_seed(2))
+    target = _svgp_twin(ref, 0.1).elbo(x, y[:, None]).item()
+    gaps = []
+    for eps in (1e-2, 1e-3, 1e-4):
+        model = AMOGP(_z(1, 8), _z(1, 7), None, alignment=True, warping=False, lengthscale=0.9, noise=0.1,
+                      alignment_variance=eps ** 2, alignment_noise=eps, alignment_lengthscale=2.0)
+        model.latent.load_state_dict(ref.latent.state_dict())
+        with torch.no_grad():
+            model.align.q_sqrt.copy_(torch.eye(8))  # whitened q(v) = p(v): KL = 0
+        bound = model.elbo(x, y, out).item()
+        gaps.append(abs(target - bound))
+        mean, var = model.predict_y(x, out)
+    assert gaps[0] > gaps[1] > gaps[2]
+    assert gaps[2] < 1e-2
+    ref_mean, ref_var = ref.predict_y(x, out)
+    torch.testing.assert_close(mean, ref_mean, atol=1e-3, rtol=1e-3)
+    torch.testing.assert_close(var, ref_var, atol=1e-3, rtol=1e-3)
+
+
+def _exact_log_marginal(model, x, y, out, num_samples, gen):
+    """log p(y) of the full hierarchy by Monte Carlo over (a, f); y | f is Gaussian (warping GP + noise)."""
+    d_count = model.num_outputs
+    s = num_samples
+    avar, als = model._align_params()
+    wvar, wls = model._warp_params()
+    a = torch.zeros(s, x.shape[0])
+    for d in range(d_count):
+        idx = (out == d).nonzero()[:, 0]
+        xd = x[idx]
+        k = avar[d] * torch.exp(-0.5 * (xd - xd.mT).square() / als[d] ** 2)
+        cov = k + model.alignment_noise[d] * torch.eye(len(idx))
+        a[:, idx] = xd[:, 0] + (torch.linalg.cholesky(cov) @ torch.randn(s, len(idx), 1, generator=gen))[..., 0]
+    kf = model.kernel(a.unsqueeze(-1), out) + torch.diag(model.latent_noise[out])
+    f = (torch.linalg.cholesky(kf) @ torch.randn(s, x.shape[0], 1, generator=gen))[..., 0]
+    logp = torch.zeros(s)
+    for d in range(d_count):
+        idx = (out == d).nonzero()[:, 0]
+        fd = f[:, idx]
+        kg = wvar[d] * torch.exp(-0.5 * (fd.unsqueeze(-1) - fd.unsqueeze(-2)).square() / wls[d] ** 2)
+        cov = kg + model.noise[d] * torch.eye(len(idx))
+        logp = logp + torch.distributions.MultivariateNormal(fd, cov).log_prob(y[idx])
+    lme = torch.logsumexp(logp, 0) - math.log(s)
+    w = torch.exp(logp - lme)
+    return lme.item(), (w.std() / math.sqrt(s)).item()
+
+
+def test_bound_below_exact_log_marginal_likelihood(float64_default):
+    x = torch.tensor([[-1.0], [0.5], [-0.3], [1.2]])
+    out = torch.tensor([0, 0, 1, 1])
+    y = torch.tensor([0.4, -0.8, 0.9, -0.2])
+    model = AMOGP(_z(2, 4), _z(2, 4), _z(2, 4), latent_processes=1, lengthscale=1.0, noise=0.05,
+                  alignment_variance=0.1, alignment_noise=0.01, warping_variance=0.1, latent_noise=0.01)
+    opt = torch.optim.Adam(model.parameters(), lr=0.03)
+    for _ in range(150):
+        opt.zero_grad()
+        (-model.elbo(x, y, out)).backward()
+        opt.step()
+    with torch.no_grad():
+        bound = model.elbo(x, y, out).item()
+        exact, se = _exact_log_marginal(model, x, y, out, 100_000, torch.Generator().manual_seed(0))
+    assert bound <= exact + 4 * se
+    assert exact - bound < 10.0  # and not vacuous: the optimised bound is within a few nats
+
+
+def test_minibatch_bound_is_unbiased(float64_default):
+    x, y = _data(24)
+    out = torch.arange(24) % 3
+    model = AMOGP(_z(3, 5), _z(3, 6), _z(3, 5), latent_processes=2, alignment_variance=0.1, warping_variance=0.1)
+    _set_random_q(model.latent, torch.Generator().manual_seed(3), 0.1)
+    full = model.elbo(x, y, out)
+    perm = torch.randperm(24)
+    parts = [model.elbo(x[i], y[i], out[i], num_data=24) for i in perm.split(8)]
+    torch.testing.assert_close(torch.stack(parts).mean(), full)
+
+
+def test_propagated_moments_match_hierarchy_samples(float64_default):
+    """With warping fixed to the identity the propagated Gaussian has the exact moments of y*."""
+    model = AMOGP(_z(2, 5), _z(2, 6), None, warping=False, latent_processes=2, alignment_variance=0.2,
+                  alignment_noise=0.05, lengthscale=0.8)
+    gen = torch.Generator().manual_seed(4)
+    _set_random_q(model.latent, gen)
+    _set_random_q(model.align, gen)
+    x = torch.tensor([[-1.0], [0.3], [1.5]])
+    out = torch.tensor([0, 1, 1])
+    with torch.no_grad():
+        mean, var = model.predict_y(x, out)
+        smp = model.sample(x, out, 40_000, generator=gen)
+    mc_mean = smp["y_mean"].mean(0)
+    se = smp["y_mean"].std(0) / 200
+    assert torch.all((mean - mc_mean).abs() < 4.5 * se)
+    mc_var = smp["y_var"].mean(0) + smp["y_mean"].var(0)
+    torch.testing.assert_close(var, mc_var, rtol=0.05, atol=0.0)
+
+
+def test_warping_layer_moments_match_monte_carlo(float64_default):
+    """Moments of ĝ(f) = f + g̃(f) under a Gaussian q(f) and q(u_g) (identity-mean Ψ-statistics)."""
+    g = torch.Generator().manual_seed(6)
+    model = AMOGP(_z(2, 4), _z(2, 4), _z(2, 5), warping_variance=0.3)
+    _set_random_q(model.warp, g)
+    post = model._posteriors()
+    m, v, out = torch.tensor([0.3, -0.5, 1.0]), torch.tensor([0.2, 0.5, 0.1]), torch.tensor([0, 1, 1])
+    with torch.no_grad():
+        mean, var, _ = model._warping_layer(post, m, v, out)
+        f = m + v.sqrt() * torch.randn(100_000, 3, generator=g)
+        _, _, kinv, chol = post["g"]
+        beta = model.warp.sample_beta(chol, 100_000, g)[:, out]
+        wv, wl = model._warp_params()
+        k = wv[out, None] * torch.exp(-0.5 * (f.unsqueeze(-1) - model.warp.z[out][..., 0]).square() / wl[out, None] ** 2)
+        cond = wv[out] - torch.einsum("snm,nmk,snk->sn", k, kinv[out], k)
+        gm = f + (k * beta).sum(-1)
+    assert torch.all((mean - gm.mean(0)).abs() < 4.5 * gm.std(0) / math.sqrt(100_000))
+    torch.testing.assert_close(var, gm.var(0) + cond.mean(0), rtol=0.02, atol=0.0)
+
+
+def test_full_model_predictions_and_samples_are_consistent(float64_default):
+    model = AMOGP(_z(2, 5), _z(2, 6), _z(2, 5), alignment_variance=0.1, warping_variance=0.1)
+    x = torch.linspace(-1, 1, 5)[:, None]
+    out = torch.tensor([0, 1, 0, 1, 1])
+    with torch.no_grad():
+        layers = model.predict_layers(x, out)
+        smp = model.sample(x, out, 4000, generator=torch.Generator().manual_seed(0))
+        lpd = model.log_predictive_density(x, torch.zeros(5), out, num_samples=500)
+    assert set(layers) == {"a", "f", "y"}
+    assert all(v[0].shape == (5,) and torch.all(v[1] >= 0) for v in layers.values())
+    assert smp["g"].shape == (4000, 5) and torch.isfinite(lpd).all()
+    # the prior-like model (q(u) ≈ 0): alignment means ≈ identity, warped mean ≈ latent mean
+    torch.testing.assert_close(layers["a"][0], x[:, 0], atol=1e-6, rtol=0)
+    torch.testing.assert_close(smp["y_mean"].mean(0), layers["y"][0], atol=0.1, rtol=0)
+
+
+def test_model_bad_input_refused(float64_default):
+    model = AMOGP(_z(2, 4), _z(2, 4), _z(2, 4))
+    x, y = _data(6)
+    with pytest.raises(ValueError, match="0..1"):
+        model.elbo(x, y, torch.tensor([0, 1, 2, 0, 1, 0]))
+    with pytest.raises(ValueError, match="shape"):
+        model.elbo(x, y[:5], torch.zeros(6, dtype=torch.long))
+    with pytest.raises(ValueError, match="shape"):
+        model.elbo(x, y, torch.zeros(5, dtype=torch.long))
+    with pytest.raises(ValueError, match="1-D inputs"):
+        model.elbo(torch.zeros(6, 2), y, torch.zeros(6, dtype=torch.long))
+    with pytest.raises(ValueError, match="z_alignment"):
+        AMOGP(_z(3, 4), _z(2, 4), _z(2, 4))
+
+
+# ----- estimator -----------------------------------------------------------------------------------------
+def _series(seed=0, gap=False, shift=0.2, freq=1.0, n=40):
+    rng = np.random.default_rng(seed)
+    xs, ys, os_ = [], [], []
+    for d in range(2):
+        t = np.sort(rng.uniform(0, 6, n))
+        if gap and d == 1:
+            t = t[(t < 2) | (t > 4)]
+        xs.append(t)
+        ys.append((1 + d) * np.sin(freq * t + shift * d) + 0.05 * rng.standard_normal(len(t)) + 3 * d)
+        os_.append(np.full(len(t), d))
+    return np.concatenate(xs)[:, None], np.concatenate(ys), np.concatenate(os_)
+
+
+def test_estimator_fit_predict_save_load(tmp_path):
+    import flowgp
+    from flowgp import AlignedMultiOutputGPRegressor
+
+    X, y, o = _series()
+    est = AlignedMultiOutputGPRegressor(num_inducing=8, num_inducing_alignment=4, num_inducing_warping=4,
+                                        epochs=15, batch_size=None, verbose=False, num_samples=50)
+    est.fit(X, y, o)
+    mean, std = est.predict(X[:5], o[:5], return_std=True)
+    assert mean.shape == (5,) and np.all(std > 0)
+    lo, hi = est.predict_interval(X[:5], o[:5])
+    assert np.all(lo < mean) and np.all(mean < hi)
+    lo2, hi2 = est.predict_interval(X[:5], o[:5], method="samples")
+    assert np.all(lo2 < hi2)
+    lpd = est.log_predictive_density(X, y, o)
+    assert lpd.shape == (len(y),) and np.isfinite(lpd).all()
+    assert np.isfinite(est.score(X, y, o)) and np.isfinite(est.elbo(X, y, o))
+    lay = est.layers(np.linspace(0, 6, 7), 1, f_grid=np.linspace(-2, 2, 5))
+    assert lay["alignment"][0].shape == (7,) and lay["warping"][1].shape == (5,) and np.all(lay["warping"][1] > 0)
+    path = est.save(tmp_path / "amogp.pt")
+    for loaded in (AlignedMultiOutputGPRegressor.load(path), flowgp.load(path)):
+        np.testing.assert_allclose(loaded.predict(X[:5], o[:5]), mean)
+        np.testing.assert_allclose(loaded.log_predictive_density(X, y, o), lpd)
+
+
+def test_mogp_fills_a_gap_from_the_other_output():
+    """Two correlated series, one with a gap: the MO-GP (CP kernel) beats an independent sparse GP there."""
+    from flowgp import AlignedMultiOutputGPRegressor, SVGPRegressor
+
+    X, y, o = _series(1, gap=True, shift=0.0, freq=2.5, n=60)
+    rng = np.random.default_rng(5)
+    xt = np.sort(rng.uniform(2.1, 3.9, 30))[:, None]
+    yt = 2 * np.sin(2.5 * xt[:, 0]) + 3
+    mogp = AlignedMultiOutputGPRegressor(num_inducing=15, alignment="identity", warping="identity", epochs=300,
+                                         batch_size=None, lr=0.03, lengthscale=0.3, verbose=False)
+    mogp.fit(X, y, o)
+    svgp = SVGPRegressor(num_inducing=12, epochs=300, lr=0.03, verbose=False, lengthscale=0.3)
+    svgp.fit(X[o == 1], y[o == 1])
+    rmse_mo = np.sqrt(np.mean((mogp.predict(xt, np.ones(30, int)) - yt) ** 2))
+    rmse_ind = np.sqrt(np.mean((svgp.predict(xt) - yt) ** 2))
+    assert rmse_mo < 0.5 * rmse_ind
+
+
+def test_estimator_bad_input_refused():
+    from flowgp import AlignedMultiOutputGPRegressor
+
+    X, y, o = _series()
+    est = AlignedMultiOutputGPRegressor(epochs=1, verbose=False, num_outputs=3)
+    with pytest.raises(ValueError, match=r"output\(s\) \[2\]"):
+        est.fit(X, y, o)
+    est = AlignedMultiOutputGPRegressor(epochs=1, verbose=False, num_inducing=4, num_inducing_alignment=3,
+                                        num_inducing_warping=3)
+    with pytest.raises(ValueError, match="output has"):
+        est.fit(X, y, o[:-1])
+    with pytest.raises(ValueError, match="y has"):
+        est.fit(X, y[:-1], o)
+    with pytest.raises(ValueError, match="integer"):
+        est.fit(X, y, o + 0.5)
+    with pytest.raises(RuntimeError, match="not fitted"):
+        est.predict(X, o)
+    with pytest.raises(ValueError, match="alignment"):
+        AlignedMultiOutputGPRegressor(alignment="spline").fit(X, y, o)
+    est.fit(X, y, o)
+    with pytest.raises(ValueError, match="0..1"):
+        est.predict(X[:3], [0, 1, 2])
+    with pytest.raises(ValueError, match="output is required"):
+        est.predict(X[:3], None)
+
+
+def test_bench_data_builders():
+    from flowgp.bench.amogp import _PM25, GAP, artificial_data, pm25_data
+
+    (X, y, o), (Xt, yt, ot) = artificial_data(0)
+    in_gap = (X[:, 0] >= GAP[0]) & (X[:, 0] < GAP[1])
+    assert not np.any(in_gap & (o == 2)) and np.any(in_gap & (o != 2))
+    assert np.all(ot == 2) and len(yt) > 10
+    if not _PM25.exists():
+        pytest.skip("PM2.5 data file not available")
+    (X, y, o), (Xt, yt, ot), sites, target = pm25_data(_PM25, "2019-03-15 00:00:00", 14, "n_kensington", 48)
+    assert sites[target] == "n_kensington" and np.all(ot == target) and 0 < len(yt) <= 48
+    assert np.isfinite(y).all() and np.isfinite(yt).all() and set(np.unique(o)) == {0, 1, 2, 3}
+    block = (X[:, 0] >= Xt[:, 0].min()) & (X[:, 0] <= Xt[:, 0].max())
+    assert not np.any(block & (o == target)) and np.any(block & (o != target))
+    with pytest.raises(ValueError, match="--site"):
+        pm25_data(_PM25, "2019-03-15 00:00:00", 14, "nowhere", 48)

@@ -1,0 +1,90 @@
+"""ResultStore: append-only JSON lines, skip finished rows, survive and repair torn lines."""
+import json
+
+import pytest
+
+from flowgp.bench.results import ResultStore, read_rows
+from flowgp.bench.runner import parse_int_list, parse_name_list, run_jobs
+
+KEY = ("dataset", "split")
+
+
+def test_append_and_skip(tmp_path):
+    path = tmp_path / "r.jsonl"
+    store = ResultStore(path, KEY)
+    assert not store.is_done({"dataset": "a", "split": 0})
+    store.append({"dataset": "a", "split": 0, "nll": 1.5})
+    again = ResultStore(path, KEY)
+    assert again.is_done({"dataset": "a", "split": 0, "other": 1})
+    assert not again.is_done({"dataset": "a", "split": 1})
+    assert again.rows == [{"dataset": "a", "split": 0, "nll": 1.5}]
+    assert path.read_text().endswith("\n") and len(path.read_text().splitlines()) == 1
+
+
+def test_torn_last_line_is_dropped_and_repaired(tmp_path):
+    path = tmp_path / "r.jsonl"
+    ResultStore(path, KEY).append({"dataset": "a", "split": 0})
+    with open(path, "a") as fh:
+        fh.write('{"dataset": "a", "split": 1, "nl')  # killed mid-write
+    with pytest.warns(RuntimeWarning, match="torn last line"):
+        store = ResultStore(path, KEY)
+    assert len(store) == 1 and not store.is_done({"dataset": "a", "split": 1})
+    store.append({"dataset": "a", "split": 1})
+    lines = path.read_text().splitlines()
+    assert [json.loads(s)["split"] for s in lines] == [0, 1]
+
+
+def test_complete_but_invalid_last_line_and_bad_middle_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"dataset": "a", "split": 0}\n\x00\x00\x00\n')
+    with pytest.warns(RuntimeWarning):
+        store = ResultStore(path, KEY)
+    assert len(store) == 1
+    path.write_text('{"dataset": "a", "split": 0}\nnot json\n{"dataset": "b", "split": 0}\n')
+    with pytest.warns(RuntimeWarning, match="malformed line 2"):
+        rows = read_rows(path)
+    assert [r["dataset"] for r in rows] == ["a", "b"]
+
+
+def test_whole_file_torn(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"dataset"')
+    with pytest.warns(RuntimeWarning):
+        store = ResultStore(path, KEY)
+    assert len(store) == 0 and path.read_text() == ""
+
+
+def test_key_errors(tmp_path):
+    with pytest.raises(ValueError, match="non-empty sequence"):
+        ResultStore(tmp_path / "r.jsonl", "dataset")
+    store = ResultStore(tmp_path / "r.jsonl", KEY)
+    with pytest.raises(ValueError, match="missing key fields \\['split'\\]"):
+        store.append({"dataset": "a"})
+
+
+def _square(job):
+    if job["split"] == 3:
+        raise RuntimeError("boom")
+    return {**job, "value": job["split"] ** 2}
+
+
+def test_run_jobs_skips_done_and_records_failures(tmp_path, capsys):
+    store = ResultStore(tmp_path / "r.jsonl", KEY)
+    store.append({"dataset": "a", "split": 0, "value": -1})
+    jobs = [{"dataset": "a", "split": i} for i in range(5)]
+    failures = run_jobs(jobs, _square, store, 1, verbose=False)
+    assert failures == 1
+    rows = {r["split"]: r["value"] for r in ResultStore(tmp_path / "r.jsonl", KEY).rows}
+    assert rows == {0: -1, 1: 1, 2: 4, 4: 16}  # row 0 kept, not recomputed; failed row 3 not written
+    err = read_rows(tmp_path / "r.errors.jsonl")
+    assert err[0]["split"] == 3 and "boom" in err[0]["error"]
+
+
+def test_parse_lists():
+    assert parse_int_list("0-3,7,2") == [0, 1, 2, 3, 7]
+    with pytest.raises(ValueError, match="inclusive ranges"):
+        parse_int_list("3-1")
+    with pytest.raises(ValueError, match="bad split list"):
+        parse_int_list("a", "split")
+    with pytest.raises(ValueError, match="unknown model"):
+        parse_name_list("svgp,foo", known=("svgp",), what="model")

@@ -1,0 +1,104 @@
+"""scikit-learn style deep-GP estimators (flowgp.estimators.deep)."""
+import numpy as np
+import pytest
+from sklearn.base import clone
+
+import flowgp
+from flowgp import DeepGPClassifier, DeepGPRegressor
+
+
+def _data(n=80, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-3, 3, size=(n, 2))
+    y = 5.0 + 2.0 * np.sin(1.5 * X[:, 0]) + 0.1 * rng.standard_normal(n)
+    return X, y
+
+
+@pytest.mark.parametrize("posterior", ["gaussian", "cnf"])
+def test_regressor_fits_predicts_and_round_trips(tmp_path, posterior):
+    X, y = _data()
+    est = DeepGPRegressor(layers=2, posterior=posterior, num_inducing=12, epochs=300, lr=0.03,
+                          num_samples_predict=20, kmeans_restarts=1, verbose=False)
+    est.fit(X, y)
+    mean, std = est.predict(X, return_std=True)
+    assert mean.shape == std.shape == (80,) and (std > 0).all()
+    assert np.sqrt(np.mean((mean - y) ** 2)) < 0.5 * y.std()  # learned much of the signal, in y's units
+    lo, hi = est.predict_interval(X, 0.9)
+    assert (lo < mean).all() and (mean < hi).all()
+    lpd = est.log_predictive_density(X, y)
+    assert lpd.shape == (80,) and np.isfinite(lpd).all()
+    assert np.isfinite(est.elbo(X, y)) and est.score(X, y) > 0.7
+    assert est.sample_f(X[:4], num_samples=3).shape == (3, 4)
+    # seeded predictions are reproducible, and save/load restores the same model
+    np.testing.assert_allclose(est.predict(X), mean)
+    est.save(tmp_path / "dgp.pt")
+    back = flowgp.load(tmp_path / "dgp.pt")
+    assert isinstance(back, DeepGPRegressor) and back.posterior == posterior
+    np.testing.assert_allclose(back.predict(X), mean, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(back.log_predictive_density(X, y), lpd, rtol=1e-10, atol=1e-10)
+
+
+def test_regressor_is_a_sklearn_estimator():
+    est = DeepGPRegressor(layers=4, posterior="flow-layerwise", num_samples_train=2)
+    params = clone(est).get_params()
+    assert params["layers"] == 4 and params["posterior"] == "flow-layerwise" and params["num_samples_train"] == 2
+
+
+def test_regressor_bad_input():
+    X, y = _data(20)
+    with pytest.raises(ValueError, match="posterior"):
+        DeepGPRegressor(posterior="ipvi").fit(X, y)
+    with pytest.raises(ValueError, match="layers"):
+        DeepGPRegressor(layers=0).fit(X, y)
+    with pytest.raises(TypeError, match="kernel"):
+        DeepGPRegressor(kernel=flowgp.make_kernel("rbf", 2)).fit(X, y)
+    with pytest.raises(RuntimeError, match="not fitted"):
+        DeepGPRegressor().predict(X)
+    with pytest.raises(ValueError, match="2-D"):
+        DeepGPRegressor(epochs=1, num_inducing=4, verbose=False).fit(X[:, 0], y)
+
+
+def test_binary_classifier(tmp_path):
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((60, 2))
+    y = np.where(X[:, 0] + X[:, 1] > 0, "pos", "neg")
+    est = DeepGPClassifier(layers=2, num_inducing=8, epochs=100, lr=0.03, num_samples_predict=10,
+                           kmeans_restarts=1, verbose=False).fit(X, y)
+    probs = est.predict_proba(X)
+    assert probs.shape == (60, 2)
+    np.testing.assert_allclose(probs.sum(1), 1.0)
+    assert (est.predict(X) == y).mean() > 0.85
+    assert (est.log_predictive_density(X, y) < 0).all()
+    est.save(tmp_path / "c.pt")
+    np.testing.assert_allclose(flowgp.load(tmp_path / "c.pt").predict_proba(X), probs, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("likelihood", ["robustmax", "softmax"])
+def test_multiclass_classifier(likelihood):
+    rng = np.random.default_rng(2)
+    centres = np.array([[0.0, 3.0], [3.0, -2.0], [-3.0, -2.0]])
+    labels = rng.integers(0, 3, 60)
+    X = centres[labels] + 0.5 * rng.standard_normal((60, 2))
+    est = DeepGPClassifier(layers=2, posterior="cnf", likelihood=likelihood, num_inducing=6, epochs=80, lr=0.05,
+                           num_samples_predict=10, kmeans_restarts=1, verbose=False).fit(X, labels)
+    probs = est.predict_proba(X)
+    assert probs.shape == (60, 3)
+    np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-6)
+    assert (est.predict(X) == labels).mean() > 0.9
+    with pytest.raises(ValueError, match="not seen"):
+        est.log_predictive_density(X[:2], np.array([0, 7]))
+
+
+def test_bench_model_table_entries():
+    from flowgp.bench.models import make_estimator, model_names, supports_task
+    from flowgp.bench.presets import get_preset
+
+    names = [f"{kind}{n}" for kind in ("dgp", "cnf-dgp") for n in range(2, 6)]
+    assert set(names) <= set(model_names())
+    est = make_estimator("cnf-dgp4", get_preset("tiny"), 20, 3, 100)
+    assert isinstance(est, DeepGPRegressor) and est.layers == 4 and est.posterior == "cnf" and est.seed == 3
+    assert make_estimator("dgp2", get_preset("tiny"), 20, 0, 100).posterior == "gaussian"
+    assert supports_task("dgp3", "classification")
+    assert isinstance(make_estimator("dgp3", get_preset("tiny"), 20, 0, 100, task="classification"), DeepGPClassifier)
+    with pytest.raises(TypeError, match="options"):
+        make_estimator("dgp2", get_preset("tiny"), 20, 0, 100, flow="sal")

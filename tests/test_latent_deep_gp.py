@@ -1,0 +1,374 @@
+"""Latent-variable deep GP with importance-weighted VI: bounds, REG/DREG estimators, q(z), prediction, data."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+from flowgp.diagnostics import latent_gradient_samples
+from flowgp.encoders import AmortizedLatentEncoder, FreeLatent, normal_log_prob
+from flowgp.models.latent_deep_gp import LatentDeepGP, build_latent_deep_gp, train_latent_deep_gp
+from flowgp.quadrature import gauss_hermite
+from flowgp.synthetic import make_multimodal_demo
+
+
+def _data(n=60, seed=0):
+    x, y, _ = make_multimodal_demo(n, seed=seed)
+    x = (x - x.mean()) / x.std()
+    y = (y - y.mean()) / y.std()
+    return torch.tensor(x), torch.tensor(y)[:, None]
+
+
+def _model(layers=2, amortized=True, k=5, gradient="dreg", n=60, train_steps=0):
+    x, y = _data(n)
+    model = build_latent_deep_gp(x, y, layers, num_inducing=8, amortized=amortized, num_importance=k,
+                                 gradient=gradient, kmeans_restarts=1, seed=0)
+    if train_steps:
+        train_latent_deep_gp(model, x, y, iterations=train_steps, lr=0.02, verbose=False)
+    return model, x, y
+
+
+def _gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+# ----- bounds --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("amortized", [True, False])
+def test_iw_bound_with_k1_equals_plain_elbo_on_same_samples(float64_default, amortized):
+    model, x, y = _model(amortized=amortized)
+    for s in (1, 4):
+        iw = model.elbo(x, y, num_importance=1, num_samples=s, generator=_gen(3))
+        plain = model.plain_elbo(x, y, num_samples=s, generator=_gen(3))
+        torch.testing.assert_close(iw, plain, rtol=1e-12, atol=1e-9)
+    # and K = 2 on the same generator differs (the test can fail)
+    iw2 = model.elbo(x, y, num_importance=2, generator=_gen(3))
+    assert not torch.isclose(iw2, model.plain_elbo(x, y, generator=_gen(3)))
+
+
+def test_plain_elbo_analytic_kl_agrees_with_mc_in_expectation(float64_default):
+    model, x, y = _model(amortized=True)
+    with torch.no_grad():
+        mc = torch.stack([model.plain_elbo(x, y, num_samples=50, generator=_gen(i)) for i in range(8)])
+        an = torch.stack([model.plain_elbo(x, y, num_samples=50, analytic_kl=True, generator=_gen(i))
+                          for i in range(8)])
+    diff = mc - an
+    assert abs(diff.mean()) < 4 * diff.std() / math.sqrt(len(diff)) + 1e-6
+
+
+def test_iw_bound_non_decreasing_in_k_in_expectation(float64_default):
+    model, x, y = _model(amortized=True, train_steps=30)
+    means, ses = [], []
+    with torch.no_grad():
+        for k in (1, 2, 5, 20):
+            terms = model.iw_terms(x, y, k, "reg", num_samples=300, generator=_gen(k)).sum(-1)  # [S]
+            means.append(terms.mean().item())
+            ses.append(terms.std().item() / math.sqrt(terms.shape[0]))
+    for i in range(len(means) - 1):
+        assert means[i + 1] >= means[i] - 3 * math.hypot(ses[i], ses[i + 1]), (means, ses)
+    assert means[-1] > means[0] + 3 * math.hypot(ses[0], ses[-1]), (means, ses)  # strictly tighter overall
+
+
+def test_log_weights_shapes_and_definition(float64_default):
+    model, x, y = _model(layers=1)
+    log_w, z = model.log_weights(x[:7], y[:7], num_importance=3, num_samples=2, generator=_gen(1))
+    assert log_w.shape == (2, 3, 7) and z.shape == (2, 3, 7, 1)
+    # one-layer model: log w = log N(y; μ, ·) closed-form ELL + log p(z) - log q(z), recomputed by hand
+    mean, std = model.q_params(x[:7], y[:7])
+    h = torch.cat([x[:7].expand(6, 7, 1), z.reshape(6, 7, 1)], -1)
+    _, f_mean, f_var = model.layers[0].forward(h)
+    noise = model.likelihood.noise
+    ell = -0.5 * (math.log(2 * math.pi) + noise.log() + ((y[:7] - f_mean).square() + f_var) / noise)
+    expected = ell.sum(-1).reshape(2, 3, 7) + normal_log_prob(z) - normal_log_prob(z, mean, std)
+    torch.testing.assert_close(log_w, expected)
+
+
+# ----- gradient estimators -------------------------------------------------------------------------------
+def test_estimators_share_value_and_model_gradients_but_not_qz_gradients(float64_default):
+    model, x, y = _model(amortized=True, k=10)
+    grads = {}
+    for g in ("reg", "dreg"):
+        model.zero_grad()
+        value = model.elbo(x, y, gradient=g, generator=_gen(5))
+        value.backward()
+        grads[g] = (value.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    torch.testing.assert_close(grads["reg"][0], grads["dreg"][0])
+    model_params = [n for n in grads["reg"][1] if not n.startswith("qz.")]
+    assert model_params
+    for n in model_params:
+        torch.testing.assert_close(grads["reg"][1][n], grads["dreg"][1][n])
+    assert not torch.allclose(grads["reg"][1]["qz.mean_head.weight"], grads["dreg"][1]["qz.mean_head.weight"])
+
+
+def test_dreg_matches_hand_written_d23_on_one_layer(float64_default):
+    """Eq. D.23 by hand: Σ_k w̃_k² ∂log w_k/∂z_k ∂z_k/∂(μ, σ) with log q at fixed (μ, σ)."""
+    model, x, y = _model(layers=1, amortized=False, k=6)
+    xb, yb = x[:4], y[:4]
+    g = latent_gradient_samples(model, x, y, torch.arange(4), 6, "dreg", repeats=2, seed=11, wrt="moments")
+    # redo the same draws by hand
+    gen = torch.Generator().manual_seed(11)
+    mean, std = (t.detach() for t in model.q_params(xb, yb, torch.arange(4)))
+    eps = torch.randn((2, 6, 4, 1), generator=gen)
+    z = (mean + std * eps).requires_grad_(True)
+    h = torch.cat([xb.expand(12, 4, 1), z.reshape(12, 4, 1)], -1)
+    _, f_mean, f_var = model.layers[0].forward(h, generator=gen)
+    noise = model.likelihood.noise
+    ell = (-0.5 * (math.log(2 * math.pi) + noise.log() + ((yb - f_mean).square() + f_var) / noise)).sum(-1)
+    log_w = ell.reshape(2, 6, 4) + normal_log_prob(z) - normal_log_prob(z, mean, std)
+    dlogw_dz = torch.autograd.grad(log_w.sum(), z)[0]  # [2, 6, 4, 1]
+    wt = torch.softmax(log_w.detach(), dim=1).unsqueeze(-1)
+    g_mu = (wt.square() * dlogw_dz).sum(1)
+    g_sigma = (wt.square() * dlogw_dz * eps).sum(1)
+    torch.testing.assert_close(g, torch.cat([g_mu, g_sigma], -1))
+
+
+@pytest.mark.parametrize("amortized", [True, False])
+def test_parameter_gradients_from_jacobian_match_direct_autograd(float64_default, amortized):
+    model, x, y = _model(amortized=amortized, k=4)
+    idx = torch.tensor([3, 17])
+    for g in ("reg", "dreg"):
+        draws = latent_gradient_samples(model, x, y, idx, 4, g, repeats=3, seed=2)  # [3, 2, P]
+        model.zero_grad()
+        q_idx = None if amortized else idx
+        terms = model.iw_terms(x[idx], y[idx], 4, g, num_samples=3, indices=q_idx, generator=_gen(2))
+        terms.sum().backward()
+        if amortized:
+            direct = torch.cat([p.grad.reshape(-1) for p in model.qz.parameters()])
+            torch.testing.assert_close(draws.sum((0, 1)), direct)
+        else:
+            direct = torch.cat([model.qz.mean.grad[idx], model.qz.raw_std.grad[idx]], -1)  # [2, 2]
+            torch.testing.assert_close(draws.sum(0), direct)
+
+
+@pytest.mark.parametrize("k", [10, 20])
+def test_reg_and_dreg_agree_in_expectation_and_dreg_has_lower_variance(float64_default, k):
+    # a fitted q(z) (300 Adam steps): DREG's advantage is a property of q near the posterior (Tucker et al.
+    # 2019); at the narrow initial q (σ ≈ 0.05) REG's score term is nearly deterministic and DREG can be noisier
+    model, x, y = _fitted_free_model()
+    idx = torch.tensor([0, 5, 9])
+    samples = {g: latent_gradient_samples(model, x, y, idx, k, g, repeats=2000, seed=4, wrt="moments")
+               for g in ("reg", "dreg")}
+    r, d = samples["reg"], samples["dreg"]
+    se = torch.sqrt(r.var(0) / r.shape[0] + d.var(0) / d.shape[0])
+    assert torch.all((r.mean(0) - d.mean(0)).abs() < 4 * se), (r.mean(0), d.mean(0), se)
+    assert torch.all(d.var(0) < 0.5 * r.var(0)), d.var(0) / r.var(0)
+
+
+_FITTED = {}
+
+
+def _fitted_free_model():
+    if "free" not in _FITTED:
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        try:
+            _FITTED["free"] = _model(amortized=False, k=10, train_steps=300)
+        finally:
+            torch.set_default_dtype(previous)
+    return _FITTED["free"]
+
+
+# ----- q(z) --------------------------------------------------------------------------------------------
+def test_amortized_encoder_initial_std_is_small(float64_default):
+    x, y = _data(200)
+    torch.manual_seed(0)
+    enc = AmortizedLatentEncoder(1, 1, latent_dim=2)
+    mean, std = enc(x, y)
+    assert mean.shape == std.shape == (200, 2)
+    target = F.softplus(torch.tensor(-3.0)).item()
+    geo = std.log().mean().exp().item()
+    assert target / 2 < geo < target * 2, geo
+    assert torch.all(std < 0.5) and torch.all(std >= 1e-6)
+    # the architecture of E.2: two hidden layers of 20 units with skip connections, Glorot weights
+    assert enc.layer1.out_features == 20 and enc.layer2.in_features == 2 + 20
+    assert enc.mean_head.in_features == 2 + 40
+
+
+def test_free_latent_indices_and_errors(float64_default):
+    q = FreeLatent(10, latent_dim=2)
+    x = torch.zeros(3, 1)
+    mean, std = q(x, x, torch.tensor([0, 4, 9]))
+    assert mean.shape == (3, 2)
+    torch.testing.assert_close(std, torch.full((3, 2), F.softplus(torch.tensor(-3.0)).item()))
+    with pytest.raises(ValueError, match="indices"):
+        q(x, x, torch.tensor([0, 4, 10]))
+    with pytest.raises(ValueError, match="indices"):
+        q(x, x)
+
+
+# ----- bad input -----------------------------------------------------------------------------------------
+def test_bad_input_refused(float64_default):
+    x, y = _data(30)
+    with pytest.raises(ValueError, match="num_importance"):
+        build_latent_deep_gp(x, y, 2, num_importance=0, num_inducing=4, kmeans_restarts=1)
+    with pytest.raises(ValueError, match="latent_dim"):
+        build_latent_deep_gp(x, y, 2, latent_dim=0, num_inducing=4, kmeans_restarts=1)
+    with pytest.raises(ValueError, match="latent_dim"):
+        AmortizedLatentEncoder(1, 1, latent_dim=0)
+    with pytest.raises(ValueError, match="latent_dim"):
+        FreeLatent(5, latent_dim=-1)
+    with pytest.raises(ValueError, match="gradient"):
+        build_latent_deep_gp(x, y, 2, gradient="score", num_inducing=4, kmeans_restarts=1)
+    model, x, y = _model(layers=1)
+    with pytest.raises(ValueError, match="num_importance"):
+        model.elbo(x, y, num_importance=0)
+    with pytest.raises(TypeError, match="num_importance"):
+        model.elbo(x, y, num_importance=2.5)
+    with pytest.raises(ValueError, match="num_samples"):
+        model.log_predictive_density(x, y, num_samples=0)
+    with pytest.raises(TypeError, match="qz"):
+        LatentDeepGP(list(model.layers), qz=torch.nn.Linear(2, 2))
+
+
+# ----- prediction (supplement E.3) --------------------------------------------------------------------
+def test_log_predictive_density_matches_quadrature_over_z_one_layer(float64_default):
+    """One layer: p(y | x) = ∫ N(y; μ(x, z), v(x, z) + σ²) N(z; 0, 1) dz exactly by Gauss-Hermite."""
+    model, x, y = _model(layers=1, train_steps=20)
+    xs, ys = x[:5], y[:5]
+    nodes, weights = gauss_hermite(60)
+    with torch.no_grad():
+        h = torch.cat([xs.expand(60, 5, 1), nodes.view(60, 1, 1).expand(60, 5, 1)], -1)
+        _, mean, var = model.layers[0].forward(h)
+        total = var + model.likelihood.noise
+        log_n = -0.5 * (math.log(2 * math.pi) + total.log() + (ys - mean).square() / total)
+        exact = torch.logsumexp(weights.log().view(60, 1) + log_n[..., 0], 0)
+        mc = model.log_predictive_density(xs, ys, num_samples=20000, generator=_gen(0))
+    torch.testing.assert_close(mc, exact, atol=0.03, rtol=0)
+
+
+def test_prediction_shapes_and_moments_consistent_with_samples(float64_default):
+    model, x, y = _model(layers=2, train_steps=20)
+    with torch.no_grad():
+        mean, var = model.predict(x[:4], num_samples=4000, generator=_gen(1))
+        draws = model.sample_y(x[:4], 4000, generator=_gen(2))
+        q = model.predict_quantiles(x[:4], [0.1, 0.5, 0.9], num_samples=2000, generator=_gen(3))
+    assert mean.shape == var.shape == (4, 1) and draws.shape == (4000, 4, 1) and q.shape == (3, 4, 1)
+    torch.testing.assert_close(draws.mean(0), mean, atol=5 * (var.sqrt().max() / math.sqrt(4000)).item(), rtol=0)
+    emp = torch.quantile(draws[:, :, 0], torch.tensor([0.1, 0.5, 0.9]), dim=0)
+    torch.testing.assert_close(emp, q[..., 0], atol=0.15, rtol=0)
+    assert torch.all(q[0] < q[1]) and torch.all(q[1] < q[2])
+
+
+# ----- data ---------------------------------------------------------------------------------------------
+def test_multimodal_demo_dataset():
+    x, y, mode = make_multimodal_demo(2000, seed=1)
+    assert x.shape == (2000, 1) and y.shape == (2000,) and mode.shape == (2000,)
+    assert abs(mode.mean() - 0.4) < 0.04  # f₂ with probability 0.4
+    x2, y2, _ = make_multimodal_demo(2000, seed=1)
+    np.testing.assert_array_equal(y, y2)
+    # residuals against eqs. E.25/E.26 are 0.2 e^ε with ε ~ N(0, 1): log(resid / 0.2) is standard normal
+    f = np.where(mode == 0, np.sin(4 * x[:, 0]) / 3, 9 * x[:, 0] ** 2 / 30 + 1.5)
+    eps = np.log((y - f) / 0.2)
+    assert abs(eps.mean()) < 0.1 and abs(eps.std() - 1) < 0.1
+    _, yg, mg = make_multimodal_demo(2000, seed=1, noise="gaussian")
+    fg = np.where(mg == 0, np.sin(4 * x[:, 0]) / 3, 9 * x[:, 0] ** 2 / 30 + 1.5)
+    assert abs((yg - fg).std() / 0.2 - 1) < 0.1
+    with pytest.raises(ValueError, match="num_points"):
+        make_multimodal_demo(0)
+    with pytest.raises(ValueError, match="noise"):
+        make_multimodal_demo(10, noise="cauchy")
+
+
+# ----- natural gradients (supplement E.2) -----------------------------------------------------------------
+def test_natgrad_step_of_one_reaches_the_optimum_of_a_conjugate_bound(float64_default):
+    """With z pinned (σ at its floor) and one Gaussian layer, the bound is conjugate in q(v): a natural
+    gradient step of size 1 lands on the optimum, where the gradient w.r.t. the expectation parameters vanishes."""
+    from flowgp.models.latent_deep_gp import _NaturalGradient
+
+    model, x, y = _model(layers=1, amortized=False, k=1)
+    with torch.no_grad():
+        model.qz.raw_std.fill_(-40.0)
+    natgrad = _NaturalGradient(model, 1.0)
+    norms = []
+    for _ in range(2):
+        loss = -natgrad.objective(x, y)
+        loss.backward()
+        norms.append(torch.cat([natgrad.eta1.grad.reshape(-1), natgrad.eta2.grad.reshape(-1)]).norm().item())
+        natgrad.step()
+    assert norms[1] < 1e-5 * norms[0], norms
+
+
+def test_training_with_natgrad_improves_the_bound(float64_default):
+    model, x, y = _model(layers=2, amortized=True, k=3)
+    history = train_latent_deep_gp(model, x, y, iterations=40, lr=0.01, natgrad_lr=0.1, verbose=False)
+    assert np.mean(history[-5:]) < np.mean(history[:5])
+    with pytest.raises(ValueError, match="natgrad_lr"):
+        train_latent_deep_gp(model, x, y, iterations=1, natgrad_lr=-1.0, verbose=False)
+
+
+# ----- estimator -------------------------------------------------------------------------------------------
+def test_estimator_contract_save_load_and_multimodal_sampling(tmp_path):
+    from flowgp import LatentDeepGPRegressor, load
+
+    x, y, _ = make_multimodal_demo(150, seed=0)
+    est = LatentDeepGPRegressor(layers=2, num_importance=3, num_inducing=10, epochs=25, lr=0.02,
+                                kmeans_restarts=1, num_samples_predict=200, verbose=False).fit(x, y)
+    mean, std = est.predict(x[:7], return_std=True)
+    assert mean.shape == std.shape == (7,) and np.all(std > 0)
+    lo, hi = est.predict_interval(x[:7], 0.9)
+    assert np.all(lo < mean) and np.all(mean < hi)
+    lpd = est.log_predictive_density(x[:7], y[:7])
+    assert lpd.shape == (7,) and np.all(np.isfinite(lpd))
+    assert est.log_predictive_density(x[:7], y[:7], num_samples=50).shape == (7,)
+    assert np.isfinite(est.elbo(x, y)) and np.isfinite(est.score(x, y))
+    draws = est.sample_y(x[:4], 12)
+    assert draws.shape == (12, 4)
+    np.testing.assert_array_equal(draws, est.sample_y(x[:4], 12))  # seeded
+    path = est.save(tmp_path / "ldgp.pt")
+    back = load(path)
+    assert isinstance(back, LatentDeepGPRegressor)
+    np.testing.assert_allclose(back.predict(x[:7]), mean)
+    np.testing.assert_allclose(back.log_predictive_density(x[:7], y[:7]), lpd)
+
+
+def test_estimator_free_qz_and_reg_save_load(tmp_path):
+    from flowgp import LatentDeepGPRegressor
+
+    x, y, _ = make_multimodal_demo(60, seed=0)
+    est = LatentDeepGPRegressor(layers=1, amortized=False, gradient="reg", num_importance=2, num_inducing=8,
+                                epochs=5, kmeans_restarts=1, num_samples_predict=50, verbose=False).fit(x, y)
+    assert isinstance(est.model_.qz, FreeLatent) and est.model_.qz.num_data == 60
+    back = LatentDeepGPRegressor.load(est.save(tmp_path / "free.pt"))
+    np.testing.assert_allclose(back.predict(x[:5]), est.predict(x[:5]))
+    np.testing.assert_allclose(back.elbo(x, y), est.elbo(x, y))
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"num_importance": 0}, ValueError, "num_importance"),
+    ({"latent_dim": 0}, ValueError, "latent_dim"),
+    ({"gradient": "iwae"}, ValueError, "gradient"),
+    ({"layers": 0}, ValueError, "layers"),
+])
+def test_estimator_refuses_bad_parameters(kwargs, error, match):
+    from flowgp import LatentDeepGPRegressor
+
+    x, y, _ = make_multimodal_demo(20, seed=0)
+    with pytest.raises(error, match=match):
+        LatentDeepGPRegressor(verbose=False, **kwargs).fit(x, y)
+
+
+def test_bench_model_table_has_ldgp_entries():
+    from flowgp.bench.models import make_estimator, model_names
+    from flowgp.bench.presets import get_preset
+
+    names = {f"ldgp{n}-{g}" for n in range(1, 5) for g in ("reg", "dreg")}
+    assert names <= set(model_names())
+    quick = get_preset("quick")
+    est = make_estimator("ldgp3-reg", quick, 50, 2, 300, num_importance=7)
+    assert (est.layers, est.gradient, est.num_importance, est.num_inducing, est.seed, est.noise) == (
+        3, "reg", 7, 50, 2, 0.01)
+    assert est.batch_size == quick.batch_for(300) and est.epochs == quick.epochs_for(300)
+    with pytest.raises(TypeError, match="num_importance"):
+        make_estimator("ldgp1-dreg", quick, 5, 0, 10, flow="sal")
+    with pytest.raises(ValueError, match="classification"):
+        make_estimator("ldgp1-dreg", quick, 5, 0, 10, task="classification")
+
+
+def test_estimator_float32_with_natgrad():
+    from flowgp import LatentDeepGPRegressor
+
+    x, y, _ = make_multimodal_demo(60, seed=0)
+    est = LatentDeepGPRegressor(layers=2, num_inducing=6, epochs=4, dtype="float32", natgrad=True,
+                                kmeans_restarts=1, num_samples_predict=30, verbose=False).fit(x, y)
+    assert all(p.dtype == torch.float32 for p in est.model_.parameters())
+    assert np.all(np.isfinite(est.log_predictive_density(x[:5], y[:5])))
