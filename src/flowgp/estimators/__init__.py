@@ -12,18 +12,14 @@ from .deep import DeepGPClassifier, DeepGPRegressor
 from .latent import LatentDeepGPRegressor
 from .multioutput import AlignedMultiOutputGPRegressor
 
-__all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor", "SVGPClassifier", "TGPClassifier", "load"]
-__all__ += ["DeepGPRegressor", "DeepGPClassifier"]
-__all__ += ["LatentDeepGPRegressor"]
-__all__ += ["AlignedMultiOutputGPRegressor"]
+__all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor", "SVGPClassifier", "TGPClassifier",
+           "DeepGPRegressor", "DeepGPClassifier", "LatentDeepGPRegressor", "AlignedMultiOutputGPRegressor", "load"]
 
 
 def _estimator_classes() -> dict:
     # Explicit list of every estimator family (add new families here, no registry).
-    classes = [SVGPRegressor, TGPRegressor, WarpedGPRegressor, SVGPClassifier, TGPClassifier]
-    classes += [DeepGPRegressor, DeepGPClassifier]
-    classes += [LatentDeepGPRegressor]
-    classes += [AlignedMultiOutputGPRegressor]
+    classes = [SVGPRegressor, TGPRegressor, WarpedGPRegressor, SVGPClassifier, TGPClassifier,
+               DeepGPRegressor, DeepGPClassifier, LatentDeepGPRegressor, AlignedMultiOutputGPRegressor]
     return {c.__name__: c for c in classes}
 
 

@@ -1,6 +1,8 @@
 """Pieces shared by every flowgp estimator: input checks, dtype handling, the saved-file format."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 
@@ -111,8 +113,8 @@ class _Estimator:
         params = {k: v for k, v in self.get_params().items() if k not in self._OBJECT_PARAMS}
         state = {
             "format": _FORMAT, "class": type(self).__name__, "params": params, "spec": self._spec(),
-            "n_features_in": self.n_features_in_, "x_mean": torch.as_tensor(self.x_mean_),
-            "x_std": torch.as_tensor(self.x_std_), "history": list(getattr(self, "history_", [])),
+            "n_features_in": self.n_features_in_, "x_mean": torch.as_tensor(np.asarray(self.x_mean_, np.float64)),
+            "x_std": torch.as_tensor(np.asarray(self.x_std_, np.float64)), "history": list(getattr(self, "history_", [])),
             "model": {k: v.detach().cpu() for k, v in self.model_.state_dict().items()},
             **self._extra_state(),
         }
@@ -154,3 +156,56 @@ class _Estimator:
         est.model_.load_state_dict(state["model"])
         est.model_.eval()
         return est
+
+
+@contextlib.contextmanager
+def _seeded(seed, device):
+    """Fixed global RNG inside the block (dropout masks / q(W) draws), restored afterwards: repeatable predictions."""
+    dev = torch.device(device)
+    devices = [] if dev.type != "cuda" else [torch.cuda.current_device() if dev.index is None else dev.index]
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(int(seed))
+        yield
+
+
+class _InputDependentFlowOptions:
+    """Options of the estimators whose flow may take its parameters from a network NN(x, W) (TGP §3.2-3.3):
+    input_dependent, hidden, activation, dropout, bayesian, mc_samples_train, mc_samples_predict,
+    prior_precision, flow_init_epochs."""
+
+    def _which_stages(self):
+        if self.input_dependent in (False, None):
+            return None
+        if self.input_dependent is True or self.input_dependent == "nonlinear":
+            return "nonlinear"
+        if self.input_dependent == "all":
+            return "all"
+        raise ValueError(f"input_dependent must be False, True (= 'nonlinear') or 'all', got {self.input_dependent!r}")
+
+    def _check_bayesian_options(self) -> None:
+        from ..bayesian import BAYESIAN_MODES
+        from ..flows import Flow
+
+        if self.bayesian not in BAYESIAN_MODES:
+            raise ValueError(f"bayesian must be one of {BAYESIAN_MODES}, got {self.bayesian!r}")
+        if self.bayesian == "vb" and self.dropout:
+            raise ValueError("bayesian='vb' uses no dropout (appendix B.6.3); pass dropout=0")
+        if isinstance(self.flow, Flow):
+            raise ValueError("input_dependent=True needs flow as a spec string (the networks are built here)")
+        for name in ("mc_samples_train", "mc_samples_predict", "flow_init_epochs"):
+            value, least = getattr(self, name), 0 if name == "flow_init_epochs" else 1
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+                raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+
+    def _maybe_input_dependent(self, flow, input_dim: int):
+        """`flow` itself, or its non-affine stages (all stages with input_dependent="all") driven by NN(x, W)."""
+        from ..bayesian import default_prior_precision
+        from ..flows.conditional import make_input_dependent
+
+        which = self._which_stages()
+        if which is None:
+            return flow
+        self._check_bayesian_options()
+        precision = default_prior_precision(self.bayesian) if self.prior_precision is None else self.prior_precision
+        return make_input_dependent(flow, input_dim, which, hidden=tuple(self.hidden), activation=self.activation,
+                                    dropout=self.dropout, bayesian=self.bayesian, prior_precision=precision)

@@ -7,21 +7,19 @@ the first epochs, as the TGP appendix B.6 does following Hensman et al. (2015).
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from ..bayesian import BAYESIAN_MODES
 from ..flows import Flow, init_identity, init_random, make_flow
-from ..flows.conditional import init_input_dependent, make_input_dependent, static_flow
+from ..flows.conditional import init_input_dependent, static_flow
 from ..inducing import kmeans_inducing_points
 from ..kernels import make_kernel
 from ..models.classification import CLASSIFICATION_LIKELIHOODS, TGPClassification
 from ..training import train
-from ._base import _Estimator, _as_2d_float, _default_dtype
+from ._base import _Estimator, _InputDependentFlowOptions, _seeded, _as_2d_float, _default_dtype
 
 __all__ = ["SVGPClassifier", "TGPClassifier"]
 
@@ -39,16 +37,6 @@ def _as_labels(y, n: int) -> np.ndarray:
     if y.dtype.kind == "O" and any(v is None or (isinstance(v, float) and not np.isfinite(v)) for v in y):
         raise ValueError("y contains None or NaN; drop the unlabelled rows first")
     return y
-
-
-@contextlib.contextmanager
-def _seeded(seed, device):
-    """Fixed global RNG inside the block (dropout masks / q(W) draws), restored afterwards: repeatable predictions."""
-    dev = torch.device(device)
-    devices = [] if dev.type != "cuda" else [torch.cuda.current_device() if dev.index is None else dev.index]
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(int(seed))
-        yield
 
 
 class SVGPClassifier(_Estimator, ClassifierMixin, BaseEstimator):
@@ -213,7 +201,7 @@ class SVGPClassifier(_Estimator, ClassifierMixin, BaseEstimator):
         self.model_ = self._build(self.n_features_in_, np.zeros(state["inducing_shape"]))
 
 
-class TGPClassifier(SVGPClassifier):
+class TGPClassifier(_InputDependentFlowOptions, SVGPClassifier):
     """Transformed GP classifier (paper §5.2): every latent GP warped by its own marginal flow.
 
     `flow` is a spec string ("sal", "sinharcsinh", "lincomb3", "tanh", ...) or a Flow with per-latent
@@ -254,23 +242,8 @@ class TGPClassifier(SVGPClassifier):
         self.prior_precision = prior_precision
         self.flow_init_epochs = flow_init_epochs
 
-    def _which_stages(self):
-        if self.input_dependent in (False, None):
-            return None
-        if self.input_dependent is True or self.input_dependent == "nonlinear":
-            return "nonlinear"
-        if self.input_dependent == "all":
-            return "all"
-        raise ValueError(f"input_dependent must be False, True (= 'nonlinear') or 'all', got {self.input_dependent!r}")
-
     def _make_flow(self, num_latent, input_dim):
-        flow = super()._make_flow(num_latent, input_dim)
-        which = self._which_stages()
-        if which is None:
-            return flow
-        return make_input_dependent(flow, input_dim, which=which, hidden=tuple(self.hidden),
-                                    activation=self.activation, dropout=self.dropout, bayesian=self.bayesian,
-                                    prior_precision=self.prior_precision)
+        return self._maybe_input_dependent(super()._make_flow(num_latent, input_dim), input_dim)
 
     def _model_kwargs(self):
         return {"mc_samples_train": self.mc_samples_train, "mc_samples_predict": self.mc_samples_predict}
@@ -292,12 +265,7 @@ class TGPClassifier(SVGPClassifier):
             raise ValueError(f"flow_init must be one of {self._FLOW_INITS}, got {self.flow_init!r}")
         self._flow_spec()
         if self._which_stages() is not None:
-            if self.bayesian not in BAYESIAN_MODES:
-                raise ValueError(f"bayesian must be one of {BAYESIAN_MODES}, got {self.bayesian!r}")
-            if isinstance(self.flow, Flow):
-                raise ValueError("input_dependent=True needs flow as a spec string (the networks are built here)")
-            if int(self.flow_init_epochs) != self.flow_init_epochs or self.flow_init_epochs < 0:
-                raise ValueError(f"flow_init_epochs must be a non-negative integer, got {self.flow_init_epochs!r}")
+            self._check_bayesian_options()
 
     def _spec(self) -> dict:
         return {**super()._spec(), "flow": self._flow_spec()}

@@ -6,17 +6,15 @@ share one time axis); each series' targets with their own.
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 from torch import nn
 
-from ..checkpoint import atomic_save, safe_load
 from ..models.amogp import AMOGP, plot_layers
 from ..training import train
-from ._base import _DTYPES, _FORMAT, _as_1d_float, _as_2d_float, _default_dtype
+from ._base import _Estimator, _as_1d_float, _as_2d_float, _default_dtype
 
 __all__ = ["AlignedMultiOutputGPRegressor"]
 
@@ -32,7 +30,7 @@ class _Packed(nn.Module):
         return self.model.elbo(xo[:, :-1], y[:, 0], xo[:, -1].long(), num_data=num_data)
 
 
-class AlignedMultiOutputGPRegressor(RegressorMixin, BaseEstimator):
+class AlignedMultiOutputGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
     """Aligned warped multi-output GP regression (AMO-GP, Kaiser et al. 2018) for 1-D inputs.
 
     Args:
@@ -79,11 +77,6 @@ class AlignedMultiOutputGPRegressor(RegressorMixin, BaseEstimator):
         self.verbose = verbose
 
     # ----- helpers -------------------------------------------------------------------------------------
-    def _torch_dtype(self):
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be 'float64' or 'float32', got {self.dtype!r}")
-        return _DTYPES[self.dtype]
-
     def _check_options(self):
         for name in ("alignment", "warping"):
             if getattr(self, name) not in ("gp", "identity"):
@@ -92,10 +85,6 @@ class AlignedMultiOutputGPRegressor(RegressorMixin, BaseEstimator):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-
-    def _check_fitted(self):
-        if not hasattr(self, "model_"):
-            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit(X, y, output) first")
 
     def _tensor(self, a, dtype=None):
         return torch.as_tensor(a, dtype=dtype or self._torch_dtype(), device=self.device)
@@ -265,38 +254,21 @@ class AlignedMultiOutputGPRegressor(RegressorMixin, BaseEstimator):
         return plot_layers(self.model_, xg, path=path, data=data, true_functions=true_functions,
                            output_names=output_names)
 
-    def save(self, path):
-        """Write the fitted estimator atomically to `path` (a torch file loadable with weights_only=True)."""
-        self._check_fitted()
-        state = {
-            "format": _FORMAT, "class": type(self).__name__, "params": self.get_params(),
-            "n_outputs": self.n_outputs_, "x_mean": self.x_mean_, "x_std": self.x_std_,
-            "y_mean": torch.as_tensor(self.y_mean_), "y_std": torch.as_tensor(self.y_std_),
-            "history": list(self.history_),
-            "shapes": {"a": list(self.model_.align.z.shape[:2]) if self.model_.alignment else [self.n_outputs_, 1],
-                       "f": [self.n_outputs_, self.model_.latent.z.shape[1] // self.n_outputs_],
-                       "g": list(self.model_.warp.z.shape[:2]) if self.model_.warping else [self.n_outputs_, 1]},
-            "model": {k: v.detach().cpu() for k, v in self.model_.state_dict().items()},
-        }
-        atomic_save(state, path)
-        return Path(path)
+    _OBJECT_PARAMS = ()
 
-    @classmethod
-    def load(cls, path, device=None):
-        """Load an estimator written by `save` (weights_only: no code is executed)."""
-        state = safe_load(path)
-        if not isinstance(state, dict) or state.get("format") != _FORMAT or state.get("class") != cls.__name__:
-            raise ValueError(f"{path} is not a saved {cls.__name__}")
-        params = dict(state["params"])
-        if device is not None:
-            params["device"] = device
-        est = cls(**params)
-        est.n_outputs_, est.n_features_in_ = int(state["n_outputs"]), 1
-        est.x_mean_, est.x_std_ = float(state["x_mean"]), float(state["x_std"])
-        est.y_mean_, est.y_std_ = state["y_mean"].numpy(), state["y_std"].numpy()
-        est.history_ = list(state["history"])
+    def _spec(self) -> dict:
+        return {}
+
+    def _extra_state(self) -> dict:
+        return {"n_outputs": self.n_outputs_, "y_mean": torch.as_tensor(self.y_mean_),
+                "y_std": torch.as_tensor(self.y_std_),
+                "shapes": {"a": list(self.model_.align.z.shape[:2]) if self.model_.alignment else [self.n_outputs_, 1],
+                           "f": [self.n_outputs_, self.model_.latent.z.shape[1] // self.n_outputs_],
+                           "g": list(self.model_.warp.z.shape[:2]) if self.model_.warping else [self.n_outputs_, 1]}}
+
+    def _restore(self, state):
+        self.n_outputs_ = int(state["n_outputs"])
+        self.x_mean_, self.x_std_ = float(self.x_mean_), float(self.x_std_)
+        self.y_mean_, self.y_std_ = state["y_mean"].numpy(), state["y_std"].numpy()
         shapes = state["shapes"]
-        est.model_ = est._build(np.zeros(shapes["a"]), np.zeros(shapes["f"]), np.zeros(shapes["g"]))
-        est.model_.load_state_dict(state["model"])
-        est.model_.eval()
-        return est
+        self.model_ = self._build(np.zeros(shapes["a"]), np.zeros(shapes["f"]), np.zeros(shapes["g"]))

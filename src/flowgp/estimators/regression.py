@@ -14,15 +14,14 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 
-from ..bayesian import BAYESIAN_MODES, default_prior_precision
 from ..flows import Flow, init_from_data, init_identity, init_random, make_flow
-from ..flows.conditional import init_input_dependent, make_input_dependent, static_flow, warping_curves
+from ..flows.conditional import init_input_dependent, static_flow, warping_curves
 from ..inducing import kmeans_inducing_points
 from ..kernels import make_kernel
 from ..likelihoods import GaussianLikelihood
 from ..models import SVGP, TGP, WarpedGP
 from ..training import train
-from ._base import _Estimator, _as_1d_float, _as_2d_float, _default_dtype
+from ._base import _Estimator, _InputDependentFlowOptions, _seeded, _as_1d_float, _as_2d_float, _default_dtype
 
 __all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor"]
 
@@ -226,16 +225,7 @@ class _FlowRegressor(SVGPRegressor):
             init_from_data(flow, y_t[:, 0], direction=self._data_direction)
 
 
-@contextlib.contextmanager
-def _seeded(seed, device):
-    dev = torch.device(device)
-    devices = [] if dev.type != "cuda" else [torch.cuda.current_device() if dev.index is None else dev.index]
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(int(seed))
-        yield
-
-
-class TGPRegressor(_FlowRegressor):
+class TGPRegressor(_InputDependentFlowOptions, _FlowRegressor):
     """Transformed GP regression (paper §3-4): a sparse GP prior warped by the marginal flow `flow`.
 
     `flow` is a spec string ("sal", "sal+softplus", "tanh", "identity", ...) or a Flow;
@@ -278,25 +268,6 @@ class TGPRegressor(_FlowRegressor):
         self.prior_precision = prior_precision
         self.flow_init_epochs = flow_init_epochs
 
-    def _which_stages(self):
-        if self.input_dependent in (False, None):
-            return None
-        if self.input_dependent is True or self.input_dependent == "nonlinear":
-            return "nonlinear"
-        if self.input_dependent == "all":
-            return "all"
-        raise ValueError(f"input_dependent must be False, True (= 'nonlinear') or 'all', got {self.input_dependent!r}")
-
-    def _check_bayesian_options(self) -> None:
-        if self.bayesian not in BAYESIAN_MODES:
-            raise ValueError(f"bayesian must be one of {BAYESIAN_MODES}, got {self.bayesian!r}")
-        if self.bayesian == "vb" and self.dropout:
-            raise ValueError("bayesian='vb' uses no dropout (appendix B.6.3); pass dropout=0")
-        for name in ("mc_samples_train", "mc_samples_predict", "flow_init_epochs"):
-            value, least = getattr(self, name), 0 if name == "flow_init_epochs" else 1
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-                raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-
     def _target_positive(self) -> bool:
         return make_flow(self._flow_spec()).codomain == "positive"
 
@@ -305,13 +276,7 @@ class TGPRegressor(_FlowRegressor):
                 "mc_samples_predict": self.mc_samples_predict}
 
     def _make_model(self, kernel, z):
-        flow = make_flow(self._flow_spec())
-        which = self._which_stages()
-        if which is not None:
-            self._check_bayesian_options()
-            precision = default_prior_precision(self.bayesian) if self.prior_precision is None else self.prior_precision
-            flow = make_input_dependent(flow, z.shape[-1], which, hidden=self.hidden, activation=self.activation,
-                                        dropout=self.dropout, bayesian=self.bayesian, prior_precision=precision)
+        flow = self._maybe_input_dependent(make_flow(self._flow_spec()), z.shape[-1])
         return TGP(kernel, z, flow, GaussianLikelihood(noise=self.noise), **self._model_kwargs())
 
     def _fixed_rng(self):
