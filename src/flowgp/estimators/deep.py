@@ -16,7 +16,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from ..likelihoods import BernoulliLikelihood, GaussianLikelihood, RobustMaxLikelihood, SoftmaxLikelihood
 from ..models.deep_gp import POSTERIORS, build_deep_gp
 from ..training import train
-from ._base import _DTYPES, _Estimator, _as_1d_float, _as_2d_float, _default_dtype
+from ._base import _DTYPES, _Estimator, _as_2d_float, _default_dtype
 from .regression import SVGPRegressor
 
 __all__ = ["DeepGPRegressor", "DeepGPClassifier"]
@@ -108,10 +108,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
     def fit(self, X, y):
         """Fit on X [n_samples, n_features] and y [n_samples]; returns self."""
         self._check_deep_params()
-        X = _as_2d_float(X)
-        y = _as_1d_float(y, X.shape[0])
-        if X.shape[0] < 2:
-            raise ValueError(f"need at least 2 training points, got {X.shape[0]}")
+        X, y = self._training_data(X, y)
         xt = self._fit_input_scaling(X)
         self.y_shift_, self.y_scale_ = float(y.mean()), (float(y.std()) if y.std() > 0 else 1.0)
         yt = self._tensor((y - self.y_shift_) / self.y_scale_)[:, None]
@@ -123,10 +120,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         xt = self._inputs(X)
         with torch.no_grad():
             mean, var = self.model_.predict(xt, self.num_samples_predict, self._generator(xt.device))
-        mean = mean[:, 0].cpu().numpy() * self.y_scale_ + self.y_shift_
-        if not return_std:
-            return mean
-        return mean, np.sqrt(var[:, 0].cpu().numpy()) * self.y_scale_
+        return self._in_target_units(mean, var if return_std else None)
 
     def predict_quantiles(self, X, probs):
         """Quantiles [len(probs), n_samples] of the predictive Gaussian mixture."""
@@ -134,7 +128,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         with torch.no_grad():
             q = self.model_.predict_quantiles(xt, list(np.atleast_1d(probs)), self.num_samples_predict,
                                               self._generator(xt.device))
-        return q[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_
+        return self._quantiles_in_target_units(q)
 
     def log_predictive_density(self, X, y):
         """Per-point log p(y* | x*) ≈ log-mean-exp over the samples, in the units of y."""

@@ -13,7 +13,7 @@ import torch
 
 from ..models.latent_deep_gp import (build_latent_deep_gp, check_gradient, check_num_importance,
                                      train_latent_deep_gp)
-from ._base import _DTYPES, _as_1d_float, _as_2d_float, _default_dtype
+from ._base import _DTYPES, _default_dtype
 from .regression import SVGPRegressor
 
 __all__ = ["LatentDeepGPRegressor"]
@@ -102,10 +102,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
     def fit(self, X, y):
         """Fit on X [n_samples, n_features] and y [n_samples]; returns self."""
         self._check_params()
-        X = _as_2d_float(X)
-        y = _as_1d_float(y, X.shape[0])
-        if X.shape[0] < 2:
-            raise ValueError(f"need at least 2 training points, got {X.shape[0]}")
+        X, y = self._training_data(X, y)
         xt = self._fit_input_scaling(X)
         self.y_shift_, self.y_scale_ = float(y.mean()), (float(y.std()) if y.std() > 0 else 1.0)
         yt = self._tensor((y - self.y_shift_) / self.y_scale_)[:, None]
@@ -125,10 +122,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
         xt = self._inputs(X)
         with torch.no_grad():
             mean, var = self.model_.predict(xt, int(self.num_samples_predict), self._generator(xt.device))
-        mean = mean[:, 0].cpu().numpy() * self.y_scale_ + self.y_shift_
-        if not return_std:
-            return mean
-        return mean, np.sqrt(var[:, 0].cpu().numpy()) * self.y_scale_
+        return self._in_target_units(mean, var if return_std else None)
 
     def predict_quantiles(self, X, probs):
         """Quantiles [len(probs), n_samples] of the predictive Gaussian mixture."""
@@ -136,7 +130,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
         with torch.no_grad():
             q = self.model_.predict_quantiles(xt, list(np.atleast_1d(probs)), int(self.num_samples_predict),
                                               self._generator(xt.device))
-        return q[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_
+        return self._quantiles_in_target_units(q)
 
     def log_predictive_density(self, X, y, num_samples=None):
         """Per-point log p(y* | x*) (supplement E.3: z ~ p(z), log of the mean likelihood by log-sum-exp),

@@ -98,13 +98,27 @@ class SVGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
             model = self._make_model(kernel, torch.as_tensor(z, dtype=torch_dtype))
         return model.to(device=self.device, dtype=torch_dtype)
 
-    # ----- public API --------------------------------------------------------------------------------
-    def fit(self, X, y):
-        """Fit on X [n_samples, n_features] and y [n_samples]; returns self."""
+    def _training_data(self, X, y):
         X = _as_2d_float(X)
         y = _as_1d_float(y, X.shape[0])
         if X.shape[0] < 2:
             raise ValueError(f"need at least 2 training points, got {X.shape[0]}")
+        return X, y
+
+    def _in_target_units(self, mean, var=None):
+        """Model-space predictive mean [N, 1] (and variance) back in the units of y, as numpy arrays."""
+        mean = mean[:, 0].cpu().numpy() * self.y_scale_ + self.y_shift_
+        if var is None:
+            return mean
+        return mean, np.sqrt(var[:, 0].cpu().numpy()) * self.y_scale_
+
+    def _quantiles_in_target_units(self, q):
+        return q[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_
+
+    # ----- public API --------------------------------------------------------------------------------
+    def fit(self, X, y):
+        """Fit on X [n_samples, n_features] and y [n_samples]; returns self."""
+        X, y = self._training_data(X, y)
         self._check_targets(y)
         xt = self._fit_input_scaling(X)
         y_std = float(y.std()) if y.std() > 0 else 1.0
@@ -128,17 +142,14 @@ class SVGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
         xt = self._inputs(X)
         with torch.no_grad():
             mean, var = self.model_.predict(xt)
-        mean = mean[:, 0].cpu().numpy() * self.y_scale_ + self.y_shift_
-        if not return_std:
-            return mean
-        return mean, np.sqrt(var[:, 0].cpu().numpy()) * self.y_scale_
+        return self._in_target_units(mean, var if return_std else None)
 
     def predict_quantiles(self, X, probs):
         """Predictive quantiles of y*, array [len(probs), n_samples]."""
         xt = self._inputs(X)
         with torch.no_grad():
             q = self.model_.predict_quantiles(xt, list(np.atleast_1d(probs)))
-        return q[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_
+        return self._quantiles_in_target_units(q)
 
     def predict_interval(self, X, level=0.95):
         """Central predictive interval (lower, upper) holding `level` of the predictive mass."""
