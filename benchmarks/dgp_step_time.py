@@ -28,46 +28,14 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from flowgp import TGP, GaussianLikelihood, make_flow, make_kernel
+from flowgp.data import standardize, uci_split
 from flowgp.models.deep_gp import build_deep_gp
+from step_time import _batches, _sync, flowgp_step  # the same step closure as benchmarks/step_time.py
 
 ROOT = Path(__file__).resolve().parents[1]
-ENERGY = ROOT.parent / "shared" / "data" / "uci" / "energy"
-
-
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def _batches(x, y, batch, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    n = x.shape[0]
-    while True:
-        if batch >= n:
-            yield x, y
-        else:
-            idx = torch.randint(0, n, (batch,), generator=g).to(x.device)
-            yield x[idx], y[idx]
-
-
-def flowgp_step(model, x, y, batch, lr=0.01):
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=lr)
-    batches = _batches(x, y, batch)
-    n = x.shape[0]
-
-    def step():
-        xb, yb = next(batches)
-        opt.zero_grad(set_to_none=True)
-        loss = -model.elbo(xb, yb, num_data=n)
-        loss.backward()
-        opt.step()
-
-    return step
 
 
 def gpytorch_dgp(x, z, num_layers, width, lr=0.01):
@@ -118,7 +86,7 @@ def gpytorch_step(x, y, z, num_layers, width, batch):
     import gpytorch
 
     model, mll, opt = gpytorch_dgp(x, z, num_layers, width)
-    batches = _batches(x, y[:, 0], batch)
+    batches = _batches(x, y[:, 0], batch, torch.Generator().manual_seed(0))
 
     def step():
         xb, yb = next(batches)
@@ -193,17 +161,11 @@ def synthetic(args, device, dtype):
 
 
 def _load_energy(split=0):
-    data = np.loadtxt(ENERGY / "data.txt")
-    feats = np.loadtxt(ENERGY / "index_features.txt").astype(int)
-    target = int(np.loadtxt(ENERGY / "index_target.txt"))
-    tr = np.loadtxt(ENERGY / f"index_train_{split}.txt").astype(int)
-    te = np.loadtxt(ENERGY / f"index_test_{split}.txt").astype(int)
-    x, y = data[:, feats], data[:, target]
-    mu, sd = x[tr].mean(0), x[tr].std(0)
-    sd[sd == 0] = 1
-    ym, ys = y[tr].mean(), y[tr].std()
-    f = lambda a: torch.tensor(a)  # noqa: E731
-    return f((x[tr] - mu) / sd), f((y[tr] - ym) / ys)[:, None], f((x[te] - mu) / sd), f((y[te] - ym) / ys)[:, None]
+    """Energy's standard split, inputs and target standardised with the training statistics only."""
+    sp = uci_split("energy", split)
+    x_tr, x_te, _, _ = standardize(sp.x_train, sp.x_test)
+    y_tr, y_te, _, _ = standardize(sp.y_train[:, None], sp.y_test[:, None])
+    return tuple(torch.tensor(a) for a in (x_tr, y_tr, x_te, y_te))
 
 
 def energy(args, device):

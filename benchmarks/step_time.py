@@ -40,14 +40,19 @@ def _time_steps(step, repeats, warmup, device):
 
 
 def _batches(x, y, batch, generator):
+    """Random minibatches of `batch` rows forever (the whole data every time when batch >= N)."""
     n = x.shape[0]
     while True:
+        if batch >= n:
+            yield x, y
+            continue
         idx = torch.randint(0, n, (batch,), generator=generator).to(x.device)
         yield x[idx], y[idx]
 
 
 def flowgp_step(model, x, y, batch, lr=0.01, seed=0):
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    """One training step (minibatch ELBO, backward, Adam update) of a flowgp model, as a closure."""
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
     batches = _batches(x, y, batch, torch.Generator().manual_seed(seed))
     n = x.shape[0]
 
