@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import numpy as np
 import torch
+
+from ..checkpoint import atomic_save, safe_load
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32, torch.float64: torch.float64,
            torch.float32: torch.float32}
@@ -107,8 +110,6 @@ class _Estimator:
 
     def save(self, path):
         """Write the fitted estimator atomically to `path` (a torch file loadable with weights_only=True)."""
-        from ..checkpoint import atomic_save
-
         self._check_fitted()
         params = {k: v for k, v in self.get_params().items() if k not in self._OBJECT_PARAMS}
         state = {
@@ -119,8 +120,6 @@ class _Estimator:
             **self._extra_state(),
         }
         atomic_save(state, path)
-        from pathlib import Path
-
         return Path(path)
 
     @classmethod
@@ -136,14 +135,12 @@ class _Estimator:
     @classmethod
     def load(cls, path, device=None):
         """Load an estimator written by `save` (weights_only: no code is executed)."""
-        from ..checkpoint import safe_load
-
         state = safe_load(path)
         if not isinstance(state, dict) or state.get("format") != _FORMAT:
             raise ValueError(f"{path} is not a flowgp estimator file")
-        target = cls._subclass_named(state["class"])
+        target = cls._subclass_named(state.get("class"))
         if target is None:
-            raise ValueError(f"{path} holds a {state['class']}, not a {cls.__name__}")
+            raise ValueError(f"{path} holds a {state.get('class')}, not a {cls.__name__}")
         params = dict(state["params"])
         if device is not None:
             params["device"] = device
@@ -172,6 +169,19 @@ class _InputDependentFlowOptions:
     """Options of the estimators whose flow may take its parameters from a network NN(x, W) (TGP §3.2-3.3):
     input_dependent, hidden, activation, dropout, bayesian, mc_samples_train, mc_samples_predict,
     prior_precision, flow_init_epochs."""
+
+    def _store_input_dependent_options(self, input_dependent, hidden, activation, dropout, bayesian,
+                                       mc_samples_train, mc_samples_predict, prior_precision, flow_init_epochs):
+        """Keep the constructor arguments as attributes of the same names (the scikit-learn contract)."""
+        self.input_dependent = input_dependent
+        self.hidden = hidden
+        self.activation = activation
+        self.dropout = dropout
+        self.bayesian = bayesian
+        self.mc_samples_train = mc_samples_train
+        self.mc_samples_predict = mc_samples_predict
+        self.prior_precision = prior_precision
+        self.flow_init_epochs = flow_init_epochs
 
     def _which_stages(self):
         if self.input_dependent in (False, None):

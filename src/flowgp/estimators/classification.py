@@ -232,15 +232,8 @@ class TGPClassifier(_InputDependentFlowOptions, SVGPClassifier):
                          predict_samples=predict_samples, verbose=verbose)
         self.flow = flow
         self.flow_init = flow_init
-        self.input_dependent = input_dependent
-        self.hidden = hidden
-        self.activation = activation
-        self.dropout = dropout
-        self.bayesian = bayesian
-        self.mc_samples_train = mc_samples_train
-        self.mc_samples_predict = mc_samples_predict
-        self.prior_precision = prior_precision
-        self.flow_init_epochs = flow_init_epochs
+        self._store_input_dependent_options(input_dependent, hidden, activation, dropout, bayesian, mc_samples_train,
+                                            mc_samples_predict, prior_precision, flow_init_epochs)
 
     def _make_flow(self, num_latent, input_dim):
         return self._maybe_input_dependent(super()._make_flow(num_latent, input_dim), input_dim)

@@ -269,15 +269,8 @@ class TGPRegressor(_InputDependentFlowOptions, _FlowRegressor):
                          fix_noise_fraction=fix_noise_fraction, kmeans_restarts=kmeans_restarts,
                          learn_inducing=learn_inducing, quadrature_points=quadrature_points,
                          predict_quadrature_points=predict_quadrature_points, verbose=verbose)
-        self.input_dependent = input_dependent
-        self.hidden = hidden
-        self.activation = activation
-        self.dropout = dropout
-        self.bayesian = bayesian
-        self.mc_samples_train = mc_samples_train
-        self.mc_samples_predict = mc_samples_predict
-        self.prior_precision = prior_precision
-        self.flow_init_epochs = flow_init_epochs
+        self._store_input_dependent_options(input_dependent, hidden, activation, dropout, bayesian, mc_samples_train,
+                                            mc_samples_predict, prior_precision, flow_init_epochs)
 
     def _target_positive(self) -> bool:
         return make_flow(self._flow_spec()).codomain == "positive"
