@@ -7,7 +7,7 @@ Run from the repository root (GPyTorch is a dev-only dependency):
     python benchmarks/step_time.py --repeats 50 --json results.json --device cuda
 
 Every configuration builds the same sizes for all three models in the same process and reports the
-median step time over `--repeats` steps after warm-up, with the ratios TGP/SVGP and flowgp-SVGP/GPyTorch-SVGP.
+median step time over `--repeats` steps after warm-up (the models' steps interleaved), with the ratios TGP/SVGP and flowgp-SVGP/GPyTorch-SVGP.
 """
 from __future__ import annotations
 
@@ -26,17 +26,27 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def _time_steps(step, repeats, warmup, device):
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        step()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def _time_interleaved(steps, repeats, warmup, device, block=10):
+    """Median seconds per step of each closure in `steps`, timed in alternating blocks of `block` steps.
+
+    Alternating blocks expose every model to the same drift in machine load and clock speed, so the
+    ratios stay meaningful on a shared machine; within a block the model steps back to back as in
+    training (warm caches), and the first step of each block is run untimed so the switch is not counted.
+    """
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
+    times = {name: [] for name in steps}
+    while min(len(t) for t in times.values()) < repeats:
+        for name, step in steps.items():
+            step()
+            for _ in range(min(block, repeats - len(times[name]))):
+                _sync(device)
+                start = time.perf_counter()
+                step()
+                _sync(device)
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def _batches(x, y, batch, generator):
@@ -114,11 +124,12 @@ def run(num_data=10_000, dim=8, batch=512, inducing=(20, 100, 500), dtypes=("flo
             tgp = TGP(make_kernel("rbf", dim), z, make_flow("sal+softplus"), GaussianLikelihood(0.05),
                       quadrature_points=quadrature_points).to(device, dtype)
             row = {"dtype": dtype_name, "M": m, "N": num_data, "D": dim, "B": batch, "device": str(device)}
-            row["svgp_ms"] = 1e3 * _time_steps(flowgp_step(svgp, x, y, batch), repeats, warmup, device)
-            row["tgp_ms"] = 1e3 * _time_steps(flowgp_step(tgp, x, y, batch), repeats, warmup, device)
+            steps = {"svgp_ms": flowgp_step(svgp, x, y, batch), "tgp_ms": flowgp_step(tgp, x, y, batch)}
+            if peer:
+                steps["gpytorch_svgp_ms"] = gpytorch_step(z, x, y, batch)
+            row.update({k: 1e3 * v for k, v in _time_interleaved(steps, repeats, warmup, device).items()})
             row["tgp_over_svgp"] = row["tgp_ms"] / row["svgp_ms"]
             if peer:
-                row["gpytorch_svgp_ms"] = 1e3 * _time_steps(gpytorch_step(z, x, y, batch), repeats, warmup, device)
                 row["flowgp_over_gpytorch"] = row["svgp_ms"] / row["gpytorch_svgp_ms"]
             rows.append(row)
             print(_format(row), flush=True)
