@@ -304,3 +304,20 @@ def test_bench_data_builders():
     assert not np.any(block & (o == target)) and np.any(block & (o != target))
     with pytest.raises(ValueError, match="--site"):
         pm25_data(_PM25, "2019-03-15 00:00:00", 14, "nowhere", 48)
+
+
+@pytest.mark.parametrize("model", ["amogp-aligned", "amogp-warped", "mogp-minibatch"])
+def test_bench_ablation_variants_set_layers_and_protocol(model):
+    from types import SimpleNamespace
+
+    from flowgp.bench.amogp import AMOGP_VARIANTS, _fit_eval, artificial_data
+
+    train, test = artificial_data(0, n=30)
+    args = SimpleNamespace(epochs=2, baseline_epochs=3, batch_size=16, lr=0.01, quiet=True)
+    est, res = _fit_eval(model, 0, train, test, 2, args, lengthscale=0.2, num_inducing=6)
+    alignment, warping, minibatch = AMOGP_VARIANTS[model]
+    assert (est.alignment, est.warping) == (alignment, warping)
+    assert (est.epochs, est.batch_size) == ((2, 16) if minibatch else (3, None))
+    assert np.isfinite(res["rmse"]) and np.isfinite(res["test_ll"])
+    with pytest.raises(ValueError, match="amogp-aligned"):
+        _fit_eval("amogp-misaligned", 0, train, test, 2, args, lengthscale=0.2, num_inducing=6)
