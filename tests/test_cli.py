@@ -43,3 +43,28 @@ def test_cli_reports_bad_input_without_a_traceback(tmp_path, capsys):
     csv.write_text("a,b\n1,2\n3,4\n")
     assert main(["fit", "--csv", str(csv), "--target", "nope", "--out", str(tmp_path / "m.pt")]) == 2
     assert "target column 'nope'" in capsys.readouterr().err
+
+
+def test_fit_takes_deep_models_and_their_options(tmp_path, capsys):
+    import flowgp
+
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-2, 2, size=(50, 2))
+    y = np.sin(x[:, 0]) + 0.1 * rng.standard_normal(50)
+    csv = tmp_path / "train.csv"
+    csv.write_text("u,v,target\n" + "\n".join(f"{a},{b},{t}" for (a, b), t in zip(x, y)) + "\n")
+    cases = [
+        (["--model", "dgp", "--layers", "3", "--posterior", "cnf"], flowgp.DeepGPRegressor,
+         {"layers": 3, "posterior": "cnf"}),
+        (["--model", "ldgp", "--layers", "2", "--num-importance", "3", "--gradient", "reg"],
+         flowgp.LatentDeepGPRegressor, {"layers": 2, "num_importance": 3, "gradient": "reg"}),
+    ]
+    for extra, cls, params in cases:
+        model = tmp_path / f"{extra[1]}.pt"
+        assert main(["fit", "--csv", str(csv), "--target", "target", *extra, "--epochs", "3", "--num-inducing", "6",
+                     "--quiet", "--out", str(model)]) == 0
+        est = flowgp.load(model)
+        assert isinstance(est, cls) and all(getattr(est, k) == v for k, v in params.items())
+        out = tmp_path / "pred.csv"
+        assert main(["predict", "--model", str(model), "--csv", str(csv), "--out", str(out)]) == 0
+        assert len(out.read_text().strip().splitlines()) == 51

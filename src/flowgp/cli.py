@@ -12,19 +12,26 @@ import numpy as np
 
 __all__ = ["main"]
 
-_MODELS = {"svgp": "SVGPRegressor", "tgp": "TGPRegressor", "wgp": "WarpedGPRegressor"}
+#: model name -> (estimator class, the model-specific keyword arguments it takes from `flowgp fit`)
+_MODELS = {
+    "svgp": ("SVGPRegressor", ()),
+    "tgp": ("TGPRegressor", ("flow", "flow_init")),
+    "wgp": ("WarpedGPRegressor", ("flow", "flow_init")),
+    "dgp": ("DeepGPRegressor", ("layers", "posterior")),
+    "ldgp": ("LatentDeepGPRegressor", ("layers", "num_importance", "gradient")),
+}
+_MODEL_SPECIFIC = {"flow", "flow_init", "layers", "posterior", "num_importance", "gradient"}
 
 
 def _estimator(name: str, **kw):
+    """The estimator for `name`, given the shared keyword arguments and whichever model-specific ones it takes."""
     import flowgp
 
     if name not in _MODELS:
         raise SystemExit(f"unknown model '{name}'; choose one of {sorted(_MODELS)}")
-    cls = getattr(flowgp, _MODELS[name])
-    if name == "svgp":
-        kw.pop("flow", None)
-        kw.pop("flow_init", None)
-    return cls(**kw)
+    cls_name, own = _MODELS[name]
+    kw = {k: v for k, v in kw.items() if k in own or k not in _MODEL_SPECIFIC}
+    return getattr(flowgp, cls_name)(**kw)
 
 
 def _evaluate(est, x_test, y_test) -> dict:
@@ -106,8 +113,9 @@ def _fit(args) -> None:
 
     features = args.features.split(",") if args.features else None
     x, y, names = load_csv(args.csv, args.target, features)
-    est = _estimator(args.model, flow=args.flow, flow_init=args.flow_init, kernel=args.kernel,
-                     num_inducing=args.num_inducing, epochs=args.epochs, batch_size=args.batch_size,
+    est = _estimator(args.model, flow=args.flow, flow_init=args.flow_init, layers=args.layers,
+                     posterior=args.posterior, num_importance=args.num_importance, gradient=args.gradient,
+                     kernel=args.kernel, num_inducing=args.num_inducing, epochs=args.epochs, batch_size=args.batch_size,
                      lr=args.lr, seed=args.seed, dtype=args.dtype, device=args.device, verbose=not args.quiet)
     est.fit(x, y)
     est.feature_names_ = names
@@ -154,8 +162,14 @@ def main(argv=None) -> int:
     p_fit.add_argument("--target", required=True, help="name of the target column")
     p_fit.add_argument("--features", default=None, help="comma-separated feature columns (default: all others)")
     p_fit.add_argument("--model", default="tgp", choices=sorted(_MODELS))
-    p_fit.add_argument("--flow", default="sal")
-    p_fit.add_argument("--flow-init", default="identity", choices=["identity", "data", "random", "none"])
+    p_fit.add_argument("--flow", default="sal", help="tgp/wgp: marginal flow, e.g. sal+softplus")
+    p_fit.add_argument("--flow-init", default="identity", choices=["identity", "data", "random", "none"],
+                       help="tgp/wgp: flow initialisation")
+    p_fit.add_argument("--layers", type=int, default=2, help="dgp/ldgp: number of GP layers")
+    p_fit.add_argument("--posterior", default="gaussian", choices=["gaussian", "cnf", "flow-layerwise"],
+                       help="dgp: q(U) family (DSVI Gaussian or convolutional flow)")
+    p_fit.add_argument("--num-importance", type=int, default=5, help="ldgp: importance samples K")
+    p_fit.add_argument("--gradient", default="dreg", choices=["dreg", "reg"], help="ldgp: q(z) gradient estimator")
     p_fit.add_argument("--kernel", default="rbf")
     p_fit.add_argument("--num-inducing", type=int, default=100)
     p_fit.add_argument("--epochs", type=int, default=1000)
