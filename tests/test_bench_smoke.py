@@ -131,3 +131,6 @@ def test_scaling_is_fitted_on_the_training_split_only(data_dir):
     np.testing.assert_allclose(est.x_mean_, split.x_train.mean(0))
     np.testing.assert_allclose(est.y_shift_, split.y_train.mean())
     assert row["train_seconds"] > 0 and np.isfinite(row["nll"])
+    # the final training ELBO in units of y, and the scale that converts it to standardised targets
+    assert row["train_elbo"] == est.elbo(split.x_train, split.y_train)
+    assert row["y_scale"] == est.y_scale_ > 0

@@ -93,7 +93,14 @@ def fit_and_score(est, split, task: str = "regression") -> dict:
         scores = evaluate_classification(est, split.x_test, split.y_test)
     else:
         scores = evaluate_regression(est, split.x_test, split.y_test)
-    return {**scores, "train_seconds": train_seconds, "predict_seconds": time.perf_counter() - start}
+    row = {**scores, "train_seconds": train_seconds, "predict_seconds": time.perf_counter() - start}
+    if task == "regression":
+        # the final training ELBO (units of y) and the target scale, which turns it into the ELBO of the
+        # standardised targets that papers report (CNF-DGP Table I): elbo + n_train·log(y_scale)
+        row["train_elbo"] = float(est.elbo(split.x_train, split.y_train))
+        if getattr(est, "y_scale_", None) is not None:
+            row["y_scale"] = float(est.y_scale_)
+    return row
 
 
 def _call(work, job):
