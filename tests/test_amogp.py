@@ -306,7 +306,7 @@ def test_bench_data_builders():
         pm25_data(_PM25, "2019-03-15 00:00:00", 14, "nowhere", 48)
 
 
-@pytest.mark.parametrize("model", ["amogp-aligned", "amogp-warped", "mogp-minibatch"])
+@pytest.mark.parametrize("model", ["amogp-aligned", "amogp-warped", "mogp-minibatch", "amogp-fullbatch"])
 def test_bench_ablation_variants_set_layers_and_protocol(model):
     from types import SimpleNamespace
 

@@ -122,6 +122,7 @@ AMOGP_VARIANTS = {
     "amogp-aligned": ("gp", "identity", True),
     "amogp-warped": ("identity", "gp", True),
     "mogp-minibatch": ("identity", "identity", True),
+    "amogp-fullbatch": ("gp", "gp", False),
     "mogp": ("identity", "identity", False),
 }
 
