@@ -16,12 +16,17 @@ def test_demo_writes_json_rows_and_a_figure(tmp_path, capsys):
     assert json.loads((tmp_path / "results.json").read_text()) == lines
 
 
+def _sine_csv(path, n, seed):
+    """A CSV with features u, v and target = sin(u) + noise."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-2, 2, size=(n, 2))
+    y = np.sin(x[:, 0]) + 0.1 * rng.standard_normal(n)
+    path.write_text("u,v,target\n" + "\n".join(f"{a},{b},{t}" for (a, b), t in zip(x, y)) + "\n")
+    return path
+
+
 def test_fit_then_predict_on_a_csv(tmp_path, capsys):
-    rng = np.random.default_rng(0)
-    x = rng.uniform(-2, 2, size=(60, 2))
-    y = np.sin(x[:, 0]) + 0.1 * rng.standard_normal(60)
-    csv = tmp_path / "train.csv"
-    csv.write_text("u,v,target\n" + "\n".join(f"{a},{b},{t}" for (a, b), t in zip(x, y)) + "\n")
+    csv = _sine_csv(tmp_path / "train.csv", 60, 0)
     model = tmp_path / "m.pt"
     assert main(["fit", "--csv", str(csv), "--target", "target", "--model", "tgp", "--flow", "sal",
                  "--epochs", "30", "--num-inducing", "8", "--quiet", "--out", str(model)]) == 0
@@ -48,11 +53,7 @@ def test_cli_reports_bad_input_without_a_traceback(tmp_path, capsys):
 def test_fit_takes_deep_models_and_their_options(tmp_path, capsys):
     import flowgp
 
-    rng = np.random.default_rng(1)
-    x = rng.uniform(-2, 2, size=(50, 2))
-    y = np.sin(x[:, 0]) + 0.1 * rng.standard_normal(50)
-    csv = tmp_path / "train.csv"
-    csv.write_text("u,v,target\n" + "\n".join(f"{a},{b},{t}" for (a, b), t in zip(x, y)) + "\n")
+    csv = _sine_csv(tmp_path / "train.csv", 50, 1)
     cases = [
         (["--model", "dgp", "--layers", "3", "--posterior", "cnf"], flowgp.DeepGPRegressor,
          {"layers": 3, "posterior": "cnf"}),
