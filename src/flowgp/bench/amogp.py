@@ -271,7 +271,7 @@ def run(args) -> int:
                                      num_inducing=args.num_inducing)
                 if model == "amogp":
                     _plots_artificial(est, train, test, out_dir, seed)
-                store.append({**job, **res, "lr": args.lr, "batch_size": args.batch_size})
+                store.append({**job, **res, "lr": args.lr, "batch_size": args.batch_size if model == "amogp" else None})
                 print(f"artificial {model} seed {seed}: gap RMSE {res['rmse']:.3f}, test ll {res['test_ll']:.3f}")
     if args.experiment in ("pm25", "both"):
         train, test, sites, target = pm25_data(args.data, args.start, args.days, args.site, args.holdout_hours)
@@ -288,7 +288,8 @@ def run(args) -> int:
                                      num_inducing=args.num_inducing)
                 ests[model] = est
                 store.append({**job, **res, "site": args.site, "start": args.start, "days": args.days,
-                              "holdout_hours": args.holdout_hours, "lr": args.lr, "batch_size": args.batch_size})
+                              "holdout_hours": args.holdout_hours, "lr": args.lr,
+                              "batch_size": args.batch_size if minibatch else None})
                 print(f"pm25 {model} seed {seed}: RMSE {res['rmse']:.3f}, test ll {res['test_ll']:.3f}")
                 if model == "amogp" and seed == 0:
                     est.plot_layers(np.linspace(0, 24 * args.days, 400), path=out_dir / "pm25_layers_seed0.png",
