@@ -7,7 +7,8 @@ Run from the repository root (GPyTorch is a dev-only dependency):
     python benchmarks/step_time.py --repeats 50 --json results.json --device cuda
 
 Every configuration builds the same sizes for all three models in the same process and reports the
-median step time over `--repeats` steps after warm-up (the models' steps interleaved), with the ratios TGP/SVGP and flowgp-SVGP/GPyTorch-SVGP.
+median step time over `--repeats` steps after warm-up (the models timed in alternating blocks of 10 steps),
+with the ratios TGP/SVGP and flowgp-SVGP/GPyTorch-SVGP.
 """
 from __future__ import annotations
 

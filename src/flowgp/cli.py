@@ -20,7 +20,7 @@ _MODELS = {
     "dgp": ("DeepGPRegressor", ("layers", "posterior")),
     "ldgp": ("LatentDeepGPRegressor", ("layers", "num_importance", "gradient")),
 }
-_MODEL_SPECIFIC = {"flow", "flow_init", "layers", "posterior", "num_importance", "gradient"}
+_MODEL_SPECIFIC = {k for _, own in _MODELS.values() for k in own}
 
 
 def _estimator(name: str, **kw):

@@ -33,16 +33,6 @@ def gaussian_kl_whitened(q_mu: torch.Tensor, q_sqrt: torch.Tensor) -> torch.Tens
     return 0.5 * (trace + q_mu.square().sum(-1) - num_inducing - logdet).sum()
 
 
-def _sum_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """Reduce a broadcast gradient back to `shape` (sum over the dimensions broadcasting added or expanded)."""
-    if grad.shape == shape:
-        return grad
-    lead = grad.dim() - len(shape)
-    grad = grad.sum(tuple(range(lead))) if lead > 0 else grad
-    dims = tuple(i for i, s in enumerate(shape) if s == 1 and grad.shape[i] != 1)
-    return grad.sum(dims, keepdim=True) if dims else grad
-
-
 class _WhitenedMarginalTerms(torch.autograd.Function):
     """A = Lz⁻¹ K_ZX, mean = mᵀA and quad = diag(Aᵀ C A) for symmetric C, with a backward written by hand.
 
@@ -79,16 +69,16 @@ class _WhitenedMarginalTerms(torch.autograd.Function):
         a_gmean = (a @ g_mean.mT).squeeze(-1)  # A ḡ_mean, [..., L, M]
         grad_chol = grad_kzx = grad_mu = grad_c = None
         if need_c:
-            grad_c = _sum_to(gram, c.shape)
+            grad_c = gram.sum_to_size(c.shape)
         if need_mu:
-            grad_mu = _sum_to(a_gmean, q_mu.shape)
+            grad_mu = a_gmean.sum_to_size(q_mu.shape)
         chol_inv_t = chol_inv.mT
         if need_kzx:
-            grad_a = _sum_to(torch.addcmul(q_mu.unsqueeze(-1) * g_mean, g_quad, p, value=2.0), a.shape)
-            grad_kzx = _sum_to(chol_inv_t @ grad_a, ctx.kzx_shape)
+            grad_a = torch.addcmul(q_mu.unsqueeze(-1) * g_mean, g_quad, p, value=2.0).sum_to_size(a.shape)
+            grad_kzx = (chol_inv_t @ grad_a).sum_to_size(ctx.kzx_shape)
         if need_chol:
             abar_at = q_mu.unsqueeze(-1) * a_gmean.unsqueeze(-2) + 2.0 * (c @ gram)  # Ā Aᵀ, [..., L, M, M]
-            grad_chol = -(chol_inv_t @ _sum_to(abar_at, chol_inv.shape)).tril()
+            grad_chol = -(chol_inv_t @ abar_at.sum_to_size(chol_inv.shape)).tril()
         return grad_chol, grad_kzx, grad_mu, grad_c
 
 
@@ -198,6 +188,7 @@ class SparseVariationalGP(nn.Module):
     def _covariance_correction(a: torch.Tensor, r: torch.Tensor, full_cov: bool) -> torch.Tensor:
         """Aᵀ (S - I) A (its diagonal unless full_cov), the part of the covariance q(u) adds to K_XX."""
         if full_cov and a.shape[-1] >= 2 * a.shape[-2]:
+            # N >= 2M: the M³ product S - I is cheap next to a second [N, M] x [M, N] product
             eye = torch.eye(r.shape[-1], dtype=r.dtype, device=r.device)
             return a.mT @ ((r @ r.mT - eye) @ a)
         # small N (prediction on a few points, M comparable to N): (RᵀA)ᵀ(RᵀA) - AᵀA, no M³ work

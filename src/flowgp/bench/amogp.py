@@ -126,6 +126,12 @@ AMOGP_VARIANTS = {
     "mogp": ("identity", "identity", False),
 }
 
+
+def _minibatch(model: str) -> bool:
+    """Whether `model` trains in minibatches for --epochs (else full batch for --baseline-epochs)."""
+    return AMOGP_VARIANTS.get(model, (None, None, False))[2]
+
+
 def _fit_eval(model, seed, train, test, target, args, lengthscale, num_inducing):
     """Fit one model and score it on `test` (rows of output `target`); returns a result dict."""
     from ..estimators import AlignedMultiOutputGPRegressor, DeepGPRegressor, SVGPRegressor
@@ -264,14 +270,14 @@ def run(args) -> int:
         for seed in range(args.artificial_seeds):
             for model in ("amogp", "mogp", "svgp"):
                 job = {"experiment": "artificial", "model": model, "seed": seed,
-                       "epochs": args.epochs if model == "amogp" else args.baseline_epochs}
+                       "epochs": args.epochs if _minibatch(model) else args.baseline_epochs}
                 if store.is_done(job):
                     continue
                 est, res = _fit_eval(model, seed, train, test, 2, args, lengthscale=0.2,
                                      num_inducing=args.num_inducing)
                 if model == "amogp":
                     _plots_artificial(est, train, test, out_dir, seed)
-                store.append({**job, **res, "lr": args.lr, "batch_size": args.batch_size if model == "amogp" else None})
+                store.append({**job, **res, "lr": args.lr, "batch_size": args.batch_size if _minibatch(model) else None})
                 print(f"artificial {model} seed {seed}: gap RMSE {res['rmse']:.3f}, test ll {res['test_ll']:.3f}")
     if args.experiment in ("pm25", "both"):
         train, test, sites, target = pm25_data(args.data, args.start, args.days, args.site, args.holdout_hours)
@@ -279,9 +285,8 @@ def run(args) -> int:
         for seed in range(args.seeds):
             ests = {}
             for model in models:
-                minibatch = AMOGP_VARIANTS.get(model, (None, None, False))[2]
                 job = {"experiment": "pm25", "model": model, "seed": seed,
-                       "epochs": args.epochs if minibatch else args.baseline_epochs}
+                       "epochs": args.epochs if _minibatch(model) else args.baseline_epochs}
                 if store.is_done(job):
                     continue
                 est, res = _fit_eval(model, seed, train, test, target, args, lengthscale=args.pm25_lengthscale,
@@ -289,7 +294,7 @@ def run(args) -> int:
                 ests[model] = est
                 store.append({**job, **res, "site": args.site, "start": args.start, "days": args.days,
                               "holdout_hours": args.holdout_hours, "lr": args.lr,
-                              "batch_size": args.batch_size if minibatch else None})
+                              "batch_size": args.batch_size if _minibatch(model) else None})
                 print(f"pm25 {model} seed {seed}: RMSE {res['rmse']:.3f}, test ll {res['test_ll']:.3f}")
                 if model == "amogp" and seed == 0:
                     est.plot_layers(np.linspace(0, 24 * args.days, 400), path=out_dir / "pm25_layers_seed0.png",
