@@ -94,3 +94,20 @@ def test_empty_folder_errors(tmp_path):
         R.build_report(tmp_path)
     with pytest.raises(FileNotFoundError):
         R.build_report(tmp_path / "missing")
+
+
+def test_training_elbo_table_standardises_and_quotes_table_one(tmp_path):
+    # y in units of scale s: the standardised ELBO is elbo_y + n·log s; two splits give mean ± se
+    rows = [dict(dataset="boston", model="cnf-dgp3", num_inducing=100, split=k, preset="quick", nll=2.5, rmse=2.0,
+                 coverage95=0.95, task="regression", n_train=455, train_elbo=-1300.0 + 10 * k, y_scale=math.e)
+            for k in range(2)]
+    rows.append(dict(dataset="boston", model="svgp", num_inducing=100, split=0, preset="quick", nll=2.4, rmse=2.5,
+                     coverage95=0.95, task="regression", n_train=455))  # no train_elbo: left out of the table
+    assert R.standardised_elbo(rows[0]) == pytest.approx(-1300.0 + 455.0)
+    assert R.standardised_elbo(rows[-1]) is None
+    assert R._deep_layers("cnf-dgp3") == ("cnf", 3) and R._deep_layers("dgp12") == ("dsvi", 12)
+    assert R._deep_layers("svgp") is None and R._deep_layers("dgpx") is None
+    _write(tmp_path / "uci.jsonl", rows)
+    text = R.build_report(tmp_path, figures=False).read_text()
+    assert "| quick | boston | cnf-dgp3 | 2 | -840.0 ± 5.0 | -1.846 | -814.13 / -846.45 |" in text
+    assert "| quick | boston | svgp |" not in text
