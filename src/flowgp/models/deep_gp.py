@@ -146,7 +146,13 @@ class GPLayer(nn.Module):
             )
         lead, n = x.shape[:-2], x.shape[-2]
         flat = x.reshape(-1, x.shape[-1])
-        a, _ = self.gp._projection(flat)  # [D_out, M, P]: one batch over outputs, all samples' points as columns
+        chol = self.gp._kzz_cholesky()
+        eye = torch.eye(chol.shape[-1], dtype=chol.dtype, device=chol.device)
+        # explicit Lz⁻¹ (M³/3) and one GEMM for A = Lz⁻¹ K_ZX: on CPU the [M, M] x [M, P] triangular solve and its
+        # backward cost about twice a GEMM and return column-major results that force layout copies downstream
+        chol_inv = torch.linalg.solve_triangular(chol, eye, upper=False)
+        # [D_out, M, P]: one batch over outputs, all samples' points as columns
+        a = chol_inv @ self.gp.kernel(self.gp.inducing_points, flat.unsqueeze(-3))
         var = (self.gp.kernel.diag(flat.unsqueeze(-3)) - a.square().sum(-2)).mT.clamp_min(1e-12)  # [P, D_out]
         a = a.reshape(a.shape[:2] + lead + (n,)).movedim(1, -2).movedim(0, -3)  # [..., D_out, M, N]
         mean = (v.unsqueeze(-2) @ a).squeeze(-2).mT  # [..., N, D_out]
