@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from flowgp.flows import (FLOW_NAMES, Affine, Arcsinh, ArcsinhCombination, BoxCox, Compose, Exp, Flow, Identity,
+from flowgp.flows import (FLOW_NAMES, Affine, Arcsinh, ArcsinhCombination, BoxCox, Compose, Exp, Identity,
                           InverseBoxCox, LinearCombination, Log, Sinh, SinhArcsinh, Softplus, Tanh, TukeyGH,
                           compose, init_from_data, init_identity, init_random, make_flow, monotone_inverse)
 

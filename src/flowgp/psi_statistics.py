@@ -86,7 +86,7 @@ def se_psi_statistics(mean, var, z, variance, lengthscale, with_mean: bool = Fal
     """
     variance = torch.as_tensor(variance, dtype=mean.dtype, device=mean.device)
     lengthscale = torch.as_tensor(lengthscale, dtype=mean.dtype, device=mean.device)
-    n, m, d = mean.shape[-2], z.shape[-2], mean.shape[-1]
+    n, m = mean.shape[-2], z.shape[-2]
     ones = torch.ones(n, m, dtype=mean.dtype, device=mean.device)
     amp = variance * ones  # [..., N, M]
     lsq = lengthscale.square() * ones.unsqueeze(-1)  # [..., N, M, D]

@@ -1,7 +1,6 @@
 """Compositions (paper eq. 2: G = G_{K-1} ∘ ... ∘ G_0) and positive linear combinations (appendix eq. 26)."""
 from __future__ import annotations
 
-import math
 from typing import Iterable, Sequence
 
 import torch

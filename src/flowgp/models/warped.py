@@ -6,8 +6,6 @@ the Gaussian predictive of z* = T(y*) back through T⁻¹: quantiles and interva
 """
 from __future__ import annotations
 
-import torch
-
 from ..flows import Flow, make_flow
 from ..likelihoods import GaussianLikelihood
 from ..prediction import normal_quantiles
