@@ -198,3 +198,29 @@ def test_bad_input_is_refused(float64_default):
     post = ConvolutionalFlowPosterior([a])
     with pytest.raises(ValueError, match="inducing-input"):
         post.sample(2, [])
+
+
+def test_free_base_ablation_samples_from_its_own_parameters(float64_default):
+    """base="free": π(V) = N(μ, diag σ²) with μ, σ free [M, Σd] parameters (no φ(Z)); W = I without element-wise
+    steps leaves log q equal to the base density, and μ, σ get gradients from the MC ELBO."""
+    model, x, y = _one_layer(dict(num_steps=1, nonlinear=False, base="free"), d_out=2, m=5)
+    post = model.posterior
+    assert not hasattr(post, "nets") and tuple(post.base_mean.shape) == (5, 2)
+    with torch.no_grad():
+        post.base_mean.copy_(torch.arange(10.0).reshape(5, 2) / 10)
+        post.base_raw_scale.fill_(0.0)  # σ = softplus(0) = log 2
+    z = [model.layers[0].gp.inducing_points]
+    mean, scale = post.base(z)
+    torch.testing.assert_close(mean, post.base_mean)
+    torch.testing.assert_close(scale, torch.full((5, 2), math.log(2.0)), atol=1e-9, rtol=0)
+    vs, log_q = post.sample(300, z, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(log_q, torch.distributions.Normal(mean.mT, scale.mT).log_prob(vs[0]).sum((-2, -1)))
+    torch.testing.assert_close(vs[0].mean(0), mean.mT, atol=4 * math.log(2.0) / math.sqrt(300), rtol=0)
+    model.elbo(x, y, num_samples=3).backward()
+    assert post.base_mean.grad.abs().sum() > 0 and post.base_raw_scale.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="base"):
+        ConvolutionalFlowPosterior(model.layers, base="mlp")
+    with pytest.raises(ValueError, match="flow_base"):
+        build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf", flow_base="mlp")
+    deep = build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf", flow_base="free")
+    assert deep.posterior.base_kind == "free" and tuple(deep.posterior.base_mean.shape) == (5, 3)

@@ -50,6 +50,8 @@ def test_regressor_bad_input():
         DeepGPRegressor(posterior="ipvi").fit(X, y)
     with pytest.raises(ValueError, match="layers"):
         DeepGPRegressor(layers=0).fit(X, y)
+    with pytest.raises(ValueError, match="flow_base"):
+        DeepGPRegressor(posterior="cnf", flow_base="mlp").fit(X, y)
     with pytest.raises(TypeError, match="kernel"):
         DeepGPRegressor(kernel=flowgp.make_kernel("rbf", 2)).fit(X, y)
     with pytest.raises(RuntimeError, match="not fitted"):

@@ -33,6 +33,8 @@ class _DeepMixin:
                             f"got {type(self.kernel).__name__}")
         if self.posterior not in POSTERIORS:
             raise ValueError(f"posterior must be one of {POSTERIORS}, got {self.posterior!r}")
+        if self.flow_base not in ("network", "free"):
+            raise ValueError(f"flow_base must be 'network' (CNF-DGP eq. 9) or 'free', got {self.flow_base!r}")
         for name in ("layers", "num_samples_train", "num_samples_predict", "flow_steps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -50,7 +52,7 @@ class _DeepMixin:
                 hidden_width=self.hidden_width, likelihood=likelihood, posterior=self.posterior,
                 lengthscale=self.lengthscale, period=self.period, num_samples=int(self.num_samples_train),
                 kmeans_restarts=self.kmeans_restarts, seed=self.seed, inducing_points=inducing_points,
-                learn_inducing=self.learn_inducing, flow_steps=int(self.flow_steps),
+                learn_inducing=self.learn_inducing, flow_steps=int(self.flow_steps), flow_base=self.flow_base,
                 quadrature_points=self.quadrature_points,
                 predict_quadrature_points=self.predict_quadrature_points,
             ).to(device=self.device)
@@ -85,14 +87,15 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         posterior: "gaussian" (DSVI), "cnf" (convolutional normalizing flow) or "flow-layerwise" (ablation).
         num_samples_train: S samples per ELBO evaluation; num_samples_predict: S for prediction (paper: 100).
         flow_steps: 1×1-convolution (or dense) steps of the flow posteriors, each with a sinh-arcsinh step.
+        flow_base: the CNF base π(V): "network" (φ_ℓ(Z_ℓ), CNF-DGP eq. 9) or "free" (ablation, free μ and σ).
         Other arguments as SVGPRegressor (num_inducing = M per layer, shared by all layers).
     """
 
     def __init__(self, layers=3, posterior="gaussian", num_samples_train=1, num_samples_predict=100,
-                 hidden_width=None, flow_steps=2, num_inducing=100, kernel="rbf", batch_size=None, epochs=1000,
-                 lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05, lengthscale=1.0, period=1.0,
-                 fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
-                 predict_quadrature_points=100, verbose=True):
+                 hidden_width=None, flow_steps=2, flow_base="network", num_inducing=100, kernel="rbf",
+                 batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05,
+                 lengthscale=1.0, period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
+                 quadrature_points=20, predict_quadrature_points=100, verbose=True):
         super().__init__(num_inducing=num_inducing, kernel=kernel, batch_size=batch_size, epochs=epochs, lr=lr,
                          seed=seed, dtype=dtype, device=device, noise=noise, lengthscale=lengthscale,
                          period=period, fix_noise_fraction=fix_noise_fraction, kmeans_restarts=kmeans_restarts,
@@ -104,6 +107,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         self.num_samples_predict = num_samples_predict
         self.hidden_width = hidden_width
         self.flow_steps = flow_steps
+        self.flow_base = flow_base
 
     def fit(self, X, y):
         """Fit on X [n_samples, n_features] and y [n_samples]; returns self."""
@@ -170,9 +174,9 @@ class DeepGPClassifier(_DeepMixin, _Estimator, ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, layers=3, posterior="gaussian", num_samples_train=1, num_samples_predict=100,
-                 hidden_width=None, flow_steps=2, likelihood="robustmax", num_inducing=100, kernel="rbf",
-                 batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", lengthscale=1.0,
-                 period=1.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
+                 hidden_width=None, flow_steps=2, flow_base="network", likelihood="robustmax", num_inducing=100,
+                 kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu",
+                 lengthscale=1.0, period=1.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
                  predict_quadrature_points=100, verbose=True):
         self.layers = layers
         self.posterior = posterior
@@ -180,6 +184,7 @@ class DeepGPClassifier(_DeepMixin, _Estimator, ClassifierMixin, BaseEstimator):
         self.num_samples_predict = num_samples_predict
         self.hidden_width = hidden_width
         self.flow_steps = flow_steps
+        self.flow_base = flow_base
         self.likelihood = likelihood
         self.num_inducing = num_inducing
         self.kernel = kernel

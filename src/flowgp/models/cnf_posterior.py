@@ -193,25 +193,40 @@ class ConvolutionalFlowPosterior(nn.Module):
         hidden: width of the two-layer networks φ_ℓ (paper: 256).
         scale_init: initial base σ (√q_var_init, matching the Gaussian posterior's S = 1e-5 I).
         w_init: "identity" or "orthogonal" for the convolution kernels.
+        base: "network" (the paper's eq. 9: [μ_ℓ, σ_ℓ] = φ_ℓ(Z_ℓ)) or "free" (an ablation: μ and σ are free
+            [M, Σd_ℓ] parameters, as in the layer-wise flow; the flow steps are the same).
     """
 
     def __init__(self, layers: Sequence[nn.Module], num_steps: int = 2, nonlinear: bool = True, hidden: int = 256,
-                 scale_init: float = math.sqrt(1e-5), w_init: str = "identity", generator=None):
+                 scale_init: float = math.sqrt(1e-5), w_init: str = "identity", generator=None,
+                 base: str = "network"):
         super().__init__()
         self.dims, in_dims, self.num_inducing = _check_layers(layers)
         if not scale_init > 0:
             raise ValueError(f"scale_init must be > 0, got {scale_init}")
-        self.nets = nn.ModuleList([_BaseNet(d_in, 2 * d_out, hidden) for d_in, d_out in zip(in_dims, self.dims)])
-        with torch.no_grad():  # start near μ = 0, σ = scale_init (the Gaussian posterior's initial state)
-            for net, d_out in zip(self.nets, self.dims):
-                net.bias[:d_out] = 0.0
-                net.bias[d_out:] = _inverse_softplus(scale_init)
+        if base not in ("network", "free"):
+            raise ValueError(f"base must be 'network' (eq. 9) or 'free', got {base!r}")
+        self.base_kind = base
+        self.num_layers = len(self.dims)
+        if base == "network":
+            self.nets = nn.ModuleList([_BaseNet(d_in, 2 * d_out, hidden) for d_in, d_out in zip(in_dims, self.dims)])
+            with torch.no_grad():  # start near μ = 0, σ = scale_init (the Gaussian posterior's initial state)
+                for net, d_out in zip(self.nets, self.dims):
+                    net.bias[:d_out] = 0.0
+                    net.bias[d_out:] = _inverse_softplus(scale_init)
+        else:
+            shape = (self.num_inducing, sum(self.dims))
+            dtype = torch.get_default_dtype()
+            self.base_mean = nn.Parameter(torch.zeros(shape, dtype=dtype))
+            self.base_raw_scale = nn.Parameter(torch.full(shape, _inverse_softplus(scale_init), dtype=dtype))
         self.flow = _FlowSteps(sum(self.dims), num_steps, nonlinear, w_init, generator)
 
     def base(self, inducing_inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """[μ, σ] of π(V), each [M, Σd_ℓ]: layer ℓ's channels from φ_ℓ(Z_ℓ) (eq. 9)."""
-        if len(inducing_inputs) != len(self.nets):
-            raise ValueError(f"expected {len(self.nets)} inducing-input sets, got {len(inducing_inputs)}")
+        """[μ, σ] of π(V), each [M, Σd_ℓ]: layer ℓ's channels from φ_ℓ(Z_ℓ) (eq. 9), or free parameters."""
+        if len(inducing_inputs) != self.num_layers:
+            raise ValueError(f"expected {self.num_layers} inducing-input sets, got {len(inducing_inputs)}")
+        if self.base_kind == "free":
+            return self.base_mean, F.softplus(self.base_raw_scale) + 1e-10
         means, scales = [], []
         for net, z, d in zip(self.nets, inducing_inputs, self.dims):
             out = net(z)

@@ -409,6 +409,7 @@ def build_deep_gp(
     learn_inducing: bool = True,
     flow_steps: int = 2,
     flow_nonlinear: bool = True,
+    flow_base: str = "network",
     quadrature_points: int = 20,
     predict_quadrature_points: int = 100,
 ) -> DeepGP:
@@ -419,7 +420,8 @@ def build_deep_gp(
     layer has y_dim GPs and zero mean. Every layer has the same M inducing inputs: k-means centres of X
     (best of `kmeans_restarts`) pushed through the preceding mean projections, so that the inducing
     outputs of all layers stack into the M × 1 × Σd_ℓ tensor of the convolutional flow posterior.
-    `posterior` is "gaussian" (DSVI), "cnf" (CNF-DGP §III) or "flow-layerwise" (the naive flow of Fig. 1).
+    `posterior` is "gaussian" (DSVI), "cnf" (CNF-DGP §III) or "flow-layerwise" (the naive flow of Fig. 1);
+    `flow_base` is the CNF base: "network" (eq. 9) or "free" (ablation).
     """
     from ..inducing import kmeans_inducing_points
     from .cnf_posterior import ConvolutionalFlowPosterior, LayerwiseFlowPosterior
@@ -429,6 +431,8 @@ def build_deep_gp(
     y_dim = _positive_int(y_dim, "y_dim")
     if posterior not in POSTERIORS:
         raise ValueError(f"posterior must be one of {POSTERIORS}, got {posterior!r}")
+    if flow_base not in ("network", "free"):
+        raise ValueError(f"flow_base must be 'network' (CNF-DGP eq. 9) or 'free', got {flow_base!r}")
     d = x.shape[1]
     width = hidden_layer_width(d, y_dim) if hidden_width is None else _positive_int(hidden_width, "hidden_width")
     if inducing_points is None:
@@ -455,7 +459,8 @@ def build_deep_gp(
     flow = None
     if posterior == "cnf":
         flow = ConvolutionalFlowPosterior(layers, num_steps=flow_steps, nonlinear=flow_nonlinear,
-                                          scale_init=math.sqrt(q_var_init)).to(device=x.device, dtype=x.dtype)
+                                          scale_init=math.sqrt(q_var_init), base=flow_base).to(device=x.device,
+                                                                                                dtype=x.dtype)
     elif posterior == "flow-layerwise":
         flow = LayerwiseFlowPosterior(layers, num_steps=flow_steps, nonlinear=flow_nonlinear,
                                       scale_init=math.sqrt(q_var_init)).to(device=x.device, dtype=x.dtype)
