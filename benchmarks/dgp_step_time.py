@@ -218,6 +218,7 @@ def main():
     p.add_argument("--no-peer", action="store_true", help="skip GPyTorch")
     p.add_argument("--no-energy", action="store_true", help="skip part 2")
     p.add_argument("--json", default=str(ROOT / "docs" / "results" / "dgp_step_time.json"))
+    p.add_argument("--note", default="", help="conditions of the run, stored in the JSON (e.g. 'other jobs paused')")
     a = p.parse_args()
     device = torch.device(a.device)
     rows = []
@@ -234,7 +235,7 @@ def main():
     meta = {"torch": torch.__version__, "threads": torch.get_num_threads(),
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "machine": platform.machine(),
             "device": str(device), "cpu_count": os.cpu_count(),
-            "note": "measured on a shared 2-core machine while other jobs ran (under load); ratios interleaved"}
+            "note": a.note}
     try:
         import gpytorch
 
