@@ -14,10 +14,10 @@ def _data(n=80, seed=0):
     return X, y
 
 
-@pytest.mark.parametrize("posterior", ["gaussian", "cnf"])
-def test_regressor_fits_predicts_and_round_trips(tmp_path, posterior):
+@pytest.mark.parametrize("posterior,flow_base", [("gaussian", "network"), ("cnf", "network"), ("cnf", "free")])
+def test_regressor_fits_predicts_and_round_trips(tmp_path, posterior, flow_base):
     X, y = _data()
-    est = DeepGPRegressor(layers=2, posterior=posterior, num_inducing=12, epochs=300, lr=0.03,
+    est = DeepGPRegressor(layers=2, posterior=posterior, flow_base=flow_base, num_inducing=12, epochs=300, lr=0.03,
                           num_samples_predict=20, kmeans_restarts=1, verbose=False)
     est.fit(X, y)
     mean, std = est.predict(X, return_std=True)
@@ -33,7 +33,7 @@ def test_regressor_fits_predicts_and_round_trips(tmp_path, posterior):
     np.testing.assert_allclose(est.predict(X), mean)
     est.save(tmp_path / "dgp.pt")
     back = flowgp.load(tmp_path / "dgp.pt")
-    assert isinstance(back, DeepGPRegressor) and back.posterior == posterior
+    assert isinstance(back, DeepGPRegressor) and back.posterior == posterior and back.flow_base == flow_base
     np.testing.assert_allclose(back.predict(X), mean, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(back.log_predictive_density(X, y), lpd, rtol=1e-10, atol=1e-10)
 
