@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from flowgp.kernels import make_kernel
-from flowgp.variational import SparseVariationalGP, gaussian_kl_whitened, whitened_marginal_terms
+from flowgp.variational import (SparseVariationalGP, _KernelSpaceMarginalTerms, _WhitenedMarginalTerms,
+                                gaussian_kl_whitened, whitened_marginal_terms)
 
 pytestmark = pytest.mark.usefixtures("float64_default")
 
@@ -49,9 +50,11 @@ def _autograd_marginal_terms(chol, kzx, q_mu, c):
     "chol_shape, kzx_shape, num_outputs",
     [((5, 5), (1, 5, 11), 1), ((3, 5, 5), (3, 5, 11), 3), ((5, 5), (2, 1, 5, 11), 3), ((1, 5, 5), (4, 1, 5, 11), 2)],
 )
-def test_fused_marginal_terms_match_autograd_and_gradcheck(chol_shape, kzx_shape, num_outputs):
-    # the hand-written backward (symmetric C, no second [M, N] solve) against autograd of the plain formula,
-    # for shared and per-output factors and for sample dims broadcast over outputs
+@pytest.mark.parametrize("impl", [_WhitenedMarginalTerms.apply, _KernelSpaceMarginalTerms.apply, whitened_marginal_terms],
+                         ids=["A-space", "kernel-space", "dispatch"])
+def test_fused_marginal_terms_match_autograd_and_gradcheck(chol_shape, kzx_shape, num_outputs, impl):
+    # the hand-written backwards (symmetric C, no second [M, N] solve; or B = Lz⁻ᵀ C Lz⁻¹ without A) against
+    # autograd of the plain formula, for shared and per-output factors and for sample dims broadcast over outputs
     g = torch.Generator().manual_seed(3)
     b = torch.randn(chol_shape, generator=g)
     chol = torch.linalg.cholesky(b @ b.mT + 5 * torch.eye(5)).requires_grad_()
@@ -61,7 +64,7 @@ def test_fused_marginal_terms_match_autograd_and_gradcheck(chol_shape, kzx_shape
     c = (r @ r.mT - torch.eye(5)).requires_grad_()
 
     def fused(ch, k, m, cc):  # symmetrised/tril'd inside so gradcheck's perturbations stay in the domain
-        return whitened_marginal_terms(ch.tril(), k, m, 0.5 * (cc + cc.mT))
+        return impl(ch.tril(), k, m, 0.5 * (cc + cc.mT))
 
     def plain(ch, k, m, cc):
         return _autograd_marginal_terms(ch.tril(), k, m, 0.5 * (cc + cc.mT))
@@ -136,3 +139,24 @@ def test_bad_inducing_points():
         SparseVariationalGP(make_kernel("rbf", 1), torch.randn(3))
     with pytest.raises(ValueError, match="NaN"):
         SparseVariationalGP(make_kernel("rbf", 1), torch.tensor([[0.0], [math.nan]]))
+
+
+def test_marginal_terms_float32_uses_the_a_space_form_and_agrees_with_float64():
+    # float32 keeps A = Lz⁻¹ K_ZX (its error grows with cond(Lz), not cond(K_ZZ)); both dtypes agree
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(30, 2, generator=g)
+    x = torch.randn(200, 2, generator=g)
+    kzz = torch.exp(-0.5 * torch.cdist(z, z).square()) + 1e-6 * torch.eye(30)
+    kzx = torch.exp(-0.5 * torch.cdist(z, x).square()).unsqueeze(0)
+    chol = torch.linalg.cholesky(kzz)
+    q_mu = torch.randn(1, 30, generator=g)
+    r = 0.1 * torch.randn(1, 30, 30, generator=g).tril()
+    c = r @ r.mT - torch.eye(30)
+    mean64, quad64 = whitened_marginal_terms(chol, kzx, q_mu, c)
+    mean32, quad32 = whitened_marginal_terms(*(t.float() for t in (chol, kzx, q_mu, c)))
+    a_mean, a_quad = _WhitenedMarginalTerms.apply(*(t.float() for t in (chol, kzx, q_mu, c)))
+    assert torch.equal(mean32, a_mean) and torch.equal(quad32, a_quad)
+    var64 = 1.0 + quad64  # k(x, x) = 1: the cancellation the kernel-space form is exposed to
+    assert var64.min() > 0
+    torch.testing.assert_close(quad32.double(), quad64, rtol=0, atol=2e-3)
+    torch.testing.assert_close(mean32.double(), mean64, rtol=0, atol=2e-3)
