@@ -102,12 +102,12 @@ class _KernelSpaceMarginalTerms(torch.autograd.Function):
         p = b @ kzx  # [..., L, M, N]
         quad = (kzx * p).sum(-2)
         mean = (w.unsqueeze(-2) @ kzx).squeeze(-2)
-        ctx.save_for_backward(x, kzx, q_mu, c, p, w)
+        ctx.save_for_backward(x, kzx, q_mu, c, p, w, b)
         return mean, quad
 
     @staticmethod
     def backward(ctx, g_mean, g_quad):
-        x, kzx, q_mu, c, p, w = ctx.saved_tensors
+        x, kzx, q_mu, c, p, w, b = ctx.saved_tensors
         if g_quad is None:
             g_quad = torch.zeros_like(p[..., 0, :])
         if g_mean is None:
@@ -123,14 +123,16 @@ class _KernelSpaceMarginalTerms(torch.autograd.Function):
         if need_c or need_chol:
             # G = Σ_n ḡ_n k_n k_nᵀ (symmetric), summed over sample dims to B's shape
             gram = ((g_quad * kzx) @ kzx.mT).sum_to_size(torch.broadcast_shapes(x.shape, c.shape))
+            t = gram @ x.mT  # G Xᵀ, shared by both gradients
             if need_c:
-                grad_c = (x @ gram @ x.mT).sum_to_size(c.shape)
+                grad_c = (x @ t).sum_to_size(c.shape)
             if need_chol:
-                # b = Xᵀ C X and w = Xᵀ m give X's gradient 2 C X G + m ḡ_wᵀ; X = L⁻¹ turns it into -Xᵀ (·) Xᵀ
+                # b = Xᵀ C X and w = Xᵀ m give X's gradient 2 C X G + m ḡ_wᵀ, and X = L⁻¹ turns a gradient H
+                # into -Xᵀ H Xᵀ: -(2 B G Xᵀ + w (X ḡ_w)ᵀ) with the saved B, three [M, M] products fewer
                 # (each term summed on its own: adding them first would broadcast G's term over sample dims)
-                grad_x = (2.0 * (c @ x @ gram)).sum_to_size(x.shape) + \
-                    (q_mu.unsqueeze(-1) * grad_w.unsqueeze(-2)).sum_to_size(x.shape)
-                grad_chol = -(x.mT @ grad_x @ x.mT).tril()
+                grad_x_term = (2.0 * (b @ t)).sum_to_size(x.shape)
+                mean_term = (w.unsqueeze(-1) * (x @ grad_w.unsqueeze(-1)).mT).sum_to_size(x.shape)
+                grad_chol = -(grad_x_term + mean_term).tril()
         return grad_chol, grad_kzx, grad_mu, grad_c
 
 
