@@ -74,7 +74,8 @@ def main():
             rows.append(row)
             print(f"{a.dataset} split {split_index} L={a.layers} {variant:12s} ELBO/n {row['elbo_per_point_std']:+.3f} "
                   f"NLL {row['nll']:.3f} RMSE {row['rmse']:.3f} ({row['train_seconds']:.0f} s)", flush=True)
-    print("\n| dataset | L | variant | splits | training ELBO / point (std.) | test NLL | test RMSE |\n|---|---|---|---|---|---|---|")
+    print("\n| dataset | L | variant | splits | training ELBO / point (std.) | test NLL | test RMSE |")
+    print("|---|---|---|---|---|---|---|")
     for variant in VARIANTS:
         rs = [r for r in rows if r["dataset"] == a.dataset and r["layers"] == a.layers and r["variant"] == variant]
         if rs:

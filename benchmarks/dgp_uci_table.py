@@ -1,0 +1,84 @@
+"""Deep-GP UCI tables for docs/results/dgp-uci-quick/README.md, over the splits every model finished.
+
+    python benchmarks/dgp_uci_table.py docs/results/dgp-uci-quick/uci.jsonl
+
+`flowgp bench report` averages whatever rows exist; while a resumable run is part-way through, models have
+different numbers of splits, so this script keeps, per dataset, only the splits that all the models finished
+and prints: test log-likelihood (= -NLL, the CNF paper's Fig. 3 metric, higher is better) mean ± standard error,
+the average rank per model across datasets (the paper's "ranking summary"), head-to-head split wins, and the
+standardised training ELBO per point.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections import defaultdict
+
+MODELS = ["svgp", "dgp2", "dgp3", "dgp4", "cnf-dgp2", "cnf-dgp3", "cnf-dgp4"]
+PAIRS = [("dgp2", "svgp"), ("dgp3", "svgp"), ("cnf-dgp2", "svgp"), ("cnf-dgp2", "dgp2"), ("cnf-dgp3", "dgp3"),
+         ("cnf-dgp4", "dgp4")]
+
+
+def mean_se(values):
+    n = len(values)
+    m = sum(values) / n
+    se = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1) / n) if n > 1 else 0.0
+    return m, se
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("jsonl")
+    p.add_argument("--models", default=",".join(MODELS))
+    a = p.parse_args()
+    models = a.models.split(",")
+    rows = [json.loads(line) for line in open(a.jsonl) if line.strip()]
+    by = defaultdict(dict)  # (dataset, split) -> model -> row
+    for r in rows:
+        if r["model"] in models:
+            by[(r["dataset"], r["split"])][r["model"]] = r
+    datasets = sorted({d for d, _ in by})
+    common = {d: sorted(s for (dd, s), ms in by.items() if dd == d and all(m in ms for m in models)) for d in datasets}
+    print("Test log-likelihood (higher is better), mean ± s.e. over the splits all models finished:\n")
+    print("| dataset | splits | " + " | ".join(models) + " |\n|---|---|" + "---|" * len(models))
+    ranks = defaultdict(list)
+    for d in datasets:
+        if not common[d]:
+            continue
+        cells = {m: mean_se([-by[(d, s)][m]["nll"] for s in common[d]]) for m in models}
+        best = max(cells, key=lambda m: cells[m][0])
+        order = sorted(models, key=lambda m: -cells[m][0])
+        for i, m in enumerate(order):
+            ranks[m].append(i + 1)
+        split_text = f"{common[d][0]}-{common[d][-1]}" if len(common[d]) > 1 else str(common[d][0])
+        print(f"| {d} | {split_text} | " + " | ".join(
+            (f"**{cells[m][0]:.3f} ± {cells[m][1]:.3f}**" if m == best else f"{cells[m][0]:.3f} ± {cells[m][1]:.3f}")
+            for m in models) + " |")
+    print("\nAverage rank across datasets (1 = best):\n")
+    print("| " + " | ".join(models) + " |\n|" + "---|" * len(models))
+    print("| " + " | ".join(f"{sum(ranks[m]) / len(ranks[m]):.2f}" if ranks[m] else "—" for m in models) + " |")
+    print("\nSplit-by-split wins (first model has the higher test log-likelihood), all datasets:\n")
+    print("| comparison | wins | mean difference (nats) |\n|---|---|---|")
+    for m1, m2 in PAIRS:
+        if m1 not in models or m2 not in models:
+            continue
+        diffs = [by[(d, s)][m2]["nll"] - by[(d, s)][m1]["nll"] for d in datasets for s in common[d]]
+        if diffs:
+            print(f"| {m1} vs {m2} | {sum(x > 0 for x in diffs)} / {len(diffs)} | {sum(diffs) / len(diffs):+.3f} |")
+    print("\nTraining ELBO per point, standardised targets (elbo + n·log std y) / n, mean over the same splits "
+          "(rows that recorded it; older boston rows did not):\n")
+    print("| dataset | " + " | ".join(models) + " |\n|---|" + "---|" * len(models))
+    for d in datasets:
+        vals = {}
+        for m in models:
+            got = [by[(d, s)][m] for s in common[d] if "train_elbo" in by[(d, s)][m] and "y_scale" in by[(d, s)][m]]
+            if got:
+                per_point = [(r["train_elbo"] + r["n_train"] * math.log(r["y_scale"])) / r["n_train"] for r in got]
+                vals[m] = sum(per_point) / len(per_point)
+        if vals:
+            print(f"| {d} | " + " | ".join(f"{vals[m]:+.3f}" if m in vals else "—" for m in models) + " |")
+
+
+if __name__ == "__main__":
+    main()
