@@ -33,6 +33,14 @@ def gaussian_kl_whitened(q_mu: torch.Tensor, q_sqrt: torch.Tensor) -> torch.Tens
     return 0.5 * (trace + q_mu.square().sum(-1) - num_inducing - logdet).sum()
 
 
+def _output_grads(g_mean, g_quad, p):
+    """The incoming gradients of (mean, quad) as [..., L, 1, N], zeros for an output that was not used."""
+    zeros = None if g_mean is not None and g_quad is not None else torch.zeros_like(p[..., 0, :])
+    g_mean = zeros if g_mean is None else g_mean
+    g_quad = zeros if g_quad is None else g_quad
+    return g_mean.unsqueeze(-2), g_quad.unsqueeze(-2)
+
+
 class _WhitenedMarginalTerms(torch.autograd.Function):
     """A = Lz⁻¹ K_ZX, mean = mᵀA and quad = diag(Aᵀ C A) for symmetric C, with a backward written by hand.
 
@@ -59,11 +67,7 @@ class _WhitenedMarginalTerms(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g_mean, g_quad):
         chol_inv, a, q_mu, c, p = ctx.saved_tensors
-        if g_quad is None:
-            g_quad = torch.zeros_like(p[..., 0, :])
-        if g_mean is None:
-            g_mean = torch.zeros_like(p[..., 0, :])
-        g_quad, g_mean = g_quad.unsqueeze(-2), g_mean.unsqueeze(-2)  # [..., L, 1, N]
+        g_mean, g_quad = _output_grads(g_mean, g_quad, p)
         need_chol, need_kzx, need_mu, need_c = ctx.needs_input_grad
         gram = (g_quad * a) @ a.mT if (need_c or need_chol) else None  # G, [..., L, M, M]
         a_gmean = (a @ g_mean.mT).squeeze(-1)  # A ḡ_mean, [..., L, M]
@@ -108,11 +112,7 @@ class _KernelSpaceMarginalTerms(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g_mean, g_quad):
         x, kzx, q_mu, c, p, w, b = ctx.saved_tensors
-        if g_quad is None:
-            g_quad = torch.zeros_like(p[..., 0, :])
-        if g_mean is None:
-            g_mean = torch.zeros_like(p[..., 0, :])
-        g_quad, g_mean = g_quad.unsqueeze(-2), g_mean.unsqueeze(-2)  # [..., L, 1, N]
+        g_mean, g_quad = _output_grads(g_mean, g_quad, p)
         need_chol, need_kzx, need_mu, need_c = ctx.needs_input_grad
         grad_chol = grad_kzx = grad_mu = grad_c = None
         if need_kzx:
