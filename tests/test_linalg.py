@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from flowgp.linalg import CholeskyJitterWarning, robust_cholesky
+from flowgp.linalg import CholeskyJitterWarning, lower_inverse, robust_cholesky
 
 
 def test_cholesky_of_well_conditioned_matrix_is_silent():
@@ -22,3 +22,13 @@ def test_hopeless_matrix_raises():
     k = -torch.eye(3, dtype=torch.float64)
     with pytest.raises(RuntimeError, match="Cholesky failed"):
         robust_cholesky(k, max_tries=3)
+
+
+def test_lower_inverse_batched_and_unbatched():
+    g = torch.Generator().manual_seed(0)
+    b = torch.randn(3, 4, 4, generator=g, dtype=torch.float64)
+    chol = torch.linalg.cholesky(b @ b.mT + 4 * torch.eye(4, dtype=torch.float64))
+    inv = lower_inverse(chol)
+    torch.testing.assert_close(inv @ chol, torch.eye(4, dtype=torch.float64).expand(3, 4, 4))
+    assert torch.equal(inv, inv.tril())
+    torch.testing.assert_close(lower_inverse(chol[0]), inv[0])

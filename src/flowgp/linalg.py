@@ -5,7 +5,7 @@ import warnings
 
 import torch
 
-__all__ = ["CholeskyJitterWarning", "robust_cholesky", "DEFAULT_JITTER"]
+__all__ = ["CholeskyJitterWarning", "robust_cholesky", "lower_inverse", "DEFAULT_JITTER"]
 
 #: jitter added to the diagonal of every kernel matrix before factorising (relative to dtype below)
 DEFAULT_JITTER = {torch.float64: 1e-8, torch.float32: 1e-6}
@@ -49,3 +49,13 @@ def robust_cholesky(
         "tries; the kernel matrix is not positive definite (NaN parameters, duplicated inducing points "
         "or a float32 overflow are the usual causes)"
     )
+
+
+def lower_inverse(chol: torch.Tensor) -> torch.Tensor:
+    """L⁻¹ of a (batched) lower-triangular factor, formed explicitly (M³/3).
+
+    Worth it wherever L⁻¹ then multiplies [M, N] blocks: on CPU a GEMM runs about twice as fast as the triangular
+    solve (and its backward) and returns a row-major result, which the solve does not.
+    """
+    eye = torch.eye(chol.shape[-1], dtype=chol.dtype, device=chol.device).expand_as(chol)
+    return torch.linalg.solve_triangular(chol, eye, upper=False)

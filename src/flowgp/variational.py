@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from .linalg import robust_cholesky
+from .linalg import lower_inverse, robust_cholesky
 
 __all__ = ["SparseVariationalGP", "Marginals", "gaussian_kl_whitened"]
 
@@ -54,8 +54,7 @@ class _WhitenedMarginalTerms(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, chol, kzx, q_mu, c):
-        eye = torch.eye(chol.shape[-1], dtype=chol.dtype, device=chol.device)
-        chol_inv = torch.linalg.solve_triangular(chol, eye, upper=False)
+        chol_inv = lower_inverse(chol)
         a = chol_inv @ kzx  # [..., Lb, M, N]
         p = c @ a  # [..., L, M, N]
         quad = (a * p).sum(-2)
@@ -98,8 +97,7 @@ class _KernelSpaceMarginalTerms(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, chol, kzx, q_mu, c):
-        eye = torch.eye(chol.shape[-1], dtype=chol.dtype, device=chol.device)
-        x = torch.linalg.solve_triangular(chol, eye, upper=False)  # Lz⁻¹
+        x = lower_inverse(chol)  # Lz⁻¹
         w = (x.mT @ q_mu.unsqueeze(-1)).squeeze(-1)  # [..., L, M]
         b = x.mT @ c @ x  # [L, M, M]
         b = 0.5 * (b + b.mT)

@@ -34,7 +34,7 @@ from torch import nn
 
 from ..constraints import Positive
 from ..convolution import ConvolutionKernel, check_output_index
-from ..linalg import robust_cholesky
+from ..linalg import lower_inverse, robust_cholesky
 from ..psi_statistics import gaussian_psi1, gaussian_psi2_contract, gaussian_psi_mean
 from ..variational import gaussian_kl_whitened
 
@@ -65,8 +65,7 @@ class _WhitenedInducing(nn.Module):
     def posterior(self, kuu: torch.Tensor):
         """α = K⁻¹m_u = L⁻ᵀ m, C = K⁻¹ S_u K⁻¹ = L⁻ᵀ S L⁻¹, K⁻¹ and L, each batched over G."""
         chol = robust_cholesky(kuu)
-        eye = torch.eye(chol.shape[-1], dtype=chol.dtype, device=chol.device).expand_as(chol)
-        linv = torch.linalg.solve_triangular(chol, eye, upper=False)
+        linv = lower_inverse(chol)
         alpha = (linv.mT @ self.q_mu.unsqueeze(-1)).squeeze(-1)
         lr = linv.mT @ self.q_sqrt_tril()
         return alpha, lr @ lr.mT, linv.mT @ linv, chol
