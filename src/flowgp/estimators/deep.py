@@ -14,6 +14,7 @@ import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from ..likelihoods import BernoulliLikelihood, GaussianLikelihood, RobustMaxLikelihood, SoftmaxLikelihood
+from ..models.cnf_posterior import FLOW_BASES
 from ..models.deep_gp import POSTERIORS, build_deep_gp
 from ..training import train
 from ._base import _DTYPES, _Estimator, _as_2d_float, _default_dtype
@@ -33,7 +34,7 @@ class _DeepMixin:
                             f"got {type(self.kernel).__name__}")
         if self.posterior not in POSTERIORS:
             raise ValueError(f"posterior must be one of {POSTERIORS}, got {self.posterior!r}")
-        if self.flow_base not in ("network", "free"):
+        if self.flow_base not in FLOW_BASES:
             raise ValueError(f"flow_base must be 'network' (CNF-DGP eq. 9) or 'free', got {self.flow_base!r}")
         for name in ("layers", "num_samples_train", "num_samples_predict", "flow_steps"):
             value = getattr(self, name)

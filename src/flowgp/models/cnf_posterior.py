@@ -28,7 +28,10 @@ from torch.nn import functional as F
 
 from ..flows import SinhArcsinh
 
-__all__ = ["LULinear", "ConvolutionalFlowPosterior", "LayerwiseFlowPosterior"]
+__all__ = ["LULinear", "ConvolutionalFlowPosterior", "LayerwiseFlowPosterior", "FLOW_BASES"]
+
+#: bases π(V) of the convolutional flow: φ_ℓ(Z_ℓ) of eq. 9, or free parameters (ablation)
+FLOW_BASES = ("network", "free")
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -204,7 +207,7 @@ class ConvolutionalFlowPosterior(nn.Module):
         self.dims, in_dims, self.num_inducing = _check_layers(layers)
         if not scale_init > 0:
             raise ValueError(f"scale_init must be > 0, got {scale_init}")
-        if base not in ("network", "free"):
+        if base not in FLOW_BASES:
             raise ValueError(f"base must be 'network' (eq. 9) or 'free', got {base!r}")
         self.base_kind = base
         self.num_layers = len(self.dims)

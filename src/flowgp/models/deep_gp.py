@@ -21,6 +21,7 @@ from ..likelihoods import GaussianLikelihood, Likelihood
 from ..linalg import lower_inverse
 from ..variational import SparseVariationalGP
 from ._checks import as_inputs, as_targets
+from .cnf_posterior import FLOW_BASES
 
 __all__ = ["LinearMean", "GPLayer", "DeepGP", "build_deep_gp", "hidden_layer_width", "POSTERIORS"]
 
@@ -428,7 +429,7 @@ def build_deep_gp(
     y_dim = _positive_int(y_dim, "y_dim")
     if posterior not in POSTERIORS:
         raise ValueError(f"posterior must be one of {POSTERIORS}, got {posterior!r}")
-    if flow_base not in ("network", "free"):
+    if flow_base not in FLOW_BASES:
         raise ValueError(f"flow_base must be 'network' (CNF-DGP eq. 9) or 'free', got {flow_base!r}")
     d = x.shape[1]
     width = hidden_layer_width(d, y_dim) if hidden_width is None else _positive_int(hidden_width, "hidden_width")
