@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
 from flowgp.bench.models import make_estimator
 from flowgp.bench.presets import get_preset
+from flowgp.bench.report import standardised_elbo
 from flowgp.bench.runner import fit_and_score, limit_threads, parse_int_list
 from flowgp.bench.uci import load_split
 
@@ -43,7 +43,7 @@ def fit_variant(dataset, split_index, layers, variant, data_dir=None, preset="qu
     est = make_estimator(f"{family}{layers}", get_preset(preset), min(100, n), split_index, n, task="regression")
     est.set_params(**changes, verbose=False)
     row = fit_and_score(est, split, "regression")
-    row["elbo_per_point_std"] = (row["train_elbo"] + n * math.log(row["y_scale"])) / n
+    row["elbo_per_point_std"] = standardised_elbo({**row, "n_train": n}) / n
     return {"dataset": dataset, "split": split_index, "layers": layers, "variant": variant, "preset": preset, **row}
 
 

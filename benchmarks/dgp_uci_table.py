@@ -12,19 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections import defaultdict
+
+from flowgp.bench.report import mean_se, standardised_elbo
 
 MODELS = ["svgp", "dgp2", "dgp3", "dgp4", "cnf-dgp2", "cnf-dgp3", "cnf-dgp4"]
 PAIRS = [("dgp2", "svgp"), ("dgp3", "svgp"), ("cnf-dgp2", "svgp"), ("cnf-dgp2", "dgp2"), ("cnf-dgp3", "dgp3"),
          ("cnf-dgp4", "dgp4")]
-
-
-def mean_se(values):
-    n = len(values)
-    m = sum(values) / n
-    se = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1) / n) if n > 1 else 0.0
-    return m, se
 
 
 def main():
@@ -72,9 +66,9 @@ def main():
     for d in datasets:
         vals = {}
         for m in models:
-            got = [by[(d, s)][m] for s in common[d] if "train_elbo" in by[(d, s)][m] and "y_scale" in by[(d, s)][m]]
-            if got:
-                per_point = [(r["train_elbo"] + r["n_train"] * math.log(r["y_scale"])) / r["n_train"] for r in got]
+            per_point = [standardised_elbo(r) / r["n_train"] for r in (by[(d, s)][m] for s in common[d])
+                         if standardised_elbo(r) is not None]
+            if per_point:
                 vals[m] = sum(per_point) / len(per_point)
         if vals:
             print(f"| {d} | " + " | ".join(f"{vals[m]:+.3f}" if m in vals else "—" for m in models) + " |")

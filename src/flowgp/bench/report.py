@@ -249,8 +249,10 @@ def _elbo_markdown(rows, model_order) -> list[str]:
              "| preset | dataset | model | n | ELBO | per point | CNF paper Table I (NF / IPVI) |",
              "|---|---|---|---|---|---|---|"]
     n_train = {(r.get("preset", "?"), r["dataset"]): r["n_train"] for r in rows if "n_train" in r}
-    for (preset, ds, model) in sorted(groups, key=lambda k: (k[0], k[1], _order([k[2]] + list(model_order),
-                                                                                  model_order).index(k[2]), k[2])):
+    def known_first(model):  # models in `model_order` by their position, then any others by name
+        return (model_order.index(model) if model in model_order else len(model_order), model)
+
+    for (preset, ds, model) in sorted(groups, key=lambda k: (k[0], k[1], known_first(k[2]))):
         mean, se, n = mean_se(groups[(preset, ds, model)])
         deep = _deep_layers(model)
         ref = "—"
