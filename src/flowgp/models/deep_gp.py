@@ -18,7 +18,6 @@ from torch import nn
 
 from ..kernels import Kernel, Sum, White, make_kernel
 from ..likelihoods import GaussianLikelihood, Likelihood
-from ..linalg import lower_inverse
 from ..variational import SparseVariationalGP
 from ._checks import as_inputs, as_targets
 from .cnf_posterior import FLOW_BASES
@@ -148,9 +147,7 @@ class GPLayer(nn.Module):
             )
         lead, n = x.shape[:-2], x.shape[-2]
         flat = x.reshape(-1, x.shape[-1])
-        # A = Lz⁻¹ K_ZX by an explicit inverse and one GEMM (see `lower_inverse`), [D_out, M, P]: one batch over
-        # outputs, all samples' points as columns
-        a = lower_inverse(self.gp._kzz_cholesky()) @ self.gp.kernel(self.gp.inducing_points, flat.unsqueeze(-3))
+        a, _ = self.gp._projection(flat)  # [D_out, M, P]: one batch over outputs, all samples' points as columns
         var = (self.gp.kernel.diag(flat.unsqueeze(-3)) - a.square().sum(-2)).mT.clamp_min(1e-12)  # [P, D_out]
         a = a.reshape(a.shape[:2] + lead + (n,)).movedim(1, -2).movedim(0, -3)  # [..., D_out, M, N]
         mean = (v.unsqueeze(-2) @ a).squeeze(-2).mT  # [..., N, D_out]
