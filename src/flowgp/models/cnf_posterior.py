@@ -210,7 +210,6 @@ class ConvolutionalFlowPosterior(nn.Module):
         if base not in FLOW_BASES:
             raise ValueError(f"base must be 'network' (eq. 9) or 'free', got {base!r}")
         self.base_kind = base
-        self.num_layers = len(self.dims)
         if base == "network":
             self.nets = nn.ModuleList([_BaseNet(d_in, 2 * d_out, hidden) for d_in, d_out in zip(in_dims, self.dims)])
             with torch.no_grad():  # start near μ = 0, σ = scale_init (the Gaussian posterior's initial state)
@@ -226,8 +225,8 @@ class ConvolutionalFlowPosterior(nn.Module):
 
     def base(self, inducing_inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """[μ, σ] of π(V), each [M, Σd_ℓ]: layer ℓ's channels from φ_ℓ(Z_ℓ) (eq. 9), or free parameters."""
-        if len(inducing_inputs) != self.num_layers:
-            raise ValueError(f"expected {self.num_layers} inducing-input sets, got {len(inducing_inputs)}")
+        if len(inducing_inputs) != len(self.dims):
+            raise ValueError(f"expected {len(self.dims)} inducing-input sets, got {len(inducing_inputs)}")
         if self.base_kind == "free":
             return self.base_mean, F.softplus(self.base_raw_scale) + 1e-10
         means, scales = [], []
