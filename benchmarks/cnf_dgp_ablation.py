@@ -16,12 +16,11 @@ test NLL follows it.
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from flowgp.bench.models import make_estimator
 from flowgp.bench.presets import get_preset
 from flowgp.bench.report import standardised_elbo
+from flowgp.bench.results import ResultStore
 from flowgp.bench.runner import fit_and_score, limit_threads, parse_int_list
 from flowgp.bench.uci import load_split
 
@@ -57,27 +56,23 @@ def main():
     p.add_argument("--out", default="docs/results/cnf-dgp-ablation/ablation.jsonl")
     a = p.parse_args()
     limit_threads()
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
-    done = {(r["dataset"], r["split"], r["layers"], r["variant"]) for r in rows}
+    # one line per finished fit (the bench's store: torn-line repair, fsync): an interrupted run resumes here
+    store = ResultStore(a.out, ("dataset", "split", "layers", "variant"))
     for split_index in parse_int_list(a.splits, "split"):
         for variant in a.variants.split(","):
             if variant not in VARIANTS:
                 raise SystemExit(f"unknown variant {variant!r}; choose from {sorted(VARIANTS)}")
-            key = (a.dataset, split_index, a.layers, variant)
-            if key in done:
+            if store.is_done({"dataset": a.dataset, "split": split_index, "layers": a.layers, "variant": variant}):
                 continue
             row = fit_variant(a.dataset, split_index, a.layers, variant, a.data_dir)
-            with open(out, "a") as fh:  # one line per finished fit: an interrupted run resumes here
-                fh.write(json.dumps(row) + "\n")
-            rows.append(row)
+            store.append(row)
             print(f"{a.dataset} split {split_index} L={a.layers} {variant:12s} ELBO/n {row['elbo_per_point_std']:+.3f} "
                   f"NLL {row['nll']:.3f} RMSE {row['rmse']:.3f} ({row['train_seconds']:.0f} s)", flush=True)
     print("\n| dataset | L | variant | splits | training ELBO / point (std.) | test NLL | test RMSE |")
     print("|---|---|---|---|---|---|---|")
     for variant in VARIANTS:
-        rs = [r for r in rows if r["dataset"] == a.dataset and r["layers"] == a.layers and r["variant"] == variant]
+        rs = [r for r in store.rows
+              if r["dataset"] == a.dataset and r["layers"] == a.layers and r["variant"] == variant]
         if rs:
             mean = lambda k: sum(r[k] for r in rs) / len(rs)  # noqa: E731
             print(f"| {a.dataset} | {a.layers} | {variant} | {len(rs)} | {mean('elbo_per_point_std'):+.3f} | "
