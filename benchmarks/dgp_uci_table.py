@@ -6,7 +6,9 @@
 different numbers of splits, so this script keeps, per dataset, only the splits that all the models finished
 and prints: test log-likelihood (= -NLL, the CNF paper's Fig. 3 metric, higher is better) mean ± standard error,
 the average rank per model across datasets (the paper's "ranking summary"), head-to-head split wins, and the
-standardised training ELBO per point.
+standardised training ELBO per point. It also prints which splits each model has finished (the coverage) and
+the CNF paper's Table I comparison: boston's mean standardised training ELBO at 2-5 layers, DSVI and CNF, over
+every split each model finished (Table I is a per-model average, so it does not need common splits).
 """
 from __future__ import annotations
 
@@ -14,11 +16,53 @@ import argparse
 import json
 from collections import defaultdict
 
-from flowgp.bench.report import mean_se, standardised_elbo
+from flowgp.bench.report import CNF_TABLE_I, mean_se, standardised_elbo
 
 MODELS = ["svgp", "dgp2", "dgp3", "dgp4", "cnf-dgp2", "cnf-dgp3", "cnf-dgp4"]
 PAIRS = [("dgp2", "svgp"), ("dgp3", "svgp"), ("cnf-dgp2", "svgp"), ("cnf-dgp2", "dgp2"), ("cnf-dgp3", "dgp3"),
          ("cnf-dgp4", "dgp4")]
+
+
+def _ranges(splits) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
+    out, start = [], None
+    for i, s in enumerate(splits):
+        if start is None:
+            start = s
+        if i + 1 == len(splits) or splits[i + 1] != s + 1:
+            out.append(f"{start}-{s}" if s != start else str(s))
+            start = None
+    return ", ".join(out)
+
+
+def coverage(rows, models) -> list[str]:
+    """Markdown: per dataset, the splits each model finished."""
+    done = defaultdict(set)
+    for r in rows:
+        done[(r["dataset"], r["model"])].add(r["split"])
+    models = [m for m in models if any(m == mm for _, mm in done)]
+    lines = ["| dataset | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
+    for d in sorted({d for d, _ in done}):
+        lines.append(f"| {d} | " + " | ".join(_ranges(sorted(done[(d, m)])) or "—" for m in models) + " |")
+    return lines
+
+
+def table_one(rows) -> list[str]:
+    """Markdown: boston's standardised training ELBO (mean ± s.e. over the splits run) per depth, DSVI and CNF,
+    beside the CNF paper's Table I (NF / IPVI)."""
+    lines = ["| layers | DSVI (dgpL) | n | CNF (cnf-dgpL) | n | paper NF | paper IPVI |", "|---|---|---|---|---|---|---|"]
+    for depth, (nf, ipvi) in sorted(CNF_TABLE_I.items()):
+        cells = []
+        for model in (f"dgp{depth}", f"cnf-dgp{depth}"):
+            vals = [standardised_elbo(r) for r in rows if r["dataset"] == "boston" and r["model"] == model]
+            vals = [v for v in vals if v is not None]
+            if vals:
+                mean, se, n = mean_se(vals)
+                cells += [f"{mean:.1f} ± {se:.1f}", str(n)]
+            else:
+                cells += ["—", "0"]
+        lines.append(f"| {depth} | " + " | ".join(cells) + f" | {nf:.2f} | {ipvi:.2f} |")
+    return lines
 
 
 def main():
@@ -28,6 +72,12 @@ def main():
     a = p.parse_args()
     models = a.models.split(",")
     rows = [json.loads(line) for line in open(a.jsonl) if line.strip()]
+    print("Splits finished per dataset and model:\n")
+    print("\n".join(coverage(rows, models + [f"{k}5" for k in ("dgp", "cnf-dgp")])))
+    print("\nCNF paper Table I: boston standardised training ELBO (elbo + n·log std y, nats), mean ± s.e. over "
+          "the splits each model finished:\n")
+    print("\n".join(table_one(rows)))
+    print()
     by = defaultdict(dict)  # (dataset, split) -> model -> row
     for r in rows:
         if r["model"] in models:

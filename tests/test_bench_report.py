@@ -105,8 +105,8 @@ def test_training_elbo_table_standardises_and_quotes_table_one(tmp_path):
                      coverage95=0.95, task="regression", n_train=455))  # no train_elbo: left out of the table
     assert R.standardised_elbo(rows[0]) == pytest.approx(-1300.0 + 455.0)
     assert R.standardised_elbo(rows[-1]) is None
-    assert R._deep_layers("cnf-dgp3") == ("cnf", 3) and R._deep_layers("dgp12") == ("dsvi", 12)
-    assert R._deep_layers("svgp") is None and R._deep_layers("dgpx") is None
+    assert R._deep_depth("cnf-dgp3") == 3 and R._deep_depth("dgp12") == 12
+    assert R._deep_depth("svgp") is None and R._deep_depth("dgpx") is None
     _write(tmp_path / "uci.jsonl", rows)
     text = R.build_report(tmp_path, figures=False).read_text()
     assert "| quick | boston | cnf-dgp3 | 2 | -840.0 ± 5.0 | -1.846 | -814.13 / -846.45 |" in text

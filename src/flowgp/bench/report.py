@@ -227,11 +227,11 @@ def standardised_elbo(row) -> float | None:
     return float(row["train_elbo"]) + float(row["n_train"]) * math.log(float(row["y_scale"]))
 
 
-def _deep_layers(model: str):
-    """('dsvi' | 'cnf', L) for the bench's deep-GP names dgpL / cnf-dgpL, else None."""
-    for prefix, family in (("cnf-dgp", "cnf"), ("dgp", "dsvi")):
+def _deep_depth(model: str) -> int | None:
+    """The depth L of the bench's deep-GP names dgpL / cnf-dgpL, else None."""
+    for prefix in ("cnf-dgp", "dgp"):
         if model.startswith(prefix) and model[len(prefix):].isdigit():
-            return family, int(model[len(prefix):])
+            return int(model[len(prefix):])
     return None
 
 
@@ -254,10 +254,10 @@ def _elbo_markdown(rows, model_order) -> list[str]:
 
     for (preset, ds, model) in sorted(groups, key=lambda k: (k[0], k[1], known_first(k[2]))):
         mean, se, n = mean_se(groups[(preset, ds, model)])
-        deep = _deep_layers(model)
+        depth = _deep_depth(model)
         ref = "—"
-        if ds == "boston" and deep is not None and deep[1] in CNF_TABLE_I:
-            nf, ipvi = CNF_TABLE_I[deep[1]]
+        if ds == "boston" and depth in CNF_TABLE_I:
+            nf, ipvi = CNF_TABLE_I[depth]
             ref = f"{nf:.2f} / {ipvi:.2f}"
         lines.append(f"| {preset} | {ds} | {model} | {n} | {_fmt(mean, se, digits=1)} | "
                      f"{mean / n_train[(preset, ds)]:.3f} | {ref} |")
