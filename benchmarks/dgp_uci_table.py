@@ -110,8 +110,7 @@ def main():
         diffs = [by[(d, s)][m2]["nll"] - by[(d, s)][m1]["nll"] for d in datasets for s in common[d]]
         if diffs:
             print(f"| {m1} vs {m2} | {sum(x > 0 for x in diffs)} / {len(diffs)} | {sum(diffs) / len(diffs):+.3f} |")
-    print("\nTraining ELBO per point, standardised targets (elbo + n·log std y) / n, mean over the same splits "
-          "(rows that recorded it; older boston rows did not):\n")
+    print("\nTraining ELBO per point, standardised targets (elbo + n·log std y) / n, mean over the same splits:\n")
     print("| dataset | " + " | ".join(models) + " |\n|---|" + "---|" * len(models))
     for d in datasets:
         vals = {}
