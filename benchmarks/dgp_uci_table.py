@@ -1,6 +1,6 @@
 """Deep-GP UCI tables for docs/results/dgp-uci-quick/README.md, over the splits every model finished.
 
-    python benchmarks/dgp_uci_table.py docs/results/dgp-uci-quick/uci.jsonl
+    python benchmarks/dgp_uci_table.py docs/results/dgp-uci-quick/uci.jsonl [--readme docs/results/dgp-uci-quick/README.md]
 
 `flowgp bench report` averages whatever rows exist; while a resumable run is part-way through, models have
 different numbers of splits, so this script keeps, per dataset, only the splits that all the models finished
@@ -13,8 +13,11 @@ every split each model finished (Table I is a per-model average, so it does not 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 from collections import defaultdict
+from pathlib import Path
 
 from flowgp.bench.report import CNF_TABLE_I, mean_se, standardised_elbo
 
@@ -65,13 +68,36 @@ def table_one(rows) -> list[str]:
     return lines
 
 
+START, END = "<!-- dgp_uci_table:start -->", "<!-- dgp_uci_table:end -->"
+
+
+def splice(path: Path, text: str) -> None:
+    """Replace what lies between the START and END marker lines of the markdown file `path` by `text`."""
+    doc = path.read_text()
+    if doc.count(START) != 1 or doc.count(END) != 1 or doc.index(START) > doc.index(END):
+        raise ValueError(f"--readme {path}: needs one line {START} followed later by one line {END}")
+    head, rest = doc.split(START)
+    path.write_text(head + START + "\n\n" + text.strip() + "\n\n" + END + rest.split(END, 1)[1])
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("jsonl")
     p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--readme", type=Path, default=None,
+                   help="also write the tables into this markdown file, between its dgp_uci_table marker lines")
     a = p.parse_args()
     models = a.models.split(",")
     rows = [json.loads(line) for line in open(a.jsonl) if line.strip()]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        print_tables(rows, models)
+    print(out.getvalue(), end="")
+    if a.readme is not None:
+        splice(a.readme, out.getvalue())
+
+
+def print_tables(rows, models) -> None:
     print("Splits finished per dataset and model:\n")
     print("\n".join(coverage(rows, models + [f"{k}5" for k in ("dgp", "cnf-dgp")])))
     print("\nCNF paper Table I: boston standardised training ELBO (elbo + n·log std y, nats), mean ± s.e. over "
