@@ -43,7 +43,8 @@ def coverage(rows, models) -> list[str]:
     done = defaultdict(set)
     for r in rows:
         done[(r["dataset"], r["model"])].add(r["split"])
-    models = [m for m in models if any(m == mm for _, mm in done)]
+    present = {m for _, m in done}
+    models = [m for m in models if m in present]
     lines = ["| dataset | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
     for d in sorted({d for d, _ in done}):
         lines.append(f"| {d} | " + " | ".join(_ranges(sorted(done[(d, m)])) or "—" for m in models) + " |")
@@ -121,8 +122,7 @@ def print_tables(rows, models) -> None:
         order = sorted(models, key=lambda m: -cells[m][0])
         for i, m in enumerate(order):
             ranks[m].append(i + 1)
-        split_text = f"{common[d][0]}-{common[d][-1]}" if len(common[d]) > 1 else str(common[d][0])
-        print(f"| {d} | {split_text} | " + " | ".join(
+        print(f"| {d} | {_ranges(common[d])} | " + " | ".join(
             (f"**{cells[m][0]:.3f} ± {cells[m][1]:.3f}**" if m == best else f"{cells[m][0]:.3f} ± {cells[m][1]:.3f}")
             for m in models) + " |")
     print("\nAverage rank across datasets (1 = best):\n")
