@@ -13,8 +13,6 @@ every split each model finished (Table I is a per-model average, so it does not 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -90,29 +88,29 @@ def main():
     a = p.parse_args()
     models = a.models.split(",")
     rows = [json.loads(line) for line in open(a.jsonl) if line.strip()]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        print_tables(rows, models)
-    print(out.getvalue(), end="")
+    text = "\n".join(tables(rows, models)) + "\n"
+    print(text, end="")
     if a.readme is not None:
-        splice(a.readme, out.getvalue())
+        splice(a.readme, text)
 
 
-def print_tables(rows, models) -> None:
-    print("Splits finished per dataset and model:\n")
-    print("\n".join(coverage(rows, models + [f"{k}5" for k in ("dgp", "cnf-dgp")])))
-    print("\nCNF paper Table I: boston standardised training ELBO (elbo + n·log std y, nats), mean ± s.e. over "
-          "the splits each model finished:\n")
-    print("\n".join(table_one(rows)))
-    print()
+def tables(rows, models) -> list[str]:
+    """All the tables as markdown lines (what main prints and splices into --readme)."""
+    out: list[str] = []
+    out.append("Splits finished per dataset and model:\n")
+    out.append("\n".join(coverage(rows, models + [f"{k}5" for k in ("dgp", "cnf-dgp")])))
+    out.append("\nCNF paper Table I: boston standardised training ELBO (elbo + n·log std y, nats), mean ± s.e. over "
+               "the splits each model finished:\n")
+    out.append("\n".join(table_one(rows)))
+    out.append("")
     by = defaultdict(dict)  # (dataset, split) -> model -> row
     for r in rows:
         if r["model"] in models:
             by[(r["dataset"], r["split"])][r["model"]] = r
     datasets = sorted({d for d, _ in by})
     common = {d: sorted(s for (dd, s), ms in by.items() if dd == d and all(m in ms for m in models)) for d in datasets}
-    print("Test log-likelihood (higher is better), mean ± s.e. over the splits all models finished:\n")
-    print("| dataset | splits | " + " | ".join(models) + " |\n|---|---|" + "---|" * len(models))
+    out.append("Test log-likelihood (higher is better), mean ± s.e. over the splits all models finished:\n")
+    out.append("| dataset | splits | " + " | ".join(models) + " |\n|---|---|" + "---|" * len(models))
     ranks = defaultdict(list)
     for d in datasets:
         if not common[d]:
@@ -122,22 +120,22 @@ def print_tables(rows, models) -> None:
         order = sorted(models, key=lambda m: -cells[m][0])
         for i, m in enumerate(order):
             ranks[m].append(i + 1)
-        print(f"| {d} | {_ranges(common[d])} | " + " | ".join(
+        out.append(f"| {d} | {_ranges(common[d])} | " + " | ".join(
             (f"**{cells[m][0]:.3f} ± {cells[m][1]:.3f}**" if m == best else f"{cells[m][0]:.3f} ± {cells[m][1]:.3f}")
             for m in models) + " |")
-    print("\nAverage rank across datasets (1 = best):\n")
-    print("| " + " | ".join(models) + " |\n|" + "---|" * len(models))
-    print("| " + " | ".join(f"{sum(ranks[m]) / len(ranks[m]):.2f}" if ranks[m] else "—" for m in models) + " |")
-    print("\nSplit-by-split wins (first model has the higher test log-likelihood), all datasets:\n")
-    print("| comparison | wins | mean difference (nats) |\n|---|---|---|")
+    out.append("\nAverage rank across datasets (1 = best):\n")
+    out.append("| " + " | ".join(models) + " |\n|" + "---|" * len(models))
+    out.append("| " + " | ".join(f"{sum(ranks[m]) / len(ranks[m]):.2f}" if ranks[m] else "—" for m in models) + " |")
+    out.append("\nSplit-by-split wins (first model has the higher test log-likelihood), all datasets:\n")
+    out.append("| comparison | wins | mean difference (nats) |\n|---|---|---|")
     for m1, m2 in PAIRS:
         if m1 not in models or m2 not in models:
             continue
         diffs = [by[(d, s)][m2]["nll"] - by[(d, s)][m1]["nll"] for d in datasets for s in common[d]]
         if diffs:
-            print(f"| {m1} vs {m2} | {sum(x > 0 for x in diffs)} / {len(diffs)} | {sum(diffs) / len(diffs):+.3f} |")
-    print("\nTraining ELBO per point, standardised targets (elbo + n·log std y) / n, mean over the same splits:\n")
-    print("| dataset | " + " | ".join(models) + " |\n|---|" + "---|" * len(models))
+            out.append(f"| {m1} vs {m2} | {sum(x > 0 for x in diffs)} / {len(diffs)} | {sum(diffs) / len(diffs):+.3f} |")
+    out.append("\nTraining ELBO per point, standardised targets (elbo + n·log std y) / n, mean over the same splits:\n")
+    out.append("| dataset | " + " | ".join(models) + " |\n|---|" + "---|" * len(models))
     for d in datasets:
         vals = {}
         for m in models:
@@ -146,7 +144,9 @@ def print_tables(rows, models) -> None:
             if per_point:
                 vals[m] = sum(per_point) / len(per_point)
         if vals:
-            print(f"| {d} | " + " | ".join(f"{vals[m]:+.3f}" if m in vals else "—" for m in models) + " |")
+            out.append(f"| {d} | " + " | ".join(f"{vals[m]:+.3f}" if m in vals else "—" for m in models) + " |")
+
+    return out
 
 
 if __name__ == "__main__":
