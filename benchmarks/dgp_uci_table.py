@@ -95,7 +95,8 @@ def main():
 
 
 def tables(rows, models) -> list[str]:
-    """All the tables as markdown lines (what main prints and splices into --readme)."""
+    """All the tables as markdown text pieces, to be joined with newlines (some hold several lines): what main
+    prints and splices into --readme."""
     out: list[str] = []
     out.append("Splits finished per dataset and model:\n")
     out.append("\n".join(coverage(rows, models + [f"{k}5" for k in ("dgp", "cnf-dgp")])))

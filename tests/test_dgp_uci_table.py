@@ -23,7 +23,7 @@ def test_ranges_compresses_runs():
 
 
 def test_tables_use_only_common_splits_and_rank():
-    # "b" has split 1 only for model a; split 1 must not enter the means, so a's mean is -(1.0), not -(1.0+9)/2.
+    # On dataset x only model a finished split 1, so split 1 must not enter x's means: a's is -1.0, not -(1.0+9.0)/2.
     rows = [_row("x", "a", 0, 1.0), _row("x", "b", 0, 2.0), _row("x", "a", 1, 9.0),
             _row("y", "a", 0, 3.0), _row("y", "b", 0, 1.0)]
     lines = "\n".join(table.tables(rows, ["a", "b"])).splitlines()
