@@ -16,7 +16,7 @@ from torch import nn
 
 from .linalg import lower_inverse, robust_cholesky
 
-__all__ = ["SparseVariationalGP", "Marginals", "gaussian_kl_whitened"]
+__all__ = ["SparseVariationalGP", "WhitenedGaussian", "Marginals", "gaussian_kl_whitened"]
 
 
 class Marginals(NamedTuple):
@@ -146,7 +146,45 @@ def whitened_marginal_terms(chol: torch.Tensor, kzx: torch.Tensor, q_mu: torch.T
     return _WhitenedMarginalTerms.apply(chol, kzx, q_mu, c)
 
 
-class SparseVariationalGP(nn.Module):
+class WhitenedGaussian(nn.Module):
+    """L independent whitened Gaussians q(v_l) = N(m_l, R_l R_lᵀ) over M inducing outputs, p(v) = N(0, I).
+
+    The one variational family over inducing outputs shared by every sparse GP of flowgp (SVGP, TGP, deep-GP
+    layers, AMO-GP's alignment, latent and warping GPs): u = Lz v with Lz the Cholesky factor of K_ZZ
+    (Hensman et al. 2015), so KL[q(u) || p(u)] = KL[q(v) || N(0, I)] (TGP appendix eq. 9) needs no K_ZZ.
+    R is stored full and read through a lower-triangular mask (`q_sqrt_tril`).
+    """
+
+    def __init__(self, num_outputs: int, num_inducing: int, q_var_init: float = 1e-5,
+                 dtype: torch.dtype = torch.float64, device=None):
+        super().__init__()
+        m = int(num_inducing)
+        self.q_mu = nn.Parameter(torch.zeros(int(num_outputs), m, dtype=dtype, device=device))
+        eye = torch.eye(m, dtype=dtype, device=device).expand(int(num_outputs), m, m).clone()
+        self.q_sqrt = nn.Parameter(math.sqrt(q_var_init) * eye)
+        # a multiplicative mask instead of torch.tril: tril's OpenMP loop stalls for milliseconds on busy cores
+        self.register_buffer("_tril_mask", torch.ones(m, m, dtype=dtype, device=device).tril(), persistent=False)
+
+    def q_sqrt_tril(self) -> torch.Tensor:
+        """Lower-triangular R of S = R Rᵀ, [L, M, M]."""
+        return self.q_sqrt * self._tril_mask
+
+    def kl_divergence(self) -> torch.Tensor:
+        """KL[q(v) || N(0, I)] summed over the L outputs (appendix eq. 9)."""
+        return gaussian_kl_whitened(self.q_mu, self.q_sqrt_tril())
+
+    def sample_whitened(self, num_samples: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Draws v = m + R ε of the whitened inducing outputs, [num_samples, L, M]."""
+        eps = torch.randn((int(num_samples),) + self.q_mu.shape + (1,), dtype=self.q_mu.dtype,
+                          device=self.q_mu.device, generator=generator)
+        return self.q_mu + (self.q_sqrt_tril() @ eps).squeeze(-1)
+
+    def natural_parameter_pair(self) -> tuple[nn.Parameter, nn.Parameter]:
+        """(q_mu, q_sqrt): the parameters a natural-gradient optimiser updates (`flowgp.optim`)."""
+        return self.q_mu, self.q_sqrt
+
+
+class SparseVariationalGP(WhitenedGaussian):
     """One (multi-output) sparse GP f ~ GP(mean_function, kernel) with whitened inducing outputs.
 
     Args:
@@ -169,45 +207,33 @@ class SparseVariationalGP(nn.Module):
         learn_inducing: bool = True,
         jitter: float | None = None,
     ):
-        super().__init__()
-        z = torch.as_tensor(inducing_points, dtype=torch.get_default_dtype())
+        z = inducing_points if isinstance(inducing_points, torch.Tensor) and inducing_points.is_floating_point() \
+            else torch.as_tensor(inducing_points, dtype=torch.float64)
         if z.dim() not in (2, 3):
             raise ValueError(f"inducing_points must have shape [M, D] or [L, M, D], got {tuple(z.shape)}")
         if z.dim() == 3 and z.shape[0] != num_outputs:
             raise ValueError(f"inducing_points has {z.shape[0]} output slices but num_outputs={num_outputs}")
         if not torch.isfinite(z).all():
             raise ValueError("inducing_points contains NaN or inf")
+        super().__init__(num_outputs, z.shape[-2], q_var_init, dtype=z.dtype, device=z.device)
         self.kernel = kernel
         self.mean_function = mean_function
         self.num_outputs = int(num_outputs)
         self.jitter = jitter
-        self.inducing_points = nn.Parameter(z.clone(), requires_grad=learn_inducing)
-        m = z.shape[-2]
-        self.q_mu = nn.Parameter(torch.zeros(num_outputs, m, dtype=z.dtype))
-        eye = torch.eye(m, dtype=z.dtype).expand(num_outputs, m, m).clone()
-        self.q_sqrt = nn.Parameter(math.sqrt(q_var_init) * eye)
-        # a multiplicative mask instead of torch.tril: tril's OpenMP loop stalls for milliseconds on busy cores
-        self.register_buffer("_tril_mask", torch.ones(m, m, dtype=z.dtype).tril(), persistent=False)
+        self.inducing_points = nn.Parameter(z.detach().clone(), requires_grad=learn_inducing)
 
     @property
     def num_inducing(self) -> int:
         return self.inducing_points.shape[-2]
 
-    def q_sqrt_tril(self) -> torch.Tensor:
-        """Lower-triangular R of S = R Rᵀ, [L, M, M]."""
-        return self.q_sqrt * self._tril_mask
-
-    def kl_divergence(self) -> torch.Tensor:
-        """KL[q(u) || p(u)] = KL[q(v) || N(0, I)] in the whitened parametrisation (appendix eq. 9)."""
-        return gaussian_kl_whitened(self.q_mu, self.q_sqrt_tril())
-
-    def _kzz_cholesky(self) -> torch.Tensor:
+    def kzz_cholesky(self) -> torch.Tensor:
+        """Lz, the Cholesky factor of K_ZZ (jitter grown and reported on failure), [Lb, M, M] or [M, M]."""
         kzz = self.kernel(self.inducing_points)  # [Lb, M, M] or [M, M]
         return robust_cholesky(kzz, jitter=self.jitter)
 
-    def _projection(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A = Lz⁻¹ K_ZX of shape [..., Lb, M, N] and Lz."""
-        chol = self._kzz_cholesky()
+    def projection(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A = Lz⁻¹ K_ZX of shape [..., Lb, M, N] and Lz: the whitened cross-covariance of eq. 12."""
+        chol = self.kzz_cholesky()
         kzx = self.kernel(self.inducing_points, x.unsqueeze(-3))  # [..., Lb, M, N]
         # explicit Lz⁻¹ and one GEMM (`lower_inverse`): faster than the triangular solve, and row-major
         return lower_inverse(chol) @ kzx, chol
@@ -219,14 +245,14 @@ class SparseVariationalGP(nn.Module):
         if not full_cov and x.shape[-2] >= 2 * num_inducing:
             # N >= 2M (training minibatches): one fused solve / mean / quadratic form with a hand-written
             # backward; forming S - I costs M³, cheap next to the [M, N] passes it saves
-            chol = self._kzz_cholesky()
+            chol = self.kzz_cholesky()
             kzx = self.kernel(self.inducing_points, x.unsqueeze(-3))  # [..., Lb, M, N]
             eye = torch.eye(num_inducing, dtype=r.dtype, device=r.device)
             mean, quad = whitened_marginal_terms(chol, kzx, self.q_mu, r @ r.mT - eye)  # [..., L, N]
             var = self.kernel.diag(x.unsqueeze(-3)) + quad
             out = Marginals(mean.transpose(-1, -2), var.transpose(-1, -2).clamp_min(1e-12))
         else:
-            a, _ = self._projection(x)  # [..., Lb, M, N]
+            a, _ = self.projection(x)  # [..., Lb, M, N]
             mean = (self.q_mu.unsqueeze(-2) @ a).squeeze(-2).transpose(-1, -2)  # [..., N, L]
             if full_cov:
                 kxx = self.kernel(x.unsqueeze(-3))  # [..., Lb, N, N]
@@ -248,6 +274,31 @@ class SparseVariationalGP(nn.Module):
         # small N (prediction on a few points, M comparable to N): (RᵀA)ᵀ(RᵀA) - AᵀA, no M³ work
         ra = r.mT @ a
         return ra.mT @ ra - a.mT @ a if full_cov else ra.square().sum(-2) - a.square().sum(-2)
+
+    def conditional(self, x: torch.Tensor, v: torch.Tensor) -> Marginals:
+        """Marginals of p(f(x) | v) for whitened inducing outputs v [..., L, M] (one draw per leading index).
+
+        mean = Aᵀ v (+ mean function), var = diag K_XX - Σ A², A = Lz⁻¹ K_ZX (TGP appendix eq. 12 with S = 0):
+        the conditional used by flow posteriors over U (deep GPs), non-marginal flows and G-SP. x is
+        [..., N, D] with the same leading shape as v's (or none, shared by every draw): the leading axes
+        are folded into the columns of one [L, M, P] projection (one kernel batch over outputs, no K_ZZ
+        factor broadcast over draws). Returns mean [..., N, L] and var [..., N, L].
+        """
+        if v.shape[-2:] != (self.num_outputs, self.num_inducing):
+            raise ValueError(
+                f"v must have shape [..., {self.num_outputs}, {self.num_inducing}] (L, M), got {tuple(v.shape)}")
+        lead, n = x.shape[:-2], x.shape[-2]
+        flat = x.reshape(-1, x.shape[-1])
+        a, _ = self.projection(flat)  # [Lb, M, P]: all draws' points as columns
+        var = (self.kernel.diag(flat.unsqueeze(-3)) - a.square().sum(-2)).mT.clamp_min(1e-12)  # [P, Lb]
+        a = a.expand((self.num_outputs,) + a.shape[-2:]) if a.dim() == 3 else a.expand(
+            (self.num_outputs,) + a.shape)
+        a = a.reshape(a.shape[:2] + lead + (n,)).movedim(1, -2).movedim(0, -3)  # [..., L, M, N]
+        mean = (v.unsqueeze(-2) @ a).squeeze(-2).mT  # [..., N, L]
+        var = var.expand(var.shape[0], self.num_outputs).reshape(lead + (n, self.num_outputs))
+        if self.mean_function is not None:
+            mean = mean + self.mean_function(x)
+        return Marginals(mean, var)
 
     def sample(
         self, x: torch.Tensor, num_samples: int = 1, full_cov: bool = False, generator: torch.Generator | None = None

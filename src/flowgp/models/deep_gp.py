@@ -18,6 +18,7 @@ from torch import nn
 
 from ..kernels import Kernel, Sum, White, make_kernel
 from ..likelihoods import GaussianLikelihood, Likelihood
+from ..prediction import gaussian_mixture_quantiles
 from ..variational import SparseVariationalGP
 from ._checks import as_inputs, as_targets
 from .cnf_posterior import FLOW_BASES
@@ -147,7 +148,7 @@ class GPLayer(nn.Module):
             )
         lead, n = x.shape[:-2], x.shape[-2]
         flat = x.reshape(-1, x.shape[-1])
-        a, _ = self.gp._projection(flat)  # [D_out, M, P]: one batch over outputs, all samples' points as columns
+        a, _ = self.gp.projection(flat)  # [D_out, M, P]: one batch over outputs, all samples' points as columns
         var = (self.gp.kernel.diag(flat.unsqueeze(-3)) - a.square().sum(-2)).mT.clamp_min(1e-12)  # [P, D_out]
         a = a.reshape(a.shape[:2] + lead + (n,)).movedim(1, -2).movedim(0, -3)  # [..., D_out, M, N]
         mean = (v.unsqueeze(-2) @ a).squeeze(-2).mT  # [..., N, D_out]
@@ -359,28 +360,6 @@ def _mixture_moments(mean: torch.Tensor, var: torch.Tensor):
     """Mean and variance of an equal-weight mixture over dim 0: E[m], E[v + m²] - E[m]²."""
     first = mean.mean(0)
     return first, ((var + mean.square()).mean(0) - first.square()).clamp_min(0)
-
-
-def gaussian_mixture_quantiles(mean: torch.Tensor, var: torch.Tensor, probs, iterations: int = 80) -> torch.Tensor:
-    """Quantiles [P, ...] of (1/S) Σ_s N(mean_s, var_s) (components on dim 0) by vectorised bisection."""
-    probs = torch.as_tensor(probs, dtype=mean.dtype, device=mean.device).reshape(-1)
-    if torch.any((probs <= 0) | (probs >= 1)):
-        raise ValueError(f"quantile probabilities must lie in (0, 1), got {probs.tolist()}")
-    with torch.no_grad():
-        std = var.clamp_min(0).sqrt()
-        lo = (mean - 10 * std).amin(0) - 1e-9
-        hi = (mean + 10 * std).amax(0) + 1e-9
-        shape = (-1,) + (1,) * lo.dim()
-        target = probs.view(shape)
-        lo = lo.unsqueeze(0).expand((len(probs),) + lo.shape).clone()
-        hi = hi.unsqueeze(0).expand_as(lo).clone()
-        for _ in range(iterations):  # each step halves the bracket
-            mid = 0.5 * (lo + hi)
-            cdf = torch.special.ndtr((mid.unsqueeze(1) - mean) / std.clamp_min(1e-300)).mean(1)
-            below = cdf < target
-            lo = torch.where(below, mid, lo)
-            hi = torch.where(below, hi, mid)
-        return 0.5 * (lo + hi)
 
 
 def build_deep_gp(

@@ -77,7 +77,7 @@ class GSP(SVGP):
         gp = self.gp
         n = x.shape[0]
         self._check_size(n)
-        a, chol_z = gp._projection(x)  # A = Lz⁻¹ K_ZX, [1, M, N]
+        a, chol_z = gp.projection(x)  # A = Lz⁻¹ K_ZX, [1, M, N]
         a = a.reshape(a.shape[-2:])
         chol_z = chol_z.reshape(chol_z.shape[-2:])
         kxx = gp.kernel(x.unsqueeze(-3)).reshape(n, n)
@@ -135,7 +135,7 @@ class GSP(SVGP):
         alpha, beta = (torch.as_tensor(c, dtype=x.dtype, device=x.device).reshape(()) for c in coefficients)
         gp = self.gp
         n = x.shape[0]
-        a, chol_z = gp._projection(x)
+        a, chol_z = gp.projection(x)
         a, chol_z = a.reshape(a.shape[-2:]), chol_z.reshape(chol_z.shape[-2:])
         m = a.shape[0]
         cond = gp.kernel(x.unsqueeze(-3)).reshape(n, n) - a.mT @ a

@@ -28,6 +28,7 @@ from torch import nn
 from ..encoders import AmortizedLatentEncoder, FreeLatent, normal_log_prob
 from ..likelihoods import GaussianLikelihood, Likelihood
 from ..linalg import robust_cholesky
+from ..prediction import check_probabilities, gaussian_mixture_quantiles
 from ._checks import as_inputs, as_targets
 
 __all__ = ["LatentDeepGP", "build_latent_deep_gp", "train_latent_deep_gp", "GRADIENT_ESTIMATORS",
@@ -228,25 +229,14 @@ class LatentDeepGP(nn.Module):
 
     def predict_quantiles(self, x, probs, num_samples: int = 1000, generator=None, iterations: int = 60):
         """Quantiles of the Gaussian-mixture predictive at `probs` by bisection of its CDF: [P, N, L]."""
-        probs = torch.as_tensor(probs, dtype=x.dtype, device=x.device)
-        if probs.dim() != 1 or torch.any((probs <= 0) | (probs >= 1)):
-            raise ValueError(f"probs must be a 1-D list of probabilities in (0, 1), got {probs.tolist()}")
+        probs = check_probabilities(probs, x)
         with torch.no_grad():
             means, sds = [], []
             for mean, var in self.prior_marginals(x, num_samples, generator):
                 means.append(mean)
                 sds.append((var + self.likelihood.noise).sqrt())
             mean, sd = torch.cat(means, 0), torch.cat(sds, 0)  # [S, N, L]
-            lo = (mean - 10 * sd).amin(0).expand((len(probs),) + mean.shape[1:]).clone()
-            hi = (mean + 10 * sd).amax(0).expand_as(lo).clone()
-            target = probs.view(-1, 1, 1)
-            for _ in range(iterations):
-                mid = 0.5 * (lo + hi)
-                cdf = torch.special.ndtr((mid.unsqueeze(1) - mean) / sd).mean(1)  # [P, N, L]
-                below = cdf < target
-                lo = torch.where(below, mid, lo)
-                hi = torch.where(below, hi, mid)
-            return 0.5 * (lo + hi)
+            return gaussian_mixture_quantiles(mean, sd.square(), probs, iterations)
 
 
 # ----- construction (supplement E.2) ------------------------------------------------------------------

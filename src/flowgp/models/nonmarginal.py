@@ -116,7 +116,7 @@ class NonMarginalTGP(SVGP):
     def conditional_draws(self, x, num_samples: int, generator=None):
         """u₀,s ~ q(u₀) and the moments of p(f₀,n | u₀,s): (u [S, L, M], mean [S, N, L], var [N, L])."""
         gp = self.gp
-        a, chol = gp._projection(x)  # A = Lz⁻¹ K_ZX, [Lb, M, N]
+        a, chol = gp.projection(x)  # A = Lz⁻¹ K_ZX, [Lb, M, N]
         r = gp.q_sqrt_tril()
         shape = (num_samples,) + gp.q_mu.shape
         eps = torch.randn(shape, dtype=gp.q_mu.dtype, device=gp.q_mu.device, generator=generator)

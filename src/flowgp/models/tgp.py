@@ -22,7 +22,9 @@ from ..likelihoods import GaussianLikelihood
 from ..prediction import (
     flow_log_predictive_density,
     flow_predictive_moments,
-    mixture_quantiles,
+    check_probabilities,
+    flow_mixture_quantiles,
+    likelihood_mixture_quantiles,
     normal_quantiles,
 )
 from ..quadrature import gh_points
@@ -163,7 +165,7 @@ class TGP(SVGP):
         mean, var = self.gp.marginals(x)
         if self.input_dependent:
             return self._mixture_quantiles(x, mean, var, probs)
-        return mixture_quantiles(
+        return flow_mixture_quantiles(
             self.flow, self.likelihood, mean, var, probs, x, self.predict_quadrature_points
         )
 
@@ -173,9 +175,7 @@ class TGP(SVGP):
         With S > 1 draws of W each draw gets min(Q, 20) nodes: the bisection costs S·Q per point and
         iteration, and the Monte Carlo error over W dominates the quadrature error of 20 nodes.
         """
-        probs = torch.as_tensor(probs, dtype=mean.dtype, device=mean.device)
-        if torch.any((probs <= 0) | (probs >= 1)):
-            raise ValueError(f"quantile probabilities must lie in (0, 1), got {probs.tolist()}")
+        probs = check_probabilities(probs, mean)
         num_points = self.predict_quadrature_points
         if self._sampling(train=False)[0] > 1:
             num_points = min(num_points, _MIXTURE_QUANTILE_POINTS)
@@ -183,18 +183,7 @@ class TGP(SVGP):
             g, w = self._warped_nodes(x, mean, var, num_points, train=False)
             num_samples = g.shape[1]
             w = (w / num_samples).expand(-1, num_samples, -1, -1).flatten(0, 1)  # [Q·S, 1, 1]
-            g = g.flatten(0, 1)  # [Q·S, N, L]
-            spread = self.likelihood.conditional_moments(g)[1].sqrt().amax(0)
-            lo = (g.amin(0) - 10 * spread - 1e-9).expand((len(probs),) + mean.shape).clone()
-            hi = (g.amax(0) + 10 * spread + 1e-9).expand_as(lo).clone()
-            target = probs.view((-1,) + (1,) * mean.dim())
-            for _ in range(iterations):  # each step halves the bracket
-                mid = 0.5 * (lo + hi)
-                cdf = (w.unsqueeze(0) * self.likelihood.cdf(mid.unsqueeze(1), g.unsqueeze(0))).sum(1)
-                below = cdf < target
-                lo = torch.where(below, mid, lo)
-                hi = torch.where(below, hi, mid)
-            return 0.5 * (lo + hi)
+            return likelihood_mixture_quantiles(self.likelihood, g.flatten(0, 1), w, probs, iterations)
 
     def predict_latent_quantiles(self, x, probs):
         """Quantiles of f_K(x*) = G(f₀(x*)): exact, G(quantile of f₀), since G is increasing."""
