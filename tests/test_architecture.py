@@ -1,0 +1,180 @@
+"""Structural rules of the code base (README "Architecture"), checked on the source tree with `ast`.
+
+- no module reaches into another module's private names (`obj._name` on anything but self/cls, or
+  `from x import _name`), except dunders and the subclass contract a Flow or Kernel subclass implements;
+- only `training.py` calls `.backward()` (everything else uses `torch.autograd.grad`);
+- no import cycle inside flowgp; nothing calls `torch.set_default_dtype`, `torch.manual_seed`,
+  `np.random.seed` or `matplotlib.use`.
+
+Run `python tests/test_architecture.py` for the full list of violations.
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "flowgp"
+
+#: receivers whose private attributes a module may touch: itself and its class
+_OWN = {"self", "cls"}
+
+
+def _modules():
+    for path in sorted(SRC.rglob("*.py")):
+        yield path, ast.parse(path.read_text(), filename=str(path))
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _defined_names(tree: ast.AST) -> set[str]:
+    """Names defined at any level in the module (its own private helpers and attributes)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return names
+
+
+def private_access_violations() -> list[str]:
+    out = []
+    for path, tree in _modules():
+        own = _defined_names(tree)
+        rel = path.relative_to(SRC.parent)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module is not None or isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    if _is_private(alias.name):
+                        out.append(f"{rel}:{node.lineno} imports private {alias.name} from {node.module}")
+            elif isinstance(node, ast.Attribute) and _is_private(node.attr):
+                value = node.value
+                if isinstance(value, ast.Name) and value.id in _OWN:
+                    continue
+                if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super":
+                    continue
+                if node.attr in own:
+                    continue  # a private name this module defines itself (its own class's attribute)
+                out.append(f"{rel}:{node.lineno} uses private {ast.unparse(node)}")
+    return out
+
+
+def backward_violations() -> list[str]:
+    out = []
+    for path, tree in _modules():
+        if path.name == "training.py":
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "backward":
+                out.append(f"{path.relative_to(SRC.parent)}:{node.lineno} calls .backward()")
+    return out
+
+
+_GLOBAL_STATE = {("torch", "set_default_dtype"), ("torch", "manual_seed"), ("random", "seed"),
+                 ("matplotlib", "use"), ("cuda", "manual_seed"), ("cuda", "manual_seed_all")}
+
+
+def global_state_violations() -> list[str]:
+    out = []
+    for path, tree in _modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = node.func.value
+                owner_name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", None)
+                if (owner_name, node.func.attr) in _GLOBAL_STATE:
+                    out.append(f"{path.relative_to(SRC.parent)}:{node.lineno} calls {ast.unparse(node.func)}")
+    return out
+
+
+def _imports(path: Path, tree: ast.AST) -> set[str]:
+    """flowgp modules imported by this module (module-level and inside functions)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("flowgp"):
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    found.add(sub if (SRC.parent / (sub.replace(".", "/") + ".py")).exists()
+                              or (SRC.parent / sub.replace(".", "/")).is_dir() else target)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("flowgp"):
+                    found.add(alias.name)
+    found.discard(name)
+    return found
+
+
+def import_cycles() -> list[str]:
+    """Cycles among flowgp modules, package __init__ files left out (they only re-export)."""
+    graph = {}
+    for path, tree in _modules():
+        if path.name == "__init__.py":
+            continue
+        graph[_module_name(path)] = {m for m in _imports(path, tree)}
+    graph = {k: {m for m in v if m in graph} for k, v in graph.items()}
+    cycles, state = [], {}
+
+    def visit(node, stack):
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, stack)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+    return cycles
+
+
+def test_no_module_uses_another_modules_private_names():
+    assert private_access_violations() == []
+
+
+def test_only_training_calls_backward():
+    assert backward_violations() == []
+
+
+def test_no_global_state_is_changed():
+    assert global_state_violations() == []
+
+
+def test_no_import_cycles():
+    assert import_cycles() == []
+
+
+if __name__ == "__main__":
+    problems = {"private names": private_access_violations(), "backward()": backward_violations(),
+                "global state": global_state_violations(), "import cycles": import_cycles()}
+    for kind, items in problems.items():
+        print(f"## {kind}: {len(items)}")
+        for item in items:
+            print("  " + item)
+    sys.exit(1 if any(problems.values()) else 0)
