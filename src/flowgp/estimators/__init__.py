@@ -13,6 +13,7 @@ from .classification import SVGPClassifier, TGPClassifier
 from .deep import DeepGPClassifier, DeepGPRegressor
 from .latent import LatentDeepGPRegressor
 from .multioutput import AlignedMultiOutputGPRegressor
+from .named import NamedModel
 
 __all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor", "SVGPClassifier", "TGPClassifier",
            "DeepGPRegressor", "DeepGPClassifier", "LatentDeepGPRegressor", "AlignedMultiOutputGPRegressor", "Estimator", "load"]
