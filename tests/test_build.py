@@ -14,7 +14,6 @@ from flowgp.estimators import (AlignedMultiOutputGPRegressor, DeepGPRegressor, L
                                TGPRegressor, WarpedGPRegressor)
 from flowgp.flows import Flow, ParamSpec
 from flowgp.constraints import Positive
-from flowgp.registry import MODELS
 
 
 def _data(n=60, seed=0):
@@ -272,29 +271,3 @@ def test_scaled_inputs_and_targets_are_what_the_model_sees():
     assert torch.equal(est._inputs(x), xt) and torch.equal(est._targets(y, len(y)), yt)  # aliases kept
     with pytest.raises(ValueError, match="rows"):
         est.scaled_targets(y, 3)
-
-
-# ----- named models ------------------------------------------------------------------------------------------------
-def test_named_models_are_registered_once():
-    names = MODELS.names()
-    for name in ("svgp", "tgp", "wgp", "pe-tgp", "ba-tgp", "dgp", "ldgp", "amogp", "mogp",
-                 *[f"dgp{n}" for n in range(2, 6)], *[f"cnf-dgp{n}" for n in range(2, 6)],
-                 *[f"ldgp{n}-{g}" for n in range(1, 5) for g in ("reg", "dreg")]):
-        assert name in names, name
-    est = MODELS.create("cnf-dgp4", num_inducing=20, seed=3)
-    assert isinstance(est, DeepGPRegressor) and est.layers == 4 and est.posterior == "cnf" and est.seed == 3
-    clf = MODELS.create("dgp3", task="classification")
-    assert type(clf).__name__ == "DeepGPClassifier" and clf.layers == 3
-    ba = MODELS.create("ba-tgp", flow_init_epochs=10)
-    assert ba.bayesian == "mc_dropout" and ba.input_dependent is True and ba.prior_precision == 1e-5
-    ldgp = MODELS.create("ldgp2-reg")
-    assert ldgp.gradient == "reg" and ldgp.layers == 2 and ldgp.noise == 0.01
-    assert MODELS.create("mogp").alignment == "identity"
-    assert "layers" not in MODELS.get("dgp3").parameters() and "layers" in MODELS.get("dgp").parameters()
-    assert MODELS.get("svgp").tasks == ("regression", "classification") and MODELS.get("wgp").tasks == ("regression",)
-    with pytest.raises(TypeError, match="fixes layers=3"):
-        MODELS.create("dgp3", layers=2)
-    with pytest.raises(TypeError, match="takes no options"):
-        MODELS.create("dgp2", flow="sal")
-    with pytest.raises(ValueError, match="does not handle classification"):
-        MODELS.create("wgp", task="classification")

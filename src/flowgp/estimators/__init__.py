@@ -2,8 +2,7 @@
 
 One module per model family, all built on `base.Estimator`: each translates its scikit-learn parameters into a
 `flowgp.build` config and calls `flowgp.build.build`. `load` reads any of them back from a file written by
-`.save(path)` (the saved class name is looked up among `Estimator`'s subclasses). `named` registers the named
-model configurations of the CLI and the bench in `flowgp.registry.MODELS`.
+`.save(path)` (the saved class name is looked up among `Estimator`'s subclasses).
 """
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ from .classification import SVGPClassifier, TGPClassifier
 from .deep import DeepGPClassifier, DeepGPRegressor
 from .latent import LatentDeepGPRegressor
 from .multioutput import AlignedMultiOutputGPRegressor
-from .named import NamedModel
 
 __all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor", "SVGPClassifier", "TGPClassifier",
            "DeepGPRegressor", "DeepGPClassifier", "LatentDeepGPRegressor", "AlignedMultiOutputGPRegressor", "Estimator", "load"]
