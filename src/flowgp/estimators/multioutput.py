@@ -161,10 +161,19 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         self.model_ = build(self.config(), torch.as_tensor(xt[:, None]), torch.as_tensor(yt),
                             dtype=self.torch_dtype(), device=self.device, generator=self.generator(device="cpu"),
                             output=torch.as_tensor(o))
-        xo = self.tensor(np.stack([xt, o.astype(float)], 1))
-        self.history_ = train(_OutputIndexAsLastColumn(self.model_), xo, self.tensor(yt)[:, None],
-                              epochs=int(self.epochs), batch_size=self.batch_size, lr=self.lr, seed=self.seed,
-                              verbose=self.verbose, desc=type(self).__name__, checkpoint_path=self.checkpoint_path())
+        kwargs = dict(epochs=int(self.epochs), lr=self.lr, seed=self.seed, verbose=self.verbose,
+                      desc=type(self).__name__, checkpoint_path=self.checkpoint_path())
+        try:
+            from ..batches import ArrayBatches
+        except ImportError:  # samplers with extra batch tensors not merged yet
+            xo = self.tensor(np.stack([xt, o.astype(float)], 1))
+            self.history_ = train(_OutputIndexAsLastColumn(self.model_), xo, self.tensor(yt)[:, None],
+                                  batch_size=self.batch_size, **kwargs)
+            return self
+        # the output index is a batch tensor of its own, passed to AMOGP.elbo as output=
+        sampler = ArrayBatches(self.tensor(xt[:, None]), self.tensor(yt), self.batch_size,
+                               extra={"output": self.tensor(o, torch.long)}, seed=self.seed)
+        self.history_ = train(self.model_, sampler, **kwargs)
         return self
 
     def predict(self, X, output, return_std=False):
