@@ -2,6 +2,8 @@
 resumable fits, the named-model registry."""
 import dataclasses
 import importlib.util
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -184,14 +186,15 @@ def test_builtin_flow_objects_still_save_and_load(tmp_path):
 
 # ----- checkpoint: an interrupted fit continues where it stopped --------------------------------------------------
 def _count_elbo_calls(monkeypatch, model_cls, interrupt_at=None):
-    """Count model_cls.elbo calls (one per training step here); raise KeyboardInterrupt at call `interrupt_at`."""
+    """Count model_cls.elbo calls (one per training step here); at call `interrupt_at` the process gets a
+    SIGINT (Ctrl-C), as a fit killed half-way would: training saves its checkpoint and raises KeyboardInterrupt."""
     original = model_cls.elbo
     count = {"n": 0}
 
     def elbo(self, *args, **kwargs):
         count["n"] += 1
         if count["n"] == interrupt_at:
-            raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGINT)
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(model_cls, "elbo", elbo)
@@ -224,7 +227,8 @@ def test_interrupted_fit_resumes_to_the_uninterrupted_result(make, tmp_path, mon
     with monkeypatch.context() as m:
         calls = _count_elbo_calls(m, SVGP)
         resumed = make(checkpoint=path).fit(x, y)
-    assert calls["n"] == FAST["epochs"] - 6  # only the epochs that had not finished ran again
+    # only the steps that had not finished ran again (the 7th is finished before saving, or run again)
+    assert FAST["epochs"] - 7 <= calls["n"] <= FAST["epochs"] - 6
     _assert_same(_state(resumed), reference)
 
 
@@ -244,7 +248,7 @@ def test_fit_interrupted_mid_epoch_with_minibatches_resumes_exactly(tmp_path, mo
     with monkeypatch.context() as m:
         calls = _count_elbo_calls(m, TGP)
         resumed = TGPRegressor(checkpoint=path, **kw).fit(x, y)
-    assert calls["n"] == 6 * 4 - 10
+    assert 6 * 4 - 11 <= calls["n"] <= 6 * 4 - 10
     _assert_same(_state(resumed), reference)
 
 
@@ -263,7 +267,7 @@ def test_multioutput_fit_resumes(tmp_path, monkeypatch):
     with monkeypatch.context() as m:
         calls = _count_elbo_calls(m, AMOGP)
         resumed = AlignedMultiOutputGPRegressor(checkpoint=path, **kw).fit(X, y, o)
-    assert calls["n"] == 6 - 3
+    assert 6 - 4 <= calls["n"] <= 6 - 3
     _assert_same(_state(resumed), reference)
 
 
