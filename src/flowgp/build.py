@@ -13,8 +13,9 @@ default dtype: the data are taken in float64, the model is constructed, then mov
 `.to(dtype=dtype, device=device)` (exact for float64; rounding only for float32).
 
 Randomness: the k-means initial inducing inputs (TGP appendix B.6) use `generator.initial_seed()` as their
-seed (0 without a generator), so a generator made with `torch.Generator().manual_seed(seed)` reproduces the
-estimators' fits.
+seed (0 without a generator); every other initial draw (networks of input-dependent flows and flow
+posteriors, latent columns, encoders) comes from `generator` itself where the layer below takes one. A
+generator made with `torch.Generator().manual_seed(seed)` reproduces the estimators' fits.
 
 A new model family registers its own builder: `register_builder(MyConfig, fn)` with
 `fn(config, x, y, *, dtype, device, generator, **data) -> nn.Module`.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -219,6 +221,13 @@ def _kmeans_seed(generator) -> int:
     return 0 if generator is None else int(generator.initial_seed())
 
 
+def _generator_kwarg(function, generator) -> dict:
+    """{"generator": generator} when `function` takes one (the lower layers gain the argument one by one)."""
+    if generator is None or "generator" not in inspect.signature(function).parameters:
+        return {}
+    return {"generator": generator}
+
+
 def _initial_inducing(config, x: torch.Tensor, generator) -> torch.Tensor:
     from .inducing import kmeans_inducing_points
 
@@ -228,7 +237,7 @@ def _initial_inducing(config, x: torch.Tensor, generator) -> torch.Tensor:
     return torch.as_tensor(z, dtype=torch.float64)
 
 
-def _with_input_dependence(flow, spec: InputDependence | None, input_dim: int):
+def _with_input_dependence(flow, spec: InputDependence | None, input_dim: int, generator=None):
     if spec is None:
         return flow
     from .bayesian import default_prior_precision
@@ -236,7 +245,8 @@ def _with_input_dependence(flow, spec: InputDependence | None, input_dim: int):
 
     precision = default_prior_precision(spec.bayesian) if spec.prior_precision is None else spec.prior_precision
     return make_input_dependent(flow, input_dim, spec.which, hidden=tuple(spec.hidden), activation=spec.activation,
-                                dropout=spec.dropout, bayesian=spec.bayesian, prior_precision=precision)
+                                dropout=spec.dropout, bayesian=spec.bayesian, prior_precision=precision,
+                                **_generator_kwarg(make_input_dependent, generator))
 
 
 # ----- builders ------------------------------------------------------------------------------------------------
@@ -258,7 +268,7 @@ def _build_sparse(config: SparseGPConfig, x, y, *, generator=None):
         if config.input_dependent is not None:
             raise ValueError("input_dependent flows are a TGP feature; use SparseGPConfig(model='tgp')")
         return WarpedGP(kernel, z, flow, likelihood, **kw)
-    flow = _with_input_dependence(flow, config.input_dependent, z.shape[-1])
+    flow = _with_input_dependence(flow, config.input_dependent, z.shape[-1], generator)
     return TGP(kernel, z, flow, likelihood, mc_samples_train=config.mc_samples_train,
                mc_samples_predict=config.mc_samples_predict, **kw)
 
@@ -276,7 +286,7 @@ def _build_classification(config: ClassificationConfig, x, y, *, generator=None)
     kernel = resolve_kernel(config.kernel, z.shape[-1], batch_shape=() if num_latent == 1 else (num_latent,),
                             lengthscale=config.lengthscale, period=config.period)
     flow = _with_input_dependence(resolve_flow(config.flow, param_shape=(num_latent,)), config.input_dependent,
-                                  z.shape[-1])
+                                  z.shape[-1], generator)
     return TGPClassification(kernel, z, num_classes, flow=flow, likelihood=config.likelihood,
                              quadrature_points=config.quadrature_points, mc_samples=config.mc_samples,
                              predict_samples=config.predict_samples, learn_inducing=config.learn_inducing,
@@ -318,7 +328,8 @@ def _build_deep(config: DeepGPConfig, x, y, *, generator=None):
         lengthscale=config.lengthscale, period=config.period, num_samples=int(config.num_samples),
         kmeans_restarts=config.kmeans_restarts, seed=_kmeans_seed(generator), inducing_points=inducing,
         learn_inducing=config.learn_inducing, flow_steps=int(config.flow_steps), flow_base=config.flow_base,
-        quadrature_points=config.quadrature_points, predict_quadrature_points=config.predict_quadrature_points)
+        quadrature_points=config.quadrature_points, predict_quadrature_points=config.predict_quadrature_points,
+        **_generator_kwarg(build_deep_gp, generator))
 
 
 def _build_latent(config: LatentDeepGPConfig, x, y, *, generator=None):
@@ -330,7 +341,8 @@ def _build_latent(config: LatentDeepGPConfig, x, y, *, generator=None):
         x, y, int(config.layers), latent_dim=int(config.latent_dim), num_inducing=int(config.num_inducing),
         amortized=bool(config.amortized), hidden_width=int(config.hidden_width), kernel=config.kernel,
         noise=config.noise, num_importance=int(config.num_importance), gradient=config.gradient,
-        kmeans_restarts=config.kmeans_restarts, learn_inducing=config.learn_inducing, seed=_kmeans_seed(generator))
+        kmeans_restarts=config.kmeans_restarts, learn_inducing=config.learn_inducing, seed=_kmeans_seed(generator),
+        **_generator_kwarg(build_latent_deep_gp, generator))
 
 
 def _build_amogp(config: AMOGPConfig, x, y, *, generator=None, output=None):
