@@ -173,6 +173,8 @@ class InputDependentFlow(Flow):
             raise ValueError(f"x must be [..., N, {self.input_dim}] for this input-dependent flow, "
                              f"got shape {tuple(x.shape)}")
         mode = self.sampling_mode(sampling)
+        if mode.generator is None:  # the network's call as before generators (a stand-in network may not take one)
+            return self.network(x, num_samples=mode.num_samples, sample=mode.stochastic)
         return self.network(x, num_samples=mode.num_samples, sample=mode.stochastic, generator=mode.generator)
 
     def params(self, x: Optional[Tensor] = None, *, sampling: Optional[WeightSampling] = None) -> dict:
