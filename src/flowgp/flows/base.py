@@ -14,6 +14,24 @@ Such a class works wherever a built-in one does: `make_flow(instance)`, composit
 are recorded automatically, so the class needs nothing else). An input-dependent flow (paper §3.2) only
 overrides `params(x)` and returns tensors that broadcast against f (e.g. [..., N, 1] or [..., N, L]).
 
+For example, in your own module:
+
+    import torch
+    from flowgp.constraints import Positive
+    from flowgp.flows import Flow, ParamSpec
+
+    class Cubic(Flow):  # G(f) = a + f + c·f³ with c > 0, so G'(f) = 1 + 3c·f² > 0
+        name = "cubic"
+        param_specs = (ParamSpec("a", None, 0.0), ParamSpec("c", Positive(), 0.1))
+
+        def _forward(self, f, p):
+            return p["a"] + f + p["c"] * f ** 3
+
+        def _log_det(self, f, p):
+            return torch.log1p(3.0 * p["c"] * f * f)
+
+    flow = Cubic() >> make_flow("softplus")     # no _inverse: a guarded numerical inverse is used
+
 The composition `Compose` (eq. 2) lives here too, so that `a >> b` needs no import of another module.
 """
 from __future__ import annotations
@@ -74,6 +92,11 @@ def _materialise(value):
     return list(value) if isinstance(value, Iterator) else value
 
 
+def _recordable(value):
+    # A torch.Generator only draws initial values (a rebuilt flow loads its state dict instead): not kept.
+    return None if isinstance(value, torch.Generator) else value
+
+
 def _recording_arguments(init):
     """Wrap a Flow class's `__init__` so that the outermost call records its arguments on the instance.
 
@@ -94,7 +117,8 @@ def _recording_arguments(init):
             init(self, *args, **kwargs)
         finally:
             object.__setattr__(self, "_flowgp_constructing", False)
-        object.__setattr__(self, "_flowgp_arguments", (args, kwargs))
+        object.__setattr__(self, "_flowgp_arguments", (tuple(_recordable(a) for a in args),
+                                                       {k: _recordable(v) for k, v in kwargs.items()}))
 
     __init__.flowgp_records_arguments = True
     return __init__
