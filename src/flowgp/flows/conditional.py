@@ -32,7 +32,8 @@ from .combination import LinearCombination
 from .sampling import WeightSampling
 
 __all__ = ["InputDependentFlow", "make_input_dependent", "static_flow", "input_dependent_flows",
-           "WeightSampling", "weight_sampling", "init_input_dependent", "raw_parameter_tree", "warping_curves", "plot_warping_curves"]
+           "WeightSampling", "weight_sampling", "init_input_dependent", "raw_parameter_tree", "warping_curves",
+           "plot_warping_curves"]
 
 
 def raw_parameter_tree(flow: Flow) -> dict:
@@ -215,9 +216,6 @@ class InputDependentFlow(Flow):
 
     def domain_interval(self):
         return self.base.domain_interval()
-
-    def fit_codomain_to(self, low, high) -> None:
-        self.base.fit_codomain_to(low, high)
 
     def _check_input(self, f, p):
         self.base._check_input(f, p)
