@@ -78,7 +78,11 @@ def fixed_global_rng(seed, device="cpu"):
     dev = torch.device(device)
     devices = [] if dev.type != "cuda" else [torch.cuda.current_device() if dev.index is None else dev.index]
     with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(int(seed))
+        # the state a generator seeded with `seed` starts from, set only inside the fork (restored on exit)
+        torch.set_rng_state(torch.Generator().manual_seed(int(seed)).get_state())
+        for index in devices:
+            cuda = torch.Generator(device=f"cuda:{index}").manual_seed(int(seed))
+            torch.cuda.set_rng_state(cuda.get_state(), index)
         yield
 
 
