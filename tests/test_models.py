@@ -135,7 +135,7 @@ def test_tgp_expected_log_likelihood_agrees_with_monte_carlo():
         quad = tgp.expected_log_likelihood(x, y)
         mean, var = tgp.gp.marginals(x)
         f = mean + var.sqrt() * torch.randn((200_000,) + mean.shape, generator=g)
-        vals = tgp.likelihood.log_prob(y, tgp.flow(f))
+        vals = tgp.likelihood.base.log_prob(y, tgp.flow(f))
         mc, se = vals.mean(0), vals.std(0) / math.sqrt(200_000)
     assert torch.all((quad - mc).abs() < 5 * se + 1e-8)
 
@@ -148,7 +148,7 @@ def test_tgp_predictions_agree_with_sampling():
         mean, var = tgp.predict(xs)
         q = tgp.predict_quantiles(xs, [0.05, 0.5, 0.95])
         f0 = tgp.gp.sample(xs, 200_000, generator=g)
-        ystar = tgp.likelihood.sample(tgp.flow(f0), generator=g)
+        ystar = tgp.likelihood.base.sample(tgp.flow(f0), generator=g)
     torch.testing.assert_close(mean, ystar.mean(0), rtol=0, atol=5 * (var / 200_000).sqrt().max().item())
     torch.testing.assert_close(var, ystar.var(0), rtol=0.02, atol=1e-4)
     emp = torch.quantile(ystar[:, :, 0], torch.tensor([0.05, 0.5, 0.95]), dim=0)
@@ -285,7 +285,7 @@ def test_bayesian_prediction_is_the_eq20_mixture():
     torch.testing.assert_close(lpd, torch.logsumexp(lp, 0) - math.log(3))
     with torch.no_grad():
         q = model.predict_quantiles(x, [0.3])[0]
-    noise_sd = model.likelihood.noise.sqrt()
+    noise_sd = model.likelihood.base.noise.sqrt()
     cdf = torch.stack([(w * torch.special.ndtr((q - g) / noise_sd)).sum(0) for _, _, g, w in per_draw]).mean(0)
     torch.testing.assert_close(cdf, torch.full_like(cdf, 0.3), rtol=0, atol=1e-8)
 
@@ -313,8 +313,8 @@ def test_input_dependent_ell_gradcheck_float64():
     model, x, y = _id_tgp("vb", dropout=0.0, mc_samples_train=2, quadrature_points=5)
     x, y = x[:6], y[:6]
     model.train()
-    names = ["gp.q_mu", "flow.flows.0.network.weights.0", "flow.flows.0.network.weight_raw_std.1",
-             "flow.flows.0.network.biases.1"]
+    names = ["gp.q_mu", "likelihood.flow.flows.0.network.weights.0",
+             "likelihood.flow.flows.0.network.weight_raw_std.1", "likelihood.flow.flows.0.network.biases.1"]
     params = dict(model.named_parameters())
     inputs = tuple(params[n].detach().clone().requires_grad_(True) for n in names)
 
