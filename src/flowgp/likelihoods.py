@@ -328,7 +328,9 @@ class WarpedLikelihood(Likelihood):
 
     Every method that evaluates the density takes keyword `x` (the inputs, needed by input-dependent
     flows) and `sampling` (an object with `num_samples` and `stochastic`, e.g. flowgp.flows.WeightSampling,
-    or a (num_samples, stochastic) pair; None: the defaults above).
+    or a (num_samples, stochastic) pair; None: the defaults above). `generator` is accepted for the uniform
+    model interface; the W draws still come from torch's RNG until the networks take a generator
+    (`flowgp.flows.WeightSampling(generator=...)`).
     """
 
     accepts_inputs = True
