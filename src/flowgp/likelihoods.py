@@ -20,7 +20,8 @@ from torch import nn
 from .constraints import Positive
 from .flows import Flow, make_flow
 from .flows.conditional import input_dependent_flows, weight_sampling
-from .prediction import check_probabilities, likelihood_mixture_quantiles, normal_quantiles
+from .prediction import (check_probabilities, flow_log_predictive_density, flow_mixture_quantiles,
+                         flow_predictive_moments, likelihood_mixture_quantiles, normal_quantiles)
 from .quadrature import expectation, gauss_hermite, gh_points, log_expectation_exp
 from .registry import LIKELIHOODS
 
@@ -458,16 +459,12 @@ class WarpedLikelihood(Likelihood):
         affine = self._affine(mean, var, x)
         if affine is not None:
             return self.base.predictive_moments(*affine)
-        if self._stages:
-            g, w = self._nodes(mean, var, x, num_points, False, sampling)
-            cond_mean, cond_var = self.base.conditional_moments(g)
-            first = (w * cond_mean).sum(0).mean(0)
-            second = (w * (cond_mean.square() + cond_var)).sum(0).mean(0)
-        else:
-            f, w = gh_points(mean, var, num_points)
-            cond_mean, cond_var = self.base.conditional_moments(self.flow(f, x, validate=False))
-            first = (w * cond_mean).sum(0)
-            second = (w * (cond_mean.square() + cond_var)).sum(0)
+        if not self._stages:
+            return flow_predictive_moments(self.flow, self.base, mean, var, x, num_points)
+        g, w = self._nodes(mean, var, x, num_points, False, sampling)
+        cond_mean, cond_var = self.base.conditional_moments(g)
+        first = (w * cond_mean).sum(0).mean(0)
+        second = (w * (cond_mean.square() + cond_var)).sum(0).mean(0)
         return first, (second - first.square()).clamp_min(0)
 
     def predictive_log_density(self, y, mean, var, num_points: int = 100, *, x=None, sampling=None,
@@ -476,21 +473,19 @@ class WarpedLikelihood(Likelihood):
         affine = self._affine(mean, var, x)
         if affine is not None:
             return self.base.predictive_log_density(y, *affine)
-        if self._stages:
-            g, w = self._nodes(mean, var, x, num_points, False, sampling)
-            log_terms = w.log() + self.base.log_prob(y, g)
-            return torch.logsumexp(log_terms.flatten(0, 1), dim=0) - math.log(g.shape[1])
-        f, w = gh_points(mean, var, num_points)
-        return torch.logsumexp(w.log() + self.base.log_prob(y, self.flow(f, x, validate=False)), dim=0)
+        if not self._stages:
+            return flow_log_predictive_density(self.flow, self.base, y, mean, var, x, num_points)
+        g, w = self._nodes(mean, var, x, num_points, False, sampling)
+        log_terms = w.log() + self.base.log_prob(y, g)
+        return torch.logsumexp(log_terms.flatten(0, 1), dim=0) - math.log(g.shape[1])
 
     def predictive_quantiles(self, mean, var, probs, num_points: int = 100, *, x=None, sampling=None,
                              generator=None):
         """Quantiles [P, ...] of the predictive mixture Σ_{q,s} (w_q / S) base(y* | G_s(f_q)) by bisection."""
+        if not self._stages:
+            return flow_mixture_quantiles(self.flow, self.base, mean, var, probs, x, num_points)
         probs = check_probabilities(probs, mean)
         with torch.no_grad():
-            if not self._stages:
-                f, w = gh_points(mean, var, num_points)
-                return likelihood_mixture_quantiles(self.base, self.flow(f, x, validate=False), w, probs)
             if self.draws(False, sampling)[0] > 1:
                 num_points = min(num_points, self.mixture_quantile_points)
             g, w = self._nodes(mean, var, x, num_points, False, sampling)
