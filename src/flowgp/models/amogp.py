@@ -40,7 +40,7 @@ from ..objective import minibatch_bound
 from ..psi_statistics import gaussian_psi1, gaussian_psi2_contract, gaussian_psi_mean
 from ..variational import WhitenedGaussian
 
-__all__ = ["AMOGP", "plot_layers"]
+__all__ = ["AMOGP", "InducingSet", "plot_layers"]
 
 _NOISE = Positive(lower=1e-8)
 
@@ -228,7 +228,11 @@ class AMOGP(nn.Module):
         return kl
 
     # ----- checks -------------------------------------------------------------------------------------
-    def _check(self, x, out, y=None):
+    def validate(self, x, out, y=None):
+        """x checked as [N, 1] inputs, out as [N] output indices (and y as [N] targets): (x, out) or (x, out, y).
+
+        Raises TypeError/ValueError naming the argument on a non-tensor, a wrong shape or non-finite values.
+        """
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() != 2 or x.shape[1] != 1:
@@ -247,6 +251,8 @@ class AMOGP(nn.Module):
         if not torch.isfinite(y).all():
             raise ValueError("y contains NaN or inf; drop or impute those rows first")
         return x, out, y
+
+    _check = validate  # kept until the call sites move to `validate`
 
     # ----- layers (shared by the bound and the predictions) -------------------------------------------
     def _posteriors(self):
@@ -357,7 +363,7 @@ class AMOGP(nn.Module):
         by `flowgp.objective.minibatch_bound`. The bound is closed form: `generator` is accepted (the common
         elbo signature) and unused.
         """
-        x, output, y = self._check(x, output, y)
+        x, output, y = self.validate(x, output, y)
         ell, penalty = self.elbo_terms(x, y, output)
         return minibatch_bound(ell - penalty, [self.kl_divergence()], num_data, x.shape[0])
 
@@ -365,7 +371,7 @@ class AMOGP(nn.Module):
     def predict_layers(self, x, output, chunk: int = 512):
         """Propagated Gaussian approximation (A.4): dict of (mean, var) [N] for â (alignment, noise-free),
         f̂ (latent CP output at the propagated alignment) and y (warped output, noise included)."""
-        x, output = self._check(x, output)
+        x, output = self.validate(x, output)
         post = self._posteriors()
         res = {"a": [], "f": [], "y": []}
         for i in range(0, x.shape[0], chunk):
@@ -384,7 +390,7 @@ class AMOGP(nn.Module):
     def alignment_function(self, x, d: int):
         """q(â_d(x)) at deterministic inputs x [N, 1]: (mean, var) [N] (identity when alignment=False)."""
         out = torch.full((x.shape[0],), int(d), dtype=torch.long, device=x.device)
-        x, out = self._check(x, out)
+        x, out = self.validate(x, out)
         if not self.alignment:
             return x[:, 0], torch.zeros_like(x[:, 0])
         return self._alignment_layer(self._posteriors(), x, out)[:2]
@@ -392,13 +398,13 @@ class AMOGP(nn.Module):
     def latent_function(self, a, d: int):
         """q(f̂_d(a)) at deterministic CP inputs a [N, 1]: (mean, var) [N]."""
         out = torch.full((a.shape[0],), int(d), dtype=torch.long, device=a.device)
-        a, out = self._check(a, out)
+        a, out = self.validate(a, out)
         return self._latent_layer(self._posteriors(), a[:, 0], torch.zeros_like(a[:, 0]), out)[:2]
 
     def warping_function(self, f, d: int):
         """q(ĝ_d(f)) at deterministic warping inputs f [N, 1]: (mean, var) [N] (identity when warping=False)."""
         out = torch.full((f.shape[0],), int(d), dtype=torch.long, device=f.device)
-        f, out = self._check(f, out)
+        f, out = self.validate(f, out)
         if not self.warping:
             return f[:, 0], torch.zeros_like(f[:, 0])
         return self._warping_layer(self._posteriors(), f[:, 0], torch.zeros_like(f[:, 0]), out)[:2]
@@ -407,7 +413,7 @@ class AMOGP(nn.Module):
         """Samples through the hierarchy (u ~ q(u) per sample, then each layer's conditional at the sampled
         inputs, marginally per point). Returns a dict of [S, N] tensors: a, f, g (noise-free warped value)
         (without the offset b_d) and y_mean, y_var (the Gaussian of y* given the sampled f and u_g)."""
-        x, output = self._check(x, output)
+        x, output = self.validate(x, output)
         post = self._posteriors()
         s, n = int(num_samples), x.shape[0]
 
@@ -448,7 +454,7 @@ class AMOGP(nn.Module):
     def log_predictive_density(self, x, y, output, num_samples: int = 200, generator=None, method: str = "mc"):
         """Per-point log p(y* | x*), [N]: "mc" averages the conditional Gaussians of `sample` (log-mean-exp),
         "gaussian" uses the moment-matched Gaussian of `predict_y`."""
-        x, output, y = self._check(x, output, y)
+        x, output, y = self.validate(x, output, y)
         if method == "gaussian":
             mean, var = self.predict_y(x, output)
             return -0.5 * (torch.log(2 * math.pi * var) + (y - mean).square() / var)
