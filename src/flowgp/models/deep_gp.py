@@ -218,7 +218,9 @@ class DeepGP(nn.Module):
                     f"layers[{i}] takes {layer.input_dim} inputs but layers[{i - 1}] outputs {layers[i - 1].output_dim}"
                 )
         self.layers = nn.ModuleList(layers)
-        self.likelihood = likelihood if likelihood is not None else GaussianLikelihood(num_outputs=layers[-1].output_dim)
+        if likelihood is None:  # in the layers' dtype, whatever torch's default dtype is
+            likelihood = GaussianLikelihood(num_outputs=layers[-1].output_dim).to(layers[-1].gp.q_mu.dtype)
+        self.likelihood = likelihood
         self.posterior = posterior
         if posterior is not None:
             # q(U) comes from the flow: the layers' own Gaussian q(v) is unused, so keep it out of the optimiser

@@ -79,7 +79,10 @@ class LatentDeepGP(nn.Module):
             raise TypeError(f"qz must be an AmortizedLatentEncoder or FreeLatent, got {type(qz).__name__}")
         self.layers = nn.ModuleList(layers)
         self.qz = qz
-        self.likelihood = likelihood if likelihood is not None else GaussianLikelihood(noise=0.01)
+        if likelihood is None:  # in the layers' dtype, whatever torch's default dtype is
+            dtype = next((p.dtype for p in self.layers.parameters()), torch.float64)
+            likelihood = GaussianLikelihood(noise=0.01).to(dtype)
+        self.likelihood = likelihood
         self.num_importance = check_num_importance(num_importance)
         self.gradient = check_gradient(gradient)
 
