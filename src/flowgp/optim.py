@@ -81,7 +81,11 @@ def natural_gradient_step(q_mu: Tensor, q_sqrt: Tensor, grad_mu: Tensor, grad_sq
     new_theta1 = theta1 - gamma * grad_eta1
     new_s = torch.cholesky_inverse(chol_p)
     new_m = (new_s @ new_theta1.unsqueeze(-1)).squeeze(-1)
-    return new_m, robust_cholesky(0.5 * (new_s + new_s.mT)), gamma
+    new_s = 0.5 * (new_s + new_s.mT)
+    new_r, info = torch.linalg.cholesky_ex(new_s)
+    if bool((info != 0).any()):  # S_new is PD in exact arithmetic; jitter only when rounding says otherwise
+        new_r = robust_cholesky(new_s)
+    return new_m, new_r, gamma
 
 
 class NaturalGradient(torch.optim.Optimizer):
