@@ -51,16 +51,18 @@ class EarlyStop:
     """Stop on a plateau of the history (one entry per epoch, or per step with a `steps` budget).
 
     After every `window` entries the run stops when the best (lowest) entry improved by at most
-    rel_tol·(|best| + 1e-8) over the window; it also stops as soon as an entry is <= `abs_tol` (when given).
+    rel_tol·(|best| + 1e-8) over the window (window=None: no plateau test); it also stops as soon as an entry
+    is <= `abs_tol` (when given). Skipped steps (nonfinite="backoff") add no entry.
     """
 
-    window: int = 100
+    window: Optional[int] = 100
     rel_tol: float = 1e-3
     abs_tol: Optional[float] = None
 
     def __post_init__(self):
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
-            raise ValueError(f"EarlyStop window must be a positive integer, got {self.window!r}")
+        if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int)
+                                        or self.window < 1):
+            raise ValueError(f"EarlyStop window must be a positive integer or None, got {self.window!r}")
         if not self.rel_tol >= 0:
             raise ValueError(f"EarlyStop rel_tol must be non-negative, got {self.rel_tol!r}")
 
@@ -435,7 +437,7 @@ def train(
         stop["best"] = min(stop["best"], entry)
         if early_stop.abs_tol is not None and entry <= early_stop.abs_tol:
             return True
-        if (index + 1) % early_stop.window == 0:
+        if early_stop.window is not None and (index + 1) % early_stop.window == 0:
             if stop["window_best"] - stop["best"] <= early_stop.rel_tol * (abs(stop["best"]) + 1e-8):
                 return True
             stop["window_best"] = stop["best"]
