@@ -24,10 +24,12 @@ CHECKSUM_KEY = "flowgp_sha256"
 
 def _update(digest, obj) -> None:
     if isinstance(obj, torch.Tensor):
-        t = obj.detach().cpu().contiguous()
+        t = obj.detach().cpu()
         digest.update(f"T{t.dtype}{tuple(t.shape)}".encode())
         if t.numel():
-            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+            # a fresh row-major copy: expanded or strided tensors have no byte view of their own
+            flat = torch.empty(t.numel(), dtype=t.dtype).copy_(t.reshape(-1))
+            digest.update(flat.view(torch.uint8).numpy().tobytes())
     elif isinstance(obj, dict):
         digest.update(f"D{len(obj)}".encode())
         for key in sorted(obj, key=repr):  # the order is fixed whatever the insertion order was

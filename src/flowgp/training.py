@@ -515,8 +515,6 @@ def train(
         bar.close()
         if previous_handler is not None:
             signal.signal(signal.SIGINT, previous_handler)
-        for o in optimizers:
-            o.zero_grad(set_to_none=True)
     if best is not None:
         best.restore(tracked)
     save(True)
