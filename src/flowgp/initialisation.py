@@ -39,12 +39,7 @@ def _check_flow(flow) -> None:
 
 
 def _dtype_device(flow: Flow):
-    if hasattr(flow, "dtype") and hasattr(flow, "device"):
-        return flow.dtype, flow.device
-    # kept until the flows parcel's Flow.dtype / Flow.device land: a flow always holds a parameter or buffer
-    for t in list(flow.parameters()) + list(flow.buffers()):
-        return t.dtype, t.device
-    return torch.float64, torch.device("cpu")
+    return flow.dtype, flow.device
 
 
 class _Objective(nn.Module):
@@ -171,13 +166,6 @@ def _validated_data(flow: Flow, y) -> tuple[Tensor, bool]:
     return y, per_column
 
 
-def _fit_codomain(flow: Flow, low: Tensor, high: Tensor) -> None:
-    fit = getattr(flow, "fit_codomain_to", None)
-    if fit is None:  # kept until the flows parcel's public Flow.fit_codomain_to lands
-        fit = getattr(flow, "_fit_codomain_to")
-    fit(low, high)
-
-
 def init_from_data(flow: Flow, y, steps: int = 2000, lr: float = 0.01, direction: str = "generative") -> float:
     """Fit the flow to samples y by maximum likelihood (appendix eqs. 27-30).
 
@@ -202,7 +190,7 @@ def init_from_data(flow: Flow, y, steps: int = 2000, lr: float = 0.01, direction
         raise ValueError("y is constant (in some column); a distribution cannot be fitted to it")
 
     if direction == "generative":
-        _fit_codomain(flow, low, high)
+        flow.fit_codomain_to(low, high)
         with torch.no_grad():
             bounds = flow.codomain_bounds()
         if bounds is not None and bool(torch.any((y <= bounds[0]) | (y >= bounds[1]))):

@@ -122,7 +122,9 @@ class _SkipStep(Exception):
 
 def _noise_parameters(model):
     likelihood = getattr(model, "likelihood", None)
-    return [p for n, p in likelihood.named_parameters() if "noise" in n] if isinstance(likelihood, torch.nn.Module) else []
+    if not isinstance(likelihood, torch.nn.Module):
+        return []
+    return [p for n, p in likelihood.named_parameters() if "noise" in n]
 
 
 def _is_sampler(x) -> bool:
