@@ -2,9 +2,10 @@
 import pytest
 import torch
 
-from flowgp.flows import (Affine, Compose, InputDependentFlow, SinhArcsinh, WeightSampling, init_input_dependent,
-                          init_random, input_dependent_flows, make_flow, make_input_dependent, static_flow)
+from flowgp.flows import (Affine, Compose, InputDependentFlow, SinhArcsinh, WeightSampling, input_dependent_flows,
+                          make_flow, make_input_dependent, static_flow)
 from flowgp.flows.conditional import raw_parameter_tree
+from flowgp.initialisation import init_input_dependent, init_random
 
 pytestmark = pytest.mark.usefixtures("float64_default")
 

@@ -199,7 +199,8 @@ def test_warped_gp_with_log_flow_is_svgp_on_log_targets():
 
 
 # ---------------------------------------------------------------- input-dependent / Bayesian flows (issue 5)
-from flowgp.flows import InputDependentFlow, init_random, make_input_dependent  # noqa: E402
+from flowgp.flows import InputDependentFlow, make_input_dependent  # noqa: E402
+from flowgp.initialisation import init_random  # noqa: E402
 from flowgp.quadrature import gh_points  # noqa: E402
 
 

@@ -4,7 +4,8 @@ import math
 import pytest
 import torch
 
-from flowgp.flows import init_random, make_flow
+from flowgp.flows import make_flow
+from flowgp.initialisation import init_random
 from flowgp.kernels import make_kernel
 from flowgp.likelihoods import GaussianLikelihood
 from flowgp.models import TGP, InducingModulatedFlow, MarginalFlowAdapter, NonMarginalTGP

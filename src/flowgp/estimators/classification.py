@@ -13,9 +13,10 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from ..flows import Flow, init_identity, init_random, make_flow
-from ..flows.conditional import init_input_dependent, static_flow
+from ..flows import Flow, make_flow
+from ..flows.conditional import static_flow
 from ..inducing import kmeans_inducing_points
+from ..initialisation import init_identity, init_input_dependent, init_random
 from ..kernels import make_kernel
 from ..models.classification import CLASSIFICATION_LIKELIHOODS, TGPClassification
 from ..training import train

@@ -11,8 +11,10 @@ import math
 import numpy as np
 import torch
 
-from ..models.latent_deep_gp import (build_latent_deep_gp, check_gradient, check_num_importance,
-                                     train_latent_deep_gp)
+from ..batches import ArrayBatches
+from ..models.latent_deep_gp import build_latent_deep_gp, check_gradient, check_num_importance
+from ..optim import NaturalGradient
+from ..training import step_lr, train
 from ._base import _DTYPES, _default_dtype
 from .regression import SVGPRegressor
 
@@ -110,11 +112,13 @@ class LatentDeepGPRegressor(SVGPRegressor):
         n = X.shape[0]
         batch = n if self.batch_size is None else min(_positive_int(self.batch_size, "batch_size"), n)
         iterations = int(self.epochs) * math.ceil(n / batch)
-        self.history_ = train_latent_deep_gp(
-            self.model_, xt, yt, iterations=iterations, batch_size=batch, lr=self.lr, lr_decay=self.lr_decay,
-            seed=self.seed, verbose=self.verbose, desc=type(self).__name__,
-            natgrad_lr=self.natgrad_lr if self.natgrad else None,
-        )
+        # supplement E.2: Adam (and natural-gradient steps on the last layer's q(u) when asked), every step
+        # size decayed by lr_decay every 1000 iterations; each iteration a fresh random subset of the rows
+        natgrad = NaturalGradient([self.model_.layers[-1].gp], lr=self.natgrad_lr) if self.natgrad else None
+        sampler = ArrayBatches(xt, yt, batch, per_step=batch < n, seed=self.seed)
+        self.history_ = train(self.model_, sampler, steps=iterations, lr=self.lr,
+                              schedule=step_lr(1000, self.lr_decay), natural_gradient=natgrad, seed=self.seed,
+                              verbose=self.verbose, desc=type(self).__name__)
         return self
 
     def predict(self, X, return_std=False):

@@ -14,9 +14,10 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 
-from ..flows import Flow, init_from_data, init_identity, init_random, make_flow
-from ..flows.conditional import init_input_dependent, static_flow, warping_curves
+from ..flows import Flow, make_flow
+from ..flows.conditional import static_flow, warping_curves
 from ..inducing import kmeans_inducing_points
+from ..initialisation import init_from_data, init_identity, init_input_dependent, init_random
 from ..kernels import make_kernel
 from ..likelihoods import GaussianLikelihood
 from ..models import SVGP, TGP, WarpedGP

@@ -32,7 +32,7 @@ from .combination import LinearCombination
 from .sampling import WeightSampling
 
 __all__ = ["InputDependentFlow", "make_input_dependent", "static_flow", "input_dependent_flows",
-           "WeightSampling", "weight_sampling", "init_input_dependent", "raw_parameter_tree", "warping_curves",
+           "WeightSampling", "weight_sampling", "raw_parameter_tree", "warping_curves",
            "plot_warping_curves"]
 
 
@@ -290,55 +290,6 @@ def static_flow(flow: Flow) -> Flow:
         raise ValueError(f"static_flow supports input-dependent stages at the top level or inside a "
                          f"composition, not inside {type(flow).__name__}")
     return flow
-
-
-def init_input_dependent(flow: Flow, x: Tensor, epochs: int = 100, batch_size: int = 256, lr: float = 0.01,
-                         generator: Optional[torch.Generator] = None, tol: float = 1e-8) -> float:
-    """Appendix B.4: fit each network so that NN(x) ≈ θ̂, the raw parameters of its base, by minibatch
-    MSE with Adam (dropout active / VB weights sampled, no KL). Initialise the bases first (identity or
-    from data on `static_flow(flow)`). The last-layer bias starts at θ̂, which makes the fit short.
-    Stops early once the MSE falls below `tol`. Returns the final mean squared error (over networks).
-    """
-    stages = input_dependent_flows(flow)
-    if not stages:
-        raise ValueError("flow has no input-dependent stage to initialise")
-    if not isinstance(x, Tensor) or x.dim() != 2:
-        raise ValueError(f"x must be a 2-D tensor [N, D], got {type(x).__name__} "
-                         f"{tuple(x.shape) if isinstance(x, Tensor) else ''}")
-    if int(epochs) != epochs or epochs < 0:
-        raise ValueError(f"epochs must be a non-negative integer, got {epochs!r}")
-    if int(batch_size) != batch_size or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    n = x.shape[0]
-    batch = min(int(batch_size), n)
-    steps = math.ceil(n / batch)
-    x = x.detach()
-    final = 0.0
-    for stage in stages:
-        net = stage.network
-        target = stage.raw_target().to(net.biases[-1])
-        with torch.no_grad():
-            net.biases[-1].copy_(target)
-        params = [p for p in net.parameters() if p.requires_grad]
-        opt = torch.optim.Adam(params, lr=lr)
-        loss_value = math.inf
-        for _ in range(int(epochs)):
-            order = torch.randperm(n, generator=generator).to(x.device)
-            total = 0.0
-            for i in range(steps):
-                xb = x[order[i * batch:(i + 1) * batch]]
-                opt.zero_grad(set_to_none=True)
-                loss = (net(xb, num_samples=1, sample=True) - target).square().mean()
-                loss.backward()
-                opt.step()
-                total += loss.item()
-            loss_value = total / steps
-            if loss_value < tol:
-                break
-        with torch.no_grad():
-            loss_value = (net(x, sample=False) - target).square().mean().item()
-        final += loss_value / len(stages)
-    return final
 
 
 def warping_curves(flow: Flow, x: Tensor, f_grid: Tensor, num_samples: int = 100) -> dict:
