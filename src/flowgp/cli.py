@@ -51,12 +51,8 @@ def demo(out: str = "flowgp-demo", as_json: bool = False, epochs: int = 1000, se
     As in the paper, each model is fitted from period initialisations 0.6, 0.7, ..., 1.0 and the fit with
     the best training ELBO is kept (test data are never used for the choice).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from .data import make_tanh_sine
+    from .plotting import demo_figure
 
     x, y = make_tanh_sine(150, seed=seed)
     rng = np.random.default_rng(seed + 1)
@@ -84,19 +80,11 @@ def demo(out: str = "flowgp-demo", as_json: bool = False, epochs: int = 1000, se
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     grid = np.linspace(0.0, 2.0, 400)[:, None]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=True)
-    for ax, (label, est) in zip(axes, fits.items()):
+    panels = []
+    for label, est in fits.items():
         lower, upper = est.predict_interval(grid, 0.95)
-        ax.fill_between(grid[:, 0], lower, upper, alpha=0.3, label="95% interval")
-        ax.plot(grid[:, 0], est.predict(grid), lw=2, label="predictive mean")
-        ax.scatter(x[:, 0], y, s=8, c="k", label="training data")
-        ax.set_title(label)
-        ax.set_xlabel("x")
-    axes[0].set_ylabel("y")
-    axes[0].legend(loc="lower left", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out_dir / "demo.png", dpi=110)
-    plt.close(fig)
+        panels.append((label, est.predict(grid), lower, upper))
+    demo_figure(grid[:, 0], panels, x[:, 0], y, path=out_dir / "demo.png")
     if as_json:
         for row in rows:
             print(json.dumps(row))

@@ -172,10 +172,7 @@ def _fit_eval(model, seed, train, test, target, args, lengthscale, num_inducing)
 
 
 def _plots_artificial(est, train, test, out_dir, seed):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ..plotting import amogp_alignments_figure
 
     X, y, o = train
     xm, xs = est.x_mean_, est.x_std_
@@ -188,57 +185,30 @@ def _plots_artificial(est, train, test, out_dir, seed):
     est.plot_layers(grid, path=out_dir / f"artificial_layers_seed{seed}.png", X=X, y=y, output=o,
                     true_functions=true, output_names=["output 0", "output 1", "output 2 (gap)"])
     # learned vs true alignments in the units of t (identifiable up to the shared latent's affine freedom)
-    fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
-    for d in range(3):
-        m, s = est.layers(grid, d)["alignment"]
-        ax[0].plot(grid, m, color=f"C{d}", label=f"learned a_{d}")
-        ax[0].fill_between(grid, m - 2 * s, m + 2 * s, color=f"C{d}", alpha=0.2)
-        ax[0].plot(grid, ALIGN[d](grid), "--", color=f"C{d}", label=f"true a_{d}")
-    ax[0].set_xlabel("t")
-    ax[0].legend(fontsize=7)
-    ax[0].set_title("alignments")
+    alignments = [(*est.layers(grid, d)["alignment"], ALIGN[d](grid)) for d in range(3)]
     Xt, yt, ot = test
-    mean, std = est.predict(grid[:, None], np.full(len(grid), 2), return_std=True)
-    ax[1].plot(grid, mean, label="AMO-GP")
-    ax[1].fill_between(grid, mean - 2 * std, mean + 2 * std, alpha=0.2)
-    ax[1].scatter(X[o == 2, 0], y[o == 2], s=5, c="k", label="train")
-    ax[1].scatter(Xt[:, 0], yt, s=5, c="r", label="gap (test)")
-    ax[1].axvspan(*GAP, color="0.9", zorder=0)
-    ax[1].set_title("output 2")
-    ax[1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out_dir / f"artificial_alignments_seed{seed}.png", dpi=110)
-    plt.close(fig)
+    prediction = est.predict(grid[:, None], np.full(len(grid), 2), return_std=True)
+    amogp_alignments_figure(grid, alignments, prediction, (X[o == 2, 0], y[o == 2]), (Xt[:, 0], yt), GAP,
+                            path=out_dir / f"artificial_alignments_seed{seed}.png")
 
 
 def _plot_pm25(ests, train, test, sites, target, out_dir, seed):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ..plotting import pm25_holdout_figure
 
     X, y, o = train
     Xt, yt, _ = test
     lo, hi = Xt[:, 0].min() - 72, Xt[:, 0].max() + 72
     grid = np.linspace(max(lo, 0), hi, 300)
-    fig, ax = plt.subplots(1, 1, figsize=(10, 3.5))
     sel = (o == target) & (X[:, 0] > lo) & (X[:, 0] < hi)
-    ax.scatter(X[sel, 0], y[sel], s=5, c="k", label="train")
-    ax.scatter(Xt[:, 0], yt, s=5, c="r", label="held out")
-    for i, (name, est) in enumerate(ests.items()):
+    predictions = {}
+    for name, est in ests.items():
         if name in AMOGP_VARIANTS:
-            m, s = est.predict(grid[:, None], np.full(len(grid), target), return_std=True)
+            predictions[name] = est.predict(grid[:, None], np.full(len(grid), target), return_std=True)
         else:
-            m, s = est.predict(grid[:, None], return_std=True)
-        ax.plot(grid, m, color=f"C{i}", label=name)
-        ax.fill_between(grid, m - 2 * s, m + 2 * s, color=f"C{i}", alpha=0.12)
-    ax.set_xlabel("hours since window start")
-    ax.set_ylabel("PM2.5 (µg/m³)")
-    ax.set_title(f"{sites[target]}: held-out block (seed {seed})")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out_dir / f"pm25_holdout_seed{seed}.png", dpi=110)
-    plt.close(fig)
+            predictions[name] = est.predict(grid[:, None], return_std=True)
+    pm25_holdout_figure(grid, predictions, (X[sel, 0], y[sel]), (Xt[:, 0], yt),
+                        f"{sites[target]}: held-out block (seed {seed})",
+                        path=out_dir / f"pm25_holdout_seed{seed}.png")
 
 
 def _table(rows) -> str:

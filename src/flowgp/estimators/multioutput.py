@@ -12,7 +12,7 @@ import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 from torch import nn
 
-from ..models.amogp import AMOGP, plot_layers
+from ..models.amogp import AMOGP, layer_curves
 from ..training import train
 from ._base import _Estimator, _as_1d_float, _as_2d_float, _default_dtype
 
@@ -243,7 +243,8 @@ class AlignedMultiOutputGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
         return res
 
     def plot_layers(self, x_grid, path=None, X=None, y=None, output=None, true_functions=None, output_names=None):
-        """Draw the three layers and the prediction per output (standardised units; see amogp.plot_layers)."""
+        """Draw the three layers and the prediction per output (standardised units; see
+        flowgp.plotting.amogp_layers_figure); returns the matplotlib Figure (saved to `path` if given)."""
         self._check_fitted()
         xg = (np.asarray(x_grid, dtype=float).ravel() - self.x_mean_) / self.x_std_
         data = None
@@ -251,8 +252,10 @@ class AlignedMultiOutputGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
             o = self._output_index(output, len(X), self.n_outputs_)
             data = ((np.asarray(X, float)[:, 0] - self.x_mean_) / self.x_std_,
                     (np.asarray(y, float) - self.y_mean_[o]) / self.y_std_[o], o)
-        return plot_layers(self.model_, xg, path=path, data=data, true_functions=true_functions,
-                           output_names=output_names)
+        from ..plotting import amogp_layers_figure
+
+        return amogp_layers_figure(layer_curves(self.model_, xg), path=path, data=data,
+                                   true_functions=true_functions, output_names=output_names)
 
     _OBJECT_PARAMS = ()
 

@@ -313,7 +313,7 @@ class TGPRegressor(_InputDependentFlowOptions, _FlowRegressor):
     def warping_functions(self, X, f_grid=None, num_samples=100):
         """The learned warping y = G_{θ(x, W)}(f₀) at each row of X over `f_grid` (GP units; default
         linspace(-3, 3, 200)), in the units of y: dict of arrays [G, n_rows] "point", "mean", "std" plus
-        "f_grid" (appendix Fig. 9). Draw them with `flowgp.flows.conditional.plot_warping_curves`."""
+        "f_grid" (appendix Fig. 9). Draw them with `flowgp.plotting.plot_warping_curves`."""
         if self._which_stages() is None:
             raise ValueError("warping_functions needs input_dependent=True")
         xt = self._inputs(X)

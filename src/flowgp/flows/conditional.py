@@ -26,7 +26,7 @@ from .base import Flow
 from .combination import Compose, LinearCombination, _FlowOfFlows
 
 __all__ = ["InputDependentFlow", "make_input_dependent", "static_flow", "input_dependent_flows",
-           "weight_sampling", "init_input_dependent", "raw_parameter_tree", "warping_curves", "plot_warping_curves"]
+           "weight_sampling", "init_input_dependent", "raw_parameter_tree", "warping_curves"]
 
 
 def raw_parameter_tree(flow: Flow) -> dict:
@@ -324,35 +324,3 @@ def warping_curves(flow: Flow, x: Tensor, f_grid: Tensor, num_samples: int = 100
             draws = flow(f.view(-1, 1, 1, 1), x, validate=False)  # [G, S, P, K]
     std = draws.std(1) if num_samples > 1 else torch.zeros_like(point)
     return {"point": point, "mean": draws.mean(1), "std": std}
-
-
-def plot_warping_curves(f_grid, curves: dict, labels=None, path=None):
-    """Figure in the style of appendix Fig. 9: top row the point-estimate warping at each input, bottom row
-    the posterior mean ± 2 std over W draws. `curves` as returned by `warping_curves` ([G, P, K]; output 0
-    is drawn) or by `TGPRegressor.warping_functions` ([G, P]). Saves a PNG to `path` when given; returns
-    the matplotlib figure."""
-    import numpy as np
-    from matplotlib.figure import Figure  # no pyplot: no global backend or figure state is touched
-
-    def arr(a):
-        return a.detach().cpu().numpy() if isinstance(a, Tensor) else np.asarray(a)
-    f = arr(f_grid).reshape(-1)
-    point, mean, std = (arr(curves[k]) for k in ("point", "mean", "std"))
-    if point.ndim == 3:  # [G, P, K] from warping_curves: draw output 0
-        point, mean, std = point[..., 0], mean[..., 0], std[..., 0]
-    num = point.shape[1]
-    labels = labels if labels is not None else [f"input {p}" for p in range(num)]
-    fig = Figure(figsize=(3 * num, 5.5))
-    axes = fig.subplots(2, num, squeeze=False, sharex=True)
-    for p in range(num):
-        axes[0, p].plot(f, point[:, p], color="C0")
-        axes[0, p].set_title(str(labels[p]), fontsize=9)
-        axes[1, p].plot(f, mean[:, p], color="C1")
-        axes[1, p].fill_between(f, mean[:, p] - 2 * std[:, p], mean[:, p] + 2 * std[:, p], color="C1", alpha=0.3)
-        axes[1, p].set_xlabel("f₀")
-    axes[0, 0].set_ylabel("G(f₀), point estimate")
-    axes[1, 0].set_ylabel("G(f₀), mean ± 2 std")
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120)
-    return fig
