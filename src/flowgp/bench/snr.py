@@ -99,8 +99,8 @@ def run(args) -> int:
         if not todo:
             continue
         est, fit_seconds = _fit_or_load(depth, args, x, y, out)
-        xt = est._inputs(x)
-        yt = est._targets(y, x.shape[0])
+        xt = est.scaled_inputs(x)
+        yt = est.scaled_targets(y, x.shape[0])
         train_bound = est.elbo(x, y) / x.shape[0]
         for k, g in todo:
             start = time.perf_counter()
