@@ -19,9 +19,12 @@ import csv
 import time
 from datetime import datetime
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 
+from ..registry import MODELS
+from . import models as _models  # noqa: F401  (registers the named models in MODELS)
 from .results import ResultStore, read_rows
 
 NAME = "amogp"
@@ -115,16 +118,15 @@ def pm25_data(path, start: str, days: int, site: str, holdout_hours: int):
 
 
 # ----- models ------------------------------------------------------------------------------------------------
-#: AMO-GP family: name -> (alignment, warping, trained like AMO-GP in minibatches for --epochs; else
-#: full batch for --baseline-epochs). The ablations separate the two layers and the optimisation protocol.
-AMOGP_VARIANTS = {
-    "amogp": ("gp", "gp", True),
-    "amogp-aligned": ("gp", "identity", True),
-    "amogp-warped": ("identity", "gp", True),
-    "mogp-minibatch": ("identity", "identity", True),
-    "amogp-fullbatch": ("gp", "gp", False),
-    "mogp": ("identity", "identity", False),
-}
+def _variants() -> dict:
+    """AMO-GP family of `flowgp.registry.MODELS`: name -> (alignment, warping, trained in minibatches for
+    --epochs (else full batch for --baseline-epochs)). The ablations separate the two layers and the protocol."""
+    return {name: (entry.fixed["alignment"], entry.fixed["warping"], entry.meta["minibatch"])
+            for name, entry in ((n, MODELS.get(n)) for n in MODELS.names()) if getattr(entry, "family", None) == "amogp"}
+
+
+#: a read-only view of the registry's AMO-GP entries (the registry is the one table)
+AMOGP_VARIANTS = MappingProxyType(_variants())
 
 
 def _minibatch(model: str) -> bool:
@@ -134,39 +136,34 @@ def _minibatch(model: str) -> bool:
 
 def _fit_eval(model, seed, train, test, target, args, lengthscale, num_inducing):
     """Fit one model and score it on `test` (rows of output `target`); returns a result dict."""
-    from ..estimators import AlignedMultiOutputGPRegressor, DeepGPRegressor, SVGPRegressor
-
     X, y, o = train
     Xt, yt, ot = test
     verbose = not args.quiet
     t0 = time.time()
-    if model in AMOGP_VARIANTS:
-        alignment, warping, minibatch = AMOGP_VARIANTS[model]
-        est = AlignedMultiOutputGPRegressor(
-            num_inducing=num_inducing, num_inducing_alignment=8, num_inducing_warping=8, alignment=alignment,
-            warping=warping, epochs=args.epochs if minibatch else args.baseline_epochs,
-            batch_size=args.batch_size if minibatch else None, lr=args.lr, seed=seed,
-            lengthscale=lengthscale, num_samples=500, verbose=verbose)
+    entry = MODELS.get(model)  # ValueError naming the valid models for an unknown name
+    if entry.family == "amogp":
+        minibatch = entry.meta["minibatch"]
+        est = entry(num_inducing=num_inducing, num_inducing_alignment=8, num_inducing_warping=8,
+                    epochs=args.epochs if minibatch else args.baseline_epochs,
+                    batch_size=args.batch_size if minibatch else None, lr=args.lr, seed=seed,
+                    lengthscale=lengthscale, num_samples=500, verbose=verbose)
         est.fit(X, y, o)
         mean = est.predict(Xt, ot)
         lpd = est.log_predictive_density(Xt, yt, ot, method="mc")
         lpd_gauss = est.log_predictive_density(Xt, yt, ot, method="gaussian")
         extra = {"test_ll_gaussian": float(lpd_gauss.mean()), "final_neg_elbo_per_point": est.history_[-1]}
-    else:
+    elif model in ("svgp", "dgp"):  # single-output baselines on the target output (the deep GP with 2 layers)
         sel = o == target
-        if model == "svgp":
-            est = SVGPRegressor(num_inducing=min(num_inducing * 2, int(sel.sum())), epochs=args.baseline_epochs,
-                                lr=args.lr, seed=seed, lengthscale=lengthscale, verbose=verbose, kmeans_restarts=3)
-        elif model == "dgp":
-            est = DeepGPRegressor(layers=2, num_inducing=min(num_inducing * 2, int(sel.sum())),
-                                  epochs=args.baseline_epochs, lr=args.lr, seed=seed, lengthscale=lengthscale,
-                                  verbose=verbose, kmeans_restarts=3)
-        else:
-            raise ValueError(f"unknown model {model!r}; choose from {', '.join(AMOGP_VARIANTS)}, svgp, dgp")
+        est = entry(num_inducing=min(num_inducing * 2, int(sel.sum())), epochs=args.baseline_epochs, lr=args.lr,
+                    seed=seed, lengthscale=lengthscale, verbose=verbose, kmeans_restarts=3,
+                    **({"layers": 2} if model == "dgp" else {}))
         est.fit(X[sel], y[sel])
         mean = est.predict(Xt)
         lpd = est.log_predictive_density(Xt, yt)
         extra = {}
+    else:
+        raise ValueError(f"model {model!r} is not part of this benchmark; choose from "
+                         f"{', '.join(AMOGP_VARIANTS)}, svgp, dgp")
     return est, {"rmse": float(np.sqrt(np.mean((mean - yt) ** 2))), "test_ll": float(np.mean(lpd)),
                  "train_seconds": round(time.time() - t0, 2), "n_train": int(len(y)), "n_test": int(len(yt)), **extra}
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..registry import MODELS
 from .results import read_rows
 
 NAME = "report"
@@ -228,7 +229,15 @@ def standardised_elbo(row) -> float | None:
 
 
 def _deep_depth(model: str) -> int | None:
-    """The depth L of the bench's deep-GP names dgpL / cnf-dgpL, else None."""
+    """The depth L of a deep GP (family "dgp" of `flowgp.registry.MODELS`: dgpL / cnf-dgpL), else None.
+
+    Names outside the registry (rows of models registered by a user's script that is not loaded here) are
+    read as dgpL / cnf-dgpL."""
+    from . import models  # noqa: F401  (registers the named models)
+
+    if model in MODELS:
+        entry = MODELS.get(model)
+        return entry.depth if getattr(entry, "family", None) == "dgp" else None
     for prefix in ("cnf-dgp", "dgp"):
         if model.startswith(prefix) and model[len(prefix):].isdigit():
             return int(model[len(prefix):])
@@ -382,8 +391,12 @@ def _timing_markdown(rows) -> list[str]:
 
 
 # ----- entry points ----------------------------------------------------------------------------------------------
-MODEL_ORDER = ("svgp", "tgp", "wgp", "pe-tgp", "ba-tgp", "dgp2", "dgp3", "dgp4", "dgp5", "cnf-dgp2", "cnf-dgp3",
-               "cnf-dgp4", "cnf-dgp5")
+def model_order() -> tuple[str, ...]:
+    """The report's model order: the registration order of `flowgp.registry.MODELS` (models not in it follow
+    by name)."""
+    from . import models  # noqa: F401  (registers the named models)
+
+    return tuple(MODELS.names())
 
 
 def build_report(dirs, out=None, figures: bool = True, command: str | None = None) -> Path:
@@ -391,6 +404,7 @@ def build_report(dirs, out=None, figures: bool = True, command: str | None = Non
     from ..plotting import application_figure, benchmark_figure  # matplotlib only when a report is built
 
     dirs = [dirs] if isinstance(dirs, (str, Path)) else list(dirs)
+    order = model_order()
     rows = load_rows(dirs)
     if not rows:
         raise ValueError(f"no result rows (*.jsonl) found in {', '.join(map(str, dirs))}")
@@ -407,32 +421,32 @@ def build_report(dirs, out=None, figures: bool = True, command: str | None = Non
     figs = []
     if bench:
         bsum = benchmark_summary(bench)
-        lines += _benchmark_markdown(bsum, MODEL_ORDER)
+        lines += _benchmark_markdown(bsum, order)
         for (preset, task), table in bsum.items():
             summary["benchmark"][f"{preset}/{task}"] = [
                 {"dataset": ds, "num_inducing": m, "model": mod, **{k: dict(zip(("mean", "se", "n"), v))
                                                                   for k, v in cells.items()}}
                 for (ds, m), mods in sorted(table.items()) for mod, cells in mods.items()]
             if figures:
-                models = _order([mod for v in table.values() for mod in v], MODEL_ORDER)
+                models = _order([mod for v in table.values() for mod in v], order)
                 for metric in (["nll", "rmse", "coverage95"] if task == "regression" else ["nll", "accuracy"]):
                     path = out / f"{task}_{preset}_{metric}.png"
                     benchmark_figure(table, metric, models, path, f"{METRICS[metric][0]} ({task}, preset {preset})",
                                      METRICS[metric][0], ranks=rankings(table, metric))
                     figs.append(path.name)
     if apps:
-        lines += _application_markdown(apps, MODEL_ORDER)
+        lines += _application_markdown(apps, order)
         asum = application_summary(apps)
         summary["applications"] = [
             {"dataset": k[0], "preset": k[1], "protocol": k[2], "inducing_fraction": f, "fix_noise_fraction": s,
              "model": mod, **{m: dict(zip(("mean", "std", "n"), v)) for m, v in cells.items()}}
             for k, table in sorted(asum.items()) for (f, s), mods in sorted(table.items()) for mod, cells in mods.items()]
         if figures:
-            application_figure(asum, {key: _order([m for v in table.values() for m in v], MODEL_ORDER)
+            application_figure(asum, {key: _order([m for v in table.values() for m in v], order)
                                       for key, table in asum.items()}, out / "applications_rmse.png")
             figs.append("applications_rmse.png")
     if bench:
-        lines += _elbo_markdown(bench, MODEL_ORDER)
+        lines += _elbo_markdown(bench, order)
     comp = paper_comparison(rows)
     summary["comparison"] = comp
     lines += _comparison_markdown(comp)
