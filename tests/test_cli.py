@@ -110,8 +110,9 @@ def test_fit_resolves_models_and_options_through_the_registry(tmp_path, capsys, 
     seen = {}
 
     class Recorder:
-        def __init__(self, **kwargs):
-            seen.update(kwargs)
+        def __init__(self, flow="x", flow_init="x", kernel="rbf", num_inducing=1, epochs=1, batch_size=None, lr=0.1,
+                     seed=0, dtype="float64", device="cpu", verbose=True, checkpoint=None):
+            seen.update({k: v for k, v in locals().items() if k != "self"})
 
         def get_params(self):
             return {"checkpoint": None}
@@ -119,7 +120,7 @@ def test_fit_resolves_models_and_options_through_the_registry(tmp_path, capsys, 
         def fit(self, x, y):
             raise ValueError("stop after construction")
 
-    entry = replace(MODELS.get("tgp"), regressor="Recorder")
+    entry = replace(MODELS.get("tgp"), name="recorder-tgp")
     monkeypatch.setattr(NamedModel, "estimator_class", lambda self, task="regression": Recorder)
     MODELS.register("recorder-tgp", entry)
     try:

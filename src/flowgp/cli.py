@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import inspect
 import json
 import os
 import sys
@@ -29,7 +30,9 @@ def _models():
 def _csv_models() -> list[str]:
     """Named models `flowgp fit` can train on a CSV file: single-output regressors."""
     models = _models()
-    return [n for n in models.names() if models.get(n).regressor and not models.get(n).meta.get("multi_output")]
+    from .bench.models import is_multi_output
+
+    return [n for n in models.names() if "regression" in models.get(n).tasks and not is_multi_output(models.get(n))]
 
 
 def _estimator(name: str, **kw):
@@ -142,9 +145,11 @@ def _fit(args) -> None:
     # everything that can be checked without data is checked before the data are read and the model trained
     entry = _models().get(args.model)
     options = {name: getattr(args, name) for name in _OPTION_FLAGS.values() if getattr(args, name) is not None}
-    foreign = [flag for flag, name in _OPTION_FLAGS.items() if name in options and name not in entry.options]
+    # the model's own options: its estimator's parameters that its name does not fix
+    accepted = set(inspect.signature(entry.estimator_class().__init__).parameters) - set(entry.fixed)
+    foreign = [flag for flag, name in _OPTION_FLAGS.items() if name in options and name not in accepted]
     if foreign:
-        takes = ", ".join(f for f, n in _OPTION_FLAGS.items() if n in entry.options) or "none of them"
+        takes = ", ".join(f for f, n in _OPTION_FLAGS.items() if n in accepted) or "none of them"
         raise ValueError(f"--model {args.model} does not take {', '.join(foreign)} (of the model flags it takes "
                          f"{takes})")
     _check_output_path(args.out, "--out")

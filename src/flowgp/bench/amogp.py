@@ -24,7 +24,7 @@ from types import MappingProxyType
 import numpy as np
 
 from ..registry import MODELS
-from . import models as _models  # noqa: F401  (registers the named models in MODELS)
+from .models import is_multi_output  # (importing it registers the named models in MODELS)
 from .results import ResultStore, read_rows
 
 NAME = "amogp"
@@ -121,8 +121,9 @@ def pm25_data(path, start: str, days: int, site: str, holdout_hours: int):
 def _variants() -> dict:
     """AMO-GP family of `flowgp.registry.MODELS`: name -> (alignment, warping, trained in minibatches for
     --epochs (else full batch for --baseline-epochs)). The ablations separate the two layers and the protocol."""
-    return {name: (entry.fixed["alignment"], entry.fixed["warping"], entry.meta["minibatch"])
-            for name, entry in ((n, MODELS.get(n)) for n in MODELS.names()) if getattr(entry, "family", None) == "amogp"}
+    entries = ((name, MODELS.get(name)) for name in MODELS.names())
+    return {name: (entry.fixed["alignment"], entry.fixed["warping"], getattr(entry, "meta", {}).get("minibatch", True))
+            for name, entry in entries if is_multi_output(entry)}
 
 
 #: a read-only view of the registry's AMO-GP entries (the registry is the one table)
@@ -141,8 +142,8 @@ def _fit_eval(model, seed, train, test, target, args, lengthscale, num_inducing)
     verbose = not args.quiet
     t0 = time.time()
     entry = MODELS.get(model)  # ValueError naming the valid models for an unknown name
-    if entry.family == "amogp":
-        minibatch = entry.meta["minibatch"]
+    if model in AMOGP_VARIANTS:
+        minibatch = AMOGP_VARIANTS[model][2]
         est = entry(num_inducing=num_inducing, num_inducing_alignment=8, num_inducing_warping=8,
                     epochs=args.epochs if minibatch else args.baseline_epochs,
                     batch_size=args.batch_size if minibatch else None, lr=args.lr, seed=seed,

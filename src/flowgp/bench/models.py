@@ -2,8 +2,9 @@
 
 Every name the CLI (`flowgp fit --model`, `flowgp demo`), the benchmarks (`flowgp bench uci|timing|
 airquality|rainfall|amogp`) and the report know is one `NamedModel` entry of `MODELS`: which estimator it
-builds, the arguments the name fixes (`dgp3` fixes layers=3), the options a caller may set with their
-defaults, and metadata the report reads (family, depth). Registration order is the report's column order.
+builds, the arguments the name fixes (`dgp3` fixes layers=3) and the options a caller may set with their
+defaults. What the front ends need beyond that is derived from the entry (`budget_rule`, `deep_gp_depth`,
+`is_multi_output`), never kept in a second list. Registration order is the report's column order.
 
     from flowgp.registry import MODELS
     MODELS.get("cnf-dgp3")(num_inducing=50, epochs=10)        # an unfitted DeepGPRegressor(layers=3, ...)
@@ -14,13 +15,15 @@ NamedModel(...))`); the CLI, the bench and the report pick it up.
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from ..registry import MODELS
 
-__all__ = ["NamedModel", "make_estimator", "model_names", "supports_task", "UCI_TGP_FLOW", "UCI_TGP_FLOW_INIT"]
+__all__ = ["NamedModel", "make_estimator", "model_names", "supports_task", "budget_rule", "deep_gp_depth",
+           "is_multi_output", "UCI_TGP_FLOW", "UCI_TGP_FLOW_INIT"]
 
 # Appendix B.6 selects a flow per dataset on validation splits; the selected flows are not listed, so
 # without that search the UCI default is one SAL flow (Table 1) initialised near identity (appendix B.3).
@@ -30,29 +33,27 @@ UCI_TGP_FLOW_INIT = "identity"
 
 @dataclass(frozen=True)
 class NamedModel:
-    """A named model configuration: the estimator it builds, with which fixed and optional arguments.
+    """A named model configuration: the estimator it builds, with which fixed and default arguments.
 
-    family: "svgp", "tgp", "wgp", "dgp", "ldgp" or "amogp"; depth: the number of GP layers when the name
-    fixes it; regressor / classifier: class names in `flowgp.estimators` for task "regression" /
-    "classification" (None: the task is not handled); fixed: arguments the name fixes; options: the
+    regressor / classifier: class names in `flowgp.estimators` for task "regression" / "classification"
+    (None: the task is not handled); fixed: the arguments the name fixes (`dgp3`: layers=3); defaults: the
     model-specific arguments a caller may set, with their defaults; budget: the bench's rule turning a preset
     into the estimator's shared arguments, budget(preset, num_inducing, seed, num_data, task) -> dict (None:
-    not a `flowgp bench uci` model); meta: anything else a front end needs (the AMO-GP bench protocol "minibatch"; "multi_output": the
-    estimator needs an output index, so `flowgp fit` on a CSV file does not offer it).
+    derived from the estimator class, see `budget_rule`); meta: anything else a front end needs (the AMO-GP
+    bench's training protocol "minibatch").
     """
 
-    family: str
+    name: str
     regressor: str | None
     classifier: str | None = None
     fixed: Mapping[str, Any] = field(default_factory=dict)
-    options: Mapping[str, Any] = field(default_factory=dict)
-    depth: int | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
     budget: Callable | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
 
     def __post_init__(self):
-        for name in ("fixed", "options", "meta"):  # read-only views: an entry cannot drift after registration
+        for name in ("fixed", "defaults", "meta"):  # read-only views: an entry cannot drift after registration
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
     @property
@@ -64,17 +65,35 @@ class NamedModel:
 
         name = {"regression": self.regressor, "classification": self.classifier}.get(task)
         if name is None:
-            raise ValueError(f"{self.family} model does not handle task={task!r}; it handles {', '.join(self.tasks)}")
-        return getattr(estimators, name)
+            raise ValueError(f"model {self.name!r} does not handle {task}; it handles {', '.join(self.tasks)}")
+        return name if isinstance(name, type) else getattr(estimators, name)
 
     def __call__(self, task: str = "regression", **kwargs):
-        """The unfitted estimator: option defaults, then `kwargs`, then the fixed arguments (which no caller
-        may override: `dgp3` with layers=5 is an error, not a silent 5-layer model)."""
-        clash = sorted(set(kwargs) & set(self.fixed))
+        """The unfitted estimator: defaults, then `kwargs`, then the fixed arguments (which no caller may
+        override: `dgp3` with layers=5 is an error, not a silent 5-layer model)."""
+        clash = sorted(k for k in kwargs if k in self.fixed and kwargs[k] != self.fixed[k])
         if clash:
-            raise TypeError(f"this named model fixes {', '.join(f'{k}={self.fixed[k]!r}' for k in clash)}; "
-                            f"do not pass {', '.join(clash)}")
-        return self.estimator_class(task)(**{**self.options, **kwargs, **self.fixed})
+            raise TypeError(f"model {self.name!r} fixes {', '.join(f'{k}={self.fixed[k]!r}' for k in clash)}; "
+                            f"choose another name for other values")
+        return self.estimator_class(task)(**{**self.defaults, **kwargs, **self.fixed})
+
+
+# ----- what the front ends read from an entry (any entry with regressor/classifier/fixed/defaults) ----------
+def main_class(entry):
+    """The estimator class of the entry's first task."""
+    return entry.estimator_class(entry.tasks[0])
+
+
+def is_multi_output(entry) -> bool:
+    """Whether the entry's estimator needs an output index (fit(X, y, output)): not a CSV or UCI model."""
+    return "output" in inspect.signature(main_class(entry).fit).parameters
+
+
+def deep_gp_depth(entry) -> int | None:
+    """The number of layers of a deep GP (DSVI or CNF posterior) whose name fixes it, else None."""
+    from ..estimators import DeepGPClassifier, DeepGPRegressor
+
+    return entry.fixed.get("layers") if issubclass(main_class(entry), (DeepGPRegressor, DeepGPClassifier)) else None
 
 
 # ----- the bench's budget rules: preset -> the estimator's shared arguments ----------------------------------
@@ -121,6 +140,24 @@ def _budget_latent(preset, num_inducing, seed, num_data, task):
     return {**{k: common[k] for k in keep}, "noise": 0.01}
 
 
+def budget_rule(entry):
+    """The bench's budget rule of an entry: its own `budget`, else the rule of its estimator class (None:
+    not a `flowgp bench uci` model)."""
+    from ..estimators import DeepGPClassifier, DeepGPRegressor, LatentDeepGPRegressor
+
+    own = getattr(entry, "budget", None)
+    if own is not None or is_multi_output(entry):
+        return own
+    cls = main_class(entry)
+    if issubclass(cls, LatentDeepGPRegressor):
+        return _budget_latent
+    if issubclass(cls, (DeepGPRegressor, DeepGPClassifier)):
+        return _budget_deep
+    if entry.fixed.get("input_dependent"):
+        return _budget_input_dependent
+    return _budget_shallow
+
+
 # ----- registrations (registration order = the report's column order) --------------------------------------
 _FLOW_OPTIONS = {"flow": UCI_TGP_FLOW, "flow_init": UCI_TGP_FLOW_INIT}
 _DEEP_OPTIONS = {"num_samples_train": 1, "num_samples_predict": 100}
@@ -134,63 +171,57 @@ _INPUT_DEPENDENT_OPTIONS = {**_FLOW_OPTIONS, "hidden": (50,), "activation": "rel
                             "flow_init_epochs": 100}
 
 
-def _register_builtins() -> None:
-    add = MODELS.register
-    add("svgp", NamedModel("svgp", "SVGPRegressor", "SVGPClassifier", budget=_budget_shallow,
-                           description="sparse variational GP"))
-    add("tgp", NamedModel("tgp", "TGPRegressor", "TGPClassifier", options=_FLOW_OPTIONS, budget=_budget_shallow,
-                          description="transformed GP (marginal flow on f)"))
-    add("wgp", NamedModel("wgp", "WarpedGPRegressor", options=_FLOW_OPTIONS, budget=_budget_shallow,
-                          description="variational warped GP (flow on y)"))
-    for name, bayesian in (("pe-tgp", "point"), ("ba-tgp", "mc_dropout")):
-        add(name, NamedModel("tgp", "TGPRegressor", fixed={"input_dependent": True, "bayesian": bayesian},
-                             options=_INPUT_DEPENDENT_OPTIONS, budget=_budget_input_dependent,
-                             description=f"input-dependent TGP ({bayesian} network weights)"))
-    # issue 6: DSVI deep GPs and CNF-DGPs with 2-5 layers
-    for prefix, posterior in (("dgp", "gaussian"), ("cnf-dgp", "cnf")):
-        for n in range(2, 6):
-            add(f"{prefix}{n}", NamedModel("dgp", "DeepGPRegressor", "DeepGPClassifier",
-                                           fixed={"layers": n, "posterior": posterior}, options=_DEEP_OPTIONS,
-                                           depth=n, budget=_budget_deep,
-                                           description=f"{n}-layer deep GP, {posterior} q(U)"))
-    # issue 7: latent-variable deep GPs with 1-4 layers, REG or DREG gradients for q(z) (names in sorted order)
-    for n in range(1, 5):
-        for g in ("dreg", "reg"):
-            add(f"ldgp{n}-{g}", NamedModel("ldgp", "LatentDeepGPRegressor", fixed={"layers": n, "gradient": g},
-                                           options={"num_importance": 5, "num_samples_predict": 1000}, depth=n,
-                                           budget=_budget_latent,
-                                           description=f"{n}-layer latent-variable deep GP, IWVI with {g}"))
-    # the CLI's deep models, depth and q(U) / q(z) gradient as options (`flowgp fit --model dgp --layers 3`)
-    add("dgp", NamedModel("dgp", "DeepGPRegressor", "DeepGPClassifier",
-                          options={"layers": 2, "posterior": "gaussian", **_DEEP_OPTIONS}, budget=_budget_deep,
-                          description="deep GP, depth and q(U) family as options"))
-    add("ldgp", NamedModel("ldgp", "LatentDeepGPRegressor",
-                           options={"layers": 2, "num_importance": 5, "gradient": "dreg", "num_samples_predict": 1000},
-                           budget=_budget_latent, description="latent-variable deep GP, depth as an option"))
-    # issue 8: AMO-GP and its ablations (alignment / warping layers; trained in minibatches for the bench's
-    # --epochs, or full batch for --baseline-epochs)
-    for name, alignment, warping, minibatch in (("amogp", "gp", "gp", True), ("amogp-aligned", "gp", "identity", True),
-                                                ("amogp-warped", "identity", "gp", True),
-                                                ("mogp-minibatch", "identity", "identity", True),
-                                                ("amogp-fullbatch", "gp", "gp", False),
-                                                ("mogp", "identity", "identity", False)):
-        add(name, NamedModel("amogp", "AlignedMultiOutputGPRegressor",
-                             fixed={"alignment": alignment, "warping": warping}, meta={"minibatch": minibatch, "multi_output": True},
-                             description=f"aligned multi-output GP (alignment {alignment}, warping {warping})"))
+def _builtins() -> list:
+    entries = [
+        NamedModel("svgp", "SVGPRegressor", "SVGPClassifier", description="sparse variational GP"),
+        NamedModel("tgp", "TGPRegressor", "TGPClassifier", defaults=_FLOW_OPTIONS,
+                   description="transformed GP (marginal flow on f)"),
+        NamedModel("wgp", "WarpedGPRegressor", defaults=_FLOW_OPTIONS, description="variational warped GP (flow on y)"),
+        *[NamedModel(name, "TGPRegressor", fixed={"input_dependent": True, "bayesian": bayesian},
+                     defaults=_INPUT_DEPENDENT_OPTIONS, description=f"input-dependent TGP ({bayesian} network weights)")
+          for name, bayesian in (("pe-tgp", "point"), ("ba-tgp", "mc_dropout"))],
+        # issue 6: DSVI deep GPs and CNF-DGPs with 2-5 layers
+        *[NamedModel(f"{prefix}{n}", "DeepGPRegressor", "DeepGPClassifier", fixed={"layers": n, "posterior": posterior},
+                     defaults=_DEEP_OPTIONS, description=f"{n}-layer deep GP, {posterior} q(U)")
+          for prefix, posterior in (("dgp", "gaussian"), ("cnf-dgp", "cnf")) for n in range(2, 6)],
+        # issue 7: latent-variable deep GPs with 1-4 layers, REG or DREG q(z) gradients (names in sorted order)
+        *[NamedModel(f"ldgp{n}-{g}", "LatentDeepGPRegressor", fixed={"layers": n, "gradient": g},
+                     defaults={"num_importance": 5, "num_samples_predict": 1000},
+                     description=f"{n}-layer latent-variable deep GP, IWVI with {g}")
+          for n in range(1, 5) for g in ("dreg", "reg")],
+        # the CLI's deep models, depth and q(U) family / q(z) gradient as options (`flowgp fit --model dgp --layers 3`)
+        NamedModel("dgp", "DeepGPRegressor", "DeepGPClassifier",
+                   defaults={"layers": 2, "posterior": "gaussian", **_DEEP_OPTIONS},
+                   description="deep GP, depth and q(U) family as options"),
+        NamedModel("ldgp", "LatentDeepGPRegressor",
+                   defaults={"layers": 2, "num_importance": 5, "gradient": "dreg", "num_samples_predict": 1000},
+                   description="latent-variable deep GP, depth as an option"),
+    ]
+    # issue 8: AMO-GP and its ablations (alignment / warping layers); the bench trains "minibatch" models in
+    # minibatches for its --epochs, the others full batch for --baseline-epochs
+    for name, alignment, warping, minibatch in (
+            ("amogp", "gp", "gp", True), ("amogp-aligned", "gp", "identity", True),
+            ("amogp-warped", "identity", "gp", True), ("mogp-minibatch", "identity", "identity", True),
+            ("amogp-fullbatch", "gp", "gp", False), ("mogp", "identity", "identity", False)):
+        entries.append(NamedModel(name, "AlignedMultiOutputGPRegressor",
+                                  fixed={"alignment": alignment, "warping": warping}, meta={"minibatch": minibatch},
+                                  description=f"aligned multi-output GP (alignment {alignment}, warping {warping})"))
+    return entries
 
 
-if "svgp" not in MODELS:  # importing this module twice (e.g. after importlib.reload) registers nothing twice
-    _register_builtins()
+for _entry in _builtins():
+    if _entry.name not in MODELS:  # importing this module again (importlib.reload) registers nothing twice
+        MODELS.register(_entry.name, _entry)
 
 
 # ----- the bench's view of the table --------------------------------------------------------------------------
 def model_names() -> list[str]:
     """Names `make_estimator` builds (entries with a bench budget rule), in registration order."""
-    return [n for n in MODELS.names() if MODELS.get(n).budget is not None]
+    return [n for n in MODELS.names() if budget_rule(MODELS.get(n)) is not None]
 
 
 def supports_task(name: str, task: str) -> bool:
-    return name in MODELS and MODELS.get(name).budget is not None and task in MODELS.get(name).tasks
+    return name in model_names() and task in MODELS.get(name).tasks
 
 
 def make_estimator(name: str, preset, num_inducing: int, seed: int, num_data: int, task: str = "regression",
@@ -208,8 +239,8 @@ def make_estimator(name: str, preset, num_inducing: int, seed: int, num_data: in
         raise ValueError(f"model '{name}' does not handle {task}; models that do: "
                          f"{', '.join(m for m in model_names() if supports_task(m, task))}")
     entry = MODELS.get(name)
-    unknown = sorted(set(options) - set(entry.options))
+    unknown = sorted(set(options) - set(entry.defaults))
     if unknown:
-        takes = f"only the options {', '.join(entry.options)}" if entry.options else "no options"
+        takes = f"only the options {', '.join(entry.defaults)}" if entry.defaults else "no options"
         raise TypeError(f"{name} takes {takes}, got {unknown}")
-    return entry(task, **{**entry.budget(preset, num_inducing, seed, num_data, task), **options})
+    return entry(task, **{**budget_rule(entry)(preset, num_inducing, seed, num_data, task), **options})

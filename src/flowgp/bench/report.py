@@ -229,15 +229,14 @@ def standardised_elbo(row) -> float | None:
 
 
 def _deep_depth(model: str) -> int | None:
-    """The depth L of a deep GP (family "dgp" of `flowgp.registry.MODELS`: dgpL / cnf-dgpL), else None.
+    """The depth L of a deep GP of `flowgp.registry.MODELS` (dgpL / cnf-dgpL), else None.
 
     Names outside the registry (rows of models registered by a user's script that is not loaded here) are
     read as dgpL / cnf-dgpL."""
-    from . import models  # noqa: F401  (registers the named models)
+    from .models import deep_gp_depth  # (importing it registers the named models)
 
     if model in MODELS:
-        entry = MODELS.get(model)
-        return entry.depth if getattr(entry, "family", None) == "dgp" else None
+        return deep_gp_depth(MODELS.get(model))
     for prefix in ("cnf-dgp", "dgp"):
         if model.startswith(prefix) and model[len(prefix):].isdigit():
             return int(model[len(prefix):])
