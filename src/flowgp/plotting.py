@@ -44,6 +44,20 @@ def _save(fig: Figure, path, dpi: int) -> Figure:
     return fig
 
 
+def _panel_row(figsize, count: int):
+    """A figure with one row of `count` panels sharing the y axis."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(1, count, sharey=True, squeeze=False)[0]
+
+
+def _finish_row(fig: Figure, axes, path, dpi: int, **legend) -> Figure:
+    """Label the shared y axis and put the legend on the first panel of a `_panel_row` figure; save it."""
+    axes[0].set_ylabel("y")
+    axes[0].legend(**legend)
+    fig.tight_layout()
+    return _save(fig, path, dpi)
+
+
 def _colours() -> list:
     """The colour cycle of the current style (read only)."""
     return rcParams["axes.prop_cycle"].by_key()["color"]
@@ -56,18 +70,14 @@ def demo_figure(grid, panels, x, y, path=None) -> Figure:
     grid: [G] inputs; panels: sequence of (title, mean [G], lower [G], upper [G]); x [N], y [N]: training data.
     """
     grid, x, y = _array(grid).reshape(-1), _array(x).reshape(-1), _array(y).reshape(-1)
-    fig = Figure(figsize=(15, 4))
-    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    fig, axes = _panel_row((15, 4), len(panels))
     for ax, (title, mean, lower, upper) in zip(axes, panels):
         ax.fill_between(grid, _array(lower), _array(upper), alpha=0.3, label="95% interval")
         ax.plot(grid, _array(mean), lw=2, label="predictive mean")
         ax.scatter(x, y, s=8, c="k", label="training data")
         ax.set_title(title)
         ax.set_xlabel("x")
-    axes[0].set_ylabel("y")
-    axes[0].legend(loc="lower left", fontsize=8)
-    fig.tight_layout()
-    return _save(fig, path, 110)
+    return _finish_row(fig, axes, path, 110, loc="lower left", fontsize=8)
 
 
 # ----- flowgp bench report ----------------------------------------------------------------------------------
@@ -303,8 +313,7 @@ def latent_demo_figure(x, y, grid, panels, path=None) -> Figure:
     x [N], y [N]: training data; grid [G]; panels: sequence of (title, draws [S, G]).
     """
     x, y, grid = _array(x).reshape(-1), _array(y).reshape(-1), _array(grid).reshape(-1)
-    fig = Figure(figsize=(10, 3.8))
-    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    fig, axes = _panel_row((10, 3.8), len(panels))
     for ax, (title, draws) in zip(axes, panels):
         draws = _array(draws)
         ax.scatter(x, y, s=3, alpha=0.35, color="tab:blue", label="training data")
@@ -312,7 +321,4 @@ def latent_demo_figure(x, y, grid, panels, path=None) -> Figure:
                    color="tab:orange", label="sample_y draws")
         ax.set_title(title)
         ax.set_xlabel("x")
-    axes[0].set_ylabel("y")
-    axes[0].legend(loc="upper center", markerscale=4)
-    fig.tight_layout()
-    return _save(fig, path, 120)
+    return _finish_row(fig, axes, path, 120, loc="upper center", markerscale=4)
