@@ -28,9 +28,7 @@ def _check_flow(flow) -> None:
 
 
 def _dtype_device(flow: Flow):
-    for p in flow.parameters():
-        return p.dtype, p.device
-    return flow._anchor.dtype, flow._anchor.device
+    return flow.dtype, flow.device
 
 
 class _NonFinite(Exception):
@@ -229,7 +227,7 @@ def init_from_data(flow: Flow, y, steps: int = 2000, lr: float = 0.01, direction
         raise ValueError("y is constant (in some column); a distribution cannot be fitted to it")
 
     if direction == "generative":
-        flow._fit_codomain_to(low, high)
+        flow.fit_codomain_to(low, high)
         with torch.no_grad():
             bounds = flow.codomain_bounds()
         if bounds is not None and bool(torch.any((y <= bounds[0]) | (y >= bounds[1]))):
