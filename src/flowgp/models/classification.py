@@ -30,6 +30,7 @@ from ..flows import Flow, make_flow
 from ..flows import WeightSampling, input_dependent_flows
 from ..likelihoods import BernoulliLikelihood, Likelihood, RobustMaxLikelihood, SoftmaxLikelihood
 from ..objective import minibatch_bound
+from ..registry import LIKELIHOODS
 from ..quadrature import gh_points
 from ..variational import Marginals, SparseVariationalGP
 from ._checks import as_inputs
@@ -109,8 +110,7 @@ class TGPClassification(nn.Module):
             if likelihood not in CLASSIFICATION_LIKELIHOODS:
                 raise ValueError(f"likelihood must be one of {CLASSIFICATION_LIKELIHOODS} or a Likelihood, "
                                  f"got {likelihood!r}")
-            likelihood = (SoftmaxLikelihood(num_classes) if likelihood == "softmax"
-                          else RobustMaxLikelihood(num_classes))
+            likelihood = LIKELIHOODS.create(likelihood, num_classes)  # the one name-to-class table
         elif not isinstance(likelihood, Likelihood):
             raise TypeError(f"likelihood must be a name or a flowgp Likelihood, got {type(likelihood).__name__}")
         self.likelihood = likelihood
