@@ -19,7 +19,7 @@ from torch import nn
 
 from .constraints import Positive
 from .flows import Flow, make_flow
-from .flows.conditional import input_dependent_flows, weight_sampling
+from .flows import WeightSampling, input_dependent_flows
 from .prediction import (check_probabilities, flow_log_predictive_density, flow_mixture_quantiles,
                          flow_predictive_moments, likelihood_mixture_quantiles, normal_quantiles)
 from .quadrature import expectation, gauss_hermite, gh_points, log_expectation_exp
@@ -71,7 +71,7 @@ class Likelihood(nn.Module):
             f, w = gh_points(mean, var, num_points)
             return likelihood_mixture_quantiles(self, f, w, probs)
 
-    def transform(self, f, x=None, sampling=None):
+    def transform(self, f, x=None, sampling=None, generator=None):
         """The function value the density reads, f_K = G(f₀); the identity for a plain likelihood."""
         return f
 
@@ -329,9 +329,8 @@ class WarpedLikelihood(Likelihood):
 
     Every method that evaluates the density takes keyword `x` (the inputs, needed by input-dependent
     flows) and `sampling` (an object with `num_samples` and `stochastic`, e.g. flowgp.flows.WeightSampling,
-    or a (num_samples, stochastic) pair; None: the defaults above). `generator` is accepted for the uniform
-    model interface; the W draws still come from torch's RNG until the networks take a generator
-    (`flowgp.flows.WeightSampling(generator=...)`).
+    or a (num_samples, stochastic) pair; None: the defaults above) and `generator` (the torch.Generator of
+    the W draws when `sampling` does not carry one).
     """
 
     accepts_inputs = True
@@ -380,27 +379,25 @@ class WarpedLikelihood(Likelihood):
         """[KL[q(W)||p(W)] or λ/2·||W||²] per network of an input-dependent stage (appendix A.3); [] without."""
         return [stage.network.penalty() for stage in self._stages]
 
-    def draws(self, train: bool, sampling=None) -> tuple[int, bool]:
-        """(S, stochastic): S draws of W, or (1, False) for the deterministic network (PE prediction)."""
+    def draws(self, train: bool, sampling=None, generator: torch.Generator | None = None) -> WeightSampling:
+        """How the networks draw W: `sampling` when given (a WeightSampling or a (S, stochastic) pair), else
+        S = mc_samples_train stochastic draws in training, S = mc_samples_predict in predictions, or one
+        deterministic pass (PE prediction) when some network predicts deterministically."""
+        if isinstance(sampling, WeightSampling):
+            return sampling
         if sampling is not None:
-            if isinstance(sampling, tuple):
-                num, stochastic = sampling
-            else:
-                num, stochastic = sampling.num_samples, sampling.stochastic
-            return _positive_int("sampling.num_samples", num), bool(stochastic)
+            num, stochastic = sampling
+            return WeightSampling(num, bool(stochastic), generator)
         if train:
-            return self.mc_samples_train, True
+            return WeightSampling(self.mc_samples_train, True, generator)
         if all(stage.network.stochastic_prediction for stage in self._stages):
-            return self.mc_samples_predict, True
-        return 1, False
+            return WeightSampling(self.mc_samples_predict, True, generator)
+        return WeightSampling(1, False, generator)
 
-    def _nodes(self, mean, var, x, num_points: int, train: bool, sampling):
+    def _nodes(self, mean, var, x, num_points: int, sampling: WeightSampling):
         """G_{θ(x, W_s)}(f_q) at Gauss-Hermite nodes of q(f₀): values [Q, S, N, L], weights [Q, 1, 1, 1]."""
         f, w = gh_points(mean, var, num_points)
-        num_samples, stochastic = self.draws(train, sampling)
-        with weight_sampling(self.flow, num_samples, stochastic):
-            g = self.flow(f.unsqueeze(1), x, validate=False)
-        return g, w.unsqueeze(1)
+        return self.flow(f.unsqueeze(1), x, validate=False, sampling=sampling), w.unsqueeze(1)
 
     def _affine(self, mean, var, x):
         """(a + b·mean, b²·var) when G(f) = a + b f (then q(G(f₀)) is Gaussian), else None."""
@@ -413,22 +410,21 @@ class WarpedLikelihood(Likelihood):
         return a + b * mean, b.square() * var
 
     # ------------------------------------------------------------------ the density
-    def transform(self, f, x=None, sampling=None):
+    def transform(self, f, x=None, sampling=None, generator: torch.Generator | None = None):
         """f_K = G_{θ(x)}(f₀); input-dependent flows use one W draw per leading sample of f ([S, N, L])."""
         if not self._stages:
             return self.flow(f, x, validate=False)
-        num_samples, stochastic = self.draws(False, sampling)
-        if stochastic and sampling is None:
-            num_samples = f.shape[0]
-        with weight_sampling(self.flow, num_samples if stochastic else 1, stochastic):
-            return self.flow(f, x, validate=False)
+        if sampling is None:
+            sampling = self.draws(False, generator=generator)
+            if sampling.stochastic:
+                sampling = WeightSampling(f.shape[0], True, generator)
+        return self.flow(f, x, validate=False, sampling=self.draws(False, sampling, generator))
 
     def log_prob(self, y, f, x=None, sampling=None):
-        """log base(y | G(f))."""
+        """log base(y | G(f)) (input-dependent flows: the network's own mode unless `sampling` is given)."""
         if sampling is None:
             return self.base.log_prob(y, self.flow(f, x, validate=False))
-        with weight_sampling(self.flow, *self.draws(False, sampling)):
-            return self.base.log_prob(y, self.flow(f, x, validate=False))
+        return self.base.log_prob(y, self.flow(f, x, validate=False, sampling=self.draws(False, sampling)))
 
     def conditional_moments(self, f, x=None):
         """E[y | f₀] and Var[y | f₀] = the base's moments at G(f₀)."""
@@ -446,7 +442,7 @@ class WarpedLikelihood(Likelihood):
     def expected_log_prob(self, y, mean, var, num_points: int = 20, *, x=None, sampling=None, generator=None):
         """E_{q(f₀)}[log base(y | G(f₀))] (appendix eq. 14; averaged over S draws of W, appendix A.3)."""
         if self._stages:
-            g, w = self._nodes(mean, var, x, num_points, self.training, sampling)
+            g, w = self._nodes(mean, var, x, num_points, self.draws(self.training, sampling, generator))
             return (w * self.base.log_prob(y, g)).sum(0).mean(0)
         affine = self._affine(mean, var, x)
         if affine is not None:
@@ -461,7 +457,7 @@ class WarpedLikelihood(Likelihood):
             return self.base.predictive_moments(*affine)
         if not self._stages:
             return flow_predictive_moments(self.flow, self.base, mean, var, x, num_points)
-        g, w = self._nodes(mean, var, x, num_points, False, sampling)
+        g, w = self._nodes(mean, var, x, num_points, self.draws(False, sampling, generator))
         cond_mean, cond_var = self.base.conditional_moments(g)
         first = (w * cond_mean).sum(0).mean(0)
         second = (w * (cond_mean.square() + cond_var)).sum(0).mean(0)
@@ -475,7 +471,7 @@ class WarpedLikelihood(Likelihood):
             return self.base.predictive_log_density(y, *affine)
         if not self._stages:
             return flow_log_predictive_density(self.flow, self.base, y, mean, var, x, num_points)
-        g, w = self._nodes(mean, var, x, num_points, False, sampling)
+        g, w = self._nodes(mean, var, x, num_points, self.draws(False, sampling, generator))
         log_terms = w.log() + self.base.log_prob(y, g)
         return torch.logsumexp(log_terms.flatten(0, 1), dim=0) - math.log(g.shape[1])
 
@@ -486,9 +482,10 @@ class WarpedLikelihood(Likelihood):
             return flow_mixture_quantiles(self.flow, self.base, mean, var, probs, x, num_points)
         probs = check_probabilities(probs, mean)
         with torch.no_grad():
-            if self.draws(False, sampling)[0] > 1:
+            sampling = self.draws(False, sampling, generator)
+            if sampling.num_samples > 1:
                 num_points = min(num_points, self.mixture_quantile_points)
-            g, w = self._nodes(mean, var, x, num_points, False, sampling)
+            g, w = self._nodes(mean, var, x, num_points, sampling)
             num_samples = g.shape[1]
             w = (w / num_samples).expand(-1, num_samples, *w.shape[2:]).flatten(0, 1)  # [Q·S, 1, ...]
             return likelihood_mixture_quantiles(self.base, g.flatten(0, 1), w, probs)
@@ -497,12 +494,12 @@ class WarpedLikelihood(Likelihood):
         """Quantiles of f_K = G(f₀): exactly G(quantile of f₀), since G is increasing."""
         if not self._stages:
             return self.flow(normal_quantiles(mean, var, probs), x, validate=False)
-        if self.draws(False)[1]:
+        if self.draws(False).stochastic:
             raise NotImplementedError(
                 "latent quantiles of a Bayesian input-dependent flow are a mixture over W; use sample_f, or "
                 "switch the networks to bayesian='point' for the deterministic (PE-TGP) warping")
-        with weight_sampling(self.flow, 1, False):
-            return self.flow(normal_quantiles(mean, var, probs), x, validate=False)
+        return self.flow(normal_quantiles(mean, var, probs), x, validate=False,
+                         sampling=WeightSampling(1, False))
 
     # ------------------------------------------------------------------ state dicts of the pre-likelihood TGP
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):

@@ -23,15 +23,14 @@ The bound itself is assembled by the shared `flowgp.objective.minibatch_bound`.
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from torch import nn
 
 from ..flows import Flow, make_flow
-from ..flows.conditional import input_dependent_flows, weight_sampling
+from ..flows import WeightSampling, input_dependent_flows
 from ..likelihoods import BernoulliLikelihood, Likelihood, RobustMaxLikelihood, SoftmaxLikelihood
 from ..objective import minibatch_bound
+from ..registry import LIKELIHOODS
 from ..quadrature import gh_points
 from ..variational import Marginals, SparseVariationalGP
 from ._checks import as_inputs
@@ -111,8 +110,7 @@ class TGPClassification(nn.Module):
             if likelihood not in CLASSIFICATION_LIKELIHOODS:
                 raise ValueError(f"likelihood must be one of {CLASSIFICATION_LIKELIHOODS} or a Likelihood, "
                                  f"got {likelihood!r}")
-            likelihood = (SoftmaxLikelihood(num_classes) if likelihood == "softmax"
-                          else RobustMaxLikelihood(num_classes))
+            likelihood = LIKELIHOODS.create(likelihood, num_classes)  # the one name-to-class table
         elif not isinstance(likelihood, Likelihood):
             raise TypeError(f"likelihood must be a name or a flowgp Likelihood, got {type(likelihood).__name__}")
         self.likelihood = likelihood
@@ -169,27 +167,26 @@ class TGPClassification(nn.Module):
             return self.gp.q_mu.new_zeros(())
         return sum(s.network.penalty() for s in stages)
 
-    def _sampling(self, num_samples: int, train: bool):
-        """Context in which input-dependent stages draw `num_samples` W (or one deterministic PE pass)."""
+    def _sampling(self, num_samples: int, train: bool, generator=None):
+        """`num_samples` stochastic W draws (or one deterministic PE pass); None without networks."""
         if not self.input_dependent:
-            return contextlib.nullcontext()
+            return None
         if train or all(s.network.stochastic_prediction for s in input_dependent_flows(self.flow)):
-            return weight_sampling(self.flow, num_samples, True)
-        return weight_sampling(self.flow, 1, False)
+            return WeightSampling(num_samples, True, generator)
+        return WeightSampling(1, False, generator)
 
-    def _warp_nodes(self, f, x, num_samples: int, train: bool):
+    def _warp_nodes(self, f, x, num_samples: int, train: bool, generator=None):
         """G at quadrature nodes f [Q, N, L]: [Q, S_W, N, L] (S_W = 1 without input-dependent sampling)."""
         if self._identity_flow():
             return f.unsqueeze(1)
-        with self._sampling(num_samples, train):
-            return self.flow(f.unsqueeze(1), x, validate=False)
+        sampling = self._sampling(num_samples, train, generator)
+        return self.flow(f.unsqueeze(1), x, validate=False, sampling=sampling)
 
-    def _warp_paired(self, f, x, train: bool):
+    def _warp_paired(self, f, x, train: bool, generator=None):
         """G at latent draws f [S, N, C], one W draw per latent draw when input-dependent: [S, N, C]."""
         if self._identity_flow():
             return f
-        with self._sampling(f.shape[0], train):
-            return self.flow(f, x, validate=False)
+        return self.flow(f, x, validate=False, sampling=self._sampling(f.shape[0], train, generator))
 
     def predict_f(self, x: torch.Tensor) -> Marginals:
         """q(f₀(x*)): marginal mean and variance [N, L] of the base latent GPs."""
@@ -202,14 +199,14 @@ class TGPClassification(nn.Module):
         lik = self.likelihood
         if self.num_classes == 2:
             f, w = gh_points(mean, var, self.quadrature_points)  # [Q, N, 1]
-            g = self._warp_nodes(f, x, self.mc_samples_train, self.training)  # [Q, S_W, N, 1]
+            g = self._warp_nodes(f, x, self.mc_samples_train, self.training, generator)  # [Q, S_W, N, 1]
             log_p = lik.log_prob(y.to(mean.dtype).unsqueeze(-1), g)
             return (w.unsqueeze(1) * log_p).sum(0).mean(0)[:, 0]
         if isinstance(lik, RobustMaxLikelihood) and self._identity_flow():
             return lik.expected_log_prob(y, mean, var, self.quadrature_points)
         eps = torch.randn((self.mc_samples,) + mean.shape, dtype=mean.dtype, device=mean.device, generator=generator)
         f = mean + var.sqrt() * eps  # reparameterised samples of the C independent latents, [S, N, C]
-        return lik.log_prob(y, self._warp_paired(f, x, self.training)).mean(0)
+        return lik.log_prob(y, self._warp_paired(f, x, self.training, generator)).mean(0)
 
     def validate(self, x, y=None):
         """x checked as [N, D] (and y as class indices in [0, C)); returns x, or (x, y) with y as int64 [N]."""
@@ -246,7 +243,7 @@ class TGPClassification(nn.Module):
                 p1 = lik.predictive_prob(mean, var)[:, 0]
             else:
                 f, w = gh_points(mean, var, self.predict_quadrature_points)
-                g = self._warp_nodes(f, x, self.mc_samples_predict, train=False)
+                g = self._warp_nodes(f, x, self.mc_samples_predict, False, generator)
                 p1 = (w.unsqueeze(1) * torch.special.ndtr(g)).sum(0).mean(0)[:, 0]
             return torch.stack([1.0 - p1, p1], dim=-1)
         if isinstance(lik, RobustMaxLikelihood) and self._identity_flow():
@@ -257,7 +254,7 @@ class TGPClassification(nn.Module):
         eps = torch.randn((self.predict_samples,) + mean.shape, dtype=mean.dtype, device=mean.device,
                           generator=generator)
         f = mean + var.sqrt() * eps
-        g = self._warp_paired(f, x, train=False)
+        g = self._warp_paired(f, x, False, generator)
         if isinstance(lik, SoftmaxLikelihood):
             return torch.softmax(g, dim=-1).mean(0)
         # any other likelihood: average p(y = c | g) over samples

@@ -133,4 +133,4 @@ class SVGP(nn.Module):
         full_cov; with a Bayesian input-dependent flow one W draw per sample)."""
         x = self.validate(x)
         f0 = self.gp.sample(x, num_samples, full_cov=full_cov, generator=generator)
-        return self.likelihood.transform(f0, x=x)
+        return self.likelihood.transform(f0, x=x, generator=generator)
