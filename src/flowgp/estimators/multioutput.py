@@ -14,7 +14,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from torch import nn
 
 from ..build import AMOGPConfig, build
-from ..models.amogp import AMOGP
+from ..models.amogp import AMOGP, layer_curves
 from ..training import train
 from .base import Estimator, as_1d_float, as_2d_float
 
@@ -266,14 +266,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             o = self._output_index(output, len(X), self.n_outputs_)
             data = ((np.asarray(X, float)[:, 0] - self.x_mean_) / self.x_std_,
                     (np.asarray(y, float) - self.y_mean_[o]) / self.y_std_[o], o)
-        try:
-            from ..models.amogp import layer_curves
-            from ..plotting import amogp_layers_figure
-        except ImportError:  # flowgp.plotting not merged yet
-            from ..models import amogp
+        from ..plotting import amogp_layers_figure
 
-            return amogp.plot_layers(self.model_, xg, path=path, data=data, true_functions=true_functions,
-                                     output_names=output_names)
         return amogp_layers_figure(layer_curves(self.model_, xg), path=path, data=data,
                                    true_functions=true_functions, output_names=output_names)
 

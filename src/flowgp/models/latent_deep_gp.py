@@ -27,11 +27,11 @@ from torch import nn
 
 from ..encoders import AmortizedLatentEncoder, FreeLatent, normal_log_prob
 from ..likelihoods import GaussianLikelihood, Likelihood
-from ..linalg import robust_cholesky
+from ..objective import minibatch_bound
 from ..prediction import check_probabilities, gaussian_mixture_quantiles
 from ._checks import as_inputs, as_targets
 
-__all__ = ["LatentDeepGP", "build_latent_deep_gp", "train_latent_deep_gp", "GRADIENT_ESTIMATORS",
+__all__ = ["LatentDeepGP", "build_latent_deep_gp", "GRADIENT_ESTIMATORS",
            "check_num_importance", "check_gradient"]
 
 GRADIENT_ESTIMATORS = ("reg", "dreg")
@@ -78,7 +78,10 @@ class LatentDeepGP(nn.Module):
             raise TypeError(f"qz must be an AmortizedLatentEncoder or FreeLatent, got {type(qz).__name__}")
         self.layers = nn.ModuleList(layers)
         self.qz = qz
-        self.likelihood = likelihood if likelihood is not None else GaussianLikelihood(noise=0.01)
+        if likelihood is None:  # in the layers' dtype, whatever torch's default dtype is
+            dtype = next((p.dtype for p in self.layers.parameters()), torch.float64)
+            likelihood = GaussianLikelihood(noise=0.01).to(dtype)
+        self.likelihood = likelihood
         self.num_importance = check_num_importance(num_importance)
         self.gradient = check_gradient(gradient)
 
@@ -91,12 +94,18 @@ class LatentDeepGP(nn.Module):
     def amortized(self) -> bool:
         return isinstance(self.qz, AmortizedLatentEncoder)
 
-    def _check(self, x, y=None):
+    def validate(self, x, y=None):
+        """x checked as [N, D] observed inputs (and y as [N, L] targets): x, or (x, y).
+
+        Raises TypeError/ValueError naming the argument on a non-tensor, a wrong shape or non-finite values.
+        """
         x = as_inputs(x, self.layers[0].input_dim - self.latent_dim)
         if y is None:
             return x
         num_outputs = y.shape[-1] if isinstance(y, torch.Tensor) and y.dim() == 2 else 1
         return x, as_targets(y, x.shape[0], num_outputs)
+
+    _check = validate  # kept until the call sites move to `validate`
 
     # ----- forward pieces ----------------------------------------------------------------------------
     def kl_divergence(self) -> torch.Tensor:
@@ -150,33 +159,34 @@ class LatentDeepGP(nn.Module):
 
     # ----- objectives ---------------------------------------------------------------------------------
     def elbo(self, x, y, num_data: int | None = None, indices=None, num_importance: int | None = None,
-             gradient: str | None = None, num_samples: int = 1, generator=None) -> torch.Tensor:
+             gradient: str | None = None, num_samples: int = 1,
+             generator: torch.Generator | None = None) -> torch.Tensor:
         """Minibatch estimate of L_K (eq. A.9) scaled to the data set: (N/B) Σ_n mean_s log (1/K) Σ_k w - Σ KL.
 
+        The per-point term is the log-mean-weight of `iw_terms`, assembled by `flowgp.objective.minibatch_bound`.
         Its value is L_K for both estimators; its gradient w.r.t. q(z)'s parameters is REG (C.17) or DREG (D.23).
+        Every draw (z and the hidden layers) comes from `generator` (torch's global RNG when None).
         """
-        x, y = self._check(x, y)
-        num_data = x.shape[0] if num_data is None else int(num_data)
+        x, y = self.validate(x, y)
         k = self.num_importance if num_importance is None else num_importance
         terms = self.iw_terms(x, y, k, self.gradient if gradient is None else gradient, num_samples, indices,
                               generator=generator)
-        return terms.mean(0).sum() * (num_data / x.shape[0]) - self.kl_divergence()
+        return minibatch_bound(terms.mean(0), [self.kl_divergence()], num_data, x.shape[0])
 
     def plain_elbo(self, x, y, num_data: int | None = None, indices=None, num_samples: int = 1,
                    analytic_kl: bool = False, generator=None) -> torch.Tensor:
         """Standard ELBO (eq. A.3 with the last layer collapsed): E_q[log F + log p(z) - log q(z)] - Σ KL.
 
         Monte Carlo over S samples (so with the same samples it equals L_1); `analytic_kl` uses the closed-form
-        KL[q(z_n) || N(0, I)] instead of its one-sample estimate.
+        KL[q(z_n) || N(0, I)] instead of its one-sample estimate. Draws come from `generator`.
         """
-        x, y = self._check(x, y)
-        num_data = x.shape[0] if num_data is None else int(num_data)
+        x, y = self.validate(x, y)
         log_w, z = self.log_weights(x, y, 1, num_samples, indices, generator=generator)
         if analytic_kl:
             mean, std = self.q_params(x, y, indices)
             kl_z = 0.5 * (mean.square() + std.square() - 1.0 - 2.0 * std.log()).sum(-1)  # [B]
             log_w = log_w - normal_log_prob(z) + normal_log_prob(z, mean, std) - kl_z
-        return log_w.mean((0, 1)).sum() * (num_data / x.shape[0]) - self.kl_divergence()
+        return minibatch_bound(log_w.mean((0, 1)), [self.kl_divergence()], num_data, x.shape[0])
 
     # ----- prediction (z from the prior, supplement E.3) ----------------------------------------------
     def _chunk(self, num_points: int) -> int:
@@ -185,7 +195,7 @@ class LatentDeepGP(nn.Module):
 
     def prior_marginals(self, x, num_samples: int, generator=None):
         """Last-layer marginals with z ~ p(z) = N(0, I): yields (mean, var) chunks of shape [s, N, L]."""
-        x = self._check(x)
+        x = self.validate(x)
         total = _check_positive_int(num_samples, "num_samples")
         chunk = self._chunk(x.shape[0])
         done = 0
@@ -200,7 +210,7 @@ class LatentDeepGP(nn.Module):
 
         The last layer is integrated exactly (N(y; μ_s, v_s + σ²)), a lower-variance form of E.3's estimator.
         """
-        x, y = self._check(x, y)
+        x, y = self.validate(x, y)
         parts = []
         for mean, var in self.prior_marginals(x, num_samples, generator):
             parts.append(self.likelihood.predictive_log_density(y, mean, var).sum(-1))  # [s, N]
@@ -257,6 +267,9 @@ def build_latent_deep_gp(
     kmeans_restarts: int = 10,
     learn_inducing: bool = True,
     seed: int = 0,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype | None = None,
+    device=None,
 ) -> LatentDeepGP:
     """A LatentDeepGP initialised as in supplement E.2.
 
@@ -264,6 +277,10 @@ def build_latent_deep_gp(
     M ≥ N), the latent columns drawn from N(0, 1); hidden layers of `hidden_width` GPs with a fixed linear
     mean (first principal directions of the layer input, identity/zero-padded when widening); a zero-mean
     last layer; Gaussian likelihood with variance `noise` (0.01); q(z) amortized by the E.2 network or free.
+
+    Every draw (the latent columns and the encoder's Glorot initialisation) comes from `generator`, by default
+    `torch.Generator().manual_seed(seed)` (`seed` also seeds k-means); torch's and NumPy's global RNGs are
+    never touched. The model is built in x's dtype and moved to `dtype` / `device` at the end (default: x's).
     """
     from ..inducing import kmeans_inducing_points
     from .deep_gp import GPLayer, linear_mean_weight
@@ -282,7 +299,10 @@ def build_latent_deep_gp(
     hidden_width = _check_positive_int(hidden_width, "hidden_width")
     n, d = x.shape
     y_dim = y.shape[1]
-    generator = torch.Generator().manual_seed(int(seed))
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    if generator is None:
+        generator = torch.Generator().manual_seed(int(seed))
     z_x = torch.as_tensor(kmeans_inducing_points(x, min(num_inducing, n), kmeans_restarts, seed), dtype=x.dtype)
     z_lat = torch.randn((z_x.shape[0], latent_dim), dtype=x.dtype, generator=generator)
     z_run = torch.cat([z_x, z_lat], dim=1).to(x.device)
@@ -300,134 +320,8 @@ def build_latent_deep_gp(
         layers.append(layer.to(device=x.device, dtype=x.dtype))
         if not last:
             x_run, z_run = x_run @ weight, z_run @ weight
-    torch.manual_seed(int(seed))  # Glorot initialisation of the encoder
-    qz = AmortizedLatentEncoder(d, y_dim, latent_dim) if amortized else FreeLatent(n, latent_dim)
+    qz = AmortizedLatentEncoder(d, y_dim, latent_dim, generator=generator, dtype=x.dtype) if amortized \
+        else FreeLatent(n, latent_dim, dtype=x.dtype)
     likelihood = GaussianLikelihood(noise=noise, num_outputs=y_dim)
     model = LatentDeepGP(layers, qz, likelihood, num_importance=num_importance, gradient=gradient)
-    return model.to(device=x.device, dtype=x.dtype)
-
-
-def train_latent_deep_gp(
-    model: LatentDeepGP,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    iterations: int = 1000,
-    batch_size: int | None = None,
-    lr: float = 0.005,
-    lr_decay: float = 0.98,
-    decay_every: int = 1000,
-    seed: int = 0,
-    verbose: bool = True,
-    desc: str = "latent DGP",
-    natgrad_lr: float | None = None,
-) -> list[float]:
-    """Maximise model.elbo (L_K with the model's estimator) with Adam (supplement E.2: step 0.005, decayed by
-    0.98 every 1000 iterations). Minibatches carry their row indices so free per-point q(z) works.
-    With `natgrad_lr`, the last layer's q(u) takes natural-gradient steps of that size instead (E.2; the
-    same decay), Adam the rest. Returns the negative bound per point after every iteration.
-    """
-    from tqdm.auto import tqdm
-
-    iterations = int(iterations)
-    if iterations < 0:
-        raise ValueError(f"iterations must be >= 0, got {iterations}")
-    if natgrad_lr is not None and not natgrad_lr > 0:
-        raise ValueError(f"natgrad_lr must be a positive step size or None, got {natgrad_lr!r}")
-    n = x.shape[0]
-    batch = n if batch_size is None else min(_check_positive_int(int(batch_size), "batch_size"), n)
-    natgrad = _NaturalGradient(model, natgrad_lr) if natgrad_lr is not None else None
-    skip = set() if natgrad is None else {id(p) for p in natgrad.parameters}
-    params = [p for p in model.parameters() if p.requires_grad and id(p) not in skip]
-    optimizer = torch.optim.Adam(params, lr=lr)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=max(1, int(decay_every)), gamma=lr_decay)
-    generator = torch.Generator().manual_seed(int(seed))
-    sample_gen = torch.Generator(device=x.device).manual_seed(int(seed) + 1)
-    history: list[float] = []
-    model.train()
-    bar = tqdm(range(iterations), desc=desc, disable=not verbose, leave=False)
-    for it in bar:
-        idx = torch.randperm(n, generator=generator)[:batch].to(x.device) if batch < n else None
-        xb, yb = (x, y) if idx is None else (x[idx], y[idx])
-        optimizer.zero_grad(set_to_none=True)
-        if natgrad is None:
-            loss = -model.elbo(xb, yb, num_data=n, indices=idx, generator=sample_gen)
-        else:
-            loss = -natgrad.objective(xb, yb, num_data=n, indices=idx, generator=sample_gen)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"the bound became {loss.item()} at iteration {it}; lower lr or use float64")
-        loss.backward()
-        optimizer.step()
-        scheduler.step()
-        if natgrad is not None:
-            natgrad.step(lr_decay ** ((it + 1) // max(1, int(decay_every))))
-        history.append(loss.item() / n)
-        if verbose and it % 20 == 0:
-            bar.set_postfix(neg_bound_per_point=f"{history[-1]:.4f}")
-    bar.close()
-    model.eval()
-    return history
-
-
-class _Objective(nn.Module):
-    """Calls model.elbo, so that torch.func.functional_call can evaluate it with substituted q(u) tensors."""
-
-    def __init__(self, model: LatentDeepGP):
-        super().__init__()
-        self.model = model
-
-    def forward(self, *args, **kwargs):
-        return self.model.elbo(*args, **kwargs)
-
-
-class _NaturalGradient:
-    """Natural-gradient ascent on the last layer's whitened q(v) = N(m, S) (supplement E.2).
-
-    With expectation parameters η = (m, S + m mᵀ) and natural parameters θ = (S⁻¹m, -½S⁻¹), the natural
-    gradient of the bound w.r.t. θ is its ordinary gradient w.r.t. η, so a step is θ ← θ + γ ∇_η L.
-    The bound is evaluated at (m, S) rebuilt from η (m = η₁, S = η₂ - η₁η₁ᵀ) to get ∇_η L by autograd.
-    """
-
-    def __init__(self, model: LatentDeepGP, lr: float):
-        self.model = model
-        self.lr = float(lr)
-        self.gp = model.layers[-1].gp
-        self.parameters = [self.gp.q_mu, self.gp.q_sqrt]
-        prefix = next(name for name, mod in model.named_modules() if mod is self.gp)
-        self._names = (f"model.{prefix}.q_mu", f"model.{prefix}.q_sqrt")
-        self._wrapper = _Objective(model)
-
-    def objective(self, *args, **kwargs) -> torch.Tensor:
-        from torch.func import functional_call
-
-        m = self.gp.q_mu.detach()
-        r = self.gp.q_sqrt_tril().detach()
-        s = r @ r.mT
-        self.eta1 = m.clone().requires_grad_(True)
-        self.eta2 = (s + m.unsqueeze(-1) * m.unsqueeze(-2)).clone().requires_grad_(True)
-        s_eta = self.eta2 - self.eta1.unsqueeze(-1) * self.eta1.unsqueeze(-2)
-        r_eta = torch.linalg.cholesky(0.5 * (s_eta + s_eta.mT))
-        return functional_call(self._wrapper, {self._names[0]: self.eta1, self._names[1]: r_eta}, args, kwargs)
-
-    @torch.no_grad()
-    def step(self, scale: float = 1.0) -> None:
-        # the loss was -L, so ∇_η L = -grad
-        g1, g2 = -self.eta1.grad, -self.eta2.grad
-        g2 = 0.5 * (g2 + g2.mT)
-        m = self.eta1.detach()
-        s = self.eta2.detach() - m.unsqueeze(-1) * m.unsqueeze(-2)
-        precision = torch.cholesky_inverse(torch.linalg.cholesky(s))
-        theta1 = (precision @ m.unsqueeze(-1)).squeeze(-1)
-        gamma = self.lr * scale
-        for _ in range(8):  # halve the step until the new precision is positive definite
-            new_precision = precision - 2.0 * gamma * g2
-            chol_p, info = torch.linalg.cholesky_ex(0.5 * (new_precision + new_precision.mT))
-            if not bool((info != 0).any()):
-                break
-            gamma *= 0.5
-        else:
-            return
-        new_theta1 = theta1 + gamma * g1
-        new_s = torch.cholesky_inverse(chol_p)
-        new_m = (new_s @ new_theta1.unsqueeze(-1)).squeeze(-1)
-        self.gp.q_mu.copy_(new_m)
-        self.gp.q_sqrt.copy_(robust_cholesky(0.5 * (new_s + new_s.mT)))
+    return model.to(device=x.device if device is None else device, dtype=x.dtype if dtype is None else dtype)
