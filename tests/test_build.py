@@ -13,7 +13,7 @@ import flowgp
 from flowgp.build import (AMOGPConfig, ClassificationConfig, DeepGPConfig, LatentDeepGPConfig, SparseGPConfig,
                           build, register_builder)
 from flowgp.estimators import (AlignedMultiOutputGPRegressor, DeepGPRegressor, LatentDeepGPRegressor, SVGPRegressor,
-                               TGPRegressor, WarpedGPRegressor)
+                               TGPClassifier, TGPRegressor, WarpedGPRegressor)
 from flowgp.flows import Flow, ParamSpec
 from flowgp.constraints import Positive
 
@@ -40,6 +40,11 @@ ESTIMATORS = {
     "tgp-sal": lambda dtype: TGPRegressor(flow="sal", dtype=dtype, **FAST),
     "cnf-dgp": lambda dtype: DeepGPRegressor(layers=2, posterior="cnf", num_samples_predict=5, dtype=dtype, **FAST),
     "ldgp": lambda dtype: LatentDeepGPRegressor(layers=2, num_samples_predict=5, batch_size=20, dtype=dtype, **FAST),
+    "ba-tgp": lambda dtype: TGPRegressor(flow="sal", input_dependent=True, hidden=(4,), mc_samples_predict=3,
+                                         flow_init_epochs=2, dtype=dtype, **FAST),
+    "tgp-classifier": lambda dtype: TGPClassifier(flow="sal", input_dependent=True, hidden=(4,),
+                                                  mc_samples_predict=3, flow_init_epochs=2, predict_samples=8,
+                                                  dtype=dtype, **FAST),
     "amogp": lambda dtype: AlignedMultiOutputGPRegressor(num_inducing=6, num_inducing_alignment=4,
                                                          num_inducing_warping=4, epochs=5, num_samples=5,
                                                          dtype=dtype, verbose=False),
@@ -52,6 +57,12 @@ def _fit_and_predict(est):
         est.fit(X, y, o)
         est.predict(X[:5], o[:5], return_std=True)
         est.log_predictive_density(X[:5], y[:5], o[:5])
+    elif isinstance(est, TGPClassifier):
+        x, y = _data()
+        labels = (y > np.median(y)).astype(int)
+        est.fit(x, labels)
+        est.predict_proba(x[:5])
+        est.log_predictive_density(x[:5], labels[:5])
     else:
         x, y = _data()
         est.fit(x, y)

@@ -254,8 +254,7 @@ class Estimator:
         est.x_mean_ = state["x_mean"].numpy()
         est.x_std_ = state["x_std"].numpy()
         est.history_ = list(state["history"])
-        with fixed_global_rng(0, est.device):  # network inits drawn here are overwritten by the saved weights
-            est._restore(state)
+        est._restore(state)
         est.model_.load_state_dict(state["model"])
         est.model_.eval()
         return est

@@ -18,7 +18,7 @@ from ..flows import Flow, make_flow
 from ..flows.conditional import static_flow
 from ..models.classification import CLASSIFICATION_LIKELIHOODS
 from ..training import train
-from .base import Estimator, InputDependentFlowOptions, as_2d_float, fixed_global_rng
+from .base import Estimator, InputDependentFlowOptions, as_2d_float
 from .initialisers import init_identity, init_input_dependent, init_random
 
 __all__ = ["SVGPClassifier", "TGPClassifier"]
@@ -143,24 +143,24 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
         self.classes_ = classes
         xt = self.fit_input_scaling(X)
         yt = self._encode(y, X.shape[0])
-        with fixed_global_rng(self.seed, self.device):
-            self.model_ = self._build(xt, yt)
-            self._initialise_flow(self.model_, self.generator(device="cpu"), xt)
-            frozen = min(self.fix_variance_epochs, self.epochs)
-            kwargs = dict(batch_size=self.batch_size, lr=self.lr, seed=self.seed, verbose=self.verbose,
-                          desc=type(self).__name__)
-            self.history_ = []
-            if frozen:
-                # Stage 1 (appendix B.6): S held fixed; train() only optimises parameters that require grad.
-                self.model_.set_variance_trainable(False)
-                try:
-                    self.history_ += train(self.model_, xt, yt, epochs=frozen,
-                                           checkpoint_path=self.checkpoint_path(".stage1"), **kwargs)
-                finally:
-                    self.model_.set_variance_trainable(True)
-            if self.epochs > frozen:
-                self.history_ += train(self.model_, xt, yt, epochs=self.epochs - frozen,
-                                       checkpoint_path=self.checkpoint_path(), **{**kwargs, "seed": self.seed + 1})
+        # every draw of the fit comes from generators made from `seed`
+        self.model_ = self._build(xt, yt)
+        self._initialise_flow(self.model_, self.generator(device="cpu"), xt)
+        frozen = min(self.fix_variance_epochs, self.epochs)
+        kwargs = dict(batch_size=self.batch_size, lr=self.lr, seed=self.seed, verbose=self.verbose,
+                      desc=type(self).__name__)
+        self.history_ = []
+        if frozen:
+            # Stage 1 (appendix B.6): S held fixed; train() only optimises parameters that require grad.
+            self.model_.set_variance_trainable(False)
+            try:
+                self.history_ += train(self.model_, xt, yt, epochs=frozen,
+                                       checkpoint_path=self.checkpoint_path(".stage1"), **kwargs)
+            finally:
+                self.model_.set_variance_trainable(True)
+        if self.epochs > frozen:
+            self.history_ += train(self.model_, xt, yt, epochs=self.epochs - frozen,
+                                   checkpoint_path=self.checkpoint_path(), **{**kwargs, "seed": self.seed + 1})
         self.model_.eval()
         return self
 
@@ -169,8 +169,8 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
     def predict_proba(self, X):
         """Class probabilities [n_samples, n_classes], columns ordered as `classes_`; rows sum to one."""
         xt = self.scaled_inputs(X)
-        with torch.no_grad(), fixed_global_rng(self.seed, self.device):
-            probs = [self.model_.predict_proba(xt[i:i + self._PREDICT_CHUNK])
+        with torch.no_grad():
+            probs = [self.model_.predict_proba(xt[i:i + self._PREDICT_CHUNK], generator=self.generator(device=xt.device))
                      for i in range(0, xt.shape[0], self._PREDICT_CHUNK)]
         return torch.cat(probs).cpu().numpy().astype(np.float64)
 
@@ -183,8 +183,9 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
         """Per-point log p(y* | x*) (the negative of the per-point NLL)."""
         xt = self.scaled_inputs(X)
         yt = self._encode(y, xt.shape[0])
-        with torch.no_grad(), fixed_global_rng(self.seed, self.device):
-            out = [self.model_.log_predictive_density(xt[i:i + self._PREDICT_CHUNK], yt[i:i + self._PREDICT_CHUNK])
+        with torch.no_grad():
+            out = [self.model_.log_predictive_density(xt[i:i + self._PREDICT_CHUNK], yt[i:i + self._PREDICT_CHUNK],
+                                                     generator=self.generator(device=xt.device))
                    for i in range(0, xt.shape[0], self._PREDICT_CHUNK)]
         return torch.cat(out).cpu().numpy()
 
@@ -192,8 +193,8 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
         """The ELBO on (X, y) (a lower bound on log p(y | X); Monte Carlo for the softmax)."""
         xt = self.scaled_inputs(X)
         yt = self._encode(y, xt.shape[0])
-        with torch.no_grad(), fixed_global_rng(self.seed, self.device):
-            return self.model_.elbo(xt, yt).item()
+        with torch.no_grad():
+            return self.model_.elbo(xt, yt, generator=self.generator(device=xt.device)).item()
 
     def _extra_state(self) -> dict:
         return {"classes": self.classes_.tolist(), "inducing_shape": list(self.model_.gp.inducing_points.shape)}

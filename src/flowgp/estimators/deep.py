@@ -20,7 +20,7 @@ from ..models.cnf_posterior import FLOW_BASES
 from ..models.deep_gp import POSTERIORS
 from ..training import train
 from ..build import resolve_dtype
-from .base import Estimator, as_2d_float, fixed_global_rng
+from .base import Estimator, as_2d_float
 from .regression import SVGPRegressor
 
 __all__ = ["DeepGPRegressor", "DeepGPClassifier"]
@@ -66,13 +66,11 @@ class _DeepMixin:
                      generator=self.generator(device="cpu"))
 
     def _fit_model(self, xt, yt):
-        # training still draws its Monte Carlo samples from torch's global RNG: a forked, seeded one
-        with fixed_global_rng(self.seed, self.device):
-            self.model_ = self._build(xt, yt)
-            self.history_ = train(self.model_, xt, yt, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
-                                  fix_noise_fraction=getattr(self, "fix_noise_fraction", 0.0), seed=self.seed,
-                                  verbose=self.verbose, desc=type(self).__name__,
-                                  checkpoint_path=self.checkpoint_path())
+        # every draw (flow-posterior networks, Monte Carlo samples) comes from generators made from `seed`
+        self.model_ = self._build(xt, yt)
+        self.history_ = train(self.model_, xt, yt, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
+                              fix_noise_fraction=getattr(self, "fix_noise_fraction", 0.0), seed=self.seed,
+                              verbose=self.verbose, desc=type(self).__name__, checkpoint_path=self.checkpoint_path())
         self.model_.eval()
 
     def _deep_state(self) -> dict:

@@ -137,12 +137,11 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             self.y_shift_, self.y_scale_ = float(y.mean()), y_std
         yt = self.tensor((y - self.y_shift_) / self.y_scale_)[:, None]
         self.torch_dtype()  # a bad dtype fails here, before any work
-        with fixed_global_rng(self.seed, self.device):
-            self.model_ = self._build(xt, yt)
-            self._initialise_flow(self.model_, yt, self.generator(device="cpu"), x_t=xt)
-            self.history_ = train(self.model_, xt, yt, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
-                                  fix_noise_fraction=self.fix_noise_fraction, seed=self.seed, verbose=self.verbose,
-                                  desc=type(self).__name__, checkpoint_path=self.checkpoint_path())
+        self.model_ = self._build(xt, yt)
+        self._initialise_flow(self.model_, yt, self.generator(device="cpu"), x_t=xt)
+        self.history_ = train(self.model_, xt, yt, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
+                              fix_noise_fraction=self.fix_noise_fraction, seed=self.seed, verbose=self.verbose,
+                              desc=type(self).__name__, checkpoint_path=self.checkpoint_path())
         return self
 
     def predict(self, X, return_std=False):
@@ -323,8 +322,7 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
         xt = self.scaled_inputs(X)
         f = torch.linspace(-3, 3, 200) if f_grid is None else torch.as_tensor(f_grid)
         f = f.to(dtype=xt.dtype, device=xt.device)
-        with fixed_global_rng(self.seed, self.device):
-            curves = warping_curves(self.model_.flow, xt, f, num_samples)
+        curves = warping_curves(self.model_.flow, xt, f, num_samples, generator=self.generator(device=xt.device))
         out = {k: v[..., 0].cpu().numpy() * self.y_scale_ for k, v in curves.items()}
         out["point"] += self.y_shift_
         out["mean"] += self.y_shift_
