@@ -321,3 +321,43 @@ def test_bench_ablation_variants_set_layers_and_protocol(model):
     assert np.isfinite(res["rmse"]) and np.isfinite(res["test_ll"])
     with pytest.raises(ValueError, match="amogp-aligned"):
         _fit_eval("amogp-misaligned", 0, train, test, 2, args, lengthscale=0.2, num_inducing=6)
+
+
+# ----- shared q(u), kernels and objective (issue 19) -----------------------------------------------------
+def test_shared_whitened_q_and_kernels_and_minibatch_bound(float64_default):
+    from flowgp.kernels import Scale
+    from flowgp.variational import WhitenedGaussian
+
+    model = AMOGP(_z(2, 5), _z(2, 6), _z(2, 4), latent_processes=2, alignment_variance=0.07,
+                  warping_lengthscale=1.3)
+    assert all(isinstance(s, WhitenedGaussian) for s in (model.latent, model.align, model.warp))
+    assert isinstance(model.align_kernel, Scale) and isinstance(model.warp_kernel, Scale)
+    torch.testing.assert_close(model._align_params()[0], torch.full((2,), 0.07))
+    torch.testing.assert_close(model._warp_params()[1], torch.full((2,), 1.3))
+    x, y = _data(20)
+    out = torch.arange(20) % 2
+    e1 = model.elbo(x, y, out)
+    e3 = model.elbo(x, y, out, num_data=60, generator=torch.Generator().manual_seed(0))
+    kl = model.kl_divergence()
+    torch.testing.assert_close(e3, 3 * (e1 + kl) - kl)
+    torch.testing.assert_close(kl, sum(s.kl_divergence() for s in (model.latent, model.align, model.warp)))
+
+
+def test_parameters_follow_the_inducing_inputs_dtype_and_old_files_load():
+    from flowgp.constraints import Positive
+
+    z = _z(2, 5).double()  # the default dtype is float32 here
+    model = AMOGP(z, z, z, alignment_variance=0.07, warping_lengthscale=1.3)
+    assert all(p.dtype == torch.float64 for p in model.parameters())
+    x, y = _data(20)
+    out = torch.arange(20) % 2
+    x, y = x.double(), y.double()
+    # a state dict written before the SE hyperparameters moved into flowgp.kernels (raw [D], softplus + lower)
+    old = {k: v for k, v in model.state_dict().items() if "_kernel." not in k}
+    old["raw_align_variance"] = Positive(1e-10).inverse(model._align_params()[0].detach())
+    old["raw_align_lengthscale"] = Positive(1e-6).inverse(model._align_params()[1].detach())
+    old["raw_warp_variance"] = Positive(1e-10).inverse(model._warp_params()[0].detach())
+    old["raw_warp_lengthscale"] = Positive(1e-6).inverse(model._warp_params()[1].detach())
+    fresh = AMOGP(z, z, z)
+    fresh.load_state_dict(old)
+    torch.testing.assert_close(fresh.elbo(x, y, out), model.elbo(x, y, out))

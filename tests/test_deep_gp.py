@@ -253,3 +253,78 @@ def test_cuda_elbo_and_predict(posterior):
     assert elbo.device.type == "cuda" and torch.isfinite(elbo)
     mean, var = model.predict(x[:4].cuda(), num_samples=5, generator=torch.Generator(device="cuda").manual_seed(0))
     assert mean.device.type == "cuda" and mean.shape == (4, 1)
+
+
+# ----- one objective, explicit randomness and dtype (issue 19) ------------------------------------------
+@pytest.mark.parametrize("posterior", ["gaussian", "cnf", "flow-layerwise"])
+def test_builder_and_elbo_leave_global_state_untouched(posterior):
+    import numpy as np
+
+    x, y = _toy(n=30)
+    torch_state, np_state, dtype = torch.get_rng_state(), np.random.get_state(), torch.get_default_dtype()
+    model = build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior=posterior,
+                          generator=torch.Generator().manual_seed(1))
+    model.elbo(x, y, num_samples=2, generator=torch.Generator().manual_seed(2)).backward()
+    model.predict(x[:3], num_samples=3, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(torch.get_rng_state(), torch_state)
+    assert np.array_equal(np.random.get_state()[1], np_state[1]) and torch.get_default_dtype() == dtype
+
+
+def test_builder_randomness_comes_from_the_generator_or_the_seed():
+    x, _ = _toy(n=30)
+
+    def params(**kw):
+        model = build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf", **kw)
+        return [p.detach().clone() for p in model.parameters()]
+
+    same = params(seed=4, generator=torch.Generator().manual_seed(4))
+    for a, b in zip(same, params(seed=4)):  # no generator: one seeded with `seed` (which also seeds k-means)
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    other = params(seed=4, generator=torch.Generator().manual_seed(5))
+    assert any(not torch.equal(a, b) for a, b in zip(same, other))
+    with pytest.raises(TypeError, match="generator"):
+        build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, generator=4)
+
+
+def test_cnf_base_network_draws_nn_linears_initialisation_from_the_generator():
+    from flowgp.models.cnf_posterior import _BaseNet
+
+    net = _BaseNet(3, 4, hidden=16, generator=torch.Generator().manual_seed(7))
+    with torch.random.fork_rng():
+        torch.manual_seed(7)  # nn.Linear's own init draws from the global RNG: the same draws, in the same order
+        ref = torch.nn.Linear(3, 16, dtype=torch.float64)
+        readout = torch.empty(4, 16, dtype=torch.float64).uniform_(-1.0, 1.0)
+    torch.testing.assert_close(net.hidden.weight, ref.weight, rtol=0, atol=0)
+    torch.testing.assert_close(net.hidden.bias, ref.bias, rtol=0, atol=0)
+    torch.testing.assert_close(net.readout, readout, rtol=0, atol=0)
+
+
+def test_builder_dtype_device_and_parameters_independent_of_default_dtype():
+    x, y = _toy(n=30, dtype=torch.float64)  # the default dtype is float32 here
+    model = build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf")
+    assert all(p.dtype == torch.float64 for p in model.parameters())
+    low = build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf", dtype=torch.float32,
+                        device="cpu")
+    assert all(p.dtype == torch.float32 for p in low.parameters())
+    # built in float64 and cast at the end: float32 parameters are the float64 ones rounded
+    for a, b in zip(model.parameters(), low.parameters()):
+        torch.testing.assert_close(a.to(torch.float32), b, rtol=0, atol=0)
+    assert low.elbo(x.float(), y.float(), generator=torch.Generator().manual_seed(0)).dtype == torch.float32
+
+
+def test_elbo_is_the_minibatch_bound_and_validate_checks_inputs(float64_default):
+    x, y = _toy(n=40)
+    model = build_deep_gp(x, 1, 2, num_inducing=6, kmeans_restarts=1)
+    for i, layer in enumerate(model.layers):
+        _randomise_q(layer.gp, seed=i)
+    xb, yb = x[:10], y[:10]
+    e1 = model.elbo(xb, yb, num_samples=3, generator=torch.Generator().manual_seed(1))
+    e4 = model.elbo(xb, yb, num_data=40, num_samples=3, generator=torch.Generator().manual_seed(1))
+    kl = sum(layer.kl_divergence() for layer in model.layers)
+    # (N/B) Σ_batch ell - KL with N = B and N = 4B: e4 = 4 (e1 + KL) - KL
+    torch.testing.assert_close(e4, 4 * (e1 + kl) - kl)
+    assert model.validate(x) is not None and model._check == model.validate
+    with pytest.raises(ValueError, match="features"):
+        model.validate(x[:, :1])
+    with pytest.raises(ValueError, match="num_data"):
+        model.elbo(xb, yb, num_data=0)

@@ -80,5 +80,5 @@ def test_gradient_snr_accepts_a_fitted_estimator():
     x, y, _ = make_multimodal_demo(50, seed=0)
     est = LatentDeepGPRegressor(layers=1, num_importance=2, num_inducing=6, epochs=3, kmeans_restarts=1,
                                 verbose=False).fit(x, y)
-    direct = gradient_snr(est.model_, est._inputs(x), est._targets(y, 50), 3, "reg", repeats=20, points=3)
+    direct = gradient_snr(est.model_, est.scaled_inputs(x), est.scaled_targets(y, 50), 3, "reg", repeats=20, points=3)
     assert gradient_snr(est, x, y, 3, "reg", repeats=20, points=3) == pytest.approx(direct)

@@ -141,7 +141,8 @@ def test_bad_use_is_refused_clearly():
 
 
 def test_warping_curves_and_plot(tmp_path):
-    from flowgp.flows.conditional import plot_warping_curves, warping_curves
+    from flowgp.flows.conditional import warping_curves
+    from flowgp.plotting import plot_warping_curves
 
     plain = _random_flow("sal", ())
     flow = make_input_dependent(plain, 2, hidden=(6,), activation="tanh", dropout=0.5)

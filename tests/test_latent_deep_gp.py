@@ -376,3 +376,61 @@ def test_estimator_float32_with_natgrad():
                                 kmeans_restarts=1, num_samples_predict=30, verbose=False).fit(x, y)
     assert all(p.dtype == torch.float32 for p in est.model_.parameters())
     assert np.all(np.isfinite(est.log_predictive_density(x[:5], y[:5])))
+
+
+# ----- one objective, explicit randomness and dtype (issue 19) ------------------------------------------
+@pytest.mark.parametrize("amortized", [True, False])
+def test_builder_and_bounds_leave_global_state_untouched(amortized):
+    x, y = _data(40)
+    torch_state, np_state, dtype = torch.get_rng_state(), np.random.get_state(), torch.get_default_dtype()
+    model = build_latent_deep_gp(x, y, 2, num_inducing=6, amortized=amortized, num_importance=3,
+                                 kmeans_restarts=1, generator=torch.Generator().manual_seed(1))
+    model.elbo(x, y, generator=_gen(2)).backward()
+    model.plain_elbo(x, y, generator=_gen(3), analytic_kl=True)
+    model.predict(x[:3], num_samples=4, generator=_gen(4))
+    assert torch.equal(torch.get_rng_state(), torch_state)
+    assert np.array_equal(np.random.get_state()[1], np_state[1]) and torch.get_default_dtype() == dtype
+    assert all(p.dtype == torch.float64 for p in model.parameters())  # x's dtype, not the float32 default
+
+
+def test_builder_randomness_comes_from_the_generator_or_the_seed():
+    x, y = _data(40)
+
+    def params(**kw):
+        model = build_latent_deep_gp(x, y, 2, num_inducing=6, kmeans_restarts=1, seed=2, **kw)
+        return [p.detach().clone() for p in model.parameters()]
+
+    same = params(generator=_gen(2))
+    for a, b in zip(same, params()):  # no generator: one seeded with `seed`
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert any(not torch.equal(a, b) for a, b in zip(same, params(generator=_gen(3))))
+    low = build_latent_deep_gp(x, y, 2, num_inducing=6, kmeans_restarts=1, seed=2, dtype=torch.float32)
+    for a, b in zip(same, low.parameters()):  # built in x's dtype, then cast
+        torch.testing.assert_close(a.to(torch.float32), b, rtol=0, atol=0)
+
+
+def test_encoder_glorot_initialisation_from_a_generator():
+    enc = AmortizedLatentEncoder(3, 1, latent_dim=2, generator=_gen(5))
+    again = AmortizedLatentEncoder(3, 1, latent_dim=2, generator=_gen(5))
+    for a, b in zip(enc.parameters(), again.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    for lin in (enc.layer1, enc.layer2, enc.mean_head, enc.std_head):
+        fan_out, fan_in = lin.weight.shape
+        bound = math.sqrt(6.0 / (fan_in + fan_out))  # Glorot & Bengio (2010), uniform
+        w = lin.weight.detach()
+        assert w.dtype == torch.float64 and w.abs().max() <= bound and w.abs().max() > 0.5 * bound
+        assert torch.equal(lin.bias, torch.zeros_like(lin.bias))
+    assert FreeLatent(4, 2).mean.dtype == torch.float64
+
+
+def test_bounds_are_the_minibatch_bound_and_validate_checks_inputs(float64_default):
+    model, x, y = _model(k=3)
+    xb, yb = x[:12], y[:12]
+    kl = model.kl_divergence()
+    for bound in (model.elbo, model.plain_elbo):
+        e1 = bound(xb, yb, num_samples=2, generator=_gen(6))
+        e5 = bound(xb, yb, num_data=60, num_samples=2, generator=_gen(6))
+        torch.testing.assert_close(e5, 5 * (e1 + kl) - kl)  # (N/B) Σ_batch term - KL
+    assert model._check == model.validate
+    with pytest.raises(ValueError):
+        model.validate(torch.zeros(3, 4, dtype=torch.float64))

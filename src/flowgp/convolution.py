@@ -64,17 +64,17 @@ class ConvolutionKernel(nn.Module):
         lengthscale: initial *auto-covariance* lengthscale of each output (the smoothing lengthscale is this
             over sqrt(2)); with R > 1 latent r starts at lengthscale·2^-r so the latents are not symmetric.
         variance: initial total variance of each output, split evenly over the latents.
+        dtype: dtype of the parameters (float64; cast the module afterwards for float32).
     """
 
     def __init__(self, num_outputs: int, input_dim: int = 1, latent_processes: int = 1, lengthscale=1.0,
-                 variance=1.0):
+                 variance=1.0, dtype: torch.dtype = torch.float64):
         super().__init__()
         for name, value in (("num_outputs", num_outputs), ("input_dim", input_dim),
                             ("latent_processes", latent_processes)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.num_outputs, self.input_dim, self.latent_processes = num_outputs, input_dim, latent_processes
-        dtype = torch.get_default_dtype()
         ls = torch.as_tensor(lengthscale, dtype=dtype) / math.sqrt(2.0)
         var = torch.as_tensor(variance, dtype=dtype) / latent_processes
         if torch.any(ls <= 0) or torch.any(var <= 0):

@@ -35,22 +35,28 @@ class AmortizedLatentEncoder(nn.Module):
 
     a = [x, y];  h₁ = tanh(W₁ a);  h₂ = tanh(W₂ [a, h₁]);  s = [a, h₁, h₂] (skip connections into each layer)
     μ = W_μ s,   σ = max(softplus(W_σ s + b_σ - 3), 1e-6).
+
+    Weights are Glorot-uniform U(±√(6 / (fan_in + fan_out))) (Glorot & Bengio 2010) drawn from `generator`
+    (torch's global RNG when None), biases zero; parameters in `dtype` (float64; cast afterwards for float32).
     """
 
-    def __init__(self, input_dim: int, output_dim: int = 1, latent_dim: int = 1, hidden: int = 20):
+    def __init__(self, input_dim: int, output_dim: int = 1, latent_dim: int = 1, hidden: int = 20,
+                 generator: torch.Generator | None = None, dtype: torch.dtype = torch.float64):
         super().__init__()
         input_dim = _check_dim(input_dim, "input_dim")
         output_dim = _check_dim(output_dim, "output_dim")
         self.latent_dim = _check_dim(latent_dim, "latent_dim")
         hidden = _check_dim(hidden, "hidden")
         a = input_dim + output_dim
-        self.layer1 = nn.Linear(a, hidden)
-        self.layer2 = nn.Linear(a + hidden, hidden)
-        self.mean_head = nn.Linear(a + 2 * hidden, latent_dim)
-        self.std_head = nn.Linear(a + 2 * hidden, latent_dim)
-        for lin in (self.layer1, self.layer2, self.mean_head, self.std_head):
-            nn.init.xavier_uniform_(lin.weight)  # Glorot & Bengio (2010)
-            nn.init.zeros_(lin.bias)
+        # skip nn.Linear's own (Kaiming) initialisation: it would draw from the global RNG only to be overwritten
+        self.layer1 = nn.utils.skip_init(nn.Linear, a, hidden, dtype=dtype)
+        self.layer2 = nn.utils.skip_init(nn.Linear, a + hidden, hidden, dtype=dtype)
+        self.mean_head = nn.utils.skip_init(nn.Linear, a + 2 * hidden, latent_dim, dtype=dtype)
+        self.std_head = nn.utils.skip_init(nn.Linear, a + 2 * hidden, latent_dim, dtype=dtype)
+        with torch.no_grad():
+            for lin in (self.layer1, self.layer2, self.mean_head, self.std_head):
+                nn.init.xavier_uniform_(lin.weight, generator=generator)  # Glorot & Bengio (2010)
+                nn.init.zeros_(lin.bias)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor, indices: torch.Tensor | None = None):
         """(μ, σ) of q(z_n), each [B, latent_dim]; x [B, D], y [B, L]; `indices` is ignored."""
@@ -65,15 +71,16 @@ class AmortizedLatentEncoder(nn.Module):
 class FreeLatent(nn.Module):
     """Free per-point q(z_n) = N(μ_n, σ_n²) for n = 0..num_data-1; σ = max(softplus(ρ), 1e-6).
 
-    Initialised at μ = 0 and σ = softplus(-3) like the amortized network's starting point.
+    Initialised at μ = 0 and σ = softplus(-3) like the amortized network's starting point (no draws);
+    parameters in `dtype` (float64; cast afterwards for float32).
     """
 
-    def __init__(self, num_data: int, latent_dim: int = 1):
+    def __init__(self, num_data: int, latent_dim: int = 1, dtype: torch.dtype = torch.float64):
         super().__init__()
         num_data = _check_dim(num_data, "num_data")
         self.latent_dim = _check_dim(latent_dim, "latent_dim")
-        self.mean = nn.Parameter(torch.zeros(num_data, latent_dim))
-        self.raw_std = nn.Parameter(torch.full((num_data, latent_dim), STD_BIAS))
+        self.mean = nn.Parameter(torch.zeros(num_data, latent_dim, dtype=dtype))
+        self.raw_std = nn.Parameter(torch.full((num_data, latent_dim), STD_BIAS, dtype=dtype))
 
     @property
     def num_data(self) -> int:

@@ -32,8 +32,7 @@ from .combination import LinearCombination
 from .sampling import WeightSampling
 
 __all__ = ["InputDependentFlow", "make_input_dependent", "static_flow", "input_dependent_flows",
-           "WeightSampling", "weight_sampling", "raw_parameter_tree", "warping_curves",
-           "plot_warping_curves"]
+           "WeightSampling", "weight_sampling", "raw_parameter_tree", "warping_curves"]
 
 
 def raw_parameter_tree(flow: Flow) -> dict:
@@ -292,11 +291,13 @@ def static_flow(flow: Flow) -> Flow:
     return flow
 
 
-def warping_curves(flow: Flow, x: Tensor, f_grid: Tensor, num_samples: int = 100) -> dict:
+def warping_curves(flow: Flow, x: Tensor, f_grid: Tensor, num_samples: int = 100,
+                   generator: Optional[torch.Generator] = None) -> dict:
     """The warping G_{θ(x_p, W)}(f) over `f_grid` [G] at each chosen input x_p ([P, D]) (appendix Fig. 9).
 
     Returns {"point": one deterministic pass (standard dropout, PE-TGP), "mean", "std": over `num_samples`
-    stochastic draws of W (MC dropout or q(W), BA-TGP)}, each [G, P, K] (K = the flow's outputs, 1 if shared).
+    stochastic draws of W (MC dropout or q(W), BA-TGP), drawn from `generator`}, each [G, P, K] (K = the
+    flow's outputs, 1 if shared). Drawn by `flowgp.plotting.plot_warping_curves`.
     """
     if not input_dependent_flows(flow):
         raise ValueError("warping_curves needs a flow with an input-dependent stage")
@@ -304,41 +305,8 @@ def warping_curves(flow: Flow, x: Tensor, f_grid: Tensor, num_samples: int = 100
     if f.numel() < 2:
         raise ValueError("f_grid needs at least 2 points")
     with torch.no_grad():
-        with weight_sampling(flow, 1, sample=False):
-            point = flow(f.view(-1, 1, 1), x, validate=False)  # [G, P, K]
-        with weight_sampling(flow, num_samples, sample=True):
-            draws = flow(f.view(-1, 1, 1, 1), x, validate=False)  # [G, S, P, K]
+        point = flow(f.view(-1, 1, 1), x, validate=False, sampling=WeightSampling(1, False))  # [G, P, K]
+        draws = flow(f.view(-1, 1, 1, 1), x, validate=False,
+                     sampling=WeightSampling(num_samples, True, generator))  # [G, S, P, K]
     std = draws.std(1) if num_samples > 1 else torch.zeros_like(point)
     return {"point": point, "mean": draws.mean(1), "std": std}
-
-
-def plot_warping_curves(f_grid, curves: dict, labels=None, path=None):
-    """Figure in the style of appendix Fig. 9: top row the point-estimate warping at each input, bottom row
-    the posterior mean ± 2 std over W draws. `curves` as returned by `warping_curves` ([G, P, K]; output 0
-    is drawn) or by `TGPRegressor.warping_functions` ([G, P]). Saves a PNG to `path` when given; returns
-    the matplotlib figure."""
-    import numpy as np
-    from matplotlib.figure import Figure  # no pyplot: no global backend or figure state is touched
-
-    def arr(a):
-        return a.detach().cpu().numpy() if isinstance(a, Tensor) else np.asarray(a)
-    f = arr(f_grid).reshape(-1)
-    point, mean, std = (arr(curves[k]) for k in ("point", "mean", "std"))
-    if point.ndim == 3:  # [G, P, K] from warping_curves: draw output 0
-        point, mean, std = point[..., 0], mean[..., 0], std[..., 0]
-    num = point.shape[1]
-    labels = labels if labels is not None else [f"input {p}" for p in range(num)]
-    fig = Figure(figsize=(3 * num, 5.5))
-    axes = fig.subplots(2, num, squeeze=False, sharex=True)
-    for p in range(num):
-        axes[0, p].plot(f, point[:, p], color="C0")
-        axes[0, p].set_title(str(labels[p]), fontsize=9)
-        axes[1, p].plot(f, mean[:, p], color="C1")
-        axes[1, p].fill_between(f, mean[:, p] - 2 * std[:, p], mean[:, p] + 2 * std[:, p], color="C1", alpha=0.3)
-        axes[1, p].set_xlabel("f₀")
-    axes[0, 0].set_ylabel("G(f₀), point estimate")
-    axes[1, 0].set_ylabel("G(f₀), mean ± 2 std")
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120)
-    return fig

@@ -34,33 +34,27 @@ from torch import nn
 
 from ..constraints import Positive
 from ..convolution import ConvolutionKernel, check_output_index
+from ..kernels import LENGTHSCALE_CONSTRAINT, RBF, VARIANCE_CONSTRAINT, Scale
 from ..linalg import lower_inverse, robust_cholesky
+from ..objective import minibatch_bound
 from ..psi_statistics import gaussian_psi1, gaussian_psi2_contract, gaussian_psi_mean
-from ..variational import gaussian_kl_whitened
+from ..variational import WhitenedGaussian
 
-__all__ = ["AMOGP", "plot_layers"]
+__all__ = ["AMOGP", "InducingSet", "layer_curves"]
 
-_POS = Positive(lower=1e-6)
 _NOISE = Positive(lower=1e-8)
-_VAR = Positive(lower=1e-10)
 
 
-class _WhitenedInducing(nn.Module):
-    """G independent sets of M whitened inducing variables: u_g = L_g v_g, q(v_g) = N(m_g, R_g R_gᵀ)."""
+class InducingSet(WhitenedGaussian):
+    """G independent sets of M inducing variables at inputs Z [G, M, Dx]: u_g = L_g v_g with the shared whitened
+    q(v_g) = N(m_g, R_g R_gᵀ) of `flowgp.variational.WhitenedGaussian` (KL[q(u) || p(u)] = KL[q(v) || N(0, I)]).
+
+    The Ψ-statistics bound works in kernel space, so `posterior(K_uu)` also gives α = K⁻¹m_u, C = K⁻¹S_uK⁻¹, K⁻¹.
+    """
 
     def __init__(self, z: torch.Tensor, q_var_init: float):
-        super().__init__()
-        g, m = z.shape[0], z.shape[1]
-        self.z = nn.Parameter(z.clone())  # [G, M, Dx]
-        self.q_mu = nn.Parameter(torch.zeros(g, m, dtype=z.dtype))
-        self.q_sqrt = nn.Parameter(math.sqrt(q_var_init) * torch.eye(m, dtype=z.dtype).expand(g, m, m).clone())
-        self.register_buffer("_mask", torch.ones(m, m, dtype=z.dtype).tril(), persistent=False)
-
-    def q_sqrt_tril(self):
-        return self.q_sqrt * self._mask
-
-    def kl(self) -> torch.Tensor:
-        return gaussian_kl_whitened(self.q_mu, self.q_sqrt_tril())
+        super().__init__(z.shape[0], z.shape[1], q_var_init, dtype=z.dtype, device=z.device)
+        self.z = nn.Parameter(z.detach().clone())  # [G, M, Dx]
 
     def posterior(self, kuu: torch.Tensor):
         """α = K⁻¹m_u = L⁻ᵀ m, C = K⁻¹ S_u K⁻¹ = L⁻ᵀ S L⁻¹, K⁻¹ and L, each batched over G."""
@@ -72,15 +66,41 @@ class _WhitenedInducing(nn.Module):
 
     def sample_beta(self, chol, num_samples, generator=None):
         """β = K⁻¹ u for u ~ q(u): L⁻ᵀ (m + R ε), shape [S, G, M]."""
-        eps = torch.randn((num_samples,) + self.q_mu.shape + (1,), dtype=chol.dtype, device=chol.device,
-                          generator=generator)
-        v = self.q_mu.unsqueeze(-1) + self.q_sqrt_tril() @ eps
-        return torch.linalg.solve_triangular(chol.mT, v, upper=True).squeeze(-1)
+        v = self.sample_whitened(num_samples, generator)  # m + R ε, [S, G, M]
+        return torch.linalg.solve_triangular(chol.mT, v.unsqueeze(-1), upper=True).squeeze(-1)
 
 
-def _se(x1, x2, variance, lengthscale):
-    """Scalar-input SE kernel σ² exp(-(x1 - x2)²/(2ℓ²)) for x1 [..., N, 1], x2 [..., M, 1] (params broadcast)."""
-    return variance * torch.exp(-0.5 * (x1 - x2.mT).square() / lengthscale.square())
+def _se_kernel(num_outputs: int, variance: float, lengthscale: float, dtype: torch.dtype) -> Scale:
+    """D scalar-input SE kernels σ²_d exp(-(x - x')²/(2ℓ_d²)), one per output (flowgp.kernels, batch (D,))."""
+    return Scale(RBF(1, lengthscale=lengthscale, batch_shape=(num_outputs,), dtype=dtype), variance,
+                 batch_shape=(num_outputs,), dtype=dtype)
+
+
+def _point_se(x, z, variance, lengthscale):
+    """k_d(n)(x_n, z) for each point n with its own output's SE kernel: x [..., N], z [N, M, 1], variance and
+    lengthscale [N] -> [..., N, M]. This is Ψ₁ of a point mass (supplement eq. 24 with v = 0), so it comes
+    from the same closed form as the Ψ-statistics of random inputs."""
+    amp = variance[:, None, None].expand(z.shape[0], 1, z.shape[1])  # [N, 1, M]
+    lsq = lengthscale.square()[:, None, None, None].expand(z.shape[0], 1, z.shape[1], 1)  # [N, 1, M, 1]
+    mean = x[..., None, None]  # [..., N, 1, 1]: each point is its own batch of one input
+    return gaussian_psi1(mean, torch.zeros_like(mean), z, amp, lsq)[..., 0, :]
+
+
+#: state-dict keys of the SE hyperparameters before they moved into flowgp.kernels, and their constraints then
+_OLD_SE_KEYS = {"raw_align_variance": ("align_kernel.raw_variance", 1e-10),
+                "raw_align_lengthscale": ("align_kernel.base.raw_lengthscale", 1e-6),
+                "raw_warp_variance": ("warp_kernel.raw_variance", 1e-10),
+                "raw_warp_lengthscale": ("warp_kernel.base.raw_lengthscale", 1e-6)}
+
+
+def _upgrade_state_dict(module, state_dict, prefix, *args):
+    """Load files saved before the alignment / warping SE kernels became flowgp.kernels modules: raw [D]
+    values (softplus + lower bound of that time) become the kernels' raw [D, 1, 1] parameters."""
+    for old, (new, lower) in _OLD_SE_KEYS.items():
+        if prefix + old in state_dict and prefix + new not in state_dict:
+            value = Positive(lower=lower)(state_dict.pop(prefix + old))
+            constraint = LENGTHSCALE_CONSTRAINT if new.endswith("lengthscale") else VARIANCE_CONSTRAINT
+            state_dict[prefix + new] = constraint.inverse(value).reshape(-1, 1, 1)
 
 
 def _layer_moments(psi0, psi1, phi_w, alpha, cov, in_mean=None, in_var=None, xi=None):
@@ -141,15 +161,19 @@ class AMOGP(nn.Module):
                  warping_variance: float = 0.05, warping_lengthscale: float = 1.0, noise: float = 0.05,
                  alignment_noise: float = 1e-3, latent_noise: float = 1e-3, q_var_init: float = 1e-5):
         super().__init__()
-        dtype = torch.get_default_dtype()
+        # parameters in the inducing inputs' dtype when a floating tensor is given, float64 otherwise
+        dtype = z_latent.dtype if isinstance(z_latent, torch.Tensor) and z_latent.is_floating_point() \
+            else torch.float64
+        self._dtype = dtype
         z_latent = torch.as_tensor(z_latent, dtype=dtype)
         if z_latent.dim() != 2:
             raise ValueError(f"z_latent must have shape [num_outputs, M_f], got {tuple(z_latent.shape)}")
         d, mf = z_latent.shape
         self.num_outputs = d
         self.alignment, self.warping = bool(alignment), bool(warping)
-        self.kernel = ConvolutionKernel(d, 1, latent_processes, lengthscale=lengthscale, variance=variance)
-        self.latent = _WhitenedInducing(z_latent.reshape(1, d * mf, 1), q_var_init)
+        self.kernel = ConvolutionKernel(d, 1, latent_processes, lengthscale=lengthscale, variance=variance,
+                                        dtype=dtype)
+        self.latent = InducingSet(z_latent.reshape(1, d * mf, 1), q_var_init)
         self.register_buffer("latent_output", torch.arange(d).repeat_interleave(mf), persistent=False)
         self.raw_noise = nn.Parameter(_NOISE.inverse(torch.full((d,), float(noise), dtype=dtype)))
         # a constant mean b_d per output (y_d = g_d(f_d(a_d(x))) + b_d + ε): the zero-mean CP layer ties the
@@ -157,20 +181,18 @@ class AMOGP(nn.Module):
         self.offset = nn.Parameter(torch.zeros(d, dtype=dtype))
         if self.alignment:
             z_a = self._check_z(z_alignment, "z_alignment")
-            self.align = _WhitenedInducing(z_a.unsqueeze(-1), q_var_init)
-            self.raw_align_variance = nn.Parameter(_VAR.inverse(torch.full((d,), alignment_variance, dtype=dtype)))
-            self.raw_align_lengthscale = nn.Parameter(
-                _POS.inverse(torch.full((d,), alignment_lengthscale, dtype=dtype)))
+            self.align = InducingSet(z_a.unsqueeze(-1), q_var_init)
+            self.align_kernel = _se_kernel(d, alignment_variance, alignment_lengthscale, dtype)
             self.raw_align_noise = nn.Parameter(_NOISE.inverse(torch.full((d,), alignment_noise, dtype=dtype)))
         if self.warping:
             z_g = self._check_z(z_warping, "z_warping")
-            self.warp = _WhitenedInducing(z_g.unsqueeze(-1), q_var_init)
-            self.raw_warp_variance = nn.Parameter(_VAR.inverse(torch.full((d,), warping_variance, dtype=dtype)))
-            self.raw_warp_lengthscale = nn.Parameter(_POS.inverse(torch.full((d,), warping_lengthscale, dtype=dtype)))
+            self.warp = InducingSet(z_g.unsqueeze(-1), q_var_init)
+            self.warp_kernel = _se_kernel(d, warping_variance, warping_lengthscale, dtype)
             self.raw_latent_noise = nn.Parameter(_NOISE.inverse(torch.full((d,), latent_noise, dtype=dtype)))
+        self.register_load_state_dict_pre_hook(_upgrade_state_dict)
 
     def _check_z(self, z, name):
-        z = torch.as_tensor(z, dtype=torch.get_default_dtype())
+        z = torch.as_tensor(z, dtype=self._dtype)
         if z.dim() != 2 or z.shape[0] != self.num_outputs:
             raise ValueError(f"{name} must have shape [{self.num_outputs}, M], got {tuple(z.shape)}")
         return z
@@ -189,21 +211,28 @@ class AMOGP(nn.Module):
         return _NOISE(self.raw_latent_noise) if self.warping else None
 
     def _align_params(self):
-        return _VAR(self.raw_align_variance), _POS(self.raw_align_lengthscale)
+        """(σ²_a,d, ℓ_a,d) of the alignment kernels, each [D]."""
+        return self.align_kernel.variance.reshape(-1), self.align_kernel.base.lengthscale.reshape(-1)
 
     def _warp_params(self):
-        return _VAR(self.raw_warp_variance), _POS(self.raw_warp_lengthscale)
+        """(σ²_g,d, ℓ_g,d) of the warping kernels, each [D]."""
+        return self.warp_kernel.variance.reshape(-1), self.warp_kernel.base.lengthscale.reshape(-1)
 
     def kl_divergence(self) -> torch.Tensor:
-        kl = self.latent.kl()
+        """Σ KL[q(u) || p(u)] over the CP layer's, the alignments' and the warpings' inducing sets."""
+        kl = self.latent.kl_divergence()
         if self.alignment:
-            kl = kl + self.align.kl()
+            kl = kl + self.align.kl_divergence()
         if self.warping:
-            kl = kl + self.warp.kl()
+            kl = kl + self.warp.kl_divergence()
         return kl
 
     # ----- checks -------------------------------------------------------------------------------------
-    def _check(self, x, out, y=None):
+    def validate(self, x, out, y=None):
+        """x checked as [N, 1] inputs, out as [N] output indices (and y as [N] targets): (x, out) or (x, out, y).
+
+        Raises TypeError/ValueError naming the argument on a non-tensor, a wrong shape or non-finite values.
+        """
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() != 2 or x.shape[1] != 1:
@@ -223,22 +252,22 @@ class AMOGP(nn.Module):
             raise ValueError("y contains NaN or inf; drop or impute those rows first")
         return x, out, y
 
+    _check = validate  # kept until the call sites move to `validate`
+
     # ----- layers (shared by the bound and the predictions) -------------------------------------------
     def _posteriors(self):
         post = {"f": self.latent.posterior(self.kernel(self.latent.z[0], self.latent_output).unsqueeze(0))}
         if self.alignment:
-            var, ls = self._align_params()
-            post["a"] = self.align.posterior(_se(self.align.z, self.align.z, var[:, None, None], ls[:, None, None]))
+            post["a"] = self.align.posterior(self.align_kernel(self.align.z))  # K_uu [D, M, M]
         if self.warping:
-            var, ls = self._warp_params()
-            post["g"] = self.warp.posterior(_se(self.warp.z, self.warp.z, var[:, None, None], ls[:, None, None]))
+            post["g"] = self.warp.posterior(self.warp_kernel(self.warp.z))
         return post
 
     def _alignment_layer(self, post, x, out):
         """Moments (mean, var, ΨCΨᵀ) of â at deterministic x [B, 1]: eq. 15's pieces (Φ_n = Ψ_nᵀΨ_n)."""
         var, ls = self._align_params()
         alpha, cov, _, _ = post["a"]
-        psi1 = _se(x.unsqueeze(-2), self.align.z[out], var[out, None, None], ls[out, None, None])[:, 0]
+        psi1 = _point_se(x[:, 0], self.align.z[out], var[out], ls[out])  # deterministic input: Ψ₁ = k(x, Z)
         phi_w = torch.einsum("bm,bmk,bk->b", psi1, _weight(post["a"])[out], psi1)
         return _layer_moments(var[out], psi1, phi_w, alpha[out], cov[out], in_mean=x[:, 0])
 
@@ -326,18 +355,23 @@ class AMOGP(nn.Module):
         ell = -0.5 * torch.log(2.0 * math.pi * s2) - ((y - mean).square() + var) / (2.0 * s2)
         return ell, penalty
 
-    def elbo(self, x: torch.Tensor, y: torch.Tensor, output: torch.Tensor, num_data: int | None = None):
-        """Nested variational compression bound (supplement eq. 22), minibatch-scaled by num_data / B."""
-        x, output, y = self._check(x, output, y)
-        num_data = x.shape[0] if num_data is None else int(num_data)
+    def elbo(self, x: torch.Tensor, y: torch.Tensor, output: torch.Tensor, num_data: int | None = None,
+             generator: torch.Generator | None = None):
+        """Nested variational compression bound (supplement eq. 22), minibatch-scaled by num_data / B.
+
+        Per-point terms (expected log-likelihood minus compression penalties) and the KL terms are assembled
+        by `flowgp.objective.minibatch_bound`. The bound is closed form: `generator` is accepted (the common
+        elbo signature) and unused.
+        """
+        x, output, y = self.validate(x, output, y)
         ell, penalty = self.elbo_terms(x, y, output)
-        return (ell - penalty).sum() * (num_data / x.shape[0]) - self.kl_divergence()
+        return minibatch_bound(ell - penalty, [self.kl_divergence()], num_data, x.shape[0])
 
     # ----- predictions ---------------------------------------------------------------------------------
     def predict_layers(self, x, output, chunk: int = 512):
         """Propagated Gaussian approximation (A.4): dict of (mean, var) [N] for â (alignment, noise-free),
         f̂ (latent CP output at the propagated alignment) and y (warped output, noise included)."""
-        x, output = self._check(x, output)
+        x, output = self.validate(x, output)
         post = self._posteriors()
         res = {"a": [], "f": [], "y": []}
         for i in range(0, x.shape[0], chunk):
@@ -356,7 +390,7 @@ class AMOGP(nn.Module):
     def alignment_function(self, x, d: int):
         """q(â_d(x)) at deterministic inputs x [N, 1]: (mean, var) [N] (identity when alignment=False)."""
         out = torch.full((x.shape[0],), int(d), dtype=torch.long, device=x.device)
-        x, out = self._check(x, out)
+        x, out = self.validate(x, out)
         if not self.alignment:
             return x[:, 0], torch.zeros_like(x[:, 0])
         return self._alignment_layer(self._posteriors(), x, out)[:2]
@@ -364,13 +398,13 @@ class AMOGP(nn.Module):
     def latent_function(self, a, d: int):
         """q(f̂_d(a)) at deterministic CP inputs a [N, 1]: (mean, var) [N]."""
         out = torch.full((a.shape[0],), int(d), dtype=torch.long, device=a.device)
-        a, out = self._check(a, out)
+        a, out = self.validate(a, out)
         return self._latent_layer(self._posteriors(), a[:, 0], torch.zeros_like(a[:, 0]), out)[:2]
 
     def warping_function(self, f, d: int):
         """q(ĝ_d(f)) at deterministic warping inputs f [N, 1]: (mean, var) [N] (identity when warping=False)."""
         out = torch.full((f.shape[0],), int(d), dtype=torch.long, device=f.device)
-        f, out = self._check(f, out)
+        f, out = self.validate(f, out)
         if not self.warping:
             return f[:, 0], torch.zeros_like(f[:, 0])
         return self._warping_layer(self._posteriors(), f[:, 0], torch.zeros_like(f[:, 0]), out)[:2]
@@ -379,7 +413,7 @@ class AMOGP(nn.Module):
         """Samples through the hierarchy (u ~ q(u) per sample, then each layer's conditional at the sampled
         inputs, marginally per point). Returns a dict of [S, N] tensors: a, f, g (noise-free warped value)
         (without the offset b_d) and y_mean, y_var (the Gaussian of y* given the sampled f and u_g)."""
-        x, output = self._check(x, output)
+        x, output = self.validate(x, output)
         post = self._posteriors()
         s, n = int(num_samples), x.shape[0]
 
@@ -390,7 +424,7 @@ class AMOGP(nn.Module):
             var, ls = self._align_params()
             _, _, kinv, chol = post["a"]
             beta = self.align.sample_beta(chol, s, generator)[:, output]  # [S, N, M]
-            k = _se(x.unsqueeze(-2), self.align.z[output], var[output, None, None], ls[output, None, None])[:, 0]
+            k = _point_se(x[:, 0], self.align.z[output], var[output], ls[output])  # [N, M]
             cond = var[output] - torch.einsum("nm,nmk,nk->n", k, kinv[output], k)
             a = x[:, 0] + (k * beta).sum(-1) + cond.clamp_min(0).sqrt() * draw((s, n))
             a = a + self.alignment_noise[output].sqrt() * draw((s, n))
@@ -410,8 +444,7 @@ class AMOGP(nn.Module):
         var, ls = self._warp_params()
         _, _, kinv, chol = post["g"]
         beta = self.warp.sample_beta(chol, s, generator)[:, output]  # [S, N, M]
-        zg = self.warp.z[output][..., 0]  # [N, M]
-        k = var[output, None] * torch.exp(-0.5 * (f_noisy.unsqueeze(-1) - zg).square() / ls[output, None].square())
+        k = _point_se(f_noisy, self.warp.z[output], var[output], ls[output])  # [S, N, M]
         cond = var[output] - torch.einsum("snm,nmk,snk->sn", k, kinv[output], k)
         g_mean = f_noisy + (k * beta).sum(-1)
         g = g_mean + cond.clamp_min(0).sqrt() * draw((s, n))
@@ -421,7 +454,7 @@ class AMOGP(nn.Module):
     def log_predictive_density(self, x, y, output, num_samples: int = 200, generator=None, method: str = "mc"):
         """Per-point log p(y* | x*), [N]: "mc" averages the conditional Gaussians of `sample` (log-mean-exp),
         "gaussian" uses the moment-matched Gaussian of `predict_y`."""
-        x, output, y = self._check(x, output, y)
+        x, output, y = self.validate(x, output, y)
         if method == "gaussian":
             mean, var = self.predict_y(x, output)
             return -0.5 * (torch.log(2 * math.pi * var) + (y - mean).square() / var)
@@ -432,27 +465,25 @@ class AMOGP(nn.Module):
         return torch.logsumexp(logp, 0) - math.log(num_samples)
 
 
-def plot_layers(model: AMOGP, x_grid, path=None, data=None, true_functions=None, output_names=None):
-    """Draw the three layers per output (one row per output): alignment â_d(x), latent f̂_d(a) and warping
-    ĝ_d(f) + b_d with ±2 sd bands, plus the data and the propagated prediction of y in a fourth column.
+def layer_curves(model: AMOGP, x_grid) -> list:
+    """The three layers and the prediction per output, as numbers for `flowgp.plotting.amogp_layers_figure`.
 
-    x_grid: 1-D array of inputs (model units). data: optional (x [N], y [N], output [N]) arrays in model units.
-    true_functions: optional dict d -> {"a": callable, "f": callable, "g": callable} (model units) to overlay.
-    Returns the matplotlib figure (saved to `path` if given).
+    x_grid: 1-D array of inputs (model units). Returns one dict per output d with "alignment" (x, mean â_d(x),
+    var), "latent" (a, f̂_d(a), var) over the range of â_d ± 0.2, "warping" (f, ĝ_d(f) + b_d, var) over the
+    range of f̂_d ± 0.5 (g_d(f) + b_d is the map from f to the mean of y) and "prediction" (x, mean, var of y),
+    each a NumPy array [G].
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
-    d_count = model.num_outputs
     ref = next(model.parameters())
     xg = torch.as_tensor(np.asarray(x_grid, dtype=float), dtype=ref.dtype, device=ref.device).reshape(-1, 1)
-    fig, axes = plt.subplots(d_count, 4, figsize=(14, 2.8 * d_count), squeeze=False)
+
+    def arrays(*tensors):
+        return tuple(t.reshape(-1).cpu().numpy() for t in tensors)
+
+    curves = []
     with torch.no_grad():
-        for d in range(d_count):
-            name = output_names[d] if output_names else f"output {d}"
+        for d in range(model.num_outputs):
             out = torch.full((xg.shape[0],), d, dtype=torch.long, device=ref.device)
             am, av = model.alignment_function(xg, d)
             lay = model.predict_layers(xg, out)
@@ -462,27 +493,7 @@ def plot_layers(model: AMOGP, x_grid, path=None, data=None, true_functions=None,
             fgrid = torch.linspace(float(fm.min()) - 0.5, float(fm.max()) + 0.5, 200, dtype=ref.dtype,
                                    device=ref.device).reshape(-1, 1)
             gm, gv = model.warping_function(fgrid, d)
-            gm = gm + model.offset[d]  # the panel shows g_d(f) + b_d, the map from f to the mean of y
             ym, yv = lay["y"]
-            panels = [(xg, am, av, "x", "a(x)", "alignment"), (agrid, fm, fv, "a", "f(a)", "latent (CP)"),
-                      (fgrid, gm, gv, "f", "g(f) + b", "warping"), (xg, ym, yv, "x", "y", "prediction")]
-            for j, (xx, m, v, xl, yl, title) in enumerate(panels):
-                ax = axes[d, j]
-                xx, m, s = xx[:, 0].cpu().numpy(), m.cpu().numpy(), v.clamp_min(0).sqrt().cpu().numpy()
-                ax.plot(xx, m, color="C0", label="learned")
-                ax.fill_between(xx, m - 2 * s, m + 2 * s, color="C0", alpha=0.25)
-                if true_functions and d in true_functions and j < 3 and true_functions[d].get("afg"[j]) is not None:
-                    ax.plot(xx, true_functions[d]["afg"[j]](xx), "k--", label="true")
-                ax.set_title(f"{name}: {title}", fontsize=9)
-                ax.set_xlabel(xl)
-                ax.set_ylabel(yl)
-            if data is not None:
-                xd, yd, od = (np.asarray(v) for v in data)
-                sel = od == d
-                axes[d, 3].scatter(xd[sel], yd[sel], s=4, color="k", alpha=0.5)
-    axes[0, 0].legend(fontsize=7)
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-    return fig
+            curves.append({"alignment": arrays(xg, am, av), "latent": arrays(agrid, fm, fv),
+                           "warping": arrays(fgrid, gm + model.offset[d], gv), "prediction": arrays(xg, ym, yv)})
+    return curves

@@ -13,6 +13,13 @@ draws of W (appendix A.3): in training `mc_samples_train` draws per ELBO evaluat
 the networks' penalty; predictions average probabilities over `mc_samples_predict` draws (appendix eq. 20,
 BA-TGP) or use one deterministic pass ("point" networks, PE-TGP). For the softmax each W draw is paired
 with one latent draw, so one batched tensor [S, N, C] carries both integrals.
+
+Why this model keeps its own warping code rather than `flowgp.likelihoods.WarpedLikelihood`: the multiclass
+likelihood reads all C warped latents at once (softmax / robust max over the last axis), so its
+expectation is a C-dimensional integral done by Monte Carlo with each W draw paired with one joint latent
+draw, where the WarpedLikelihood integrates one latent at a time by Gauss-Hermite quadrature. The binary
+case is that one-dimensional integral and computes the same quantity as WarpedLikelihood(flow, Bernoulli).
+The bound itself is assembled by the shared `flowgp.objective.minibatch_bound`.
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ from torch import nn
 from ..flows import Flow, make_flow
 from ..flows.conditional import input_dependent_flows, weight_sampling
 from ..likelihoods import BernoulliLikelihood, Likelihood, RobustMaxLikelihood, SoftmaxLikelihood
+from ..objective import minibatch_bound
 from ..quadrature import gh_points
 from ..variational import Marginals, SparseVariationalGP
 from ._checks import as_inputs
@@ -185,7 +193,7 @@ class TGPClassification(nn.Module):
 
     def predict_f(self, x: torch.Tensor) -> Marginals:
         """q(f₀(x*)): marginal mean and variance [N, L] of the base latent GPs."""
-        return self.gp.marginals(as_inputs(x, self.input_dim))
+        return self.gp.marginals(self.validate(x))
 
     # ------------------------------------------------------------------ ELBO
     def expected_log_likelihood(self, x: torch.Tensor, y: torch.Tensor, generator=None) -> torch.Tensor:
@@ -203,14 +211,25 @@ class TGPClassification(nn.Module):
         f = mean + var.sqrt() * eps  # reparameterised samples of the C independent latents, [S, N, C]
         return lik.log_prob(y, self._warp_paired(f, x, self.training)).mean(0)
 
-    def elbo(self, x: torch.Tensor, y: torch.Tensor, num_data: int | None = None) -> torch.Tensor:
-        """(N/B) Σ_batch ELL_n - KL[q(u₀) || p(u₀)], an unbiased minibatch estimate of the ELBO."""
+    def validate(self, x, y=None):
+        """x checked as [N, D] (and y as class indices in [0, C)); returns x, or (x, y) with y as int64 [N]."""
         x = as_inputs(x, self.input_dim)
-        y = self._labels(y, x.shape[0])
-        num_data = x.shape[0] if num_data is None else int(num_data)
-        ell = self.expected_log_likelihood(x, y).sum()
-        value = ell * (num_data / x.shape[0]) - self.gp.kl_divergence()
-        return value - self.flow_penalty() if self.input_dependent else value
+        return x if y is None else (x, self._labels(y, x.shape[0]))
+
+    _check = validate  # kept until the call sites move to `validate`
+
+    def kl_terms(self) -> list:
+        """KL[q(u₀) || p(u₀)] and, for input-dependent flows, the networks' penalties (appendix A.3)."""
+        terms = [self.gp.kl_divergence()]
+        if self.input_dependent:
+            terms.append(self.flow_penalty())
+        return terms
+
+    def elbo(self, x: torch.Tensor, y: torch.Tensor, num_data: int | None = None, generator=None) -> torch.Tensor:
+        """(N/B) Σ_batch ELL_n - KL[q(u₀) || p(u₀)] (- network penalty), an unbiased minibatch estimate."""
+        x, y = self.validate(x, y)
+        return minibatch_bound(self.expected_log_likelihood(x, y, generator), self.kl_terms(), num_data,
+                               x.shape[0])
 
     # ------------------------------------------------------------------ prediction
     def predict_proba(self, x: torch.Tensor, generator=None) -> torch.Tensor:
@@ -219,7 +238,7 @@ class TGPClassification(nn.Module):
         Binary: Φ(μ/sqrt(1+σ²)) with the identity flow, else Gauss-Hermite quadrature. Softmax: Monte Carlo
         with `predict_samples` draws (fixed seed 0 unless a generator is given, so predictions repeat).
         """
-        x = as_inputs(x, self.input_dim)
+        x = self.validate(x)
         mean, var = self.gp.marginals(x)
         lik = self.likelihood
         if self.num_classes == 2:
@@ -245,10 +264,12 @@ class TGPClassification(nn.Module):
         labels = torch.arange(self.num_classes, device=mean.device).view(1, -1, 1)  # [1, C, 1] against [S, 1, N]
         return lik.log_prob(labels, g.unsqueeze(1)).exp().mean(0).transpose(0, 1)
 
-    def log_predictive_density(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """log p(y* | x*) per point, [N] (floored at the smallest positive float to stay finite)."""
-        x = as_inputs(x, self.input_dim)
-        y = self._labels(y, x.shape[0])
-        probs = self.predict_proba(x)
+    def log_predictive_density(self, x: torch.Tensor, y: torch.Tensor, generator=None) -> torch.Tensor:
+        """log p(y* | x*) per point, [N] (floored at the smallest positive float to stay finite).
+
+        generator: for the Monte Carlo draws of `predict_proba` (default: a fresh one seeded 0).
+        """
+        x, y = self.validate(x, y)
+        probs = self.predict_proba(x, generator)
         p = torch.gather(probs, -1, y.unsqueeze(-1)).squeeze(-1)
         return p.clamp_min(torch.finfo(p.dtype).tiny).log()

@@ -50,14 +50,15 @@ class LULinear(nn.Module):
         dim: K.
         init: "identity" (W = I: the flow starts as the mean-field Gaussian base) or "orthogonal" (a random
             rotation, LU-factorised as in Glow).
-        generator: RNG for the orthogonal init.
+        generator: RNG for the orthogonal init (torch's global RNG when None).
+        dtype: dtype of the parameters (float64; cast the module afterwards for float32).
     """
 
-    def __init__(self, dim: int, init: str = "identity", generator: torch.Generator | None = None):
+    def __init__(self, dim: int, init: str = "identity", generator: torch.Generator | None = None,
+                 dtype: torch.dtype = torch.float64):
         super().__init__()
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
-        dtype = torch.get_default_dtype()
         if init == "identity":
             perm = torch.arange(dim)
             lower = torch.zeros(dim, dim, dtype=dtype)
@@ -110,13 +111,16 @@ class _FlowSteps(nn.Module):
     """G = ∘_i (sinh-arcsinh_i ∘ linear_i): `num_steps` linear steps, each followed (if nonlinear) by an
     element-wise sinh-arcsinh step with per-channel parameters (identity at initialisation)."""
 
-    def __init__(self, dim: int, num_steps: int, nonlinear: bool, init: str, generator=None):
+    def __init__(self, dim: int, num_steps: int, nonlinear: bool, init: str, generator=None,
+                 dtype: torch.dtype = torch.float64):
         super().__init__()
         if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
             raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}")
-        self.linear = nn.ModuleList([LULinear(dim, init=init, generator=generator) for _ in range(num_steps)])
-        self.elementwise = nn.ModuleList([SinhArcsinh(param_shape=(dim,)) for _ in range(num_steps)]) if nonlinear \
-            else nn.ModuleList()
+        self.linear = nn.ModuleList([LULinear(dim, init=init, generator=generator, dtype=dtype)
+                                     for _ in range(num_steps)])
+        # identity-initialised (no draws), so the cast to `dtype` is exact
+        self.elementwise = nn.ModuleList([SinhArcsinh(param_shape=(dim,)).to(dtype) for _ in range(num_steps)]) \
+            if nonlinear else nn.ModuleList()
 
     def forward(self, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(G(v), log|det dG/dv| per sample [S]) for v [S, ..., dim]."""
@@ -166,6 +170,11 @@ def _check_layers(layers) -> tuple[list[int], list[int], int]:
     return dims, in_dims, ms.pop()
 
 
+def _layers_dtype(layers) -> torch.dtype:
+    """The dtype of the layers' inducing inputs: the flow's parameters are built in it."""
+    return next(iter(layers)).gp.inducing_points.dtype
+
+
 class _BaseNet(nn.Module):
     """φ(z) = W₂ LeakyReLU(W₁ z + b₁) / H + b₂: the two-layer network of eq. 9 with H hidden units.
 
@@ -175,11 +184,19 @@ class _BaseNet(nn.Module):
     parameter would.
     """
 
-    def __init__(self, d_in: int, d_out: int, hidden: int = 256):
+    def __init__(self, d_in: int, d_out: int, hidden: int = 256, generator: torch.Generator | None = None,
+                 dtype: torch.dtype = torch.float64):
         super().__init__()
-        self.hidden = nn.Linear(d_in, hidden)
-        self.readout = nn.Parameter(torch.empty(d_out, hidden).uniform_(-1.0, 1.0))
-        self.bias = nn.Parameter(torch.zeros(d_out))
+        # nn.Linear's own initialisation would draw from torch's global RNG: skip it and draw the same
+        # distributions (Kaiming-uniform weight with a = √5, uniform bias ±1/√fan_in, as nn.Linear.reset_parameters)
+        # from `generator`, in the same order, so a generator seeded like the global RNG gives the same network
+        self.hidden = nn.utils.skip_init(nn.Linear, d_in, hidden, dtype=dtype)
+        with torch.no_grad():
+            nn.init.kaiming_uniform_(self.hidden.weight, a=math.sqrt(5), generator=generator)
+            bound = 1.0 / math.sqrt(d_in) if d_in > 0 else 0.0
+            self.hidden.bias.uniform_(-bound, bound, generator=generator)
+        self.readout = nn.Parameter(torch.empty(d_out, hidden, dtype=dtype).uniform_(-1.0, 1.0, generator=generator))
+        self.bias = nn.Parameter(torch.zeros(d_out, dtype=dtype))
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         h = F.leaky_relu(self.hidden(z))
@@ -196,32 +213,36 @@ class ConvolutionalFlowPosterior(nn.Module):
         hidden: width of the two-layer networks φ_ℓ (paper: 256).
         scale_init: initial base σ (√q_var_init, matching the Gaussian posterior's S = 1e-5 I).
         w_init: "identity" or "orthogonal" for the convolution kernels.
+        generator: RNG of the networks' and the orthogonal kernels' initialisation (torch's global RNG when None).
         base: "network" (the paper's eq. 9: [μ_ℓ, σ_ℓ] = φ_ℓ(Z_ℓ)) or "free" (an ablation: μ and σ are free
             [M, Σd_ℓ] parameters, as in the layer-wise flow; the flow steps are the same).
+        Parameters take the dtype of the layers' inducing inputs.
     """
 
     def __init__(self, layers: Sequence[nn.Module], num_steps: int = 2, nonlinear: bool = True, hidden: int = 256,
                  scale_init: float = math.sqrt(1e-5), w_init: str = "identity", generator=None,
                  base: str = "network"):
         super().__init__()
+        layers = list(layers)
         self.dims, in_dims, self.num_inducing = _check_layers(layers)
         if not scale_init > 0:
             raise ValueError(f"scale_init must be > 0, got {scale_init}")
         if base not in FLOW_BASES:
             raise ValueError(f"base must be 'network' (eq. 9) or 'free', got {base!r}")
         self.base_kind = base
+        dtype = _layers_dtype(layers)
         if base == "network":
-            self.nets = nn.ModuleList([_BaseNet(d_in, 2 * d_out, hidden) for d_in, d_out in zip(in_dims, self.dims)])
+            self.nets = nn.ModuleList([_BaseNet(d_in, 2 * d_out, hidden, generator, dtype)
+                                       for d_in, d_out in zip(in_dims, self.dims)])
             with torch.no_grad():  # start near μ = 0, σ = scale_init (the Gaussian posterior's initial state)
                 for net, d_out in zip(self.nets, self.dims):
                     net.bias[:d_out] = 0.0
                     net.bias[d_out:] = _inverse_softplus(scale_init)
         else:
             shape = (self.num_inducing, sum(self.dims))
-            dtype = torch.get_default_dtype()
             self.base_mean = nn.Parameter(torch.zeros(shape, dtype=dtype))
             self.base_raw_scale = nn.Parameter(torch.full(shape, _inverse_softplus(scale_init), dtype=dtype))
-        self.flow = _FlowSteps(sum(self.dims), num_steps, nonlinear, w_init, generator)
+        self.flow = _FlowSteps(sum(self.dims), num_steps, nonlinear, w_init, generator, dtype)
 
     def base(self, inducing_inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """[μ, σ] of π(V), each [M, Σd_ℓ]: layer ℓ's channels from φ_ℓ(Z_ℓ) (eq. 9), or free parameters."""
@@ -263,16 +284,18 @@ class LayerwiseFlowPosterior(nn.Module):
     def __init__(self, layers: Sequence[nn.Module], num_steps: int = 2, nonlinear: bool = True,
                  scale_init: float = math.sqrt(1e-5), w_init: str = "identity", generator=None):
         super().__init__()
+        layers = list(layers)
         self.dims, _, self.num_inducing = _check_layers(layers)
         if not scale_init > 0:
             raise ValueError(f"scale_init must be > 0, got {scale_init}")
         m = self.num_inducing
-        dtype = torch.get_default_dtype()
+        dtype = _layers_dtype(layers)
         self.base_mean = nn.ParameterList([nn.Parameter(torch.zeros(m * d, dtype=dtype)) for d in self.dims])
         self.base_raw_scale = nn.ParameterList(
             [nn.Parameter(torch.full((m * d,), _inverse_softplus(scale_init), dtype=dtype)) for d in self.dims]
         )
-        self.flows = nn.ModuleList([_FlowSteps(m * d, num_steps, nonlinear, w_init, generator) for d in self.dims])
+        self.flows = nn.ModuleList([_FlowSteps(m * d, num_steps, nonlinear, w_init, generator, dtype)
+                                    for d in self.dims])
 
     def sample(self, num_samples: int, inducing_inputs=None, generator=None):
         """([v_ℓ [S, d_ℓ, M]], log q(V) [S]); the inducing inputs are not used by this design."""

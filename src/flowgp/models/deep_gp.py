@@ -18,6 +18,7 @@ from torch import nn
 
 from ..kernels import Kernel, Sum, White, make_kernel
 from ..likelihoods import GaussianLikelihood, Likelihood
+from ..objective import minibatch_bound
 from ..prediction import gaussian_mixture_quantiles
 from ..variational import SparseVariationalGP
 from ._checks import as_inputs, as_targets
@@ -35,7 +36,7 @@ class LinearMean(nn.Module):
 
     def __init__(self, weight: torch.Tensor, learn: bool = False):
         super().__init__()
-        weight = torch.as_tensor(weight, dtype=torch.get_default_dtype())
+        weight = _as_float_tensor(weight)
         if weight.dim() != 2:
             raise ValueError(f"weight must have shape [D_in, D_out], got {tuple(weight.shape)}")
         self.weight = nn.Parameter(weight.clone(), requires_grad=learn)
@@ -99,7 +100,7 @@ class GPLayer(nn.Module):
         jitter: float | None = None,
     ):
         super().__init__()
-        z = torch.as_tensor(inducing_points, dtype=torch.get_default_dtype())
+        z = _as_float_tensor(inducing_points)
         if isinstance(output_dim, bool) or not isinstance(output_dim, (int, np.integer)) or output_dim < 1:
             raise ValueError(f"output_dim must be a positive integer, got {output_dim!r}")
         if z.dim() not in (2, 3):
@@ -141,20 +142,15 @@ class GPLayer(nn.Module):
         return self.gp.kl_divergence()
 
     def conditional(self, x: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Marginals of p(f(x) | v) for whitened inducing outputs v [..., D_out, M]: mean, var [..., N, D_out]."""
+        """Marginals of p(f(x) | v) for whitened inducing outputs v [..., D_out, M]: mean, var [..., N, D_out].
+
+        The variational core's `SparseVariationalGP.conditional` (TGP appendix eq. 12 with S = 0).
+        """
         if v.shape[-2:] != (self.output_dim, self.num_inducing):
             raise ValueError(
                 f"v must have shape [..., {self.output_dim}, {self.num_inducing}] (D_out, M), got {tuple(v.shape)}"
             )
-        lead, n = x.shape[:-2], x.shape[-2]
-        flat = x.reshape(-1, x.shape[-1])
-        a, _ = self.gp.projection(flat)  # [D_out, M, P]: one batch over outputs, all samples' points as columns
-        var = (self.gp.kernel.diag(flat.unsqueeze(-3)) - a.square().sum(-2)).mT.clamp_min(1e-12)  # [P, D_out]
-        a = a.reshape(a.shape[:2] + lead + (n,)).movedim(1, -2).movedim(0, -3)  # [..., D_out, M, N]
-        mean = (v.unsqueeze(-2) @ a).squeeze(-2).mT  # [..., N, D_out]
-        var = var.reshape(lead + (n, self.output_dim))
-        if self.gp.mean_function is not None:
-            mean = mean + self.gp.mean_function(x)
+        mean, var = self.gp.conditional(x, v)
         return mean, var
 
     def marginals(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -222,7 +218,9 @@ class DeepGP(nn.Module):
                     f"layers[{i}] takes {layer.input_dim} inputs but layers[{i - 1}] outputs {layers[i - 1].output_dim}"
                 )
         self.layers = nn.ModuleList(layers)
-        self.likelihood = likelihood if likelihood is not None else GaussianLikelihood(num_outputs=layers[-1].output_dim)
+        if likelihood is None:  # in the layers' dtype, whatever torch's default dtype is
+            likelihood = GaussianLikelihood(num_outputs=layers[-1].output_dim).to(layers[-1].gp.q_mu.dtype)
+        self.likelihood = likelihood
         self.posterior = posterior
         if posterior is not None:
             # q(U) comes from the flow: the layers' own Gaussian q(v) is unused, so keep it out of the optimiser
@@ -242,7 +240,11 @@ class DeepGP(nn.Module):
     def num_outputs(self) -> int:
         return self.layers[-1].output_dim
 
-    def _check(self, x, y=None):
+    def validate(self, x, y=None):
+        """x checked as [N, D] inputs (and y as [N, L] targets or [N] class labels): x, or (x, y).
+
+        Raises TypeError/ValueError naming the argument on a non-tensor, a wrong shape or non-finite values.
+        """
         x = as_inputs(x, self.input_dim)
         if y is None:
             return x
@@ -251,6 +253,8 @@ class DeepGP(nn.Module):
                 raise ValueError(f"y has {y.shape[0]} labels but x has {x.shape[0]} rows")
             return x, y
         return x, as_targets(y, x.shape[0], self.num_outputs)
+
+    _check = validate  # kept until the call sites move to `validate`
 
     # ----- sampling through the layers ---------------------------------------------------------------
     def sample_inducing(self, num_samples: int, generator=None):
@@ -283,26 +287,34 @@ class DeepGP(nn.Module):
         return outs
 
     # ----- objective ---------------------------------------------------------------------------------
+    def pointwise_expected_log_likelihood(self, y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor):
+        """E_{q(f_L(x_n) | F_{L-1})}[log p(y_n | f)] per sample and point, [S, N] or [S, N, L] (closed form
+        for a Gaussian likelihood, Gauss-Hermite otherwise)."""
+        return self.likelihood.expected_log_prob(_match_labels(y, mean), mean, var, self.quadrature_points)
+
     def expected_log_likelihood(self, y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
         """Σ_n E_{q(f_L(x_n) | F_{L-1})}[log p(y_n | f)] per sample, [S] (closed form for a Gaussian)."""
-        ell = self.likelihood.expected_log_prob(_match_labels(y, mean), mean, var, self.quadrature_points)
+        ell = self.pointwise_expected_log_likelihood(y, mean, var)
         return ell.reshape(ell.shape[0], -1).sum(-1)
 
     def elbo(self, x: torch.Tensor, y: torch.Tensor, num_data: int | None = None,
-             num_samples: int | None = None, generator=None) -> torch.Tensor:
-        """Minibatch ELBO (CNF-DGP eq. 3 / eq. 6): (N/B)·(1/S) Σ_s Σ_batch E[log p(y_n | f_L)] - KL."""
-        x, y = self._check(x, y)
-        num_data = x.shape[0] if num_data is None else int(num_data)
+             num_samples: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Minibatch ELBO (CNF-DGP eq. 3 / eq. 6): (N/B)·Σ_batch (1/S) Σ_s E[log p(y_n | f_L)] - KL.
+
+        Assembled by `flowgp.objective.minibatch_bound`; every Monte Carlo draw (hidden layers, flow q(U))
+        comes from `generator` (torch's global RNG when None).
+        """
+        x, y = self.validate(x, y)
         num_samples = self.num_samples if num_samples is None else _positive_int(num_samples, "num_samples")
         vs, kl = self.sample_inducing(num_samples, generator)
         _, mean, var = self.propagate(x, num_samples, generator, vs)[-1]
-        ell = self.expected_log_likelihood(y, mean, var).mean()
-        return ell * (num_data / x.shape[0]) - kl
+        ell = self.pointwise_expected_log_likelihood(y, mean, var).mean(0)  # [N] or [N, L]
+        return minibatch_bound(ell, [kl], num_data, x.shape[0])
 
     # ----- prediction --------------------------------------------------------------------------------
     def predict_f_samples(self, x: torch.Tensor, num_samples: int = 100, generator=None):
         """Last-layer marginals (mean, var) [S, N, L] for S samples of the hidden layers (and of q(U))."""
-        x = self._check(x)
+        x = self.validate(x)
         vs, _ = self.sample_inducing(num_samples, generator)
         _, mean, var = self.propagate(x, num_samples, generator, vs)[-1]
         return mean, var
@@ -321,7 +333,7 @@ class DeepGP(nn.Module):
 
     def log_predictive_density(self, x: torch.Tensor, y: torch.Tensor, num_samples: int = 100, generator=None):
         """log p(y* | x*) ≈ log (1/S) Σ_s p(y* | q_s(f_L)) by log-sum-exp over the S samples, [N, L] (or [N])."""
-        x, y = self._check(x, y)
+        x, y = self.validate(x, y)
         vs, _ = self.sample_inducing(num_samples, generator)
         _, mean, var = self.propagate(x, num_samples, generator, vs)[-1]
         lpd = self.likelihood.predictive_log_density(_match_labels(y, mean), mean, var, self.predict_quadrature_points)
@@ -338,9 +350,16 @@ class DeepGP(nn.Module):
 
     def sample_f(self, x: torch.Tensor, num_samples: int = 1, generator=None) -> torch.Tensor:
         """Samples of f_L(x*) [S, N, L], independent across x* (the marginal trick, not joint draws)."""
-        x = self._check(x)
+        x = self.validate(x)
         vs, _ = self.sample_inducing(num_samples, generator)
         return self.propagate(x, num_samples, generator, vs)[-1][0]
+
+
+def _as_float_tensor(value) -> torch.Tensor:
+    """A floating tensor keeps its dtype; anything else (arrays, lists, integer tensors) becomes float64."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value
+    return torch.as_tensor(value, dtype=torch.float64)
 
 
 def _positive_int(value, name: str) -> int:
@@ -386,16 +405,23 @@ def build_deep_gp(
     flow_base: str = "network",
     quadrature_points: int = 20,
     predict_quadrature_points: int = 100,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype | None = None,
+    device=None,
 ) -> DeepGP:
     """A DeepGP initialised as in Salimbeni & Deisenroth / TGP appendix B.6.
 
     Hidden layers have `hidden_width` GPs (default `hidden_layer_width(D, y_dim)`, the TGP paper's rule),
     a fixed linear mean (PCA of the propagated inputs / identity) and a White(1e-6) kernel term; the last
     layer has y_dim GPs and zero mean. Every layer has the same M inducing inputs: k-means centres of X
-    (best of `kmeans_restarts`) pushed through the preceding mean projections, so that the inducing
-    outputs of all layers stack into the M × 1 × Σd_ℓ tensor of the convolutional flow posterior.
+    (best of `kmeans_restarts`, seeded by `seed`) pushed through the preceding mean projections, so that the
+    inducing outputs of all layers stack into the M × 1 × Σd_ℓ tensor of the convolutional flow posterior.
     `posterior` is "gaussian" (DSVI), "cnf" (CNF-DGP §III) or "flow-layerwise" (the naive flow of Fig. 1);
     `flow_base` is the CNF base: "network" (eq. 9) or "free" (ablation).
+
+    Randomness (the flow posterior's networks) comes from `generator`, by default
+    `torch.Generator().manual_seed(seed)`; torch's and NumPy's global RNGs are never touched. The model is
+    built in x's dtype and moved to `dtype` / `device` at the end (default: x's).
     """
     from ..inducing import kmeans_inducing_points
     from .cnf_posterior import ConvolutionalFlowPosterior, LayerwiseFlowPosterior
@@ -407,6 +433,10 @@ def build_deep_gp(
         raise ValueError(f"posterior must be one of {POSTERIORS}, got {posterior!r}")
     if flow_base not in FLOW_BASES:
         raise ValueError(f"flow_base must be 'network' (CNF-DGP eq. 9) or 'free', got {flow_base!r}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    if generator is None:
+        generator = torch.Generator().manual_seed(int(seed))
     d = x.shape[1]
     width = hidden_layer_width(d, y_dim) if hidden_width is None else _positive_int(hidden_width, "hidden_width")
     if inducing_points is None:
@@ -431,13 +461,13 @@ def build_deep_gp(
         if not last:
             x_run, z_run = x_run @ weight, z_run @ weight
     flow = None
+    # the flow's parameters are drawn on the CPU in x's dtype (a CPU generator) and moved with the model below
     if posterior == "cnf":
         flow = ConvolutionalFlowPosterior(layers, num_steps=flow_steps, nonlinear=flow_nonlinear,
-                                          scale_init=math.sqrt(q_var_init), base=flow_base).to(device=x.device,
-                                                                                                dtype=x.dtype)
+                                          scale_init=math.sqrt(q_var_init), base=flow_base, generator=generator)
     elif posterior == "flow-layerwise":
         flow = LayerwiseFlowPosterior(layers, num_steps=flow_steps, nonlinear=flow_nonlinear,
-                                      scale_init=math.sqrt(q_var_init)).to(device=x.device, dtype=x.dtype)
+                                      scale_init=math.sqrt(q_var_init), generator=generator)
     model = DeepGP(layers, likelihood, flow, num_samples=num_samples, quadrature_points=quadrature_points,
                    predict_quadrature_points=predict_quadrature_points)
-    return model.to(device=x.device, dtype=x.dtype)
+    return model.to(device=x.device if device is None else device, dtype=x.dtype if dtype is None else dtype)

@@ -27,6 +27,7 @@ from torch import nn
 
 from ..encoders import AmortizedLatentEncoder, FreeLatent, normal_log_prob
 from ..likelihoods import GaussianLikelihood, Likelihood
+from ..objective import minibatch_bound
 from ..prediction import check_probabilities, gaussian_mixture_quantiles
 from ._checks import as_inputs, as_targets
 
@@ -77,7 +78,10 @@ class LatentDeepGP(nn.Module):
             raise TypeError(f"qz must be an AmortizedLatentEncoder or FreeLatent, got {type(qz).__name__}")
         self.layers = nn.ModuleList(layers)
         self.qz = qz
-        self.likelihood = likelihood if likelihood is not None else GaussianLikelihood(noise=0.01)
+        if likelihood is None:  # in the layers' dtype, whatever torch's default dtype is
+            dtype = next((p.dtype for p in self.layers.parameters()), torch.float64)
+            likelihood = GaussianLikelihood(noise=0.01).to(dtype)
+        self.likelihood = likelihood
         self.num_importance = check_num_importance(num_importance)
         self.gradient = check_gradient(gradient)
 
@@ -90,12 +94,18 @@ class LatentDeepGP(nn.Module):
     def amortized(self) -> bool:
         return isinstance(self.qz, AmortizedLatentEncoder)
 
-    def _check(self, x, y=None):
+    def validate(self, x, y=None):
+        """x checked as [N, D] observed inputs (and y as [N, L] targets): x, or (x, y).
+
+        Raises TypeError/ValueError naming the argument on a non-tensor, a wrong shape or non-finite values.
+        """
         x = as_inputs(x, self.layers[0].input_dim - self.latent_dim)
         if y is None:
             return x
         num_outputs = y.shape[-1] if isinstance(y, torch.Tensor) and y.dim() == 2 else 1
         return x, as_targets(y, x.shape[0], num_outputs)
+
+    _check = validate  # kept until the call sites move to `validate`
 
     # ----- forward pieces ----------------------------------------------------------------------------
     def kl_divergence(self) -> torch.Tensor:
@@ -149,33 +159,34 @@ class LatentDeepGP(nn.Module):
 
     # ----- objectives ---------------------------------------------------------------------------------
     def elbo(self, x, y, num_data: int | None = None, indices=None, num_importance: int | None = None,
-             gradient: str | None = None, num_samples: int = 1, generator=None) -> torch.Tensor:
+             gradient: str | None = None, num_samples: int = 1,
+             generator: torch.Generator | None = None) -> torch.Tensor:
         """Minibatch estimate of L_K (eq. A.9) scaled to the data set: (N/B) Σ_n mean_s log (1/K) Σ_k w - Σ KL.
 
+        The per-point term is the log-mean-weight of `iw_terms`, assembled by `flowgp.objective.minibatch_bound`.
         Its value is L_K for both estimators; its gradient w.r.t. q(z)'s parameters is REG (C.17) or DREG (D.23).
+        Every draw (z and the hidden layers) comes from `generator` (torch's global RNG when None).
         """
-        x, y = self._check(x, y)
-        num_data = x.shape[0] if num_data is None else int(num_data)
+        x, y = self.validate(x, y)
         k = self.num_importance if num_importance is None else num_importance
         terms = self.iw_terms(x, y, k, self.gradient if gradient is None else gradient, num_samples, indices,
                               generator=generator)
-        return terms.mean(0).sum() * (num_data / x.shape[0]) - self.kl_divergence()
+        return minibatch_bound(terms.mean(0), [self.kl_divergence()], num_data, x.shape[0])
 
     def plain_elbo(self, x, y, num_data: int | None = None, indices=None, num_samples: int = 1,
                    analytic_kl: bool = False, generator=None) -> torch.Tensor:
         """Standard ELBO (eq. A.3 with the last layer collapsed): E_q[log F + log p(z) - log q(z)] - Σ KL.
 
         Monte Carlo over S samples (so with the same samples it equals L_1); `analytic_kl` uses the closed-form
-        KL[q(z_n) || N(0, I)] instead of its one-sample estimate.
+        KL[q(z_n) || N(0, I)] instead of its one-sample estimate. Draws come from `generator`.
         """
-        x, y = self._check(x, y)
-        num_data = x.shape[0] if num_data is None else int(num_data)
+        x, y = self.validate(x, y)
         log_w, z = self.log_weights(x, y, 1, num_samples, indices, generator=generator)
         if analytic_kl:
             mean, std = self.q_params(x, y, indices)
             kl_z = 0.5 * (mean.square() + std.square() - 1.0 - 2.0 * std.log()).sum(-1)  # [B]
             log_w = log_w - normal_log_prob(z) + normal_log_prob(z, mean, std) - kl_z
-        return log_w.mean((0, 1)).sum() * (num_data / x.shape[0]) - self.kl_divergence()
+        return minibatch_bound(log_w.mean((0, 1)), [self.kl_divergence()], num_data, x.shape[0])
 
     # ----- prediction (z from the prior, supplement E.3) ----------------------------------------------
     def _chunk(self, num_points: int) -> int:
@@ -184,7 +195,7 @@ class LatentDeepGP(nn.Module):
 
     def prior_marginals(self, x, num_samples: int, generator=None):
         """Last-layer marginals with z ~ p(z) = N(0, I): yields (mean, var) chunks of shape [s, N, L]."""
-        x = self._check(x)
+        x = self.validate(x)
         total = _check_positive_int(num_samples, "num_samples")
         chunk = self._chunk(x.shape[0])
         done = 0
@@ -199,7 +210,7 @@ class LatentDeepGP(nn.Module):
 
         The last layer is integrated exactly (N(y; μ_s, v_s + σ²)), a lower-variance form of E.3's estimator.
         """
-        x, y = self._check(x, y)
+        x, y = self.validate(x, y)
         parts = []
         for mean, var in self.prior_marginals(x, num_samples, generator):
             parts.append(self.likelihood.predictive_log_density(y, mean, var).sum(-1))  # [s, N]
@@ -256,6 +267,9 @@ def build_latent_deep_gp(
     kmeans_restarts: int = 10,
     learn_inducing: bool = True,
     seed: int = 0,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype | None = None,
+    device=None,
 ) -> LatentDeepGP:
     """A LatentDeepGP initialised as in supplement E.2.
 
@@ -263,6 +277,10 @@ def build_latent_deep_gp(
     M ≥ N), the latent columns drawn from N(0, 1); hidden layers of `hidden_width` GPs with a fixed linear
     mean (first principal directions of the layer input, identity/zero-padded when widening); a zero-mean
     last layer; Gaussian likelihood with variance `noise` (0.01); q(z) amortized by the E.2 network or free.
+
+    Every draw (the latent columns and the encoder's Glorot initialisation) comes from `generator`, by default
+    `torch.Generator().manual_seed(seed)` (`seed` also seeds k-means); torch's and NumPy's global RNGs are
+    never touched. The model is built in x's dtype and moved to `dtype` / `device` at the end (default: x's).
     """
     from ..inducing import kmeans_inducing_points
     from .deep_gp import GPLayer, linear_mean_weight
@@ -281,7 +299,10 @@ def build_latent_deep_gp(
     hidden_width = _check_positive_int(hidden_width, "hidden_width")
     n, d = x.shape
     y_dim = y.shape[1]
-    generator = torch.Generator().manual_seed(int(seed))
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    if generator is None:
+        generator = torch.Generator().manual_seed(int(seed))
     z_x = torch.as_tensor(kmeans_inducing_points(x, min(num_inducing, n), kmeans_restarts, seed), dtype=x.dtype)
     z_lat = torch.randn((z_x.shape[0], latent_dim), dtype=x.dtype, generator=generator)
     z_run = torch.cat([z_x, z_lat], dim=1).to(x.device)
@@ -299,8 +320,8 @@ def build_latent_deep_gp(
         layers.append(layer.to(device=x.device, dtype=x.dtype))
         if not last:
             x_run, z_run = x_run @ weight, z_run @ weight
-    torch.manual_seed(int(seed))  # Glorot initialisation of the encoder
-    qz = AmortizedLatentEncoder(d, y_dim, latent_dim) if amortized else FreeLatent(n, latent_dim)
+    qz = AmortizedLatentEncoder(d, y_dim, latent_dim, generator=generator, dtype=x.dtype) if amortized \
+        else FreeLatent(n, latent_dim, dtype=x.dtype)
     likelihood = GaussianLikelihood(noise=noise, num_outputs=y_dim)
     model = LatentDeepGP(layers, qz, likelihood, num_importance=num_importance, gradient=gradient)
-    return model.to(device=x.device, dtype=x.dtype)
+    return model.to(device=x.device if device is None else device, dtype=x.dtype if dtype is None else dtype)
