@@ -144,12 +144,9 @@ class GPLayer(nn.Module):
     def conditional(self, x: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Marginals of p(f(x) | v) for whitened inducing outputs v [..., D_out, M]: mean, var [..., N, D_out].
 
-        The variational core's `SparseVariationalGP.conditional` (TGP appendix eq. 12 with S = 0).
+        The variational core's `SparseVariationalGP.conditional` (TGP appendix eq. 12 with S = 0), which also
+        checks v's shape.
         """
-        if v.shape[-2:] != (self.output_dim, self.num_inducing):
-            raise ValueError(
-                f"v must have shape [..., {self.output_dim}, {self.num_inducing}] (D_out, M), got {tuple(v.shape)}"
-            )
         mean, var = self.gp.conditional(x, v)
         return mean, var
 
