@@ -416,7 +416,7 @@ def build_deep_gp(
     `posterior` is "gaussian" (DSVI), "cnf" (CNF-DGP §III) or "flow-layerwise" (the naive flow of Fig. 1);
     `flow_base` is the CNF base: "network" (eq. 9) or "free" (ablation).
 
-    Randomness (the flow posterior's networks) comes from `generator`, by default
+    Randomness (the flow posterior's networks) comes from `generator` (a CPU generator), by default
     `torch.Generator().manual_seed(seed)`; torch's and NumPy's global RNGs are never touched. The model is
     built in x's dtype and moved to `dtype` / `device` at the end (default: x's).
     """
