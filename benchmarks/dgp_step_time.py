@@ -131,19 +131,16 @@ def synthetic(args, device, dtype):
     z = x[torch.randperm(n, generator=g)[: args.inducing].to(device)].clone()
     width = min(d, 16)
     fns = {}
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        for layers in (2, 3):
-            for post, name in (("gaussian", "dgp"), ("cnf", "cnf-dgp")):
-                model = build_deep_gp(x, 1, layers, inducing_points=z, posterior=post, hidden_width=width)
-                fns[f"{name}{layers}"] = flowgp_step(model.to(device), x, y, args.batch)
-            if not args.no_peer:
-                fns[f"gpytorch-dgp{layers}"] = gpytorch_step(x, y, z, layers, width, args.batch)
-        tgp = TGP(make_kernel("rbf", d), z, make_flow("sal"), GaussianLikelihood(0.05)).to(device, dtype)
-        fns["tgp"] = flowgp_step(tgp, x, y, args.batch)
-    finally:
-        torch.set_default_dtype(previous)
+    # models are built from float64 data (no global default dtype) and then moved to the timed dtype
+    x64, z64 = x.to(torch.float64), z.to(torch.float64)
+    for layers in (2, 3):
+        for post, name in (("gaussian", "dgp"), ("cnf", "cnf-dgp")):
+            model = build_deep_gp(x64, 1, layers, inducing_points=z64, posterior=post, hidden_width=width)
+            fns[f"{name}{layers}"] = flowgp_step(model.to(device, dtype), x, y, args.batch)
+        if not args.no_peer:
+            fns[f"gpytorch-dgp{layers}"] = gpytorch_step(x, y, z, layers, width, args.batch)
+    tgp = TGP(make_kernel("rbf", d), z64, make_flow("sal"), GaussianLikelihood(0.05)).to(device, dtype)
+    fns["tgp"] = flowgp_step(tgp, x, y, args.batch)
     med, per = interleaved(fns, args.rounds, args.steps, args.warmup, device)
     row = {"part": "synthetic", "dtype": str(dtype).replace("torch.", ""), "N": n, "D": d, "B": args.batch,
            "M": args.inducing, "hidden_width": width, "samples": 1,
@@ -173,13 +170,8 @@ def energy(args, device):
 
     xtr, ytr, xte, yte = (t.to(device) for t in _load_energy())
     z = torch.as_tensor(kmeans_inducing_points(xtr, args.inducing, 1, 0), device=device)
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        dgp = build_deep_gp(xtr, 1, 3, inducing_points=z).to(device)
-        tgp = TGP(make_kernel("rbf", xtr.shape[1]), z, make_flow("sal"), GaussianLikelihood(0.05)).to(device)
-    finally:
-        torch.set_default_dtype(previous)
+    dgp = build_deep_gp(xtr, 1, 3, inducing_points=z).to(device, torch.float64)
+    tgp = TGP(make_kernel("rbf", xtr.shape[1]), z, make_flow("sal"), GaussianLikelihood(0.05)).to(device, torch.float64)
     n = xtr.shape[0]
     train = {"dgp3": flowgp_step(dgp, xtr, ytr, n), "tgp": flowgp_step(tgp, xtr, ytr, n)}
 

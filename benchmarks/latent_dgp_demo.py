@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from flowgp import DeepGPRegressor, LatentDeepGPRegressor
+from flowgp.plotting import latent_demo_figure
 from flowgp.synthetic import make_multimodal_demo
 
 
@@ -80,28 +81,16 @@ def main(argv=None):
         print(name, json.dumps(result["models"][name]))
     result["mode2_share_of_data"] = 0.4
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     titles = {"latent_dgp2": "2-layer latent DGP (IWVI, {g}, K={k})".format(g=args.gradient.upper(),
                                                                              k=args.num_importance),
               "dsvi_dgp2": "2-layer DSVI DGP (no latent input)"}
-    for ax, name in zip(axes, models):
-        ax.scatter(x[:, 0], y, s=3, alpha=0.35, color="tab:blue", label="training data")
-        ax.scatter(np.repeat(grid[:, 0][None], draws[name].shape[0], 0).ravel(), draws[name].ravel(), s=2,
-                   alpha=0.35, color="tab:orange", label="sample_y draws")
+    panels = []
+    for name in models:
         m = result["models"][name]
-        ax.set_title(f"{titles[name]}\ntest log-lik {m['test_log_likelihood']:.3f} / point")
-        ax.set_xlabel("x")
-    axes[0].set_ylabel("y")
-    axes[0].legend(loc="upper center", markerscale=4)
-    fig.tight_layout()
+        panels.append((f"{titles[name]}\ntest log-lik {m['test_log_likelihood']:.3f} / point", draws[name]))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / "latent_dgp_demo.png", dpi=120)
+    latent_demo_figure(x[:, 0], y, grid[:, 0], panels, path=out / "latent_dgp_demo.png")
     with open(out / "latent_dgp_demo.json", "w") as fh:
         json.dump(result, fh, indent=1)
     return 0

@@ -134,3 +134,27 @@ def test_scaling_is_fitted_on_the_training_split_only(data_dir):
     # the final training ELBO in units of y, and the scale that converts it to standardised targets
     assert row["train_elbo"] == est.elbo(split.x_train, split.y_train)
     assert row["y_scale"] == est.y_scale_ > 0
+
+
+def test_named_models_live_in_one_registry_table_that_bench_report_and_cli_read():
+    from flowgp.bench.models import NamedModel, supports_task
+    from flowgp.bench.report import _deep_depth, model_order
+    from flowgp.cli import _csv_models
+    from flowgp.registry import MODELS
+
+    assert model_order()[:5] == ("svgp", "tgp", "wgp", "pe-tgp", "ba-tgp")
+    assert model_names() == [n for n in model_order() if n in model_names()]
+    assert "amogp" in MODELS and "amogp" not in model_names() and "amogp" not in _csv_models()  # needs outputs
+    tiny = get_preset("tiny")
+    MODELS.register("my-dgp7", NamedModel("my-dgp7", "DeepGPRegressor", fixed={"layers": 7}))
+    try:  # one registration reaches the bench, the report and the CLI
+        assert "my-dgp7" in model_names() and "my-dgp7" in model_order() and "my-dgp7" in _csv_models()
+        assert _deep_depth("my-dgp7") == 7 and _deep_depth("ldgp2-dreg") is None
+        est = make_estimator("my-dgp7", tiny, 5, 4, 50)
+        assert (est.layers, est.seed, est.epochs) == (7, 4, tiny.epochs_for(50))
+        assert not supports_task("my-dgp7", "classification")
+        with pytest.raises(TypeError, match="fixes layers=7"):
+            MODELS.get("my-dgp7")(layers=3)
+    finally:
+        MODELS.unregister("my-dgp7")
+    assert "my-dgp7" not in model_order()

@@ -69,3 +69,103 @@ def test_fit_takes_deep_models_and_their_options(tmp_path, capsys):
         out = tmp_path / "pred.csv"
         assert main(["predict", "--model", str(model), "--csv", str(csv), "--out", str(out)]) == 0
         assert len(out.read_text().strip().splitlines()) == 51
+
+
+def test_fit_fails_before_training_on_a_bad_out_or_device(tmp_path, capsys, monkeypatch):
+    import flowgp
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("fit must not start")
+
+    monkeypatch.setattr(flowgp.TGPRegressor, "fit", no_training)
+    csv = _sine_csv(tmp_path / "train.csv", 20, 0)
+    base = ["fit", "--csv", str(csv), "--target", "target", "--epochs", "2", "--quiet"]
+    cases = [
+        (["--out", str(tmp_path)], "is a folder"),
+        (["--out", str(csv / "m.pt")], "is a file, not a folder"),
+        (["--out", str(tmp_path / "m.pt"), "--device", "gpu7"], "is not a device"),
+        (["--out", str(tmp_path / "m.pt"), "--checkpoint", str(tmp_path)], "--checkpoint"),
+        (["--out", str(tmp_path / "m.pt"), "--layers", "3"], "does not take --layers"),
+    ]
+    import torch
+
+    if not torch.cuda.is_available():
+        cases.append((["--out", str(tmp_path / "m.pt"), "--device", "cuda"], "CUDA is not available"))
+    else:
+        cases.append((["--out", str(tmp_path / "m.pt"), "--device", f"cuda:{torch.cuda.device_count()}"],
+                      "CUDA device"))
+    for extra, message in cases:
+        assert main(base + extra) == 2, extra
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, (extra, err)
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_fit_resolves_models_and_options_through_the_registry(tmp_path, capsys, monkeypatch):
+    from dataclasses import replace
+
+    from flowgp.bench.models import NamedModel
+    from flowgp.registry import MODELS
+
+    seen = {}
+
+    class Recorder:
+        def __init__(self, flow="x", flow_init="x", kernel="rbf", num_inducing=1, epochs=1, batch_size=None, lr=0.1,
+                     seed=0, dtype="float64", device="cpu", verbose=True, checkpoint=None):
+            seen.update({k: v for k, v in locals().items() if k != "self"})
+
+        def get_params(self):
+            return {"checkpoint": None}
+
+        def fit(self, x, y):
+            raise ValueError("stop after construction")
+
+    entry = replace(MODELS.get("tgp"), name="recorder-tgp")
+    monkeypatch.setattr(NamedModel, "estimator_class", lambda self, task="regression": Recorder)
+    MODELS.register("recorder-tgp", entry)
+    try:
+        csv = _sine_csv(tmp_path / "train.csv", 20, 0)
+        ckpt = tmp_path / "run" / "fit.ckpt"
+        assert main(["fit", "--csv", str(csv), "--target", "target", "--model", "recorder-tgp", "--flow-init",
+                     "data", "--epochs", "7", "--quiet", "--checkpoint", str(ckpt), "--out", str(tmp_path / "m.pt")]) == 2
+    finally:
+        MODELS.unregister("recorder-tgp")
+    assert "stop after construction" in capsys.readouterr().err
+    # the entry's option defaults, the flags given, the shared arguments and the checkpoint path reach the estimator
+    assert seen["flow"] == "sal" and seen["flow_init"] == "data" and seen["epochs"] == 7
+    assert seen["checkpoint"] == str(ckpt) and "layers" not in seen
+
+
+def test_fit_checkpoint_resumes_an_interrupted_fit(tmp_path, monkeypatch):
+    """`flowgp fit --checkpoint` killed half-way (Ctrl-C in the 5th of 12 full-batch epochs) and run again
+    with the same command ends where the uninterrupted fit ends."""
+    import os
+    import signal
+
+    import pytest
+
+    import flowgp
+    from flowgp.models import SVGP
+
+    csv = _sine_csv(tmp_path / "train.csv", 40, 3)
+    args = ["fit", "--csv", str(csv), "--target", "target", "--model", "svgp", "--num-inducing", "6", "--quiet",
+            "--epochs", "12"]
+    ckpt = tmp_path / "fit.ckpt"
+    assert main(args + ["--out", str(tmp_path / "full.pt")]) == 0
+    original, calls = SVGP.elbo, {"n": 0}
+
+    def interrupted_elbo(self, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self, *a, **kw)
+
+    with monkeypatch.context() as m:
+        m.setattr(SVGP, "elbo", interrupted_elbo)
+        with pytest.raises(KeyboardInterrupt):
+            main(args + ["--checkpoint", str(ckpt), "--out", str(tmp_path / "resumed.pt")])
+    assert ckpt.exists() and not (tmp_path / "resumed.pt").exists()
+    assert main(args + ["--checkpoint", str(ckpt), "--out", str(tmp_path / "resumed.pt")]) == 0
+    full, resumed = flowgp.load(tmp_path / "full.pt"), flowgp.load(tmp_path / "resumed.pt")
+    for (name, a), b in zip(full.model_.state_dict().items(), resumed.model_.state_dict().values()):
+        assert (a - b).abs().max() <= 1e-10, name

@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from flowgp.diagnostics import gradient_snr, latent_gradient_samples
-from flowgp.models.latent_deep_gp import build_latent_deep_gp, train_latent_deep_gp
+from flowgp.models.latent_deep_gp import build_latent_deep_gp
 from flowgp.synthetic import make_multimodal_demo
+from flowgp.training import step_lr, train
 
 
 def _model(amortized=True, layers=1, steps=60):
@@ -15,7 +16,7 @@ def _model(amortized=True, layers=1, steps=60):
     y = torch.tensor((y - y.mean()) / y.std())[:, None]
     model = build_latent_deep_gp(x, y, layers, num_inducing=8, amortized=amortized, num_importance=5,
                                  kmeans_restarts=1)
-    train_latent_deep_gp(model, x, y, iterations=steps, lr=0.02, verbose=False)
+    train(model, x, y, steps=steps, lr=0.02, schedule=step_lr(1000, 0.98), verbose=False)
     return model, x, y
 
 
@@ -79,5 +80,5 @@ def test_gradient_snr_accepts_a_fitted_estimator():
     x, y, _ = make_multimodal_demo(50, seed=0)
     est = LatentDeepGPRegressor(layers=1, num_importance=2, num_inducing=6, epochs=3, kmeans_restarts=1,
                                 verbose=False).fit(x, y)
-    direct = gradient_snr(est.model_, est._inputs(x), est._targets(y, 50), 3, "reg", repeats=20, points=3)
+    direct = gradient_snr(est.model_, est.scaled_inputs(x), est.scaled_targets(y, 50), 3, "reg", repeats=20, points=3)
     assert gradient_snr(est, x, y, 3, "reg", repeats=20, points=3) == pytest.approx(direct)

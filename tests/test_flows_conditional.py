@@ -2,9 +2,10 @@
 import pytest
 import torch
 
-from flowgp.flows import (Affine, Compose, InputDependentFlow, SinhArcsinh, init_input_dependent, init_random,
-                          input_dependent_flows, make_flow, make_input_dependent, static_flow, weight_sampling)
+from flowgp.flows import (Affine, Compose, InputDependentFlow, SinhArcsinh, WeightSampling, input_dependent_flows,
+                          make_flow, make_input_dependent, static_flow)
 from flowgp.flows.conditional import raw_parameter_tree
+from flowgp.initialisation import init_input_dependent, init_random
 
 pytestmark = pytest.mark.usefixtures("float64_default")
 
@@ -26,15 +27,13 @@ def test_constant_network_equals_plain_flow(spec, param_shape):
     x = torch.randn(7, 3)
     f = 1.5 * torch.randn(7, 2)
     y = base(f)
-    for mode in ("eval", "sampled"):
-        ctx = weight_sampling(flow, 4) if mode == "sampled" else weight_sampling(flow, 1, sample=False)
-        with ctx:
-            g, ld = flow.forward_and_log_det(f, x)
-            torch.testing.assert_close(g, torch.broadcast_to(y, g.shape), rtol=1e-12, atol=1e-12)
-            torch.testing.assert_close(ld, torch.broadcast_to(base.log_abs_det_jacobian(f), ld.shape),
-                                       rtol=1e-12, atol=1e-12)
-            inv = flow.inverse(y, x)
-            torch.testing.assert_close(inv, torch.broadcast_to(base.inverse(y), inv.shape), rtol=1e-9, atol=1e-9)
+    for sampling in (WeightSampling(1, stochastic=False), WeightSampling(4)):
+        g, ld = flow.forward_and_log_det(f, x, sampling=sampling)
+        torch.testing.assert_close(g, torch.broadcast_to(y, g.shape), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(ld, torch.broadcast_to(base.log_abs_det_jacobian(f), ld.shape),
+                                   rtol=1e-12, atol=1e-12)
+        inv = flow.inverse(y, x, sampling=sampling)
+        torch.testing.assert_close(inv, torch.broadcast_to(base.inverse(y), inv.shape), rtol=1e-9, atol=1e-9)
 
 
 def test_parameters_follow_each_input_through_their_constraints():
@@ -62,17 +61,14 @@ def test_parameters_follow_each_input_through_their_constraints():
 def test_sampled_parameters_carry_a_leading_sample_dimension():
     flow = InputDependentFlow(make_flow("sinharcsinh", param_shape=(3,)), input_dim=2, hidden=(4,))
     x = torch.randn(6, 2)
-    with weight_sampling(flow, 5):
-        p = flow.params(x)
-        assert p["a"].shape == (5, 6, 3) and p["b"].shape == (5, 6, 3)
-        assert bool(torch.all(p["b"] > 0))
-        assert flow(torch.randn(2, 1, 6, 3), x).shape == (2, 5, 6, 3)
-    with weight_sampling(flow, 1, sample=False):
-        assert flow.params(x)["a"].shape == (6, 3)
+    p = flow.params(x, sampling=WeightSampling(5))
+    assert p["a"].shape == (5, 6, 3) and p["b"].shape == (5, 6, 3)
+    assert bool(torch.all(p["b"] > 0))
+    assert flow(torch.randn(2, 1, 6, 3), x, sampling=WeightSampling(5)).shape == (2, 5, 6, 3)
+    assert flow.params(x, sampling=WeightSampling(1, stochastic=False))["a"].shape == (6, 3)
     scalar = InputDependentFlow(make_flow("sinharcsinh"), input_dim=2)
     scalar.eval()
     assert scalar.params(x)["a"].shape == (6, 1)  # shared scalar parameters broadcast over outputs
-    assert flow._sampling is None  # the context restores the default
 
 
 def test_make_input_dependent_wraps_nonlinear_stages_and_shares_modules():
@@ -137,8 +133,7 @@ def test_bad_use_is_refused_clearly():
     with pytest.raises(ValueError, match="shape"):
         InputDependentFlow(make_flow("sal", param_shape=(2, 2)), input_dim=3)
     with pytest.raises(ValueError, match="num_samples"):
-        with weight_sampling(flow, 0):
-            pass
+        flow(torch.randn(4, 1), torch.randn(4, 3), sampling=WeightSampling(0))
     with pytest.raises(ValueError, match="x must be a 2-D tensor"):
         init_input_dependent(flow, torch.randn(5))
     with pytest.raises(ValueError, match="no input-dependent stage"):
@@ -146,7 +141,8 @@ def test_bad_use_is_refused_clearly():
 
 
 def test_warping_curves_and_plot(tmp_path):
-    from flowgp.flows.conditional import plot_warping_curves, warping_curves
+    from flowgp.flows.conditional import warping_curves
+    from flowgp.plotting import plot_warping_curves
 
     plain = _random_flow("sal", ())
     flow = make_input_dependent(plain, 2, hidden=(6,), activation="tanh", dropout=0.5)

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from flowgp.flows import init_random
+from flowgp.initialisation import init_random
 from flowgp.kernels import make_kernel
 from flowgp.likelihoods import GaussianLikelihood
 from flowgp.models import GSP, SVGP

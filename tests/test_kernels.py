@@ -439,3 +439,53 @@ def test_stationary_matches_brute_force_batched(cls, ard):
     x, z = 1e4 + _x(4, 1, 6, 3), 1e4 + _x(2, 5, 3, seed=1)
     torch.testing.assert_close(k(x, z), _brute_force(k, x, z).detach(), rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(k(x), _brute_force(k, x, x).detach(), rtol=1e-9, atol=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------------
+# names through flowgp.registry.KERNELS
+# ---------------------------------------------------------------------------------------------------
+from flowgp.kernels import RBF, Kernel, Linear  # noqa: E402
+from flowgp.registry import KERNELS  # noqa: E402
+
+
+class _Cosine(Kernel):
+    """A user's kernel: k(x, x') = cos(Σ_d (x_d - x'_d) / ℓ), unit variance (wrapped in Scale by make_kernel)."""
+
+    def __init__(self, input_dim=None, *, lengthscale=1.0, batch_shape=(), dtype=torch.float64):
+        super().__init__(input_dim, batch_shape, dtype)
+        self.raw_ell = torch.nn.Parameter(torch.as_tensor(float(lengthscale), dtype=dtype))
+
+    def _forward(self, x1, x2):
+        x2 = x1 if x2 is None else x2
+        return torch.cos((x1.sum(-1, keepdim=True) - x2.sum(-1, keepdim=True).mT) / self.raw_ell)
+
+    def _diag(self, x):
+        return x.new_ones(x.shape[:-1])
+
+
+def test_builtin_kernels_are_registered():
+    for name in KERNEL_NAMES:
+        assert name in KERNELS
+    assert KERNELS.get("se") is RBF and KERNELS.get("Squared_Exponential") is RBF
+    assert KERNELS.get("linear") is Linear
+
+
+def test_user_kernel_registered_under_a_name_works_in_specs():
+    KERNELS.register("cosine_user", _Cosine)
+    try:
+        k = make_kernel("rbf+cosine_user", 2, lengthscale=0.5, variance=2.0)
+        x = torch.randn(5, 2, dtype=torch.float64)
+        user = k.kernels[1]
+        assert isinstance(user.base, _Cosine) and user.base.raw_ell.item() == 0.5  # lengthscale passed on
+        expected = 2.0 * RBF(2, lengthscale=0.5)(x) + 2.0 * _Cosine(2, lengthscale=0.5)(x)
+        torch.testing.assert_close(k(x), expected)
+        assert k.spec == "rbf+kernel"
+    finally:
+        KERNELS.unregister("cosine_user")
+    with pytest.raises(ValueError, match="valid names"):
+        make_kernel("rbf+cosine_user", 2)
+
+
+def test_registering_a_builtin_name_is_refused():
+    with pytest.raises(ValueError, match="already registered"):
+        KERNELS.register("rbf", _Cosine)

@@ -8,9 +8,11 @@ from torch.nn import functional as F
 
 from flowgp.diagnostics import latent_gradient_samples
 from flowgp.encoders import AmortizedLatentEncoder, FreeLatent, normal_log_prob
-from flowgp.models.latent_deep_gp import LatentDeepGP, build_latent_deep_gp, train_latent_deep_gp
+from flowgp.models.latent_deep_gp import LatentDeepGP, build_latent_deep_gp
+from flowgp.optim import NaturalGradient
 from flowgp.quadrature import gauss_hermite
 from flowgp.synthetic import make_multimodal_demo
+from flowgp.training import step_lr, train
 
 
 def _data(n=60, seed=0):
@@ -25,7 +27,7 @@ def _model(layers=2, amortized=True, k=5, gradient="dreg", n=60, train_steps=0):
     model = build_latent_deep_gp(x, y, layers, num_inducing=8, amortized=amortized, num_importance=k,
                                  gradient=gradient, kmeans_restarts=1, seed=0)
     if train_steps:
-        train_latent_deep_gp(model, x, y, iterations=train_steps, lr=0.02, verbose=False)
+        train(model, x, y, steps=train_steps, lr=0.02, schedule=step_lr(1000, 0.98), verbose=False)
     return model, x, y
 
 
@@ -273,27 +275,29 @@ def test_multimodal_demo_dataset():
 def test_natgrad_step_of_one_reaches_the_optimum_of_a_conjugate_bound(float64_default):
     """With z pinned (σ at its floor) and one Gaussian layer, the bound is conjugate in q(v): a natural
     gradient step of size 1 lands on the optimum, where the gradient w.r.t. the expectation parameters vanishes."""
-    from flowgp.models.latent_deep_gp import _NaturalGradient
-
     model, x, y = _model(layers=1, amortized=False, k=1)
     with torch.no_grad():
         model.qz.raw_std.fill_(-40.0)
-    natgrad = _NaturalGradient(model, 1.0)
+    gp = model.layers[-1].gp
+    natgrad = NaturalGradient([gp], lr=1.0)
     norms = []
     for _ in range(2):
-        loss = -natgrad.objective(x, y)
+        model.zero_grad()
+        loss = -model.elbo(x, y)
         loss.backward()
-        norms.append(torch.cat([natgrad.eta1.grad.reshape(-1), natgrad.eta2.grad.reshape(-1)]).norm().item())
+        norms.append(torch.cat([gp.q_mu.grad.reshape(-1), gp.q_sqrt.grad.reshape(-1)]).norm().item())
         natgrad.step()
     assert norms[1] < 1e-5 * norms[0], norms
 
 
 def test_training_with_natgrad_improves_the_bound(float64_default):
     model, x, y = _model(layers=2, amortized=True, k=3)
-    history = train_latent_deep_gp(model, x, y, iterations=40, lr=0.01, natgrad_lr=0.1, verbose=False)
+    natgrad = NaturalGradient([model.layers[-1].gp], lr=0.1)
+    history = train(model, x, y, steps=40, lr=0.01, natural_gradient=natgrad, schedule=step_lr(1000, 0.98),
+                    verbose=False)
     assert np.mean(history[-5:]) < np.mean(history[:5])
-    with pytest.raises(ValueError, match="natgrad_lr"):
-        train_latent_deep_gp(model, x, y, iterations=1, natgrad_lr=-1.0, verbose=False)
+    with pytest.raises(ValueError, match="lr"):
+        NaturalGradient([model.layers[-1].gp], lr=-1.0)
 
 
 # ----- estimator -------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from flowgp.likelihoods import GaussianLikelihood, Likelihood
-from flowgp.quadrature import expectation
+from flowgp.quadrature import expectation, gh_points
 
 
 def test_gaussian_closed_forms_match_quadrature():
@@ -148,3 +148,126 @@ def test_classification_likelihoods_refuse_bad_input():
         lik.log_prob(torch.tensor([0, 3]), f)
     with pytest.raises(ValueError, match="integer"):
         lik.log_prob(torch.tensor([0.5, 1.0]), f)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The flow-warped likelihood (TGP: p(y | f₀) = base(y | G(f₀)); appendix eqs. 14, 19, 20, A.3)
+# ---------------------------------------------------------------------------------------------------
+from flowgp.constraints import Positive  # noqa: E402
+from flowgp.flows import Flow, ParamSpec, make_flow, make_input_dependent  # noqa: E402
+from flowgp.likelihoods import WarpedLikelihood  # noqa: E402
+from flowgp.registry import LIKELIHOODS  # noqa: E402
+
+
+class _Cubic(Flow):
+    """A user's flow defined outside flowgp: G(f) = s + f + c f³ (c > 0), strictly increasing on the reals."""
+
+    name = "user_cubic"
+    param_specs = (ParamSpec("c", Positive(), 0.1), ParamSpec("s", None, 0.0))
+
+    def _forward(self, f, p):
+        return p["s"] + f + p["c"] * f ** 3
+
+    def _log_det(self, f, p):
+        return torch.log1p(3.0 * p["c"] * f.square())
+
+
+def _gaussian_marginals(seed=0, n=7):
+    g = torch.Generator().manual_seed(seed)
+    mean = torch.randn(n, 1, generator=g, dtype=torch.float64)
+    var = 0.05 + torch.rand(n, 1, generator=g, dtype=torch.float64)
+    y = torch.randn(n, 1, generator=g, dtype=torch.float64)
+    return mean, var, y, g
+
+
+@pytest.mark.parametrize("flow", ["sal+softplus", "user"])
+def test_warped_expected_log_prob_agrees_with_monte_carlo(flow):
+    flow = _Cubic(c=0.3, s=0.2).double() if flow == "user" else make_flow(flow).double()
+    lik = WarpedLikelihood(flow, GaussianLikelihood(0.2, dtype=torch.float64))
+    mean, var, y, g = _gaussian_marginals()
+    with torch.no_grad():
+        quad = lik.expected_log_prob(y, mean, var, num_points=40)
+        f = mean + var.sqrt() * torch.randn((200_000,) + mean.shape, generator=g, dtype=torch.float64)
+        vals = lik.base.log_prob(y, flow(f))
+        mc, se = vals.mean(0), vals.std(0) / math.sqrt(200_000)
+    assert torch.all((quad - mc).abs() < 5 * se + 1e-8), (quad - mc, se)
+    # and log_prob is the base's density at G(f)
+    torch.testing.assert_close(lik.log_prob(y, f[:3]), lik.base.log_prob(y, flow(f[:3])))
+
+
+@pytest.mark.parametrize("base", ["gaussian", "bernoulli"])
+def test_warped_affine_closed_form_equals_quadrature(base):
+    flow = make_flow("affine").double()
+    with torch.no_grad():
+        flow.raw_a.fill_(0.7)
+        flow.raw_b.fill_(0.4)
+    mean, var, y, _ = _gaussian_marginals(1)
+    if base == "bernoulli":
+        y = (y > 0).to(torch.float64)
+    make = lambda closed: WarpedLikelihood(flow, LIKELIHOODS.create(base), closed_form_affine=closed).double()
+    closed, quad = make(True), make(False)
+    with torch.no_grad():
+        torch.testing.assert_close(closed.expected_log_prob(y, mean, var, 30), quad.expected_log_prob(y, mean, var, 30),
+                                   rtol=1e-10, atol=1e-12)
+        for a, b in zip(closed.predictive_moments(mean, var, 100), quad.predictive_moments(mean, var, 100)):
+            torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+        tol = 1e-10 if base == "bernoulli" else 1e-4  # quadrature of a Gaussian density is not exact
+        torch.testing.assert_close(closed.predictive_log_density(y, mean, var, 100),
+                                   quad.predictive_log_density(y, mean, var, 100), rtol=tol, atol=tol)
+
+
+def test_warped_predictive_quantiles_invert_the_mixture_cdf():
+    flow = _Cubic(c=0.5, s=-0.1).double()
+    lik = WarpedLikelihood(flow, GaussianLikelihood(0.1, dtype=torch.float64))
+    mean, var, _, _ = _gaussian_marginals(2)
+    with torch.no_grad():
+        q = lik.predictive_quantiles(mean, var, [0.1, 0.5, 0.9], 60)
+        f, w = gh_points(mean, var, 60)
+        for i, p in enumerate((0.1, 0.5, 0.9)):
+            cdf = (w * lik.cdf(q[i], f)).sum(0)
+            torch.testing.assert_close(cdf, torch.full_like(cdf, p), rtol=0, atol=1e-9)
+        # latent quantiles are G of the Gaussian quantiles (G increasing)
+        lq = lik.latent_quantiles(mean, var, [0.5])
+        torch.testing.assert_close(lq[0], flow(mean))
+
+
+def test_warped_input_dependent_penalty_is_a_kl_term():
+    flow = make_input_dependent(make_flow("sal"), 2, hidden=(3,), bayesian="vb", dropout=0.0).double()
+    lik = WarpedLikelihood(flow, GaussianLikelihood(0.1, dtype=torch.float64), mc_samples_train=3)
+    assert lik.input_dependent and lik.accepts_inputs
+    (term,) = lik.kl_terms()
+    torch.testing.assert_close(term, flow.flows[0].network.penalty())
+    assert WarpedLikelihood("sal").kl_terms() == []
+    mean, var, y, _ = _gaussian_marginals(3)
+    x = torch.randn(mean.shape[0], 2, dtype=torch.float64)
+    lik.train()
+    assert lik.expected_log_prob(y, mean, var, 5, x=x).shape == y.shape
+    with pytest.raises(ValueError, match="needs the inputs x"):
+        lik.expected_log_prob(y, mean, var, 5)
+
+
+def test_warped_likelihood_checks_its_arguments():
+    with pytest.raises(ValueError, match="positive"):
+        WarpedLikelihood("log")
+    with pytest.raises(TypeError, match="Likelihood"):
+        WarpedLikelihood("sal", base="gaussian")
+    with pytest.raises(TypeError, match="Flow"):
+        WarpedLikelihood(3)
+    with pytest.raises(ValueError, match="mc_samples_train"):
+        WarpedLikelihood("sal", mc_samples_train=0)
+    with pytest.raises(TypeError, match="compose"):
+        WarpedLikelihood("sal", WarpedLikelihood("sal"))
+
+
+def test_likelihood_registry_and_float64_parameters():
+    assert isinstance(LIKELIHOODS.create("gaussian"), GaussianLikelihood)
+    assert isinstance(LIKELIHOODS.create("probit"), BernoulliLikelihood)
+    assert isinstance(LIKELIHOODS.create("softmax", 3), SoftmaxLikelihood)
+    assert isinstance(LIKELIHOODS.create("robustmax", 3), RobustMaxLikelihood)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:  # parameters do not follow the global default dtype
+        assert GaussianLikelihood(0.1).raw_noise.dtype == torch.float64
+    finally:
+        torch.set_default_dtype(previous)
+    assert GaussianLikelihood(0.1, dtype=torch.float32).raw_noise.dtype == torch.float32

@@ -135,7 +135,7 @@ def test_tgp_expected_log_likelihood_agrees_with_monte_carlo():
         quad = tgp.expected_log_likelihood(x, y)
         mean, var = tgp.gp.marginals(x)
         f = mean + var.sqrt() * torch.randn((200_000,) + mean.shape, generator=g)
-        vals = tgp.likelihood.log_prob(y, tgp.flow(f))
+        vals = tgp.likelihood.base.log_prob(y, tgp.flow(f))
         mc, se = vals.mean(0), vals.std(0) / math.sqrt(200_000)
     assert torch.all((quad - mc).abs() < 5 * se + 1e-8)
 
@@ -148,7 +148,7 @@ def test_tgp_predictions_agree_with_sampling():
         mean, var = tgp.predict(xs)
         q = tgp.predict_quantiles(xs, [0.05, 0.5, 0.95])
         f0 = tgp.gp.sample(xs, 200_000, generator=g)
-        ystar = tgp.likelihood.sample(tgp.flow(f0), generator=g)
+        ystar = tgp.likelihood.base.sample(tgp.flow(f0), generator=g)
     torch.testing.assert_close(mean, ystar.mean(0), rtol=0, atol=5 * (var / 200_000).sqrt().max().item())
     torch.testing.assert_close(var, ystar.var(0), rtol=0.02, atol=1e-4)
     emp = torch.quantile(ystar[:, :, 0], torch.tensor([0.05, 0.5, 0.95]), dim=0)
@@ -199,7 +199,8 @@ def test_warped_gp_with_log_flow_is_svgp_on_log_targets():
 
 
 # ---------------------------------------------------------------- input-dependent / Bayesian flows (issue 5)
-from flowgp.flows import InputDependentFlow, init_random, make_input_dependent  # noqa: E402
+from flowgp.flows import InputDependentFlow, make_input_dependent  # noqa: E402
+from flowgp.initialisation import init_random  # noqa: E402
 from flowgp.quadrature import gh_points  # noqa: E402
 
 
@@ -285,7 +286,7 @@ def test_bayesian_prediction_is_the_eq20_mixture():
     torch.testing.assert_close(lpd, torch.logsumexp(lp, 0) - math.log(3))
     with torch.no_grad():
         q = model.predict_quantiles(x, [0.3])[0]
-    noise_sd = model.likelihood.noise.sqrt()
+    noise_sd = model.likelihood.base.noise.sqrt()
     cdf = torch.stack([(w * torch.special.ndtr((q - g) / noise_sd)).sum(0) for _, _, g, w in per_draw]).mean(0)
     torch.testing.assert_close(cdf, torch.full_like(cdf, 0.3), rtol=0, atol=1e-8)
 
@@ -313,8 +314,8 @@ def test_input_dependent_ell_gradcheck_float64():
     model, x, y = _id_tgp("vb", dropout=0.0, mc_samples_train=2, quadrature_points=5)
     x, y = x[:6], y[:6]
     model.train()
-    names = ["gp.q_mu", "flow.flows.0.network.weights.0", "flow.flows.0.network.weight_raw_std.1",
-             "flow.flows.0.network.biases.1"]
+    names = ["gp.q_mu", "likelihood.flow.flows.0.network.weights.0",
+             "likelihood.flow.flows.0.network.weight_raw_std.1", "likelihood.flow.flows.0.network.biases.1"]
     params = dict(model.named_parameters())
     inputs = tuple(params[n].detach().clone().requires_grad_(True) for n in names)
 
@@ -389,3 +390,73 @@ def test_input_dependent_tgp_runs_on_cuda(bayesian, dropout):
         cpu_model.eval()
         with torch.no_grad():
             torch.testing.assert_close(model.predict(x)[0].cpu(), cpu_model.predict(x.cpu())[0])
+
+
+# ---------------------------------------------------------------- TGP = SVGP + WarpedLikelihood (issue 19)
+from flowgp.constraints import Positive  # noqa: E402
+from flowgp.flows import Flow, ParamSpec  # noqa: E402
+from flowgp.likelihoods import WarpedLikelihood  # noqa: E402
+from flowgp.training import train  # noqa: E402
+
+
+class _UserFlow(Flow):
+    """A flow class written outside flowgp: G(f) = s + f + c f³, c > 0 (strictly increasing)."""
+
+    name = "user_cubic"
+    param_specs = (ParamSpec("c", Positive(), 0.05), ParamSpec("s", None, 0.0))
+
+    def _forward(self, f, p):
+        return p["s"] + f + p["c"] * f ** 3
+
+    def _log_det(self, f, p):
+        return torch.log1p(3.0 * p["c"] * f.square())
+
+
+def test_tgp_is_svgp_with_a_warped_likelihood():
+    svgp, tgp, x, y = _pair("sal+softplus", closed_form_affine=False)
+    assert isinstance(tgp.likelihood, WarpedLikelihood) and tgp.flow is tgp.likelihood.flow
+    plain = SVGP(make_kernel("rbf", 2), x[:8].clone(), WarpedLikelihood(tgp.flow, GaussianLikelihood(0.1)))
+    plain.load_state_dict(tgp.state_dict())
+    xs = x[:6]
+    with torch.no_grad():
+        torch.testing.assert_close(plain.elbo(x, y), tgp.elbo(x, y), rtol=1e-12, atol=0)
+        for a, b in zip(plain.predict(xs), tgp.predict(xs)):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=0)
+        torch.testing.assert_close(plain.predict_quantiles(xs, [0.2]), tgp.predict_quantiles(xs, [0.2]))
+    # a state dict of the pre-WarpedLikelihood layout ("flow.*", "likelihood.raw_noise") still loads
+    legacy = {("flow." + k[len("likelihood.flow."):] if k.startswith("likelihood.flow.") else
+               "likelihood.raw_noise" if k == "likelihood.base.raw_noise" else k): v.clone() + 0.01
+              for k, v in tgp.state_dict().items()}
+    fresh = TGP(make_kernel("rbf", 2), x[:8].clone(), make_flow("sal+softplus"), GaussianLikelihood(0.1))
+    fresh.load_state_dict(legacy)  # strict: every key finds its new place
+    torch.testing.assert_close(fresh.likelihood.base.raw_noise, legacy["likelihood.raw_noise"])
+
+
+def test_user_flow_class_trains_and_predicts_in_tgp():
+    x, y, _ = _data(n=40)
+    model = TGP(make_kernel("rbf", 2), x[:8].clone(), _UserFlow(), GaussianLikelihood(0.2))
+    start = {k: v.clone() for k, v in model.likelihood.flow.state_dict().items()}
+    history = train(model, x, y, epochs=30, lr=0.02, verbose=False)
+    assert history[-1] < history[0]
+    assert any(not torch.equal(start[k], v) for k, v in model.flow.state_dict().items())  # the flow learned
+    with torch.no_grad():
+        mean, var = model.predict(x[:5])
+        q = model.predict_quantiles(x[:5], [0.05, 0.95])
+        lpd = model.log_predictive_density(x[:5], y[:5])
+    assert bool(torch.all(var > 0)) and bool(torch.all(torch.isfinite(lpd)))
+    assert bool(torch.all(q[0] < mean)) and bool(torch.all(mean < q[1]))
+    assert model.sample_f(x[:5], 2).shape == (2, 5, 1)
+
+
+def test_every_elbo_takes_a_generator_and_the_bound_is_minibatch_bound():
+    svgp, tgp, x, y = _pair("sal")
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for model in (svgp, tgp):
+            full = model.elbo(x, y, generator=g)
+            ell = model.expected_log_likelihood(x, y).sum()
+            torch.testing.assert_close(model.elbo(x[:10], y[:10], num_data=30, generator=g),
+                                       model.expected_log_likelihood(x[:10], y[:10]).sum() * 3
+                                       - model.gp.kl_divergence())
+            torch.testing.assert_close(full, ell - model.gp.kl_divergence())
+    assert svgp.validate(x) is x and svgp._check(x) is x

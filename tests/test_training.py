@@ -1,10 +1,16 @@
+import math
+
 import pytest
 import torch
 
+from flowgp.batches import ArrayBatches
+from flowgp.checkpoint import CHECKSUM_KEY, safe_load
 from flowgp.kernels import make_kernel
 from flowgp.likelihoods import GaussianLikelihood
 from flowgp.models import SVGP
-from flowgp.training import train
+from flowgp.models.deep_gp import build_deep_gp
+from flowgp.optim import NaturalGradient
+from flowgp.training import BestParameters, EarlyStop, step_lr, train
 
 pytestmark = pytest.mark.usefixtures("float64_default")
 
@@ -18,6 +24,27 @@ def _problem(n=200, noise_std=0.1, seed=0):
 
 def _model(x):
     return SVGP(make_kernel("rbf", 1), x[:15].clone(), GaussianLikelihood(0.5))
+
+
+def _deep(x):
+    return build_deep_gp(x, 1, 2, num_inducing=8, hidden_width=2, kmeans_restarts=1, num_samples=2)
+
+
+def _assert_same_parameters(a, b, tol):
+    for (na, pa), (nb, pb) in zip(a.named_parameters(), b.named_parameters()):
+        assert na == nb
+        torch.testing.assert_close(pa, pb, rtol=tol, atol=tol, msg=na)
+
+
+class _Interrupt:
+    """A callback that raises KeyboardInterrupt after step `at` (0-based), as a user's Ctrl-C would."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def __call__(self, step, loss, model):
+        if step == self.at:
+            raise KeyboardInterrupt
 
 
 def test_training_recovers_the_noise_level():
@@ -45,20 +72,227 @@ def test_minibatch_training_is_reproducible_for_a_seed():
     assert ha == hb
     for pa, pb in zip(a.parameters(), b.parameters()):
         torch.testing.assert_close(pa, pb, rtol=0, atol=0)
+    c = _model(x)
+    assert train(c, x, y, epochs=5, batch_size=32, seed=4, verbose=False) != ha
 
 
-def test_interrupted_training_resumes_to_the_same_result(tmp_path):
+def test_a_sampler_gives_the_same_run_as_tensors():
+    x, y = _problem()
+    a, b = _model(x), _model(x)
+    ha = train(a, x, y, epochs=4, batch_size=48, seed=2, verbose=False)
+    hb = train(b, ArrayBatches(x, y, 48, seed=2), epochs=4, seed=2, verbose=False)
+    assert ha == hb
+    _assert_same_parameters(a, b, 0.0)
+    with pytest.raises(ValueError, match="sampler"):
+        train(b, ArrayBatches(x, y, 48), y, epochs=1, verbose=False)
+
+
+@pytest.mark.parametrize("interrupt_at", [6, 13])  # mid-epoch (4 steps per epoch) and on an epoch's last step
+def test_interrupted_training_resumes_to_the_same_result(tmp_path, interrupt_at):
     x, y = _problem()
     reference = _model(x)
-    h_ref = train(reference, x, y, epochs=12, batch_size=64, seed=1, verbose=False)
-    resumed = _model(x)
+    h_ref = train(reference, x, y, epochs=6, batch_size=64, seed=1, verbose=False)
     ckpt = tmp_path / "run.pt"
-    train(resumed, x, y, epochs=5, batch_size=64, seed=1, verbose=False, checkpoint_path=ckpt, checkpoint_every=1)
+    with pytest.raises(KeyboardInterrupt):
+        train(_model(x), x, y, epochs=6, batch_size=64, seed=1, verbose=False, checkpoint_path=ckpt,
+              checkpoint_every=1000, callback=_Interrupt(interrupt_at))
+    state = safe_load(ckpt)
+    assert state["step"] == interrupt_at + 1
     fresh = _model(x)  # a new process would rebuild the model, then resume from the file
-    h_res = train(fresh, x, y, epochs=12, batch_size=64, seed=1, verbose=False, checkpoint_path=ckpt)
+    h_res = train(fresh, x, y, epochs=6, batch_size=64, seed=1, verbose=False, checkpoint_path=ckpt)
     assert h_res == pytest.approx(h_ref, rel=1e-12)
-    for pa, pb in zip(reference.parameters(), fresh.parameters()):
-        torch.testing.assert_close(pa, pb, rtol=1e-12, atol=1e-12)
+    _assert_same_parameters(reference, fresh, 1e-10)
+    # the finished run's file is final: calling again changes nothing
+    again = _model(x)
+    assert train(again, x, y, epochs=6, batch_size=64, seed=1, verbose=False, checkpoint_path=ckpt) == h_res
+    _assert_same_parameters(fresh, again, 0.0)
+
+
+def test_interrupted_deep_gp_with_monte_carlo_draws_resumes_exactly(tmp_path):
+    x, y = _problem(n=90)
+    kwargs = dict(epochs=4, batch_size=40, lr=0.02, seed=5, verbose=False, fix_noise_fraction=0.3,
+                  schedule=step_lr(3, 0.5))
+    reference = _deep(x)
+    h_ref = train(reference, x, y, **kwargs)
+    ckpt = tmp_path / "deep.pt"
+    with pytest.raises(KeyboardInterrupt):
+        train(_deep(x), x, y, checkpoint_path=ckpt, checkpoint_every=1, callback=_Interrupt(4), **kwargs)
+    fresh = _deep(x)
+    h_res = train(fresh, x, y, checkpoint_path=ckpt, **kwargs)
+    assert h_res == pytest.approx(h_ref, rel=1e-12)
+    _assert_same_parameters(reference, fresh, 1e-10)
+    # the draws come from the generator passed to elbo, not from the global RNG
+    other = _deep(x)
+    state = torch.get_rng_state()
+    train(other, x, y, **kwargs)
+    assert torch.equal(torch.get_rng_state(), state)
+    _assert_same_parameters(reference, other, 0.0)
+
+
+def test_resuming_refuses_a_different_batch_size_or_budget(tmp_path):
+    x, y = _problem(n=50)
+    ckpt = tmp_path / "run.pt"
+    with pytest.raises(KeyboardInterrupt):
+        train(_model(x), x, y, epochs=3, batch_size=10, verbose=False, checkpoint_path=ckpt,
+              callback=_Interrupt(2))
+    with pytest.raises(ValueError, match="batch_size=10 but this run has batch_size=20"):
+        train(_model(x), x, y, epochs=3, batch_size=20, verbose=False, checkpoint_path=ckpt)
+    with pytest.raises(ValueError, match="budget=3 but this run has budget=4"):
+        train(_model(x), x, y, epochs=4, batch_size=10, verbose=False, checkpoint_path=ckpt)
+    with pytest.raises(ValueError, match="unit"):
+        train(_model(x), x, y, steps=3, batch_size=10, verbose=False, checkpoint_path=ckpt)
+
+
+def test_checkpoint_is_a_plain_weights_only_file_and_detects_corruption(tmp_path):
+    x, y = _problem(n=30)
+    ckpt = tmp_path / "run.pt"
+    train(_model(x), x, y, epochs=2, verbose=False, checkpoint_path=ckpt)
+    raw = torch.load(ckpt, weights_only=True)
+    assert CHECKSUM_KEY in raw and raw["step"] == 2
+    raw["model"]["likelihood.raw_noise" if "likelihood.raw_noise" in raw["model"] else next(iter(raw["model"]))] += 1
+    torch.save(raw, ckpt)
+    with pytest.raises(ValueError, match="corrupted"):
+        safe_load(ckpt)
+    (tmp_path / "other.pt").write_bytes(b"")
+    torch.save({"format": "something else"}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="not a flowgp training checkpoint"):
+        train(_model(x), x, y, epochs=2, verbose=False, checkpoint_path=tmp_path / "other.pt")
+
+
+def test_steps_budget_history_and_callback_stop():
+    x, y = _problem(n=40)
+    seen = []
+
+    def callback(step, loss, model):
+        seen.append((step, loss))
+        return step == 6
+
+    history = train(_model(x), x, y, steps=20, batch_size=16, verbose=False, callback=callback)
+    assert len(history) == 7 and [s for s, _ in seen] == list(range(7))
+    assert history == pytest.approx([loss / 40 for _, loss in seen], rel=1e-14)
+
+
+def test_early_stop_on_a_plateau():
+    x, y = _problem(n=40)
+    history = train(_model(x), x, y, epochs=5000, lr=0.05, verbose=False,
+                    early_stop=EarlyStop(window=50, rel_tol=1e-3))
+    assert 50 <= len(history) < 5000 and len(history) % 50 == 0
+    long = train(_model(x), x, y, epochs=len(history) + 50, lr=0.05, verbose=False)
+    best_before, best_after = min(long[:-50]), min(long)
+    assert best_before - best_after <= 1e-3 * (abs(best_after) + 1e-8)  # no more than rel_tol was left
+    with pytest.raises(ValueError, match="window"):
+        EarlyStop(window=0)
+
+
+def test_schedule_decays_every_step_size():
+    x, y = _problem(n=20)
+    opt_rates = []
+
+    class Spy(torch.optim.SGD):
+        def step(self, closure=None):
+            opt_rates.append(self.param_groups[0]["lr"])
+            return super().step(closure)
+
+    train(_model(x), x, y, steps=7, schedule=step_lr(3, 0.5), verbose=False, optimizer=lambda p: Spy(p, lr=1e-5))
+    assert opt_rates == pytest.approx([1e-5] * 3 + [5e-6] * 3 + [2.5e-6])
+
+
+def test_lbfgs_through_a_loss_hook_and_keep_best():
+    target = torch.tensor([1.0, -2.0, 3.0])
+
+    class Quadratic(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(3))
+
+    model = Quadratic()
+
+    def loss(m, batch, num_data, generator):
+        return ((m.w - target) ** 2 * torch.tensor([1.0, 10.0, 100.0])).sum()
+
+    best = BestParameters()
+    x = torch.zeros(1, 1)
+    history = train(model, x, steps=1, loss=loss, verbose=False, keep_best=best,
+                    optimizer=lambda p: torch.optim.LBFGS(p, max_iter=50, line_search_fn="strong_wolfe",
+                                                                tolerance_grad=1e-12, tolerance_change=1e-15))
+    assert history[0] == pytest.approx(1 + 40 + 900)
+    torch.testing.assert_close(model.w.detach(), target, atol=1e-8, rtol=0)
+    assert best.loss < 1e-12
+
+
+def test_nonfinite_loss_raises_or_backs_off():
+    class Log(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.tensor(1.0))
+
+    def loss(m, batch, num_data, generator):  # minimised at w = 0.5; undefined for w <= 0
+        return m.w - 0.5 * torch.log(m.w)
+
+    x = torch.zeros(1, 1)
+    with pytest.raises(FloatingPointError, match="backoff"):
+        train(Log(), x, steps=50, lr=2.0, loss=loss, verbose=False, optimizer=lambda p: torch.optim.SGD(p, lr=2.0))
+    model = Log()
+    seen = []
+    train(model, x, steps=200, loss=loss, verbose=False, keep_best=True, nonfinite="backoff",
+          optimizer=lambda p: torch.optim.SGD(p, lr=2.0), callback=lambda s, l, m: seen.append(l))
+    assert any(not math.isfinite(v) for v in seen)  # some steps were undone
+    assert model.w.item() == pytest.approx(0.5, abs=1e-6)
+
+
+def test_model_keywords_generator_index_and_extra():
+    calls = []
+
+    class Probe(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(()))
+
+        def elbo(self, x, y, output, num_data=None, indices=None, generator=None):
+            calls.append((indices.clone(), output.clone(), generator, num_data))
+            return -(self.w - x.mean()) ** 2
+
+    x = torch.arange(10.0)[:, None]
+    sampler = ArrayBatches(x, x, 4, extra={"output": 2 * torch.arange(10)}, seed=0)
+    gen = torch.Generator().manual_seed(1)
+    train(Probe(), sampler, epochs=1, generator=gen, verbose=False)
+    assert len(calls) == 3 and all(c[2] is gen and c[3] == 10 for c in calls)
+    rows = torch.cat([c[0] for c in calls])
+    assert sorted(rows.tolist()) == list(range(10))
+    assert torch.equal(torch.cat([c[1] for c in calls]), 2 * rows)
+
+    class NoOutput(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(()))
+
+        def elbo(self, x, y, num_data=None):
+            return -self.w ** 2
+
+    with pytest.raises(TypeError, match="output"):
+        train(NoOutput(), ArrayBatches(x, x, extra={"output": x}), epochs=1, verbose=False)
+    with pytest.raises(TypeError, match="loss="):
+        train(torch.nn.Linear(1, 1), x, x, epochs=1, verbose=False)
+
+
+def test_natural_gradient_next_to_adam_excludes_its_parameters():
+    x, y = _problem(n=60)
+    model = _model(x)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    seen = {}
+
+    class Spy(torch.optim.Adam):
+        def __init__(self, params, **kw):
+            params = list(params)
+            seen["ids"] = {id(p) for p in params}
+            super().__init__(params, **kw)
+
+    natgrad = NaturalGradient([model.gp], lr=1.0)
+    history = train(model, x, y, epochs=30, verbose=False, optimizer=lambda p: Spy(p, lr=0.01),
+                    natural_gradient=natgrad)
+    assert id(model.gp.q_mu) not in seen["ids"] and id(model.gp.q_sqrt) not in seen["ids"]
+    assert history[-1] < history[0]
+    assert not torch.equal(before["gp.q_mu"], model.gp.q_mu.detach())
 
 
 def test_bad_training_arguments():
@@ -69,3 +303,14 @@ def test_bad_training_arguments():
         train(_model(x), x, y, epochs=1, fix_noise_fraction=2.0)
     with pytest.raises(ValueError, match="batch_size"):
         train(_model(x), x, y, epochs=1, batch_size=0)
+    with pytest.raises(ValueError, match="steps"):
+        train(_model(x), x, y, steps=-2)
+    with pytest.raises(ValueError, match="nonfinite"):
+        train(_model(x), x, y, epochs=1, nonfinite="ignore")
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        train(_model(x), x, y, epochs=1, checkpoint_every=0)
+    with pytest.raises(TypeError, match="optimizer"):
+        train(_model(x), x, y, epochs=1, optimizer="adam")
+    with pytest.raises(ValueError, match="L-BFGS"):
+        model = _model(x)
+        train(model, x, y, epochs=1, optimizer=torch.optim.LBFGS, natural_gradient=NaturalGradient([model.gp]))

@@ -6,6 +6,10 @@
 * "vb": mean-field Gaussian q(W) = Π N(w; μ, σ²) with reparameterised samples w = μ + σ·ε and the closed
   form KL[q(W) || p_λ(W)] for the prior p_λ(W) = N(0, λ⁻¹ I) (appendix A.3, B.6.3).
 
+Randomness is explicit: the initial weights and every stochastic pass (dropout masks, q(W) draws) come from a
+`torch.Generator` argument (None: torch's global generator, as in torch itself). Parameters are built in float64;
+`.to(dtype)` gives another precision.
+
 `penalty()` is the term the model subtracts from its ELBO: KL[q || p_λ] for "vb", and for the other two
 -log p_λ(W) up to a constant, λ/2·||W||², which is the fixed weight decay λ of appendix B.6.
 """
@@ -46,6 +50,18 @@ def gaussian_kl_to_prior(mean: Tensor, std: Tensor, prior_precision: float) -> T
     return 0.5 * (lam_var + prior_precision * mean.square() - 1.0 - torch.log(lam_var)).sum()
 
 
+def _dropout(h: Tensor, rate: float, generator) -> Tensor:
+    """Inverted dropout: h·m/(1 - rate), m ~ Bernoulli(1 - rate) element-wise (what F.dropout computes).
+
+    F.dropout takes no generator, so with one the mask is drawn explicitly; without, F.dropout is kept (the
+    same draws from torch's global generator as before).
+    """
+    if generator is None:
+        return F.dropout(h, rate, training=True)
+    keep = torch.empty_like(h).bernoulli_(1.0 - rate, generator=generator)
+    return h * keep / (1.0 - rate)
+
+
 def _check_hidden(hidden) -> tuple[int, ...]:
     if isinstance(hidden, int):
         hidden = (hidden,)
@@ -70,15 +86,16 @@ class BayesianMLP(nn.Module):
         bayesian: "point", "mc_dropout" or "vb" (module docstring).
         prior_precision: λ of p_λ(W) = N(0, λ⁻¹ I); None takes `default_prior_precision(bayesian)`.
         init_std: initial σ of q(W) for "vb".
+        generator: torch.Generator for the initial weights (nn.Linear's U(-1/√fan_in, 1/√fan_in)).
 
-    Call `net(x, num_samples=S, sample=True)` for S stochastic passes, output [S, ..., P] (fresh dropout
-    masks per sample and per row, or one Gaussian weight draw per sample shared by all rows), or
+    Call `net(x, num_samples=S, sample=True, generator=g)` for S stochastic passes, output [S, ..., P] (fresh
+    dropout masks per sample and per row, or one Gaussian weight draw per sample shared by all rows), or
     `sample=False` for the deterministic pass [..., P] (dropout off, or the mean weights μ).
     """
 
     def __init__(self, in_features: int, out_features: int, hidden: Sequence[int] = (50,), activation: str = "relu",
                  dropout: float = 0.25, bayesian: str = "mc_dropout", prior_precision: float | None = None,
-                 init_std: float = 1e-3):
+                 init_std: float = 1e-3, generator: torch.Generator | None = None):
         super().__init__()
         _check_mode(bayesian)
         for name, value in (("in_features", in_features), ("out_features", out_features)):
@@ -97,20 +114,25 @@ class BayesianMLP(nn.Module):
             raise ValueError(f"prior_precision (λ) must be a positive finite number, got {prior_precision!r}")
         if not init_std > 0:
             raise ValueError(f"init_std must be positive, got {init_std!r}")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
         self.in_features, self.out_features = int(in_features), int(out_features)
         self.hidden = hidden
         self.activation = activation
         self.dropout = float(dropout)
         self._bayesian = bayesian
         self.prior_precision = float(prior_precision)
+        self.init_std = float(init_std)
         widths = (self.in_features,) + hidden + (self.out_features,)
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
         for fan_in, fan_out in zip(widths[:-1], widths[1:]):
             # nn.Linear's default scale U(-1/√fan_in, 1/√fan_in), stored as [in, out] for batched x @ W.
             bound = 1.0 / math.sqrt(fan_in)
-            self.weights.append(nn.Parameter(torch.empty(fan_in, fan_out).uniform_(-bound, bound)))
-            self.biases.append(nn.Parameter(torch.empty(fan_out).uniform_(-bound, bound)))
+            weight = torch.empty(fan_in, fan_out, dtype=torch.float64).uniform_(-bound, bound, generator=generator)
+            bias = torch.empty(fan_out, dtype=torch.float64).uniform_(-bound, bound, generator=generator)
+            self.weights.append(nn.Parameter(weight))
+            self.biases.append(nn.Parameter(bias))
         if bayesian == "vb":
             raw = float(inv_softplus(torch.tensor(float(init_std), dtype=torch.float64)))
             self.weight_raw_std = nn.ParameterList(nn.Parameter(torch.full_like(w, raw)) for w in self.weights)
@@ -139,8 +161,18 @@ class BayesianMLP(nn.Module):
     def _stds(self):
         return ([F.softplus(r) for r in self.weight_raw_std], [F.softplus(r) for r in self.bias_raw_std])
 
-    def forward(self, x: Tensor, num_samples: int = 1, sample: bool = True) -> Tensor:
-        """[S, ..., P] from S stochastic passes (sample=True) or the deterministic pass [..., P] (sample=False)."""
+    def constructor_arguments(self) -> tuple[list, dict]:
+        """(args, kwargs) that rebuild this architecture (the weights come from the state dict)."""
+        return [self.in_features, self.out_features], {
+            "hidden": tuple(self.hidden), "activation": self.activation, "dropout": self.dropout,
+            "bayesian": self._bayesian, "prior_precision": self.prior_precision, "init_std": self.init_std}
+
+    def forward(self, x: Tensor, num_samples: int = 1, sample: bool = True,
+                generator: torch.Generator | None = None) -> Tensor:
+        """[S, ..., P] from S stochastic passes (sample=True) or the deterministic pass [..., P] (sample=False).
+
+        generator: the torch.Generator of the dropout masks / weight draws (None: torch's global one).
+        """
         if x.shape[-1] != self.in_features:
             raise ValueError(f"the network expects inputs [..., {self.in_features}], got shape {tuple(x.shape)}")
         if not sample:
@@ -151,19 +183,19 @@ class BayesianMLP(nn.Module):
         batch = x.dim() - 1  # x [..., D] -> [S, ..., D]
         xs = x.unsqueeze(0).expand((num_samples,) + x.shape)
         if self._bayesian != "vb":
-            return self._pass(xs, list(self.weights), list(self.biases), drop=self.dropout > 0)
+            return self._pass(xs, list(self.weights), list(self.biases), drop=self.dropout > 0, generator=generator)
         # Reparameterised weight draws, one per sample, shared by all rows: [S, (1,)*batch, in, out].
         w_std, b_std = self._stds()
         weights, biases = [], []
         for mu, sd in zip(self.weights, w_std):
-            eps = torch.randn((num_samples,) + mu.shape, dtype=mu.dtype, device=mu.device)
+            eps = torch.randn((num_samples,) + mu.shape, dtype=mu.dtype, device=mu.device, generator=generator)
             weights.append((mu + sd * eps).reshape((num_samples,) + (1,) * (batch - 1) + mu.shape))
         for mu, sd in zip(self.biases, b_std):
-            eps = torch.randn((num_samples,) + mu.shape, dtype=mu.dtype, device=mu.device)
+            eps = torch.randn((num_samples,) + mu.shape, dtype=mu.dtype, device=mu.device, generator=generator)
             biases.append((mu + sd * eps).reshape((num_samples,) + (1,) * batch + mu.shape))
         return self._pass(xs, weights, biases, drop=False)
 
-    def _pass(self, h: Tensor, weights, biases, drop: bool) -> Tensor:
+    def _pass(self, h: Tensor, weights, biases, drop: bool, generator=None) -> Tensor:
         act = ACTIVATIONS[self.activation]
         last = len(weights) - 1
         for i, (w, b) in enumerate(zip(weights, biases)):
@@ -171,7 +203,7 @@ class BayesianMLP(nn.Module):
             if i < last:
                 h = act(h)
                 if drop:
-                    h = F.dropout(h, self.dropout, training=True)
+                    h = _dropout(h, self.dropout, generator)
         return h
 
     # ------------------------------------------------------------------ regulariser

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import inspect
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -12,26 +14,30 @@ import numpy as np
 
 __all__ = ["main"]
 
-#: model name -> (estimator class, the model-specific keyword arguments it takes from `flowgp fit`)
-_MODELS = {
-    "svgp": ("SVGPRegressor", ()),
-    "tgp": ("TGPRegressor", ("flow", "flow_init")),
-    "wgp": ("WarpedGPRegressor", ("flow", "flow_init")),
-    "dgp": ("DeepGPRegressor", ("layers", "posterior")),
-    "ldgp": ("LatentDeepGPRegressor", ("layers", "num_importance", "gradient")),
-}
-_MODEL_SPECIFIC = {k for _, own in _MODELS.values() for k in own}
+#: `flowgp fit` flags that set a named model's options (`flowgp.registry.MODELS`), flag -> option name
+_OPTION_FLAGS = {"--flow": "flow", "--flow-init": "flow_init", "--layers": "layers", "--posterior": "posterior",
+                 "--num-importance": "num_importance", "--gradient": "gradient"}
+
+
+def _models():
+    """The named models (`flowgp.registry.MODELS`, filled by `flowgp.bench.models`)."""
+    from .bench import models  # noqa: F401  (registers the named models)
+    from .registry import MODELS
+
+    return MODELS
+
+
+def _csv_models() -> list[str]:
+    """Named models `flowgp fit` can train on a CSV file: single-output regressors."""
+    models = _models()
+    from .bench.models import is_multi_output
+
+    return [n for n in models.names() if "regression" in models.get(n).tasks and not is_multi_output(models.get(n))]
 
 
 def _estimator(name: str, **kw):
-    """The estimator for `name`, given the shared keyword arguments and whichever model-specific ones it takes."""
-    import flowgp
-
-    if name not in _MODELS:
-        raise SystemExit(f"unknown model '{name}'; choose one of {sorted(_MODELS)}")
-    cls_name, own = _MODELS[name]
-    kw = {k: v for k, v in kw.items() if k in own or k not in _MODEL_SPECIFIC}
-    return getattr(flowgp, cls_name)(**kw)
+    """The unfitted estimator registered as `name`, with the shared keyword arguments and the model's options."""
+    return _models().get(name)(**kw)
 
 
 def _evaluate(est, x_test, y_test) -> dict:
@@ -51,12 +57,8 @@ def demo(out: str = "flowgp-demo", as_json: bool = False, epochs: int = 1000, se
     As in the paper, each model is fitted from period initialisations 0.6, 0.7, ..., 1.0 and the fit with
     the best training ELBO is kept (test data are never used for the choice).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from .data import make_tanh_sine
+    from .plotting import demo_figure
 
     x, y = make_tanh_sine(150, seed=seed)
     rng = np.random.default_rng(seed + 1)
@@ -84,19 +86,11 @@ def demo(out: str = "flowgp-demo", as_json: bool = False, epochs: int = 1000, se
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     grid = np.linspace(0.0, 2.0, 400)[:, None]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=True)
-    for ax, (label, est) in zip(axes, fits.items()):
+    panels = []
+    for label, est in fits.items():
         lower, upper = est.predict_interval(grid, 0.95)
-        ax.fill_between(grid[:, 0], lower, upper, alpha=0.3, label="95% interval")
-        ax.plot(grid[:, 0], est.predict(grid), lw=2, label="predictive mean")
-        ax.scatter(x[:, 0], y, s=8, c="k", label="training data")
-        ax.set_title(label)
-        ax.set_xlabel("x")
-    axes[0].set_ylabel("y")
-    axes[0].legend(loc="lower left", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out_dir / "demo.png", dpi=110)
-    plt.close(fig)
+        panels.append((label, est.predict(grid), lower, upper))
+    demo_figure(grid[:, 0], panels, x[:, 0], y, path=out_dir / "demo.png")
     if as_json:
         for row in rows:
             print(json.dumps(row))
@@ -108,15 +102,68 @@ def demo(out: str = "flowgp-demo", as_json: bool = False, epochs: int = 1000, se
     return rows
 
 
+def _check_output_path(path, flag: str) -> None:
+    """ValueError before any work when `path` cannot be written as a file (a folder, or no writable parent)."""
+    p = Path(path).expanduser().absolute()
+    if p.is_dir():
+        raise ValueError(f"{flag} {path} is a folder; give a file path such as {Path(path) / 'model.pt'}")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise ValueError(f"{flag} {path} exists and is not writable")
+    ancestor = p.parent
+    while not ancestor.exists():  # the file's folders are created when it is written
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"{flag} {path}: {ancestor} is a file, not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path}: the folder {ancestor} is not writable")
+
+
+def _check_device(name: str) -> None:
+    """ValueError before any work when `name` is not a device torch can use here."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"--device {name!r} is not a device; use cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s) "
+                             f"(cuda:0..cuda:{torch.cuda.device_count() - 1})")
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"--device {name}: MPS is not available on this machine; use --device cpu")
+    elif device.type != "cpu":
+        raise ValueError(f"--device {name}: flowgp fits on cpu, cuda or mps")
+
+
 def _fit(args) -> None:
     from .data import load_csv
 
+    # everything that can be checked without data is checked before the data are read and the model trained
+    entry = _models().get(args.model)
+    options = {name: getattr(args, name) for name in _OPTION_FLAGS.values() if getattr(args, name) is not None}
+    # the model's own options: its estimator's parameters that its name does not fix
+    accepted = set(inspect.signature(entry.estimator_class().__init__).parameters) - set(entry.fixed)
+    foreign = [flag for flag, name in _OPTION_FLAGS.items() if name in options and name not in accepted]
+    if foreign:
+        takes = ", ".join(f for f, n in _OPTION_FLAGS.items() if n in accepted) or "none of them"
+        raise ValueError(f"--model {args.model} does not take {', '.join(foreign)} (of the model flags it takes "
+                         f"{takes})")
+    _check_output_path(args.out, "--out")
+    _check_device(args.device)
+    if args.checkpoint is not None:
+        _check_output_path(args.checkpoint, "--checkpoint")
+        if "checkpoint" not in entry.estimator_class()().get_params():
+            raise ValueError(f"--checkpoint: {entry.regressor} of this flowgp version cannot resume a fit")
+        options["checkpoint"] = args.checkpoint
     features = args.features.split(",") if args.features else None
     x, y, names = load_csv(args.csv, args.target, features)
-    est = _estimator(args.model, flow=args.flow, flow_init=args.flow_init, layers=args.layers,
-                     posterior=args.posterior, num_importance=args.num_importance, gradient=args.gradient,
-                     kernel=args.kernel, num_inducing=args.num_inducing, epochs=args.epochs, batch_size=args.batch_size,
-                     lr=args.lr, seed=args.seed, dtype=args.dtype, device=args.device, verbose=not args.quiet)
+    est = _estimator(args.model, kernel=args.kernel, num_inducing=args.num_inducing, epochs=args.epochs,
+                     batch_size=args.batch_size, lr=args.lr, seed=args.seed, dtype=args.dtype, device=args.device,
+                     verbose=not args.quiet, **options)
     est.fit(x, y)
     est.feature_names_ = names
     path = est.save(args.out)
@@ -129,6 +176,7 @@ def _predict(args) -> None:
     from . import estimators
     from .data import load_csv
 
+    _check_output_path(args.out, "--out")
     est = estimators.load(args.model)
     meta_path = Path(str(args.model) + ".json")
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
@@ -161,15 +209,17 @@ def main(argv=None) -> int:
     p_fit.add_argument("--csv", required=True)
     p_fit.add_argument("--target", required=True, help="name of the target column")
     p_fit.add_argument("--features", default=None, help="comma-separated feature columns (default: all others)")
-    p_fit.add_argument("--model", default="tgp", choices=sorted(_MODELS))
-    p_fit.add_argument("--flow", default="sal", help="tgp/wgp: marginal flow, e.g. sal+softplus")
-    p_fit.add_argument("--flow-init", default="identity", choices=["identity", "data", "random", "none"],
-                       help="tgp/wgp: flow initialisation")
-    p_fit.add_argument("--layers", type=int, default=2, help="dgp/ldgp: number of GP layers")
-    p_fit.add_argument("--posterior", default="gaussian", choices=["gaussian", "cnf", "flow-layerwise"],
-                       help="dgp: q(U) family (DSVI Gaussian or convolutional flow)")
-    p_fit.add_argument("--num-importance", type=int, default=5, help="ldgp: importance samples K")
-    p_fit.add_argument("--gradient", default="dreg", choices=["dreg", "reg"], help="ldgp: q(z) gradient estimator")
+    p_fit.add_argument("--model", default="tgp", choices=_csv_models(), metavar="MODEL",
+                       help="a named model of flowgp.registry.MODELS: " + ", ".join(_csv_models()))
+    p_fit.add_argument("--flow", default=None, help="tgp/wgp: marginal flow, e.g. sal+softplus (default sal)")
+    p_fit.add_argument("--flow-init", default=None, choices=["identity", "data", "random", "none"],
+                       help="tgp/wgp: flow initialisation (default identity)")
+    p_fit.add_argument("--layers", type=int, default=None, help="dgp/ldgp: number of GP layers (default 2)")
+    p_fit.add_argument("--posterior", default=None, choices=["gaussian", "cnf", "flow-layerwise"],
+                       help="dgp: q(U) family, DSVI Gaussian or convolutional flow (default gaussian)")
+    p_fit.add_argument("--num-importance", type=int, default=None, help="ldgp: importance samples K (default 5)")
+    p_fit.add_argument("--gradient", default=None, choices=["dreg", "reg"],
+                       help="ldgp: q(z) gradient estimator (default dreg)")
     p_fit.add_argument("--kernel", default="rbf")
     p_fit.add_argument("--num-inducing", type=int, default=100)
     p_fit.add_argument("--epochs", type=int, default=1000)
@@ -180,6 +230,9 @@ def main(argv=None) -> int:
     p_fit.add_argument("--device", default="cpu")
     p_fit.add_argument("--quiet", action="store_true")
     p_fit.add_argument("--out", required=True, help="where to save the fitted model (.pt)")
+    p_fit.add_argument("--checkpoint", default=None, metavar="PATH",
+                       help="training checkpoint: resume from it when it exists (an interrupted fit continues "
+                            "where it stopped), written while training")
     p_pred = sub.add_parser("predict", help="predict a CSV file with a saved model")
     p_pred.add_argument("--model", required=True)
     p_pred.add_argument("--csv", required=True)

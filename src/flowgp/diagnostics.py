@@ -67,7 +67,7 @@ def latent_gradient_samples(model: LatentDeepGP, x: torch.Tensor, y: torch.Tenso
         raise ValueError(f"repeats must be an integer >= 2 (the SNR needs a standard deviation), got {repeats!r}")
     if wrt not in ("parameters", "moments"):
         raise ValueError(f"wrt must be 'parameters' or 'moments', got {wrt!r}")
-    x, y = model._check(x, y)
+    x, y = model.validate(x, y)
     idx = torch.as_tensor(indices, dtype=torch.long, device=x.device).reshape(-1)
     xb, yb = x[idx], y[idx]
     q_idx = idx if isinstance(model.qz, FreeLatent) else None
@@ -107,7 +107,7 @@ def gradient_snr(model: LatentDeepGP, X, y, num_importance: int, gradient: str, 
     from .estimators.latent import LatentDeepGPRegressor
 
     if isinstance(model, LatentDeepGPRegressor):
-        X, y, model = model._inputs(X), model._targets(y, len(X)), model.model_
+        X, y, model = model.scaled_inputs(X), model.scaled_targets(y, len(X)), model.model_
     _check_model(model)
     X = torch.as_tensor(X)
     y = torch.as_tensor(y, dtype=X.dtype)

@@ -17,6 +17,7 @@ in O(N) without forming the N x N matrix.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import re
 from typing import Iterable, Sequence
@@ -25,6 +26,7 @@ import torch
 from torch import nn
 
 from flowgp.constraints import Positive
+from flowgp.registry import KERNELS
 
 __all__ = [
     "Kernel",
@@ -595,17 +597,47 @@ class Product(_Combination):
 # factory
 # ----------------------------------------------------------------------------------------------------
 KERNEL_NAMES: tuple[str, ...] = ("rbf", "matern12", "matern32", "matern52", "periodic", "linear", "white")
-_ALIASES = {"se": "rbf", "squared_exponential": "rbf"}
-_STATIONARY = {"rbf": RBF, "matern12": Matern12, "matern32": Matern32, "matern52": Matern52, "periodic": Periodic}
 _TOKEN = re.compile(r"\s*(?:([A-Za-z_][A-Za-z0-9_]*)|([+*()]))")
+
+# the built-in names in the one name-to-class table; a user's Kernel subclass registered there
+# (`KERNELS.register("mine", MyKernel)`) works in every spec, e.g. make_kernel("rbf+mine", D)
+KERNELS.register("rbf", RBF, aliases=("se", "squared_exponential"))
+KERNELS.register("matern12", Matern12)
+KERNELS.register("matern32", Matern32)
+KERNELS.register("matern52", Matern52)
+KERNELS.register("periodic", Periodic)
+KERNELS.register("linear", Linear)
+KERNELS.register("white", White)
 
 
 def _valid_names_message() -> str:
-    aliases = ", ".join(f"{a!r} -> {c!r}" for a, c in _ALIASES.items())
+    aliases = ", ".join(f"{a!r} -> {c!r}" for a, c in KERNELS.aliases().items())
     return (
-        f"valid names: {', '.join(KERNEL_NAMES)} (aliases {aliases}), combined with '+' and '*' "
+        f"valid names: {', '.join(KERNELS.names())} (aliases {aliases}), combined with '+' and '*' "
         "('*' binds tighter; parentheses allowed), e.g. 'rbf+linear' or 'periodic*rbf'"
     )
+
+
+def _build_leaf(name: str, input_dim: int, hyperparameters: dict, common: dict) -> "Kernel":
+    """The kernel registered under `name`, given the hyperparameters its constructor accepts.
+
+    Every kernel is called as cls(input_dim, batch_shape=..., dtype=..., **h) where h holds those of
+    lengthscale / variance / period that the constructor names (so RBF gets a lengthscale, Linear a
+    variance, a user's kernel whatever it declares).
+    """
+    factory = KERNELS.get(name)
+    try:
+        accepted = inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: pass only the required arguments
+        accepted = {}
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    kwargs = dict(common)
+    kwargs.update({k: v for k, v in hyperparameters.items() if takes_any or k in accepted})
+    kernel = factory(input_dim, **kwargs)
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"kernel {name!r} is registered to {factory!r}, which returned "
+                        f"{type(kernel).__name__}, not a flowgp Kernel")
+    return kernel
 
 
 def _has_amplitude(k: Kernel) -> bool:
@@ -630,7 +662,9 @@ def make_kernel(
 ) -> Kernel:
     """Build a kernel from a name such as ``"rbf"``, ``"matern32"``, ``"rbf+linear"`` or ``"periodic*rbf"``.
 
-    Names are case-insensitive ('se' and 'squared_exponential' alias 'rbf'). Stationary kernels use ARD
+    Names are case-insensitive ('se' and 'squared_exponential' alias 'rbf') and resolved through
+    `flowgp.registry.KERNELS`, so a registered user kernel works too (it receives those of lengthscale,
+    variance and period that its constructor names, plus batch_shape and dtype). Stationary kernels use ARD
     lengthscales over ``input_dim`` features. Every additive term gets exactly one amplitude σ² =
     ``variance``: a term made only of stationary factors is wrapped in :class:`Scale`, while a term with
     a Linear or White factor uses that factor's own variance (avoiding unidentifiable duplicate scales).
@@ -669,17 +703,10 @@ def make_kernel(
         return tok
 
     def leaf(tok: str) -> Kernel:
-        canon = _ALIASES.get(tok, tok)
-        if canon in _STATIONARY:
-            kw = dict(lengthscale=lengthscale, **common)
-            if canon == "periodic":
-                kw["period"] = period
-            return _STATIONARY[canon](input_dim, **kw)
-        if canon == "linear":
-            return Linear(input_dim, variance=variance, **common)
-        if canon == "white":
-            return White(input_dim, variance=variance, **common)
-        raise ValueError(f"unknown kernel {tok!r} in {name!r}; {_valid_names_message()}")
+        if tok not in KERNELS:
+            raise ValueError(f"unknown kernel {tok!r} in {name!r}; {_valid_names_message()}")
+        hyper = {"lengthscale": lengthscale, "variance": variance, "period": period}
+        return _build_leaf(KERNELS.canonical(tok), input_dim, hyper, common)
 
     def factor() -> Kernel:
         tok = take()

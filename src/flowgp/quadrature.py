@@ -22,14 +22,25 @@ def _gh_numpy(num_points: int) -> tuple[np.ndarray, np.ndarray]:
     return x, w / math.sqrt(math.pi)
 
 
-def gauss_hermite(num_points: int, dtype=torch.float64, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Nodes z_q and normalised weights w_q with sum_q w_q h(z_q sqrt2) ~= E_{N(0,1)}[h]; returns (sqrt2*x, w)."""
-    if not isinstance(num_points, int) or num_points < 1:
-        raise ValueError(f"num_points must be a positive integer, got {num_points!r}")
+@functools.lru_cache(maxsize=256)
+def _gh_torch(num_points: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    # cached per (Q, dtype, device): building the tensors from NumPy every ELBO evaluation is per-step
+    # Python and copy overhead on the training hot path; callers never modify them in place
     x, w = _gh_numpy(num_points)
-    nodes = torch.as_tensor(x * math.sqrt(2.0), dtype=dtype, device=device)
-    weights = torch.as_tensor(w, dtype=dtype, device=device)
+    with torch.inference_mode(False):  # a cached inference tensor could not be saved for backward later
+        nodes = torch.as_tensor(x * math.sqrt(2.0), dtype=dtype, device=device)
+        weights = torch.as_tensor(w, dtype=dtype, device=device)
     return nodes, weights
+
+
+def gauss_hermite(num_points: int, dtype=torch.float64, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nodes z_q and normalised weights w_q with sum_q w_q h(z_q sqrt2) ~= E_{N(0,1)}[h]; returns (sqrt2*x, w).
+
+    The returned tensors are cached and shared: treat them as read-only.
+    """
+    if isinstance(num_points, bool) or not isinstance(num_points, int) or num_points < 1:
+        raise ValueError(f"num_points must be a positive integer, got {num_points!r}")
+    return _gh_torch(num_points, dtype, torch.device("cpu") if device is None else torch.device(device))
 
 
 def gh_points(mean: torch.Tensor, var: torch.Tensor, num_points: int) -> tuple[torch.Tensor, torch.Tensor]:

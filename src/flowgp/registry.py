@@ -45,14 +45,15 @@ class Registry:
                 raise ValueError(
                     f"{self.kind} name {name!r} is already registered ({self._describe(key)}); "
                     f"pick another name or pass overwrite=True")
-            self._aliases.pop(key, None)
-            self._entries[key] = target
-            for alias in aliases:
+            for alias in aliases:  # all checks before any change: a refused call registers nothing
                 akey = _key(alias)
                 if (akey in self._entries or akey in self._aliases) and not overwrite \
                         and self._aliases.get(akey) != key:
                     raise ValueError(f"{self.kind} alias {alias!r} is already registered")
-                self._aliases[akey] = key
+            self._aliases.pop(key, None)
+            self._entries[key] = target
+            for alias in aliases:
+                self._aliases[_key(alias)] = key
             return target
 
         return add if obj is None else add(obj)

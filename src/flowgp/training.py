@@ -1,117 +1,524 @@
-"""Adam training of any model with `elbo(x, y, num_data)`: minibatches, progress bar, noise schedule, resume.
+"""The one optimisation loop of flowgp: every fit, flow initialisation and latent-DGP run goes through `train`.
 
-The fixed-noise schedule (TGP appendix B.5) freezes the likelihood noise for the first
-`fix_noise_fraction` of the iterations, which keeps models from explaining the data as noise early on.
+`train(model, x, y)` maximises model.elbo(x_b, y_b, num_data=N) over minibatches (or minimises a `loss=` hook)
+with Adam or any torch.optim optimiser, optionally with natural-gradient steps on Gaussian q(v)
+(`flowgp.optim.NaturalGradient`, Salimbeni et al. 2018) next to it, learning-rate schedules, the fixed-noise
+schedule, early stopping on a plateau, a per-step callback, a progress bar and resumable checkpoints.
+
+- Data come from a sampler (`flowgp.batches.ArrayBatches` for tensors): the loop never sees the whole data set,
+  so a data-parallel version only wraps the sampler and the gradient reduction.
+- The fixed-noise schedule (TGP appendix B.5) freezes the likelihood noise for the first `fix_noise_fraction`
+  of the steps, which keeps models from explaining the data as noise early on.
+- Randomness: the sampler's generator (seeded with `seed`) orders the rows; a second torch.Generator (seeded
+  with seed + 1, on the data's device) is passed as `generator=` to model.elbo when its signature takes one, so
+  a fit never touches the global RNG.
+- Checkpoints (`checkpoint_path`) are atomic and checksummed (`flowgp.checkpoint`) and load with
+  weights_only=True. They hold the model, every optimiser's and scheduler's state, the sampler's state (the
+  permutation of the current epoch and the position in it), both generators' states, the history, the step
+  count and the early-stop state, so a resumed run takes exactly the steps the uninterrupted run would have
+  taken. They are written every `checkpoint_every` budget units (epochs or steps), when the run ends, and on
+  KeyboardInterrupt, always at a completed-step boundary: while a checkpointed run is in the main thread, a
+  first Ctrl-C is held until the current step is done (a second one interrupts at once, without saving).
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import math
+import signal
+import threading
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Optional
 
 import torch
 from tqdm.auto import tqdm
 
+from .batches import ArrayBatches, Batch
 from .checkpoint import atomic_save, safe_load
+from .optim import NaturalGradient
 
-__all__ = ["train"]
+__all__ = ["train", "EarlyStop", "BestParameters", "step_lr", "CHECKPOINT_FORMAT"]
+
+CHECKPOINT_FORMAT = "flowgp-training-checkpoint"
+_CHECKPOINT_VERSION = 1
+#: backoff mode gives up once a step size has been halved below this fraction of its initial value
+_MIN_LR_FRACTION = 1e-4
+
+
+@dataclass(frozen=True)
+class EarlyStop:
+    """Stop on a plateau of the history (one entry per epoch, or per step with a `steps` budget).
+
+    After every `window` entries the run stops when the best (lowest) entry improved by at most
+    rel_tol·(|best| + 1e-8) over the window (window=None: no plateau test); it also stops as soon as an entry
+    is <= `abs_tol` (when given). Skipped steps (nonfinite="backoff") add no entry.
+    """
+
+    window: Optional[int] = 100
+    rel_tol: float = 1e-3
+    abs_tol: Optional[float] = None
+
+    def __post_init__(self):
+        if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int)
+                                        or self.window < 1):
+            raise ValueError(f"EarlyStop window must be a positive integer or None, got {self.window!r}")
+        if not self.rel_tol >= 0:
+            raise ValueError(f"EarlyStop rel_tol must be non-negative, got {self.rel_tol!r}")
+
+
+class BestParameters:
+    """The lowest loss seen at an evaluated point and the trainable parameters there (`train(keep_best=...)`).
+
+    Pass the same object to several `train` calls to keep the best point across them (e.g. L-BFGS then Adam).
+    """
+
+    def __init__(self):
+        self.loss = math.inf
+        self.values: Optional[list] = None
+
+    def consider(self, value: float, params) -> bool:
+        """Remember `params` if `value` is the lowest so far; returns whether it was."""
+        if value < self.loss:
+            self.loss = float(value)
+            self.values = [p.detach().clone() for p in params]
+            return True
+        return False
+
+    @torch.no_grad()
+    def restore(self, params) -> bool:
+        """Copy the best values back into `params` (nothing when no finite loss was seen); returns whether it did."""
+        if self.values is None:
+            return False
+        for p, v in zip(params, self.values):
+            p.copy_(v)
+        return True
+
+    def state_dict(self) -> dict:
+        return {"loss": self.loss, "values": self.values}
+
+    def load_state_dict(self, state) -> None:
+        self.loss = float(state["loss"])
+        self.values = None if state["values"] is None else list(state["values"])
+
+
+def step_lr(step_size: int, gamma: float):
+    """Schedule factory for `train(schedule=...)`: multiply every step size by `gamma` every `step_size` steps
+    (torch.optim.lr_scheduler.StepLR; the DGP-IWVI supplement E.2 uses 0.98 every 1000 iterations)."""
+    if isinstance(step_size, bool) or int(step_size) != step_size or step_size < 1:
+        raise ValueError(f"step_size must be a positive integer, got {step_size!r}")
+    if not gamma > 0:
+        raise ValueError(f"gamma must be positive, got {gamma!r}")
+    return functools.partial(torch.optim.lr_scheduler.StepLR, step_size=int(step_size), gamma=float(gamma))
+
+
+class _NonFinite(Exception):
+    pass
+
+
+class _SkipStep(Exception):
+    pass
 
 
 def _noise_parameters(model):
     likelihood = getattr(model, "likelihood", None)
-    return [p for n, p in likelihood.named_parameters() if "noise" in n] if likelihood is not None else []
+    if not isinstance(likelihood, torch.nn.Module):
+        return []
+    return [p for n, p in likelihood.named_parameters() if "noise" in n]
+
+
+def _is_sampler(x) -> bool:
+    return not isinstance(x, torch.Tensor) and all(
+        hasattr(x, a) for a in ("num_data", "steps_per_epoch", "state_dict", "load_state_dict", "__iter__"))
+
+
+def _check_count(value, name: str, allow_none: bool = False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _elbo_objective(model, sampler, num_data: int, generator: torch.Generator):
+    """-model.elbo(x_b, y_b, num_data=N, ...) with the keyword arguments its signature declares."""
+    elbo = getattr(model, "elbo", None)
+    if not callable(elbo):
+        raise TypeError(f"{type(model).__name__} has no elbo(x, y, num_data) method; pass loss=callable(model, "
+                        "batch, num_data, generator) for another objective")
+    params = inspect.signature(elbo).parameters
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    pass_generator = "generator" in params
+    index_name = "indices" if "indices" in params else ("index" if "index" in params else None)
+    extra_names = list(getattr(sampler, "extra", {}) or {})
+    missing = [k for k in extra_names if k not in params and not var_kw]
+    if missing:
+        raise TypeError(f"the sampler provides {missing} but {type(model).__name__}.elbo takes no such keyword")
+
+    def objective(batch: Batch):
+        kwargs = dict(batch.extra)
+        if pass_generator:
+            kwargs["generator"] = generator
+        if index_name is not None:
+            kwargs[index_name] = batch.index
+        return -elbo(batch.x, batch.y, num_data=num_data, **kwargs)
+
+    return objective
+
+
+def _make_optimizer(optimizer, params, lr):
+    if optimizer is None:
+        return torch.optim.Adam(params, lr=lr)
+    if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
+        return optimizer(params, lr=lr)
+    if callable(optimizer):
+        opt = optimizer(params)
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise TypeError(f"optimizer factory must return a torch.optim.Optimizer, got {type(opt).__name__}")
+        return opt
+    raise TypeError("optimizer must be None (Adam), a torch.optim.Optimizer class or a factory "
+                    f"callable(params) -> Optimizer, got {type(optimizer).__name__}")
+
+
+def _grads_finite(params) -> bool:
+    return all(p.grad is None or bool(torch.all(torch.isfinite(p.grad))) for p in params)
 
 
 def train(
     model,
-    x: torch.Tensor,
-    y: torch.Tensor,
+    x,
+    y: Optional[torch.Tensor] = None,
     epochs: int = 1000,
-    batch_size: int | None = None,
+    batch_size: Optional[int] = None,
     lr: float = 0.01,
     fix_noise_fraction: float = 0.0,
     seed: int = 0,
     verbose: bool = True,
-    checkpoint_path: str | Path | None = None,
+    checkpoint_path=None,
     checkpoint_every: int = 100,
     desc: str = "training",
-) -> list[float]:
-    """Maximise model.elbo with Adam; returns the mean negative-ELBO-per-point history (one value per epoch).
+    *,
+    steps: Optional[int] = None,
+    optimizer=None,
+    natural_gradient: Optional[NaturalGradient] = None,
+    schedule: Optional[Callable] = None,
+    early_stop: Optional[EarlyStop] = None,
+    callback: Optional[Callable] = None,
+    loss: Optional[Callable] = None,
+    generator: Optional[torch.Generator] = None,
+    keep_best=False,
+    nonfinite: str = "raise",
+) -> list:
+    """Minimise -model.elbo (or `loss`) over minibatches; returns the history (see the module doc).
 
-    With `checkpoint_path`, the model, optimiser, shuffling RNG and history are saved atomically every
-    `checkpoint_every` epochs (and on interruption); a later call with the same path resumes from there.
+    Args:
+        model: an nn.Module with elbo(x, y, num_data=N, ...) (keywords `generator`, `indices`/`index` and the
+            sampler's extra names are passed when its signature declares them), or any module with `loss=`.
+        x, y: data tensors (wrapped in ArrayBatches(x, y, batch_size, seed=seed)), or x a sampler from
+            flowgp.batches (then y and batch_size must be None).
+        epochs: the budget in passes over the data, unless `steps` is given: then the budget is `steps` steps.
+        lr: step size of the default optimiser (Adam) or of an optimiser class.
+        fix_noise_fraction: the likelihood noise is frozen for this fraction of the steps (TGP appendix B.5).
+        seed: seeds the sampler's generator (seed) and the model's Monte Carlo generator (seed + 1).
+        checkpoint_path: resume from this file when it exists, write it every `checkpoint_every` epochs (or
+            steps) and at the end. A checkpoint written with another data size, batch size, budget or
+            optimiser set is refused (ValueError naming the difference).
+        desc: label of the progress bar (shown when `verbose`).
+        optimizer: None (Adam), a torch.optim.Optimizer class (built with lr=lr), or a factory
+            callable(params) -> optimiser. Closure-based optimisers (L-BFGS) are stepped with a closure.
+        natural_gradient: a flowgp.optim.NaturalGradient over some q(v); its parameters are excluded from
+            `optimizer`, and it steps after it from the same gradients.
+        schedule: callable(optimiser) -> LR scheduler, applied to every optimiser (the natural gradient's
+            step size included) and stepped after every step, e.g. step_lr(1000, 0.98).
+        early_stop: an EarlyStop on the history.
+        callback: callback(step, loss, model) after every step (step: 0-based index, loss: the step's loss
+            value, non-finite for a step skipped in backoff mode); a truthy return value stops the run.
+        loss: loss(model, batch, num_data, generator) -> scalar tensor to minimise instead of -elbo.
+        generator: the model's Monte Carlo generator (default: new, seeded with seed + 1, on the data's device).
+        keep_best: True or a BestParameters: remember the trainable parameters at the lowest loss evaluated
+            (L-BFGS line-search points included) and restore them at the end.
+        nonfinite: "raise" (FloatingPointError on a non-finite loss) or "backoff": a step whose loss or
+            gradient is not finite (or whose evaluation raises RuntimeError) is undone (back to the best point
+            with keep_best), every step size is halved, and the run stops once one falls below 1e-4 of its
+            initial value; inside an L-BFGS step such a trial point returns a large value with zero slope so
+            the line search backs off.
+
+    Returns:
+        The history: with the default objective the mean negative ELBO per data point (mean over the epoch's
+        steps divided by N), with `loss` the loss itself; one entry per epoch, or per step with `steps`.
     """
-    if not isinstance(epochs, int) or epochs < 0:
-        raise ValueError(f"epochs must be a non-negative integer, got {epochs!r}")
+    # ----- arguments -------------------------------------------------------------------------------------
+    epochs = _check_count(epochs, "epochs")
+    steps = _check_count(steps, "steps", allow_none=True)
     if not 0.0 <= fix_noise_fraction <= 1.0:
         raise ValueError(f"fix_noise_fraction must lie in [0, 1], got {fix_noise_fraction}")
-    n = x.shape[0]
-    batch = n if batch_size is None else int(batch_size)
-    if batch < 1:
-        raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
-    batch = min(batch, n)
-    steps_per_epoch = math.ceil(n / batch)
-    total_steps = epochs * steps_per_epoch
-    frozen_steps = int(round(fix_noise_fraction * total_steps))
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(params, lr=lr)
-    generator = torch.Generator().manual_seed(int(seed))
-    history: list[float] = []
-    start_epoch = 0
-    if checkpoint_path is not None and Path(checkpoint_path).exists():
-        state = safe_load(checkpoint_path, map_location=x.device)
+    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be a positive integer, got {checkpoint_every!r}")
+    if nonfinite not in ("raise", "backoff"):
+        raise ValueError(f"nonfinite must be 'raise' or 'backoff', got {nonfinite!r}")
+    if early_stop is not None and not isinstance(early_stop, EarlyStop):
+        raise TypeError(f"early_stop must be a flowgp.training.EarlyStop, got {type(early_stop).__name__}")
+    if natural_gradient is not None and not isinstance(natural_gradient, NaturalGradient):
+        raise TypeError("natural_gradient must be a flowgp.optim.NaturalGradient, got "
+                        f"{type(natural_gradient).__name__}")
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable(step, loss, model), got {type(callback).__name__}")
+    if loss is not None and not callable(loss):
+        raise TypeError(f"loss must be callable(model, batch, num_data, generator), got {type(loss).__name__}")
+    if _is_sampler(x):
+        if y is not None or batch_size is not None:
+            raise ValueError("x is a sampler: leave y and batch_size to it (pass y=None, batch_size=None)")
+        sampler = x
+    else:
+        sampler = ArrayBatches(x, y, batch_size, seed=seed)
+    backoff = nonfinite == "backoff"
+    n = int(sampler.num_data)
+    per_epoch = int(sampler.steps_per_epoch)
+    unit, budget = ("steps", steps) if steps is not None else ("epochs", epochs)
+    total = budget if unit == "steps" else budget * per_epoch
+    frozen_steps = int(round(fix_noise_fraction * total))
+
+    # ----- optimisers ------------------------------------------------------------------------------------
+    natgrad_ids = set()
+    if natural_gradient is not None:
+        natgrad_ids = {id(p) for g in natural_gradient.param_groups for p in g["params"]}
+    tracked = [p for p in model.parameters() if p.requires_grad]
+    params = [p for p in tracked if id(p) not in natgrad_ids]
+    if not tracked:
+        raise ValueError(f"{type(model).__name__} has no trainable parameters (all have requires_grad=False)")
+    main = _make_optimizer(optimizer, params, lr) if params else None
+    needs_closure = isinstance(main, torch.optim.LBFGS)
+    if needs_closure and natural_gradient is not None:
+        raise ValueError("natural_gradient works next to single-evaluation optimisers (Adam, SGD, ...); L-BFGS "
+                         "re-evaluates the loss and would leave it gradients of another point")
+    optimizers = [o for o in (main, natural_gradient) if o is not None]
+    schedulers = [schedule(o) for o in optimizers] if schedule is not None else []
+    initial_lrs = [[float(g["lr"]) for g in o.param_groups] for o in optimizers]
+
+    if generator is None:
+        generator = torch.Generator(device=getattr(sampler, "device", "cpu")).manual_seed(int(seed) + 1)
+    if loss is None:
+        objective = _elbo_objective(model, sampler, n, generator)
+        scale = float(n)
+    else:
+        def objective(batch):
+            return loss(model, batch, n, generator)
+        scale = 1.0
+    best = BestParameters() if keep_best is True else (keep_best or None)
+    if best is not None and not isinstance(best, BestParameters):
+        raise TypeError(f"keep_best must be a bool or a BestParameters, got {type(keep_best).__name__}")
+
+    config = {"num_data": n, "batch_size": int(getattr(sampler, "batch_size", -1)), "steps_per_epoch": per_epoch,
+              "unit": unit, "budget": budget, "frozen_steps": frozen_steps,
+              "optimizers": [type(o).__name__ for o in optimizers], "schedulers": len(schedulers)}
+
+    # ----- state (restored from a checkpoint when there is one) ------------------------------------------
+    history: list = []
+    step = 0
+    epoch_sum, epoch_count = 0.0, 0
+    stop = {"best": math.inf, "window_best": math.inf}
+    finished = False
+    path = None if checkpoint_path is None else Path(checkpoint_path)
+    if path is not None and path.exists():
+        state = safe_load(path, map_location=getattr(sampler, "device", "cpu"))
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"{path} is not a flowgp training checkpoint; choose another checkpoint_path")
+        for key, value in config.items():
+            saved = state["config"].get(key)
+            if saved != value:
+                raise ValueError(f"the checkpoint {path} was written with {key}={saved!r} but this run has "
+                                 f"{key}={value!r}; resume with the same data, batch size, budget and optimisers, "
+                                 "or delete the file to start afresh")
         model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        generator.set_state(state["generator"])
+        for o, s in zip(optimizers, state["optimizers"]):
+            o.load_state_dict(s)
+        for s, saved in zip(schedulers, state["schedulers"]):
+            s.load_state_dict(saved)
+        sampler.load_state_dict(state["sampler"])
+        generator.set_state(state["generator"].cpu())
         history = list(state["history"])
-        start_epoch = int(state["epoch"])
+        step = int(state["step"])
+        epoch_sum, epoch_count = float(state["epoch_sum"]), int(state["epoch_count"])
+        stop = dict(state["early_stop"])
+        initial_lrs = [list(v) for v in state["initial_lrs"]]
+        finished = bool(state["finished"])
+        if best is not None and state["best"] is not None:
+            best.load_state_dict(state["best"])
+    min_lrs = [[_MIN_LR_FRACTION * v for v in group] for group in initial_lrs]
+    penalty = 1e6 * (1.0 + abs(best.loss)) if best is not None and math.isfinite(best.loss) else 1e10
 
-    def save(epoch):
-        if checkpoint_path is not None:
-            atomic_save(
-                {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                 "generator": generator.get_state(), "history": history, "epoch": epoch},
-                checkpoint_path,
-            )
+    def save(done: bool):
+        if path is None:
+            return
+        atomic_save({
+            "format": CHECKPOINT_FORMAT, "version": _CHECKPOINT_VERSION, "config": config,
+            "model": model.state_dict(), "optimizers": [o.state_dict() for o in optimizers],
+            "schedulers": [s.state_dict() for s in schedulers], "sampler": sampler.state_dict(),
+            "generator": generator.get_state(), "history": list(history), "step": step,
+            "epoch_sum": epoch_sum, "epoch_count": epoch_count, "early_stop": dict(stop),
+            "initial_lrs": initial_lrs, "finished": done, "best": None if best is None else best.state_dict(),
+        }, path)
 
+    if finished:
+        model.eval()
+        if best is not None:
+            best.restore(tracked)
+        return history
+
+    # ----- one step --------------------------------------------------------------------------------------
+    def run_step(batch):
+        """(loss value at the step's starting point, whether the step was taken)."""
+        evaluations = [0]
+        first = [None]
+
+        def closure():
+            for o in optimizers:
+                o.zero_grad(set_to_none=True)
+            evaluations[0] += 1
+            try:
+                value = objective(batch)
+                if not bool(torch.isfinite(value)):
+                    raise _NonFinite(value.item())
+                value.backward()
+                if backoff and not _grads_finite(tracked):
+                    raise _NonFinite(value.item())
+            except _NonFinite as err:
+                if not backoff:
+                    raise FloatingPointError(
+                        f"the loss became {err.args[0]} at step {step} (epoch {step // per_epoch}); lower lr, "
+                        "use float64, or pass nonfinite='backoff' to undo such steps and halve the step size"
+                    ) from None
+                return fail()
+            except RuntimeError:
+                if not backoff:
+                    raise
+                return fail()
+            v = value.item()
+            if best is not None:
+                best.consider(v, tracked)
+            if first[0] is None:
+                first[0] = v
+            return value
+
+        def fail():
+            if evaluations[0] == 1:
+                raise _SkipStep
+            # a line-search trial outside the region where the loss is defined: a large value with zero
+            # slope makes the search back off
+            for p in tracked:
+                p.grad = torch.zeros_like(p)
+            return torch.tensor(penalty, dtype=tracked[0].dtype, device=tracked[0].device)
+
+        start = [p.detach().clone() for p in tracked] if backoff else None
+        try:
+            if main is not None:
+                main.step(closure)
+            else:
+                closure()
+            if natural_gradient is not None:
+                natural_gradient.step()
+        except (_SkipStep, RuntimeError):
+            if not backoff:
+                raise
+            with torch.no_grad():
+                if best is None or not best.restore(tracked):
+                    for p, v in zip(tracked, start):
+                        p.copy_(v)
+            for o in optimizers:
+                for g in o.param_groups:
+                    g["lr"] *= 0.5
+            return math.inf, False
+        for s in schedulers:
+            s.step()
+        return first[0], True
+
+    def lr_exhausted() -> bool:
+        return any(g["lr"] < low for o, lows in zip(optimizers, min_lrs) for g, low in zip(o.param_groups, lows))
+
+    def plateau(index: int, entry: float) -> bool:
+        stop["best"] = min(stop["best"], entry)
+        if early_stop.abs_tol is not None and entry <= early_stop.abs_tol:
+            return True
+        if early_stop.window is not None and (index + 1) % early_stop.window == 0:
+            if stop["window_best"] - stop["best"] <= early_stop.rel_tol * (abs(stop["best"]) + 1e-8):
+                return True
+            stop["window_best"] = stop["best"]
+        return False
+
+    # ----- the loop --------------------------------------------------------------------------------------
     noise_params = _noise_parameters(model)
+    pending = {"interrupt": False, "boundary": True}
+    previous_handler = None
+    if path is not None and threading.current_thread() is threading.main_thread():
+        def hold_interrupt(signum, frame):
+            if pending["interrupt"] or pending["boundary"]:
+                raise KeyboardInterrupt
+            pending["interrupt"] = True  # finish the step, save, then stop
+        previous_handler = signal.signal(signal.SIGINT, hold_interrupt)
     model.train()
-    bar = tqdm(range(start_epoch, epochs), desc=desc, disable=not verbose, leave=False)
-    epoch = start_epoch
+    done_units = step if unit == "steps" else step // per_epoch
+    bar = tqdm(total=budget, initial=done_units, desc=desc, disable=not verbose, leave=False)
+    halt = False
     try:
-        for epoch in bar:
-            order = torch.randperm(n, generator=generator).to(x.device) if batch < n else None
-            total = 0.0
-            for i in range(steps_per_epoch):
-                step = epoch * steps_per_epoch + i
+        while step < total and not halt:
+            batches = iter(sampler)
+            while True:
+                pending["boundary"] = False  # from here until the step's bookkeeping is done, state is torn
+                batch = next(batches, None)
+                if batch is None:
+                    break
                 frozen = step < frozen_steps
                 for p in noise_params:
                     p.requires_grad_(not frozen)
-                if order is None:
-                    xb, yb = x, y
-                else:
-                    idx = order[i * batch:(i + 1) * batch]
-                    xb, yb = x[idx], y[idx]
-                optimizer.zero_grad(set_to_none=True)
-                loss = -model.elbo(xb, yb, num_data=n)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(
-                        f"the ELBO became {loss.item()} at epoch {epoch}; lower lr or use float64"
-                    )
-                loss.backward()
-                optimizer.step()
-                total += loss.item()
-            history.append(total / steps_per_epoch / n)
-            if verbose:
-                bar.set_postfix(neg_elbo_per_point=f"{history[-1]:.4f}")
-            if checkpoint_path is not None and (epoch + 1) % checkpoint_every == 0:
-                save(epoch + 1)
+                value, taken = run_step(batch)
+                index = step
+                step += 1
+                entry = None
+                if taken:
+                    epoch_sum += value
+                    epoch_count += 1
+                    if unit == "steps":
+                        entry = value / scale
+                        history.append(entry)
+                epoch_end = step % per_epoch == 0
+                if unit == "epochs" and epoch_end:
+                    if epoch_count:
+                        entry = epoch_sum / epoch_count / scale
+                        history.append(entry)
+                    epoch_sum, epoch_count = 0.0, 0
+                if unit == "steps" or epoch_end:
+                    bar.update(1)
+                if entry is not None:
+                    position = len(history) - 1 if unit == "epochs" else index
+                    if early_stop is not None and plateau(position, entry):
+                        halt = True
+                    if verbose and (unit == "epochs" or index % 20 == 0):
+                        bar.set_postfix(loss=f"{entry:.4f}")
+                if backoff and not taken and lr_exhausted():
+                    halt = True
+                pending["boundary"] = True
+                if callback is not None and callback(index, value, model):
+                    halt = True
+                units = step if unit == "steps" else (step // per_epoch if epoch_end else 0)
+                if units and units % checkpoint_every == 0 and step < total and not halt:
+                    save(False)
+                if pending["interrupt"]:
+                    raise KeyboardInterrupt
+                if halt or step >= total:
+                    break
+            pending["boundary"] = True
     except KeyboardInterrupt:
-        save(epoch)
+        if pending["boundary"]:
+            save(False)
         raise
     finally:
         for p in noise_params:
             p.requires_grad_(True)
         bar.close()
-    save(epochs)
+        if previous_handler is not None:
+            signal.signal(signal.SIGINT, previous_handler)
+    if best is not None:
+        best.restore(tracked)
+    save(True)
     model.eval()
     return history

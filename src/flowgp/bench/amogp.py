@@ -19,9 +19,12 @@ import csv
 import time
 from datetime import datetime
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 
+from ..registry import MODELS
+from .models import is_multi_output  # (importing it registers the named models in MODELS)
 from .results import ResultStore, read_rows
 
 NAME = "amogp"
@@ -115,16 +118,16 @@ def pm25_data(path, start: str, days: int, site: str, holdout_hours: int):
 
 
 # ----- models ------------------------------------------------------------------------------------------------
-#: AMO-GP family: name -> (alignment, warping, trained like AMO-GP in minibatches for --epochs; else
-#: full batch for --baseline-epochs). The ablations separate the two layers and the optimisation protocol.
-AMOGP_VARIANTS = {
-    "amogp": ("gp", "gp", True),
-    "amogp-aligned": ("gp", "identity", True),
-    "amogp-warped": ("identity", "gp", True),
-    "mogp-minibatch": ("identity", "identity", True),
-    "amogp-fullbatch": ("gp", "gp", False),
-    "mogp": ("identity", "identity", False),
-}
+def _variants() -> dict:
+    """AMO-GP family of `flowgp.registry.MODELS`: name -> (alignment, warping, trained in minibatches for
+    --epochs (else full batch for --baseline-epochs)). The ablations separate the two layers and the protocol."""
+    entries = ((name, MODELS.get(name)) for name in MODELS.names())
+    return {name: (entry.fixed["alignment"], entry.fixed["warping"], getattr(entry, "meta", {}).get("minibatch", True))
+            for name, entry in entries if is_multi_output(entry)}
+
+
+#: a read-only view of the registry's AMO-GP entries (the registry is the one table)
+AMOGP_VARIANTS = MappingProxyType(_variants())
 
 
 def _minibatch(model: str) -> bool:
@@ -134,48 +137,40 @@ def _minibatch(model: str) -> bool:
 
 def _fit_eval(model, seed, train, test, target, args, lengthscale, num_inducing):
     """Fit one model and score it on `test` (rows of output `target`); returns a result dict."""
-    from ..estimators import AlignedMultiOutputGPRegressor, DeepGPRegressor, SVGPRegressor
-
     X, y, o = train
     Xt, yt, ot = test
     verbose = not args.quiet
     t0 = time.time()
+    entry = MODELS.get(model)  # ValueError naming the valid models for an unknown name
     if model in AMOGP_VARIANTS:
-        alignment, warping, minibatch = AMOGP_VARIANTS[model]
-        est = AlignedMultiOutputGPRegressor(
-            num_inducing=num_inducing, num_inducing_alignment=8, num_inducing_warping=8, alignment=alignment,
-            warping=warping, epochs=args.epochs if minibatch else args.baseline_epochs,
-            batch_size=args.batch_size if minibatch else None, lr=args.lr, seed=seed,
-            lengthscale=lengthscale, num_samples=500, verbose=verbose)
+        minibatch = AMOGP_VARIANTS[model][2]
+        est = entry(num_inducing=num_inducing, num_inducing_alignment=8, num_inducing_warping=8,
+                    epochs=args.epochs if minibatch else args.baseline_epochs,
+                    batch_size=args.batch_size if minibatch else None, lr=args.lr, seed=seed,
+                    lengthscale=lengthscale, num_samples=500, verbose=verbose)
         est.fit(X, y, o)
         mean = est.predict(Xt, ot)
         lpd = est.log_predictive_density(Xt, yt, ot, method="mc")
         lpd_gauss = est.log_predictive_density(Xt, yt, ot, method="gaussian")
         extra = {"test_ll_gaussian": float(lpd_gauss.mean()), "final_neg_elbo_per_point": est.history_[-1]}
-    else:
+    elif model in ("svgp", "dgp"):  # single-output baselines on the target output (the deep GP with 2 layers)
         sel = o == target
-        if model == "svgp":
-            est = SVGPRegressor(num_inducing=min(num_inducing * 2, int(sel.sum())), epochs=args.baseline_epochs,
-                                lr=args.lr, seed=seed, lengthscale=lengthscale, verbose=verbose, kmeans_restarts=3)
-        elif model == "dgp":
-            est = DeepGPRegressor(layers=2, num_inducing=min(num_inducing * 2, int(sel.sum())),
-                                  epochs=args.baseline_epochs, lr=args.lr, seed=seed, lengthscale=lengthscale,
-                                  verbose=verbose, kmeans_restarts=3)
-        else:
-            raise ValueError(f"unknown model {model!r}; choose from {', '.join(AMOGP_VARIANTS)}, svgp, dgp")
+        est = entry(num_inducing=min(num_inducing * 2, int(sel.sum())), epochs=args.baseline_epochs, lr=args.lr,
+                    seed=seed, lengthscale=lengthscale, verbose=verbose, kmeans_restarts=3,
+                    **({"layers": 2} if model == "dgp" else {}))
         est.fit(X[sel], y[sel])
         mean = est.predict(Xt)
         lpd = est.log_predictive_density(Xt, yt)
         extra = {}
+    else:
+        raise ValueError(f"model {model!r} is not part of this benchmark; choose from "
+                         f"{', '.join(AMOGP_VARIANTS)}, svgp, dgp")
     return est, {"rmse": float(np.sqrt(np.mean((mean - yt) ** 2))), "test_ll": float(np.mean(lpd)),
                  "train_seconds": round(time.time() - t0, 2), "n_train": int(len(y)), "n_test": int(len(yt)), **extra}
 
 
 def _plots_artificial(est, train, test, out_dir, seed):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ..plotting import amogp_alignments_figure
 
     X, y, o = train
     xm, xs = est.x_mean_, est.x_std_
@@ -188,57 +183,30 @@ def _plots_artificial(est, train, test, out_dir, seed):
     est.plot_layers(grid, path=out_dir / f"artificial_layers_seed{seed}.png", X=X, y=y, output=o,
                     true_functions=true, output_names=["output 0", "output 1", "output 2 (gap)"])
     # learned vs true alignments in the units of t (identifiable up to the shared latent's affine freedom)
-    fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
-    for d in range(3):
-        m, s = est.layers(grid, d)["alignment"]
-        ax[0].plot(grid, m, color=f"C{d}", label=f"learned a_{d}")
-        ax[0].fill_between(grid, m - 2 * s, m + 2 * s, color=f"C{d}", alpha=0.2)
-        ax[0].plot(grid, ALIGN[d](grid), "--", color=f"C{d}", label=f"true a_{d}")
-    ax[0].set_xlabel("t")
-    ax[0].legend(fontsize=7)
-    ax[0].set_title("alignments")
+    alignments = [(*est.layers(grid, d)["alignment"], ALIGN[d](grid)) for d in range(3)]
     Xt, yt, ot = test
-    mean, std = est.predict(grid[:, None], np.full(len(grid), 2), return_std=True)
-    ax[1].plot(grid, mean, label="AMO-GP")
-    ax[1].fill_between(grid, mean - 2 * std, mean + 2 * std, alpha=0.2)
-    ax[1].scatter(X[o == 2, 0], y[o == 2], s=5, c="k", label="train")
-    ax[1].scatter(Xt[:, 0], yt, s=5, c="r", label="gap (test)")
-    ax[1].axvspan(*GAP, color="0.9", zorder=0)
-    ax[1].set_title("output 2")
-    ax[1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out_dir / f"artificial_alignments_seed{seed}.png", dpi=110)
-    plt.close(fig)
+    prediction = est.predict(grid[:, None], np.full(len(grid), 2), return_std=True)
+    amogp_alignments_figure(grid, alignments, prediction, (X[o == 2, 0], y[o == 2]), (Xt[:, 0], yt), GAP,
+                            path=out_dir / f"artificial_alignments_seed{seed}.png")
 
 
 def _plot_pm25(ests, train, test, sites, target, out_dir, seed):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ..plotting import pm25_holdout_figure
 
     X, y, o = train
     Xt, yt, _ = test
     lo, hi = Xt[:, 0].min() - 72, Xt[:, 0].max() + 72
     grid = np.linspace(max(lo, 0), hi, 300)
-    fig, ax = plt.subplots(1, 1, figsize=(10, 3.5))
     sel = (o == target) & (X[:, 0] > lo) & (X[:, 0] < hi)
-    ax.scatter(X[sel, 0], y[sel], s=5, c="k", label="train")
-    ax.scatter(Xt[:, 0], yt, s=5, c="r", label="held out")
-    for i, (name, est) in enumerate(ests.items()):
+    predictions = {}
+    for name, est in ests.items():
         if name in AMOGP_VARIANTS:
-            m, s = est.predict(grid[:, None], np.full(len(grid), target), return_std=True)
+            predictions[name] = est.predict(grid[:, None], np.full(len(grid), target), return_std=True)
         else:
-            m, s = est.predict(grid[:, None], return_std=True)
-        ax.plot(grid, m, color=f"C{i}", label=name)
-        ax.fill_between(grid, m - 2 * s, m + 2 * s, color=f"C{i}", alpha=0.12)
-    ax.set_xlabel("hours since window start")
-    ax.set_ylabel("PM2.5 (µg/m³)")
-    ax.set_title(f"{sites[target]}: held-out block (seed {seed})")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out_dir / f"pm25_holdout_seed{seed}.png", dpi=110)
-    plt.close(fig)
+            predictions[name] = est.predict(grid[:, None], return_std=True)
+    pm25_holdout_figure(grid, predictions, (X[sel, 0], y[sel]), (Xt[:, 0], yt),
+                        f"{sites[target]}: held-out block (seed {seed})",
+                        path=out_dir / f"pm25_holdout_seed{seed}.png")
 
 
 def _table(rows) -> str:

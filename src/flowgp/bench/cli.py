@@ -58,13 +58,13 @@ def add_bench_parser(parser: argparse.ArgumentParser) -> None:
     for name, help_text, add_arguments, run in _subcommands():
         p = sub.add_parser(name, help=help_text, description=help_text)
         add_arguments(p)
-        p.set_defaults(_bench_run=run)
+        p.set_defaults(bench_run=run)
 
 
 def run_bench(args) -> int:
     """Dispatch parsed `flowgp bench ...` arguments; bad input gives exit code 2 and a one-line message."""
     try:
-        return int(args._bench_run(args) or 0)
+        return int(args.bench_run(args) or 0)
     except (ValueError, TypeError, FileNotFoundError) as err:
         print(f"flowgp bench {args.bench_command}: error: {err}", file=sys.stderr)
         return 2

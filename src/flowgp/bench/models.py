@@ -1,17 +1,29 @@
-"""Model name -> estimator factory for `flowgp bench` (a closed table in this module; no registry).
+"""The named models of the CLI and the bench, registered in the one table `flowgp.registry.MODELS`.
 
-Every factory has the signature ``factory(preset, num_inducing, seed, num_data, task, **options) -> estimator``
-and returns an unfitted scikit-learn style estimator from `flowgp.estimators`: for task "regression" a
-regressor (fit / predict(return_std) / predict_interval / log_predictive_density), for "classification" a
-classifier (fit / predict / predict_proba). `options` are model-specific (e.g. `flow`, `flow_init` for the
-flow models); a factory must reject options it does not understand with a TypeError.
+Every name the CLI (`flowgp fit --model`, `flowgp demo`), the benchmarks (`flowgp bench uci|timing|
+airquality|rainfall|amogp`) and the report know is one `NamedModel` entry of `MODELS`: which estimator it
+builds, the arguments the name fixes (`dgp3` fixes layers=3) and the options a caller may set with their
+defaults. What the front ends need beyond that is derived from the entry (`budget_rule`, `deep_gp_depth`,
+`is_multi_output`), never kept in a second list. Registration order is the report's column order.
 
-To add a model (issues 5-7: pe-tgp, ba-tgp, dgp2..5, cnf-dgp2..5, ldgp1..4-reg/-dreg), write a factory below
-and add one line to `_MODELS` (and to `_CLASSIFICATION` if it handles classification).
+    from flowgp.registry import MODELS
+    MODELS.get("cnf-dgp3")(num_inducing=50, epochs=10)        # an unfitted DeepGPRegressor(layers=3, ...)
+    make_estimator("tgp", get_preset("quick"), 100, 0, 500)   # the same with a bench preset's budget
+
+To add a model, register one more `NamedModel` below (or from your own code: `MODELS.register(name,
+NamedModel(...))`); the CLI, the bench and the report pick it up.
 """
 from __future__ import annotations
 
-__all__ = ["make_estimator", "model_names", "supports_task", "UCI_TGP_FLOW", "UCI_TGP_FLOW_INIT"]
+import inspect
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+from ..registry import MODELS
+
+__all__ = ["NamedModel", "make_estimator", "model_names", "supports_task", "budget_rule", "deep_gp_depth",
+           "is_multi_output", "UCI_TGP_FLOW", "UCI_TGP_FLOW_INIT"]
 
 # Appendix B.6 selects a flow per dataset on validation splits; the selected flows are not listed, so
 # without that search the UCI default is one SAL flow (Table 1) initialised near identity (appendix B.3).
@@ -19,6 +31,72 @@ UCI_TGP_FLOW = "sal"
 UCI_TGP_FLOW_INIT = "identity"
 
 
+@dataclass(frozen=True)
+class NamedModel:
+    """A named model configuration: the estimator it builds, with which fixed and default arguments.
+
+    regressor / classifier: class names in `flowgp.estimators` for task "regression" / "classification"
+    (None: the task is not handled); fixed: the arguments the name fixes (`dgp3`: layers=3); defaults: the
+    model-specific arguments a caller may set, with their defaults; budget: the bench's rule turning a preset
+    into the estimator's shared arguments, budget(preset, num_inducing, seed, num_data, task) -> dict (None:
+    derived from the estimator class, see `budget_rule`); meta: anything else a front end needs (the AMO-GP
+    bench's training protocol "minibatch").
+    """
+
+    name: str
+    regressor: str | None
+    classifier: str | None = None
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    budget: Callable | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+    def __post_init__(self):
+        for name in ("fixed", "defaults", "meta"):  # read-only views: an entry cannot drift after registration
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        return tuple(t for t, cls in (("regression", self.regressor), ("classification", self.classifier)) if cls)
+
+    def estimator_class(self, task: str = "regression"):
+        from .. import estimators
+
+        name = {"regression": self.regressor, "classification": self.classifier}.get(task)
+        if name is None:
+            raise ValueError(f"model {self.name!r} does not handle {task}; it handles {', '.join(self.tasks)}")
+        return name if isinstance(name, type) else getattr(estimators, name)
+
+    def __call__(self, task: str = "regression", **kwargs):
+        """The unfitted estimator: defaults, then `kwargs`, then the fixed arguments (which no caller may
+        override: `dgp3` with layers=5 is an error, not a silent 5-layer model)."""
+        clash = sorted(k for k in kwargs if k in self.fixed and kwargs[k] != self.fixed[k])
+        if clash:
+            raise TypeError(f"model {self.name!r} fixes {', '.join(f'{k}={self.fixed[k]!r}' for k in clash)}; "
+                            f"choose another name for other values")
+        return self.estimator_class(task)(**{**self.defaults, **kwargs, **self.fixed})
+
+
+# ----- what the front ends read from an entry (any entry with regressor/classifier/fixed/defaults) ----------
+def main_class(entry):
+    """The estimator class of the entry's first task."""
+    return entry.estimator_class(entry.tasks[0])
+
+
+def is_multi_output(entry) -> bool:
+    """Whether the entry's estimator needs an output index (fit(X, y, output)): not a CSV or UCI model."""
+    return "output" in inspect.signature(main_class(entry).fit).parameters
+
+
+def deep_gp_depth(entry) -> int | None:
+    """The number of layers of a deep GP (DSVI or CNF posterior) whose name fixes it, else None."""
+    from ..estimators import DeepGPClassifier, DeepGPRegressor
+
+    return entry.fixed.get("layers") if issubclass(main_class(entry), (DeepGPRegressor, DeepGPClassifier)) else None
+
+
+# ----- the bench's budget rules: preset -> the estimator's shared arguments ----------------------------------
 def _common(preset, num_inducing, seed, num_data) -> dict:
     return dict(num_inducing=int(num_inducing), seed=int(seed), verbose=False,
                 **preset.estimator_kwargs(num_data, int(num_inducing)))
@@ -33,156 +111,136 @@ def _classifier_kwargs(preset, num_inducing, seed, num_data) -> dict:
                 fix_variance_epochs=int(round(kw["epochs"] * 2000 / 15000)))
 
 
-def _svgp(preset, num_inducing, seed, num_data, task="regression", **options):
-    if options:
-        raise TypeError(f"svgp takes no options, got {sorted(options)}")
+def _budget_shallow(preset, num_inducing, seed, num_data, task):
     if task == "classification":
-        from ..estimators import SVGPClassifier
-
-        return SVGPClassifier(**_classifier_kwargs(preset, num_inducing, seed, num_data))
-    from ..estimators import SVGPRegressor
-
-    return SVGPRegressor(**_common(preset, num_inducing, seed, num_data))
+        return _classifier_kwargs(preset, num_inducing, seed, num_data)
+    return _common(preset, num_inducing, seed, num_data)
 
 
-def _tgp(preset, num_inducing, seed, num_data, task="regression", flow=UCI_TGP_FLOW, flow_init=UCI_TGP_FLOW_INIT,
-         **options):
-    if options:
-        raise TypeError(f"tgp takes only flow and flow_init options, got {sorted(options)}")
+def _budget_input_dependent(preset, num_inducing, seed, num_data, task):
+    # Issue 5 (appendix B.6): the networks are fitted to the identity-initialised flow for 2000 epochs under
+    # `paper`, fewer under cheaper presets.
+    common = _common(preset, num_inducing, seed, num_data)
+    return {**common, "flow_init_epochs": 2000 if preset.name == "paper" else max(1, min(100, common["epochs"]))}
+
+
+def _budget_deep(preset, num_inducing, seed, num_data, task):
     if task == "classification":
-        from ..estimators import TGPClassifier
-
-        return TGPClassifier(flow=flow, flow_init=flow_init,
-                             **_classifier_kwargs(preset, num_inducing, seed, num_data))
-    from ..estimators import TGPRegressor
-
-    return TGPRegressor(flow=flow, flow_init=flow_init, **_common(preset, num_inducing, seed, num_data))
+        common = _classifier_kwargs(preset, num_inducing, seed, num_data)
+        common.pop("fix_variance_epochs")  # the deep-GP classifier trains everything from the start
+        return common
+    return _common(preset, num_inducing, seed, num_data)
 
 
-def _wgp(preset, num_inducing, seed, num_data, task="regression", flow=UCI_TGP_FLOW, flow_init=UCI_TGP_FLOW_INIT,
-         **options):
-    from ..estimators import WarpedGPRegressor
+def _budget_latent(preset, num_inducing, seed, num_data, task):
+    # Supplement E.2 settings where the preset does not fix them: likelihood variance 0.01, PCA linear means,
+    # hidden width 5; the preset gives the budget, minibatch, Adam step and k-means restarts.
+    common = _common(preset, num_inducing, seed, num_data)
+    keep = ("num_inducing", "seed", "verbose", "epochs", "batch_size", "lr", "kmeans_restarts")
+    return {**{k: common[k] for k in keep}, "noise": 0.01}
 
-    if options:
-        raise TypeError(f"wgp takes only flow and flow_init options, got {sorted(options)}")
-    return WarpedGPRegressor(flow=flow, flow_init=flow_init, **_common(preset, num_inducing, seed, num_data))
+
+def budget_rule(entry):
+    """The bench's budget rule of an entry: its own `budget`, else the rule of its estimator class (None:
+    not a `flowgp bench uci` model)."""
+    from ..estimators import DeepGPClassifier, DeepGPRegressor, LatentDeepGPRegressor
+
+    own = getattr(entry, "budget", None)
+    if own is not None or is_multi_output(entry):
+        return own
+    cls = main_class(entry)
+    if issubclass(cls, LatentDeepGPRegressor):
+        return _budget_latent
+    if issubclass(cls, (DeepGPRegressor, DeepGPClassifier)):
+        return _budget_deep
+    if entry.fixed.get("input_dependent"):
+        return _budget_input_dependent
+    return _budget_shallow
 
 
+# ----- registrations (registration order = the report's column order) --------------------------------------
+_FLOW_OPTIONS = {"flow": UCI_TGP_FLOW, "flow_init": UCI_TGP_FLOW_INIT}
+_DEEP_OPTIONS = {"num_samples_train": 1, "num_samples_predict": 100}
 # Issue 5 (appendix B.6): PE-TGP and BA-TGP share the architecture and the training (standard dropout, one
 # W draw per step, weight decay λ = 1e-5); PE predicts with one deterministic pass, BA with 100 MC-dropout
 # draws (eq. 20). The appendix searched {1, 2} hidden layers x {25, 50} units x dropout {0.25, 0.5, 0.75} x
 # ReLU/tanh on validation splits without listing the choices; the defaults are the issue's (50,), ReLU, 0.25.
-# Only the sinh-arcsinh of the SAL flow is input-dependent; the networks are fitted to the identity-initialised
-# flow for 2000 epochs under `paper` (appendix B.6), fewer under cheaper presets.
-_ID_OPTIONS = ("flow", "flow_init", "hidden", "activation", "dropout", "mc_samples_train", "mc_samples_predict",
-               "prior_precision", "flow_init_epochs")
+# Only the sinh-arcsinh of the SAL flow is input-dependent.
+_INPUT_DEPENDENT_OPTIONS = {**_FLOW_OPTIONS, "hidden": (50,), "activation": "relu", "dropout": 0.25,
+                            "mc_samples_train": 1, "mc_samples_predict": 100, "prior_precision": 1e-5,
+                            "flow_init_epochs": 100}
 
 
-def _input_dependent_tgp(bayesian):
-    def factory(preset, num_inducing, seed, num_data, task="regression", **options):
-        from ..estimators import TGPRegressor
-
-        if task != "regression":
-            raise ValueError(f"the {bayesian} input-dependent tgp factory handles regression only, got task={task!r}")
-        unknown = sorted(set(options) - set(_ID_OPTIONS))
-        if unknown:
-            raise TypeError(f"{bayesian} input-dependent tgp takes only {_ID_OPTIONS}, got {unknown}")
-        common = _common(preset, num_inducing, seed, num_data)
-        kwargs = dict(flow=UCI_TGP_FLOW, flow_init=UCI_TGP_FLOW_INIT, input_dependent=True, hidden=(50,),
-                      activation="relu", dropout=0.25, bayesian=bayesian, mc_samples_train=1,
-                      mc_samples_predict=100, prior_precision=1e-5,
-                      flow_init_epochs=2000 if preset.name == "paper" else max(1, min(100, common["epochs"])))
-        kwargs.update(options)
-        return TGPRegressor(**kwargs, **common)
-    return factory
-
-
-def _dgp(layers, posterior):
-    """Factory of an L-layer deep GP (issue 6): DSVI ("gaussian") or the CNF-DGP flow posterior ("cnf")."""
-
-    def factory(preset, num_inducing, seed, num_data, task="regression", num_samples_train=1,
-                num_samples_predict=100, **options):
-        if options:
-            raise TypeError("deep GPs take only num_samples_train and num_samples_predict options, "
-                            f"got {sorted(options)}")
-        kw = dict(layers=layers, posterior=posterior, num_samples_train=num_samples_train,
-                  num_samples_predict=num_samples_predict)
-        if task == "classification":
-            from ..estimators import DeepGPClassifier
-
-            common = _classifier_kwargs(preset, num_inducing, seed, num_data)
-            common.pop("fix_variance_epochs")  # the deep-GP classifier trains everything from the start
-            return DeepGPClassifier(**kw, **common)
-        from ..estimators import DeepGPRegressor
-
-        return DeepGPRegressor(**kw, **_common(preset, num_inducing, seed, num_data))
-
-    return factory
+def _builtins() -> list:
+    entries = [
+        NamedModel("svgp", "SVGPRegressor", "SVGPClassifier", description="sparse variational GP"),
+        NamedModel("tgp", "TGPRegressor", "TGPClassifier", defaults=_FLOW_OPTIONS,
+                   description="transformed GP (marginal flow on f)"),
+        NamedModel("wgp", "WarpedGPRegressor", defaults=_FLOW_OPTIONS, description="variational warped GP (flow on y)"),
+        *[NamedModel(name, "TGPRegressor", fixed={"input_dependent": True, "bayesian": bayesian},
+                     defaults=_INPUT_DEPENDENT_OPTIONS, description=f"input-dependent TGP ({bayesian} network weights)")
+          for name, bayesian in (("pe-tgp", "point"), ("ba-tgp", "mc_dropout"))],
+        # issue 6: DSVI deep GPs and CNF-DGPs with 2-5 layers
+        *[NamedModel(f"{prefix}{n}", "DeepGPRegressor", "DeepGPClassifier", fixed={"layers": n, "posterior": posterior},
+                     defaults=_DEEP_OPTIONS, description=f"{n}-layer deep GP, {posterior} q(U)")
+          for prefix, posterior in (("dgp", "gaussian"), ("cnf-dgp", "cnf")) for n in range(2, 6)],
+        # issue 7: latent-variable deep GPs with 1-4 layers, REG or DREG q(z) gradients (names in sorted order)
+        *[NamedModel(f"ldgp{n}-{g}", "LatentDeepGPRegressor", fixed={"layers": n, "gradient": g},
+                     defaults={"num_importance": 5, "num_samples_predict": 1000},
+                     description=f"{n}-layer latent-variable deep GP, IWVI with {g}")
+          for n in range(1, 5) for g in ("dreg", "reg")],
+        # the CLI's deep models, depth and q(U) family / q(z) gradient as options (`flowgp fit --model dgp --layers 3`)
+        NamedModel("dgp", "DeepGPRegressor", "DeepGPClassifier",
+                   defaults={"layers": 2, "posterior": "gaussian", **_DEEP_OPTIONS},
+                   description="deep GP, depth and q(U) family as options"),
+        NamedModel("ldgp", "LatentDeepGPRegressor",
+                   defaults={"layers": 2, "num_importance": 5, "gradient": "dreg", "num_samples_predict": 1000},
+                   description="latent-variable deep GP, depth as an option"),
+    ]
+    # issue 8: AMO-GP and its ablations (alignment / warping layers); the bench trains "minibatch" models in
+    # minibatches for its --epochs, the others full batch for --baseline-epochs
+    for name, alignment, warping, minibatch in (
+            ("amogp", "gp", "gp", True), ("amogp-aligned", "gp", "identity", True),
+            ("amogp-warped", "identity", "gp", True), ("mogp-minibatch", "identity", "identity", True),
+            ("amogp-fullbatch", "gp", "gp", False), ("mogp", "identity", "identity", False)):
+        entries.append(NamedModel(name, "AlignedMultiOutputGPRegressor",
+                                  fixed={"alignment": alignment, "warping": warping}, meta={"minibatch": minibatch},
+                                  description=f"aligned multi-output GP (alignment {alignment}, warping {warping})"))
+    return entries
 
 
-def _ldgp(layers, gradient):
-    """Factory of an L-layer latent-variable deep GP trained by IWVI with the REG or DREG q(z) gradient (issue 7).
-
-    Supplement E.2 settings where the preset does not fix them: likelihood variance 0.01, PCA linear means,
-    hidden width 5; the preset gives the budget, minibatch, Adam step and k-means restarts.
-    """
-
-    def factory(preset, num_inducing, seed, num_data, task="regression", num_importance=5,
-                num_samples_predict=1000, **options):
-        from ..estimators import LatentDeepGPRegressor
-
-        if task != "regression":
-            raise ValueError(f"ldgp{layers}-{gradient} handles regression only, got task={task!r}")
-        if options:
-            raise TypeError(f"latent deep GPs take only num_importance and num_samples_predict options, "
-                            f"got {sorted(options)}")
-        common = _common(preset, num_inducing, seed, num_data)
-        keep = ("num_inducing", "seed", "verbose", "epochs", "batch_size", "lr", "kmeans_restarts")
-        return LatentDeepGPRegressor(layers=layers, gradient=gradient, num_importance=num_importance,
-                                     num_samples_predict=num_samples_predict, noise=0.01,
-                                     **{k: common[k] for k in keep})
-
-    return factory
+for _entry in _builtins():
+    if _entry.name not in MODELS:  # importing this module again (importlib.reload) registers nothing twice
+        MODELS.register(_entry.name, _entry)
 
 
-# Closed name -> factory table. One line per model.
-_MODELS = {
-    "svgp": _svgp,
-    "tgp": _tgp,
-    "wgp": _wgp,
-    "pe-tgp": _input_dependent_tgp("point"),
-    "ba-tgp": _input_dependent_tgp("mc_dropout"),
-    # issue 6: DSVI deep GPs and CNF-DGPs with 2-5 layers
-    **{f"dgp{n}": _dgp(n, "gaussian") for n in range(2, 6)},
-    **{f"cnf-dgp{n}": _dgp(n, "cnf") for n in range(2, 6)},
-    # issue 7: latent-variable deep GPs with 1-4 layers, REG or DREG gradients for q(z)
-    **{f"ldgp{n}-{g}": _ldgp(n, g) for n in range(1, 5) for g in ("reg", "dreg")},
-}
-
-# Models whose factories handle task="classification" (accuracy / nll rows).
-_CLASSIFICATION = frozenset({"svgp", "tgp"})
-_CLASSIFICATION |= {f"{kind}{n}" for kind in ("dgp", "cnf-dgp") for n in range(2, 6)}  # issue 6
-
-
+# ----- the bench's view of the table --------------------------------------------------------------------------
 def model_names() -> list[str]:
-    return list(_MODELS)
+    """Names `make_estimator` builds (entries with a bench budget rule), in registration order."""
+    return [n for n in MODELS.names() if budget_rule(MODELS.get(n)) is not None]
 
 
 def supports_task(name: str, task: str) -> bool:
-    if task == "classification":
-        return name in _CLASSIFICATION
-    return name in _MODELS
+    return name in model_names() and task in MODELS.get(name).tasks
 
 
 def make_estimator(name: str, preset, num_inducing: int, seed: int, num_data: int, task: str = "regression",
                    **options):
-    """Build the unfitted estimator `name` with the budget of `preset` for a training set of `num_data` points."""
-    factory = _MODELS.get(name)
-    if factory is None:
-        raise ValueError(f"unknown model '{name}'; choose from {', '.join(_MODELS)}")
+    """Build the unfitted estimator `name` with the budget of `preset` for a training set of `num_data` points.
+
+    `options` are the entry's model-specific options (e.g. `flow`, `flow_init` for tgp); any other keyword is
+    a TypeError naming the ones it takes.
+    """
+    if name not in model_names():
+        raise ValueError(f"unknown model '{name}'; choose from {', '.join(model_names())}")
     if int(num_inducing) < 1:
         raise ValueError(f"num_inducing must be >= 1, got {num_inducing}")
     if not supports_task(name, task):
         raise ValueError(f"model '{name}' does not handle {task}; models that do: "
-                         f"{', '.join(m for m in _MODELS if supports_task(m, task))}")
-    return factory(preset, num_inducing, seed, num_data, task=task, **options)
+                         f"{', '.join(m for m in model_names() if supports_task(m, task))}")
+    entry = MODELS.get(name)
+    unknown = sorted(set(options) - set(entry.defaults))
+    if unknown:
+        takes = f"only the options {', '.join(entry.defaults)}" if entry.defaults else "no options"
+        raise TypeError(f"{name} takes {takes}, got {unknown}")
+    return entry(task, **{**budget_rule(entry)(preset, num_inducing, seed, num_data, task), **options})

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..registry import MODELS
 from .results import read_rows
 
 NAME = "report"
@@ -228,7 +229,14 @@ def standardised_elbo(row) -> float | None:
 
 
 def _deep_depth(model: str) -> int | None:
-    """The depth L of the bench's deep-GP names dgpL / cnf-dgpL, else None."""
+    """The depth L of a deep GP of `flowgp.registry.MODELS` (dgpL / cnf-dgpL), else None.
+
+    Names outside the registry (rows of models registered by a user's script that is not loaded here) are
+    read as dgpL / cnf-dgpL."""
+    from .models import deep_gp_depth  # (importing it registers the named models)
+
+    if model in MODELS:
+        return deep_gp_depth(MODELS.get(model))
     for prefix in ("cnf-dgp", "dgp"):
         if model.startswith(prefix) and model[len(prefix):].isdigit():
             return int(model[len(prefix):])
@@ -381,95 +389,21 @@ def _timing_markdown(rows) -> list[str]:
     return lines
 
 
-# ----- figures -------------------------------------------------------------------------------------------------
-_MARKERS = "osD^v<>Pp*hX"
-
-
-def _benchmark_figure(table, metric, models, path, title):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    datasets = sorted({ds for ds, _ in table})
-    sizes = sorted({m for _, m in table})
-    ranks = rankings(table, metric)
-    panels = len(datasets) + (1 if ranks else 0)
-    cols = min(4, panels)
-    rows_n = math.ceil(panels / cols)
-    fig, axes = plt.subplots(rows_n, cols, figsize=(3.6 * cols, 0.45 * len(models) * len(sizes) + 1.8 * rows_n),
-                             squeeze=False)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    labels = [(mod, m) for m in sizes for mod in models]
-    for ax, ds in zip(axes.flat, datasets):
-        for y, (mod, m) in enumerate(labels):
-            cell = table.get((ds, m), {}).get(mod, {}).get(metric)
-            if cell and np.isfinite(cell[0]):
-                ax.errorbar(cell[0], y, xerr=cell[1], fmt=_MARKERS[models.index(mod) % len(_MARKERS)],
-                            color=colors[models.index(mod) % len(colors)], capsize=3)
-        ax.set_yticks(range(len(labels)))
-        ax.set_yticklabels([f"{mod} M={m}" for mod, m in labels], fontsize=8)
-        ax.set_title(ds)
-        ax.set_xlabel(METRICS[metric][0])
-        ax.ticklabel_format(axis="x", useOffset=False)  # an offset label would collide with the axis label
-        ax.grid(axis="x", alpha=0.3)
-        ax.set_ylim(len(labels) - 0.5, -0.5)  # first label on top, half a slot of margin
-    if ranks:
-        ax = axes.flat[len(datasets)]
-        for y, (mod, m) in enumerate(labels):
-            if mod in ranks.get(m, {}):
-                ax.plot(ranks[m][mod][0], y, _MARKERS[models.index(mod) % len(_MARKERS)],
-                        color=colors[models.index(mod) % len(colors)])
-        ax.set_yticks(range(len(labels)))
-        ax.set_yticklabels([f"{mod} M={m}" for mod, m in labels], fontsize=8)
-        ax.set_title("average rank")
-        ax.set_xlabel("rank (1 = best)")
-        ax.set_ylim(len(labels) - 0.5, -0.5)  # first label on top, half a slot of margin
-    for ax in list(axes.flat)[panels:]:
-        ax.axis("off")
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def _application_figure(summary, models_order, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    keys = sorted(summary)
-    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 4.5), squeeze=False)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, key in zip(axes.flat, keys):
-        table = summary[key]
-        models = _order([m for v in table.values() for m in v], models_order)
-        labels = [(fs, m) for fs in sorted(table) for m in models]
-        for y, ((frac, scheme), m) in enumerate(labels):
-            cell = table[(frac, scheme)].get(m, {}).get("rmse")
-            if cell and np.isfinite(cell[0]):
-                ax.errorbar(cell[0], y, xerr=cell[1], fmt=_MARKERS[models.index(m) % len(_MARKERS)],
-                            color=colors[models.index(m) % len(colors)], capsize=3)
-        ax.set_yticks(range(len(labels)))
-        ax.set_yticklabels([f"{m} {frac * 100:g}% fix{scheme:g}" for (frac, scheme), m in labels], fontsize=8)
-        ax.set_ylim(len(labels) - 0.5, -0.5)  # first label on top, half a slot of margin
-        ax.set_xlabel("RMSE (mean ± std; left is better)")
-        ax.set_title(f"{key[0]} ({key[1]}, {key[2]})")
-        ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 # ----- entry points ----------------------------------------------------------------------------------------------
-MODEL_ORDER = ("svgp", "tgp", "wgp", "pe-tgp", "ba-tgp", "dgp2", "dgp3", "dgp4", "dgp5", "cnf-dgp2", "cnf-dgp3",
-               "cnf-dgp4", "cnf-dgp5")
+def model_order() -> tuple[str, ...]:
+    """The report's model order: the registration order of `flowgp.registry.MODELS` (models not in it follow
+    by name)."""
+    from . import models  # noqa: F401  (registers the named models)
+
+    return tuple(MODELS.names())
 
 
 def build_report(dirs, out=None, figures: bool = True, command: str | None = None) -> Path:
     """Write report.md, summary.json and PNGs for the rows in `dirs`; returns the report path."""
+    from ..plotting import application_figure, benchmark_figure  # matplotlib only when a report is built
+
     dirs = [dirs] if isinstance(dirs, (str, Path)) else list(dirs)
+    order = model_order()
     rows = load_rows(dirs)
     if not rows:
         raise ValueError(f"no result rows (*.jsonl) found in {', '.join(map(str, dirs))}")
@@ -486,30 +420,32 @@ def build_report(dirs, out=None, figures: bool = True, command: str | None = Non
     figs = []
     if bench:
         bsum = benchmark_summary(bench)
-        lines += _benchmark_markdown(bsum, MODEL_ORDER)
+        lines += _benchmark_markdown(bsum, order)
         for (preset, task), table in bsum.items():
             summary["benchmark"][f"{preset}/{task}"] = [
                 {"dataset": ds, "num_inducing": m, "model": mod, **{k: dict(zip(("mean", "se", "n"), v))
                                                                   for k, v in cells.items()}}
                 for (ds, m), mods in sorted(table.items()) for mod, cells in mods.items()]
             if figures:
-                models = _order([mod for v in table.values() for mod in v], MODEL_ORDER)
+                models = _order([mod for v in table.values() for mod in v], order)
                 for metric in (["nll", "rmse", "coverage95"] if task == "regression" else ["nll", "accuracy"]):
                     path = out / f"{task}_{preset}_{metric}.png"
-                    _benchmark_figure(table, metric, models, path, f"{METRICS[metric][0]} ({task}, preset {preset})")
+                    benchmark_figure(table, metric, models, path, f"{METRICS[metric][0]} ({task}, preset {preset})",
+                                     METRICS[metric][0], ranks=rankings(table, metric))
                     figs.append(path.name)
     if apps:
-        lines += _application_markdown(apps, MODEL_ORDER)
+        lines += _application_markdown(apps, order)
         asum = application_summary(apps)
         summary["applications"] = [
             {"dataset": k[0], "preset": k[1], "protocol": k[2], "inducing_fraction": f, "fix_noise_fraction": s,
              "model": mod, **{m: dict(zip(("mean", "std", "n"), v)) for m, v in cells.items()}}
             for k, table in sorted(asum.items()) for (f, s), mods in sorted(table.items()) for mod, cells in mods.items()]
         if figures:
-            _application_figure(asum, MODEL_ORDER, out / "applications_rmse.png")
+            application_figure(asum, {key: _order([m for v in table.values() for m in v], order)
+                                      for key, table in asum.items()}, out / "applications_rmse.png")
             figs.append("applications_rmse.png")
     if bench:
-        lines += _elbo_markdown(bench, MODEL_ORDER)
+        lines += _elbo_markdown(bench, order)
     comp = paper_comparison(rows)
     summary["comparison"] = comp
     lines += _comparison_markdown(comp)

@@ -14,8 +14,6 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
-
 from .results import ResultStore, read_rows
 
 NAME = "snr"
@@ -101,8 +99,8 @@ def run(args) -> int:
         if not todo:
             continue
         est, fit_seconds = _fit_or_load(depth, args, x, y, out)
-        xt = est._inputs(x)
-        yt = est._targets(y, x.shape[0])
+        xt = est.scaled_inputs(x)
+        yt = est.scaled_targets(y, x.shape[0])
         train_bound = est.elbo(x, y) / x.shape[0]
         for k, g in todo:
             start = time.perf_counter()
@@ -140,30 +138,8 @@ def _print_table(rows) -> None:
 
 def plot(rows, path) -> None:
     """SNR vs K on log axes, one line per (estimator, depth) as in supplement Fig. 3."""
-    import matplotlib
+    from ..plotting import snr_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    depths = sorted({r["layers"] for r in rows})
-    fig, axes = plt.subplots(1, max(1, len(depths)), figsize=(3.2 * max(1, len(depths)), 3.0), sharey=True,
-                             squeeze=False)
-    colours = {"reg": "tab:blue", "dreg": "tab:orange"}
-    for ax, depth in zip(axes[0], depths):
-        for g in ("reg", "dreg"):
-            pts = sorted((r["num_importance"], r["snr"]) for r in rows if r["layers"] == depth and r["gradient"] == g)
-            if pts:
-                k, s = np.array(pts).T
-                ax.plot(k, s, "o-", color=colours[g], label=g.upper())
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_title(f"{depth} layer{'s' if depth > 1 else ''}")
-        ax.set_xlabel("K (importance samples)")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("SNR of q(z) gradient")
-    axes[0][0].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    snr_figure(rows, path)
     with open(Path(path).with_suffix(".json"), "w") as fh:
         json.dump([{k: r[k] for k in ("layers", "num_importance", "gradient", "snr")} for r in rows], fh, indent=1)

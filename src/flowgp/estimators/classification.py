@@ -7,19 +7,19 @@ the first epochs, as the TGP appendix B.6 does following Hensman et al. (2015).
 """
 from __future__ import annotations
 
-import copy
+import dataclasses
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from ..flows import Flow, init_identity, init_random, make_flow
-from ..flows.conditional import init_input_dependent, static_flow
-from ..inducing import kmeans_inducing_points
-from ..kernels import make_kernel
-from ..models.classification import CLASSIFICATION_LIKELIHOODS, TGPClassification
+from ..build import ClassificationConfig, build
+from ..flows import Flow, make_flow
+from ..flows.conditional import static_flow
+from ..models.classification import CLASSIFICATION_LIKELIHOODS
 from ..training import train
-from ._base import _Estimator, _InputDependentFlowOptions, _seeded, _as_2d_float, _default_dtype
+from .base import Estimator, InputDependentFlowOptions, as_2d_float, fixed_global_rng
+from .initialisers import init_identity, init_input_dependent, init_random
 
 __all__ = ["SVGPClassifier", "TGPClassifier"]
 
@@ -39,7 +39,7 @@ def _as_labels(y, n: int) -> np.ndarray:
     return y
 
 
-class SVGPClassifier(_Estimator, ClassifierMixin, BaseEstimator):
+class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
     """Sparse variational GP classifier (Hensman et al. 2015) with a scikit-learn interface.
 
     Args:
@@ -54,12 +54,14 @@ class SVGPClassifier(_Estimator, ClassifierMixin, BaseEstimator):
         quadrature_points: Gauss-Hermite points of the binary ELL; mc_samples: MC samples of the multiclass ELL.
         predict_samples: MC samples of the multiclass predictive probabilities.
         verbose: show a tqdm progress bar.
+        checkpoint: a file path: training saves its state there (the variance-fixed stage next to it, with
+            the suffix ".stage1") and a later `fit` with the same path continues where it stopped.
     """
 
     def __init__(self, num_inducing=100, kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0,
                  dtype="float64", device="cpu", lengthscale=1.0, period=1.0, likelihood="softmax",
                  fix_variance_epochs=0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
-                 mc_samples=20, predict_samples=256, verbose=True):
+                 mc_samples=20, predict_samples=256, verbose=True, checkpoint=None):
         self.num_inducing = num_inducing
         self.kernel = kernel
         self.batch_size = batch_size
@@ -78,19 +80,26 @@ class SVGPClassifier(_Estimator, ClassifierMixin, BaseEstimator):
         self.mc_samples = mc_samples
         self.predict_samples = predict_samples
         self.verbose = verbose
+        self.checkpoint = checkpoint
 
     # ----- hooks the flow estimator overrides --------------------------------------------------------
-    def _flow_spec(self) -> str:
-        return "identity"
-
     def _initialise_flow(self, model, generator, x_t) -> None:
         pass
 
-    def _make_flow(self, num_latent: int, input_dim: int) -> Flow:
-        return make_flow(self._flow_spec(), param_shape=(num_latent,))
+    def _input_dependence(self):
+        return None
 
-    def _model_kwargs(self) -> dict:
-        return {}
+    def config(self, **overrides) -> ClassificationConfig:
+        """The `flowgp.build.ClassificationConfig` of this estimator's model (fields in `overrides` replaced)."""
+        config = ClassificationConfig(
+            num_classes=len(self.classes_) if hasattr(self, "classes_") else None,
+            num_inducing=self.num_inducing, kernel=self.kernel, lengthscale=self.lengthscale, period=self.period,
+            likelihood=self.likelihood, flow=getattr(self, "flow", "identity"),
+            input_dependent=self._input_dependence(), learn_inducing=self.learn_inducing,
+            quadrature_points=self.quadrature_points, mc_samples=self.mc_samples,
+            predict_samples=self.predict_samples, mc_samples_train=getattr(self, "mc_samples_train", 1),
+            mc_samples_predict=getattr(self, "mc_samples_predict", 100), kmeans_restarts=self.kmeans_restarts)
+        return dataclasses.replace(config, **overrides)
 
     # ----- helpers -----------------------------------------------------------------------------------
     def _check_params(self):
@@ -112,53 +121,46 @@ class SVGPClassifier(_Estimator, ClassifierMixin, BaseEstimator):
                              f"known classes: {self.classes_.tolist()}")
         return torch.as_tensor(idx, dtype=torch.long, device=self.device)
 
-    def _build(self, input_dim, z):
-        torch_dtype = self._torch_dtype()
-        num_classes = len(self.classes_)
-        num_latent = 1 if num_classes == 2 else num_classes
-        if isinstance(self.kernel, str):
-            kernel = make_kernel(self.kernel, input_dim, batch_shape=() if num_latent == 1 else (num_latent,),
-                                 lengthscale=self.lengthscale, period=self.period)
-        else:  # a user's kernel instance: train a copy, keep theirs untouched
-            kernel = copy.deepcopy(self.kernel)
-        with _default_dtype(torch_dtype):
-            flow = self._make_flow(num_latent, input_dim)
-            model = TGPClassification(kernel, torch.as_tensor(z, dtype=torch_dtype), num_classes, flow=flow,
-                                      likelihood=self.likelihood, quadrature_points=self.quadrature_points,
-                                      mc_samples=self.mc_samples, predict_samples=self.predict_samples,
-                                      learn_inducing=self.learn_inducing, **self._model_kwargs())
-        return model.to(device=self.device, dtype=torch_dtype)
+    def encoded_labels(self, y, n=None) -> torch.Tensor:
+        """Labels as the model's class indices 0..C-1 (ValueError on labels not seen in fit)."""
+        self.check_fitted()
+        return self._encode(y, (np.shape(y)[0] if np.ndim(y) else 0) if n is None else n)
+
+    def _build(self, x, y=None, **overrides):
+        return build(self.config(**overrides), x, y, dtype=self.torch_dtype(), device=self.device,
+                     generator=self.generator(device="cpu"))
 
     # ----- public API --------------------------------------------------------------------------------
     def fit(self, X, y):
         """Fit on X [n_samples, n_features] and labels y [n_samples] (any sortable labels); returns self."""
         self._check_params()
-        X = _as_2d_float(X)
+        self.torch_dtype()  # a bad dtype fails here, before any work
+        X = as_2d_float(X)
         y = _as_labels(y, X.shape[0])
         classes = np.unique(y)
         if len(classes) < 2:
             raise ValueError(f"y must hold at least two classes to train a classifier, got only {classes.tolist()}")
         self.classes_ = classes
-        xt = self._fit_input_scaling(X)
+        xt = self.fit_input_scaling(X)
         yt = self._encode(y, X.shape[0])
-        torch.manual_seed(self.seed)
-        z = kmeans_inducing_points(xt, self.num_inducing, self.kmeans_restarts, self.seed)
-        self.model_ = self._build(X.shape[1], z)
-        self._initialise_flow(self.model_, torch.Generator().manual_seed(self.seed), xt)
-        frozen = min(self.fix_variance_epochs, self.epochs)
-        kwargs = dict(batch_size=self.batch_size, lr=self.lr, seed=self.seed, verbose=self.verbose,
-                      desc=type(self).__name__)
-        self.history_ = []
-        if frozen:
-            # Stage 1 (appendix B.6): S held fixed; train() only optimises parameters that require grad.
-            self.model_.set_variance_trainable(False)
-            try:
-                self.history_ += train(self.model_, xt, yt, epochs=frozen, **kwargs)
-            finally:
-                self.model_.set_variance_trainable(True)
-        if self.epochs > frozen:
-            self.history_ += train(self.model_, xt, yt, epochs=self.epochs - frozen,
-                                   **{**kwargs, "seed": self.seed + 1})
+        with fixed_global_rng(self.seed, self.device):
+            self.model_ = self._build(xt, yt)
+            self._initialise_flow(self.model_, self.generator(device="cpu"), xt)
+            frozen = min(self.fix_variance_epochs, self.epochs)
+            kwargs = dict(batch_size=self.batch_size, lr=self.lr, seed=self.seed, verbose=self.verbose,
+                          desc=type(self).__name__)
+            self.history_ = []
+            if frozen:
+                # Stage 1 (appendix B.6): S held fixed; train() only optimises parameters that require grad.
+                self.model_.set_variance_trainable(False)
+                try:
+                    self.history_ += train(self.model_, xt, yt, epochs=frozen,
+                                           checkpoint_path=self.checkpoint_path(".stage1"), **kwargs)
+                finally:
+                    self.model_.set_variance_trainable(True)
+            if self.epochs > frozen:
+                self.history_ += train(self.model_, xt, yt, epochs=self.epochs - frozen,
+                                       checkpoint_path=self.checkpoint_path(), **{**kwargs, "seed": self.seed + 1})
         self.model_.eval()
         return self
 
@@ -166,8 +168,8 @@ class SVGPClassifier(_Estimator, ClassifierMixin, BaseEstimator):
 
     def predict_proba(self, X):
         """Class probabilities [n_samples, n_classes], columns ordered as `classes_`; rows sum to one."""
-        xt = self._inputs(X)
-        with torch.no_grad(), _seeded(self.seed, self.device):
+        xt = self.scaled_inputs(X)
+        with torch.no_grad(), fixed_global_rng(self.seed, self.device):
             probs = [self.model_.predict_proba(xt[i:i + self._PREDICT_CHUNK])
                      for i in range(0, xt.shape[0], self._PREDICT_CHUNK)]
         return torch.cat(probs).cpu().numpy().astype(np.float64)
@@ -179,18 +181,18 @@ class SVGPClassifier(_Estimator, ClassifierMixin, BaseEstimator):
 
     def log_predictive_density(self, X, y):
         """Per-point log p(y* | x*) (the negative of the per-point NLL)."""
-        xt = self._inputs(X)
+        xt = self.scaled_inputs(X)
         yt = self._encode(y, xt.shape[0])
-        with torch.no_grad(), _seeded(self.seed, self.device):
+        with torch.no_grad(), fixed_global_rng(self.seed, self.device):
             out = [self.model_.log_predictive_density(xt[i:i + self._PREDICT_CHUNK], yt[i:i + self._PREDICT_CHUNK])
                    for i in range(0, xt.shape[0], self._PREDICT_CHUNK)]
         return torch.cat(out).cpu().numpy()
 
     def elbo(self, X, y):
         """The ELBO on (X, y) (a lower bound on log p(y | X); Monte Carlo for the softmax)."""
-        xt = self._inputs(X)
+        xt = self.scaled_inputs(X)
         yt = self._encode(y, xt.shape[0])
-        with torch.no_grad(), _seeded(self.seed, self.device):
+        with torch.no_grad(), fixed_global_rng(self.seed, self.device):
             return self.model_.elbo(xt, yt).item()
 
     def _extra_state(self) -> dict:
@@ -198,10 +200,11 @@ class SVGPClassifier(_Estimator, ClassifierMixin, BaseEstimator):
 
     def _restore(self, state):
         self.classes_ = np.asarray(state["classes"])
-        self.model_ = self._build(self.n_features_in_, np.zeros(state["inducing_shape"]))
+        z = np.zeros(state["inducing_shape"])
+        self.model_ = self._build(torch.as_tensor(z), inducing_points=z)
 
 
-class TGPClassifier(_InputDependentFlowOptions, SVGPClassifier):
+class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
     """Transformed GP classifier (paper §5.2): every latent GP warped by its own marginal flow.
 
     `flow` is a spec string ("sal", "sinharcsinh", "lincomb3", "tanh", ...) or a Flow with per-latent
@@ -223,51 +226,45 @@ class TGPClassifier(_InputDependentFlowOptions, SVGPClassifier):
                  likelihood="softmax", fix_variance_epochs=0, kmeans_restarts=10, learn_inducing=True,
                  quadrature_points=20, mc_samples=20, predict_samples=256, verbose=True, input_dependent=False,
                  hidden=(50,), activation="relu", dropout=0.25, bayesian="mc_dropout", mc_samples_train=1,
-                 mc_samples_predict=100, prior_precision=None, flow_init_epochs=100):
+                 mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, checkpoint=None):
         super().__init__(num_inducing=num_inducing, kernel=kernel, batch_size=batch_size, epochs=epochs, lr=lr,
                          seed=seed, dtype=dtype, device=device, lengthscale=lengthscale, period=period,
                          likelihood=likelihood, fix_variance_epochs=fix_variance_epochs,
                          kmeans_restarts=kmeans_restarts, learn_inducing=learn_inducing,
                          quadrature_points=quadrature_points, mc_samples=mc_samples,
-                         predict_samples=predict_samples, verbose=verbose)
+                         predict_samples=predict_samples, verbose=verbose, checkpoint=checkpoint)
         self.flow = flow
         self.flow_init = flow_init
         self._store_input_dependent_options(input_dependent, hidden, activation, dropout, bayesian, mc_samples_train,
                                             mc_samples_predict, prior_precision, flow_init_epochs)
 
-    def _make_flow(self, num_latent, input_dim):
-        return self._maybe_input_dependent(super()._make_flow(num_latent, input_dim), input_dim)
+    def _input_dependence(self):
+        return self.input_dependence()
 
-    def _model_kwargs(self):
-        return {"mc_samples_train": self.mc_samples_train, "mc_samples_predict": self.mc_samples_predict}
-
-    def _flow_spec(self) -> str:
+    def flow_object(self) -> Flow:
+        """The flow as an object: the user's Flow itself (build trains a copy) or the one named by the spec."""
         if isinstance(self.flow, Flow):
-            return self.flow.spec
-        if not isinstance(self.flow, str):
+            flow = self.flow
+        elif isinstance(self.flow, str):
+            flow = make_flow(self.flow)  # validates the name early, with the list of valid names
+        else:
             raise TypeError(f"flow must be a spec string such as 'sal' or a Flow, got {type(self.flow).__name__}")
-        flow = make_flow(self.flow)  # validates the name early, with the list of valid names
         if flow.domain != "real":
             raise ValueError(f"flow '{flow.spec}' needs positive inputs but the latent GPs take every real value; "
                              "choose a flow defined on all reals such as 'sal'")
-        return flow.spec
+        return flow
 
     def _check_params(self):
         super()._check_params()
         if self.flow_init not in self._FLOW_INITS:
             raise ValueError(f"flow_init must be one of {self._FLOW_INITS}, got {self.flow_init!r}")
-        self._flow_spec()
-        if self._which_stages() is not None:
-            self._check_bayesian_options()
-
-    def _spec(self) -> dict:
-        return {**super()._spec(), "flow": self._flow_spec()}
+        self.flow_object()
+        if self.which_stages() is not None:
+            self.check_bayesian_options()
 
     def _initialise_flow(self, model, generator, x_t):
-        input_dependent = self._which_stages() is not None
+        input_dependent = self.which_stages() is not None
         flow = static_flow(model.flow) if input_dependent else model.flow
-        if isinstance(self.flow, Flow):
-            flow.load_state_dict(self.flow.state_dict())
         if any(True for _ in flow.parameters()) and self.flow_init != "none":
             if self.flow_init == "identity":
                 init_identity(flow)

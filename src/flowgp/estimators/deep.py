@@ -7,17 +7,20 @@ Fig. 1). Inputs (and regression targets) are standardised as in the other estima
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from ..likelihoods import BernoulliLikelihood, GaussianLikelihood, RobustMaxLikelihood, SoftmaxLikelihood
+from ..build import DeepGPConfig, build
+from ..likelihoods import BernoulliLikelihood
 from ..models.cnf_posterior import FLOW_BASES
-from ..models.deep_gp import POSTERIORS, build_deep_gp
+from ..models.deep_gp import POSTERIORS
 from ..training import train
-from ._base import _DTYPES, _Estimator, _as_2d_float, _default_dtype
+from ..build import resolve_dtype
+from .base import Estimator, as_2d_float, fixed_global_rng
 from .regression import SVGPRegressor
 
 __all__ = ["DeepGPRegressor", "DeepGPClassifier"]
@@ -40,42 +43,47 @@ class _DeepMixin:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be 'float64' or 'float32', got {self.dtype!r}")
+        resolve_dtype(self.dtype)
 
     def _generator(self, device, seed=None):
-        return torch.Generator(device=device).manual_seed(self.seed if seed is None else int(seed))
+        return self.generator(seed, device)
 
-    def _make_model(self, xt, y_dim, likelihood, inducing_points=None):
-        with _default_dtype(_DTYPES[self.dtype]):
-            return build_deep_gp(
-                xt, y_dim, int(self.layers), num_inducing=int(self.num_inducing), kernel=self.kernel,
-                hidden_width=self.hidden_width, likelihood=likelihood, posterior=self.posterior,
-                lengthscale=self.lengthscale, period=self.period, num_samples=int(self.num_samples_train),
-                kmeans_restarts=self.kmeans_restarts, seed=self.seed, inducing_points=inducing_points,
-                learn_inducing=self.learn_inducing, flow_steps=int(self.flow_steps), flow_base=self.flow_base,
-                quadrature_points=self.quadrature_points,
-                predict_quadrature_points=self.predict_quadrature_points,
-            ).to(device=self.device)
+    def config(self, **overrides) -> DeepGPConfig:
+        """The `flowgp.build.DeepGPConfig` of this estimator's model (fields in `overrides` replaced)."""
+        config = DeepGPConfig(
+            layers=int(self.layers), posterior=self.posterior, num_inducing=int(self.num_inducing),
+            kernel=self.kernel, hidden_width=self.hidden_width, likelihood=self._likelihood_name(),
+            noise=getattr(self, "noise", 0.05),
+            num_classes=len(self.classes_) if hasattr(self, "classes_") else None,
+            lengthscale=self.lengthscale, period=self.period, num_samples=int(self.num_samples_train),
+            flow_steps=int(self.flow_steps), flow_base=self.flow_base, learn_inducing=self.learn_inducing,
+            quadrature_points=self.quadrature_points, predict_quadrature_points=self.predict_quadrature_points,
+            kmeans_restarts=self.kmeans_restarts)
+        return dataclasses.replace(config, **overrides)
 
-    def _fit_model(self, xt, yt, y_dim, likelihood):
-        torch.manual_seed(self.seed)  # training draws its Monte Carlo samples from the global RNG
-        self.model_ = self._make_model(xt, y_dim, likelihood.to(device=self.device, dtype=xt.dtype))
-        self.history_ = train(self.model_, xt, yt, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
-                              fix_noise_fraction=getattr(self, "fix_noise_fraction", 0.0), seed=self.seed,
-                              verbose=self.verbose, desc=type(self).__name__)
+    def _build(self, x, y=None, **overrides):
+        return build(self.config(**overrides), x, y, dtype=self.torch_dtype(), device=self.device,
+                     generator=self.generator(device="cpu"))
+
+    def _fit_model(self, xt, yt):
+        # training still draws its Monte Carlo samples from torch's global RNG: a forked, seeded one
+        with fixed_global_rng(self.seed, self.device):
+            self.model_ = self._build(xt, yt)
+            self.history_ = train(self.model_, xt, yt, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
+                                  fix_noise_fraction=getattr(self, "fix_noise_fraction", 0.0), seed=self.seed,
+                                  verbose=self.verbose, desc=type(self).__name__,
+                                  checkpoint_path=self.checkpoint_path())
         self.model_.eval()
 
     def _deep_state(self) -> dict:
         return {"num_inducing_fitted": self.model_.layers[0].num_inducing, "y_dim": self.model_.num_outputs}
 
-    def _restore_model(self, state, likelihood):
+    def _restore_model(self, state):
         # the structure only needs shapes: placeholder inputs and Z, then the saved weights replace everything
-        dtype = _DTYPES[self.dtype]
         m, d = int(state["num_inducing_fitted"]), self.n_features_in_
-        placeholder = torch.zeros(max(m, d), d, dtype=dtype, device=self.device)
-        self.model_ = self._make_model(placeholder, int(state["y_dim"]), likelihood.to(dtype=dtype),
-                                       inducing_points=torch.zeros(m, d, dtype=dtype))
+        placeholder = torch.zeros(max(m, d), d, dtype=torch.float64)
+        self.model_ = self._build(placeholder, None, inducing_points=torch.zeros(m, d, dtype=torch.float64),
+                                  num_outputs=int(state["y_dim"]))
         self.model_.load_state_dict(state["model"])
         self.model_.eval()
 
@@ -96,12 +104,12 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
                  hidden_width=None, flow_steps=2, flow_base="network", num_inducing=100, kernel="rbf",
                  batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05,
                  lengthscale=1.0, period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
-                 quadrature_points=20, predict_quadrature_points=100, verbose=True):
+                 quadrature_points=20, predict_quadrature_points=100, verbose=True, checkpoint=None):
         super().__init__(num_inducing=num_inducing, kernel=kernel, batch_size=batch_size, epochs=epochs, lr=lr,
                          seed=seed, dtype=dtype, device=device, noise=noise, lengthscale=lengthscale,
                          period=period, fix_noise_fraction=fix_noise_fraction, kmeans_restarts=kmeans_restarts,
                          learn_inducing=learn_inducing, quadrature_points=quadrature_points,
-                         predict_quadrature_points=predict_quadrature_points, verbose=verbose)
+                         predict_quadrature_points=predict_quadrature_points, verbose=verbose, checkpoint=checkpoint)
         self.layers = layers
         self.posterior = posterior
         self.num_samples_train = num_samples_train
@@ -110,26 +118,29 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         self.flow_steps = flow_steps
         self.flow_base = flow_base
 
+    def _likelihood_name(self):
+        return "gaussian"
+
     def fit(self, X, y):
         """Fit on X [n_samples, n_features] and y [n_samples]; returns self."""
         self._check_deep_params()
         X, y = self._training_data(X, y)
-        xt = self._fit_input_scaling(X)
+        xt = self.fit_input_scaling(X)
         self.y_shift_, self.y_scale_ = float(y.mean()), (float(y.std()) if y.std() > 0 else 1.0)
-        yt = self._tensor((y - self.y_shift_) / self.y_scale_)[:, None]
-        self._fit_model(xt, yt, 1, GaussianLikelihood(noise=self.noise))
+        yt = self.tensor((y - self.y_shift_) / self.y_scale_)[:, None]
+        self._fit_model(xt, yt)
         return self
 
     def predict(self, X, return_std=False):
         """Predictive mean of y* under the mixture over `num_samples_predict` samples (and its std)."""
-        xt = self._inputs(X)
+        xt = self.scaled_inputs(X)
         with torch.no_grad():
             mean, var = self.model_.predict(xt, self.num_samples_predict, self._generator(xt.device))
         return self._in_target_units(mean, var if return_std else None)
 
     def predict_quantiles(self, X, probs):
         """Quantiles [len(probs), n_samples] of the predictive Gaussian mixture."""
-        xt = self._inputs(X)
+        xt = self.scaled_inputs(X)
         with torch.no_grad():
             q = self.model_.predict_quantiles(xt, list(np.atleast_1d(probs)), self.num_samples_predict,
                                               self._generator(xt.device))
@@ -137,16 +148,16 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
 
     def log_predictive_density(self, X, y):
         """Per-point log p(y* | x*) ≈ log-mean-exp over the samples, in the units of y."""
-        xt = self._inputs(X)
-        yt = self._targets(y, xt.shape[0])
+        xt = self.scaled_inputs(X)
+        yt = self.scaled_targets(y, xt.shape[0])
         with torch.no_grad():
             lpd = self.model_.log_predictive_density(xt, yt, self.num_samples_predict, self._generator(xt.device))
         return lpd[:, 0].cpu().numpy() - math.log(self.y_scale_)
 
     def elbo(self, X, y):
         """A Monte Carlo estimate (num_samples_predict samples) of the ELBO on (X, y) in the units of y."""
-        xt = self._inputs(X)
-        yt = self._targets(y, xt.shape[0])
+        xt = self.scaled_inputs(X)
+        yt = self.scaled_targets(y, xt.shape[0])
         with torch.no_grad():
             value = self.model_.elbo(xt, yt, num_samples=self.num_samples_predict,
                                      generator=self._generator(xt.device)).item()
@@ -154,7 +165,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
 
     def sample_f(self, X, num_samples=1, seed=None):
         """Samples of the last layer's f at X (independent across points), [num_samples, n_samples]."""
-        xt = self._inputs(X)
+        xt = self.scaled_inputs(X)
         with torch.no_grad():
             f = self.model_.sample_f(xt, num_samples, generator=self._generator(xt.device, seed))
         return f[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_
@@ -164,10 +175,10 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
 
     def _restore(self, state):
         self.y_shift_, self.y_scale_ = float(state["y_shift"]), float(state["y_scale"])
-        self._restore_model(state, GaussianLikelihood(noise=self.noise))
+        self._restore_model(state)
 
 
-class DeepGPClassifier(_DeepMixin, _Estimator, ClassifierMixin, BaseEstimator):
+class DeepGPClassifier(_DeepMixin, Estimator, ClassifierMixin, BaseEstimator):
     """Deep GP classification: probit (Bernoulli) for two classes, robust max (CNF-DGP §IV-B) or softmax otherwise.
 
     Labels may be any sortable values, mapped to 0..C-1 through `classes_`. Arguments as DeepGPRegressor,
@@ -178,7 +189,7 @@ class DeepGPClassifier(_DeepMixin, _Estimator, ClassifierMixin, BaseEstimator):
                  hidden_width=None, flow_steps=2, flow_base="network", likelihood="robustmax", num_inducing=100,
                  kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu",
                  lengthscale=1.0, period=1.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
-                 predict_quadrature_points=100, verbose=True):
+                 predict_quadrature_points=100, verbose=True, checkpoint=None):
         self.layers = layers
         self.posterior = posterior
         self.num_samples_train = num_samples_train
@@ -202,13 +213,12 @@ class DeepGPClassifier(_DeepMixin, _Estimator, ClassifierMixin, BaseEstimator):
         self.quadrature_points = quadrature_points
         self.predict_quadrature_points = predict_quadrature_points
         self.verbose = verbose
+        self.checkpoint = checkpoint
 
-    def _make_likelihood(self, num_classes):
-        if num_classes == 2:
-            return BernoulliLikelihood(), 1
-        if self.likelihood == "robustmax":
-            return RobustMaxLikelihood(num_classes), num_classes
-        return SoftmaxLikelihood(num_classes), num_classes
+    def _likelihood_name(self):
+        if hasattr(self, "classes_") and len(self.classes_) == 2:
+            return "bernoulli"
+        return self.likelihood
 
     def _encode(self, y, n) -> torch.Tensor:
         """Class indices as a tensor: float [n, 1] in {0, 1} for two classes, int64 [n] otherwise."""
@@ -223,7 +233,7 @@ class DeepGPClassifier(_DeepMixin, _Estimator, ClassifierMixin, BaseEstimator):
             raise ValueError(f"y holds labels not seen in fit: {sorted(set(y[unknown].tolist()))[:5]}; "
                              f"known classes: {self.classes_.tolist()}")
         if len(self.classes_) == 2:
-            return self._tensor(idx)[:, None]
+            return self.tensor(idx)[:, None]
         return torch.as_tensor(idx, dtype=torch.long, device=self.device)
 
     def fit(self, X, y):
@@ -231,7 +241,7 @@ class DeepGPClassifier(_DeepMixin, _Estimator, ClassifierMixin, BaseEstimator):
         self._check_deep_params()
         if self.likelihood not in _CLASS_LIKELIHOODS:
             raise ValueError(f"likelihood must be one of {_CLASS_LIKELIHOODS}, got {self.likelihood!r}")
-        X = _as_2d_float(X)
+        X = as_2d_float(X)
         y = np.asarray(y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else y)
         if y.ndim == 2 and y.shape[1] == 1:
             y = y[:, 0]
@@ -240,14 +250,13 @@ class DeepGPClassifier(_DeepMixin, _Estimator, ClassifierMixin, BaseEstimator):
         self.classes_ = np.unique(y)
         if len(self.classes_) < 2:
             raise ValueError(f"y must hold at least two classes, got only {self.classes_.tolist()}")
-        xt = self._fit_input_scaling(X)
-        likelihood, y_dim = self._make_likelihood(len(self.classes_))
-        self._fit_model(xt, self._encode(y, X.shape[0]), y_dim, likelihood)
+        xt = self.fit_input_scaling(X)
+        self._fit_model(xt, self._encode(y, X.shape[0]))
         return self
 
     def predict_proba(self, X):
         """Class probabilities [n_samples, n_classes] averaged over `num_samples_predict` samples."""
-        xt = self._inputs(X)
+        xt = self.scaled_inputs(X)
         with torch.no_grad():
             mean, var = self.model_.predict_f_samples(xt, self.num_samples_predict, self._generator(xt.device))
             lik = self.model_.likelihood
@@ -266,7 +275,7 @@ class DeepGPClassifier(_DeepMixin, _Estimator, ClassifierMixin, BaseEstimator):
 
     def log_predictive_density(self, X, y):
         """Per-point log p(y* | x*) (log-mean-exp over the samples)."""
-        xt = self._inputs(X)
+        xt = self.scaled_inputs(X)
         yt = self._encode(y, xt.shape[0])
         with torch.no_grad():
             lpd = self.model_.log_predictive_density(xt, yt, self.num_samples_predict, self._generator(xt.device))
@@ -274,7 +283,7 @@ class DeepGPClassifier(_DeepMixin, _Estimator, ClassifierMixin, BaseEstimator):
 
     def elbo(self, X, y):
         """A Monte Carlo estimate of the ELBO on (X, y)."""
-        xt = self._inputs(X)
+        xt = self.scaled_inputs(X)
         yt = self._encode(y, xt.shape[0])
         with torch.no_grad():
             return self.model_.elbo(xt, yt, num_samples=self.num_samples_predict,
@@ -285,4 +294,4 @@ class DeepGPClassifier(_DeepMixin, _Estimator, ClassifierMixin, BaseEstimator):
 
     def _restore(self, state):
         self.classes_ = np.asarray(state["classes"])
-        self._restore_model(state, self._make_likelihood(len(self.classes_))[0])
+        self._restore_model(state)

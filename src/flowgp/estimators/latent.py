@@ -6,14 +6,15 @@ the E.2 schedule; predictions draw z from the prior p(z) (supplement E.3) from a
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import torch
 
-from ..models.latent_deep_gp import (build_latent_deep_gp, check_gradient, check_num_importance,
-                                     train_latent_deep_gp)
-from ._base import _DTYPES, _default_dtype
+from ..build import LatentDeepGPConfig, build, resolve_dtype
+from ..models.latent_deep_gp import check_gradient, check_num_importance
+from .base import fixed_global_rng
 from .regression import SVGPRegressor
 
 __all__ = ["LatentDeepGPRegressor"]
@@ -38,12 +39,14 @@ class LatentDeepGPRegressor(SVGPRegressor):
             decayed by `lr_decay` every 1000 iterations.
         num_samples_predict: samples of z ~ p(z) for predictions and test log-likelihoods (E.3 uses 10000).
         noise: initial likelihood variance (E.2: 0.01). Other arguments as SVGPRegressor.
+        checkpoint: a file path: training saves its state there and a later `fit` with the same path
+            continues where it stopped.
     """
 
     def __init__(self, layers=2, latent_dim=1, num_importance=5, gradient="dreg", amortized=True, natgrad=False,
                  hidden_width=5, num_inducing=128, kernel="rbf", batch_size=None, epochs=1000, lr=0.005,
                  lr_decay=0.98, natgrad_lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.01,
-                 kmeans_restarts=10, learn_inducing=True, num_samples_predict=1000, verbose=True):
+                 kmeans_restarts=10, learn_inducing=True, num_samples_predict=1000, verbose=True, checkpoint=None):
         self.layers = layers
         self.latent_dim = latent_dim
         self.num_importance = num_importance
@@ -66,6 +69,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
         self.learn_inducing = learn_inducing
         self.num_samples_predict = num_samples_predict
         self.verbose = verbose
+        self.checkpoint = checkpoint
 
     # ----- checks and construction ---------------------------------------------------------------------
     def _check_params(self):
@@ -81,52 +85,81 @@ class LatentDeepGPRegressor(SVGPRegressor):
             _positive_int(getattr(self, name), name)
         if not isinstance(self.kernel, str):
             raise TypeError(f"kernel must be a kernel name such as 'rbf', got {type(self.kernel).__name__}")
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be 'float64' or 'float32', got {self.dtype!r}")
+        resolve_dtype(self.dtype)
         if not isinstance(self.epochs, (int, np.integer)) or self.epochs < 0:
             raise ValueError(f"epochs must be a non-negative integer, got {self.epochs!r}")
 
-    def _make_model(self, xt, yt):
-        with _default_dtype(_DTYPES[self.dtype]):
-            return build_latent_deep_gp(
-                xt, yt, int(self.layers), latent_dim=int(self.latent_dim), num_inducing=int(self.num_inducing),
-                amortized=bool(self.amortized), hidden_width=int(self.hidden_width), kernel=self.kernel,
-                noise=self.noise, num_importance=int(self.num_importance), gradient=self.gradient,
-                kmeans_restarts=self.kmeans_restarts, learn_inducing=self.learn_inducing, seed=self.seed,
-            )
+    def config(self, **overrides) -> LatentDeepGPConfig:
+        """The `flowgp.build.LatentDeepGPConfig` of this estimator's model (fields in `overrides` replaced)."""
+        config = LatentDeepGPConfig(
+            layers=int(self.layers), latent_dim=int(self.latent_dim), num_inducing=int(self.num_inducing),
+            amortized=bool(self.amortized), hidden_width=int(self.hidden_width), kernel=self.kernel,
+            noise=self.noise, num_importance=int(self.num_importance), gradient=self.gradient,
+            learn_inducing=self.learn_inducing, kmeans_restarts=self.kmeans_restarts)
+        return dataclasses.replace(config, **overrides)
+
+    def _build(self, x, y=None, **overrides):
+        return build(self.config(**overrides), x, y, dtype=self.torch_dtype(), device=self.device,
+                     generator=self.generator(device="cpu"))
 
     def _generator(self, device, seed=None):
-        return torch.Generator(device=device).manual_seed(self.seed if seed is None else int(seed))
+        return self.generator(seed, device)
+
+    def _train(self, xt, yt):
+        """The importance-weighted fit of supplement E.2: Adam (and natural-gradient steps on the last layer's
+        q(u) with natgrad=True), every step size decayed by lr_decay every 1000 iterations, each iteration a
+        fresh random subset of the rows."""
+        n = xt.shape[0]
+        batch = n if self.batch_size is None else min(_positive_int(self.batch_size, "batch_size"), n)
+        iterations = int(self.epochs) * math.ceil(n / batch)
+        try:
+            from ..batches import ArrayBatches
+            from ..optim import NaturalGradient
+            from ..training import step_lr, train
+        except ImportError:  # the latent-DGP fit has not moved into flowgp.training.train yet
+            return self._train_legacy(xt, yt, batch, iterations)
+        natgrad = NaturalGradient([self.model_.layers[-1].gp], lr=self.natgrad_lr) if self.natgrad else None
+        sampler = ArrayBatches(xt, yt, batch, per_step=batch < n, seed=self.seed)
+        return train(self.model_, sampler, steps=iterations, lr=self.lr, schedule=step_lr(1000, self.lr_decay),
+                     natural_gradient=natgrad, seed=self.seed, verbose=self.verbose, desc=type(self).__name__,
+                     checkpoint_path=self.checkpoint_path())
+
+    def _train_legacy(self, xt, yt, batch, iterations):
+        from ..models import latent_deep_gp
+
+        if self.checkpoint is not None:
+            raise ValueError("checkpoint needs the latent-DGP fit to run through flowgp.training.train (not merged "
+                             "yet); pass checkpoint=None")
+        return latent_deep_gp.train_latent_deep_gp(
+            self.model_, xt, yt, iterations=iterations, batch_size=batch, lr=self.lr, lr_decay=self.lr_decay,
+            seed=self.seed, verbose=self.verbose, desc=type(self).__name__,
+            natgrad_lr=self.natgrad_lr if self.natgrad else None,
+        )
 
     # ----- public API --------------------------------------------------------------------------------
     def fit(self, X, y):
         """Fit on X [n_samples, n_features] and y [n_samples]; returns self."""
         self._check_params()
         X, y = self._training_data(X, y)
-        xt = self._fit_input_scaling(X)
+        xt = self.fit_input_scaling(X)
         self.y_shift_, self.y_scale_ = float(y.mean()), (float(y.std()) if y.std() > 0 else 1.0)
-        yt = self._tensor((y - self.y_shift_) / self.y_scale_)[:, None]
-        self.model_ = self._make_model(xt, yt).to(device=self.device)
-        n = X.shape[0]
-        batch = n if self.batch_size is None else min(_positive_int(self.batch_size, "batch_size"), n)
-        iterations = int(self.epochs) * math.ceil(n / batch)
-        self.history_ = train_latent_deep_gp(
-            self.model_, xt, yt, iterations=iterations, batch_size=batch, lr=self.lr, lr_decay=self.lr_decay,
-            seed=self.seed, verbose=self.verbose, desc=type(self).__name__,
-            natgrad_lr=self.natgrad_lr if self.natgrad else None,
-        )
+        yt = self.tensor((y - self.y_shift_) / self.y_scale_)[:, None]
+        # the builder's encoder initialisation still draws from torch's global RNG: a forked, seeded one
+        with fixed_global_rng(self.seed, self.device):
+            self.model_ = self._build(xt, yt)
+            self.history_ = self._train(xt, yt)
         return self
 
     def predict(self, X, return_std=False):
         """Mean of the (multimodal) predictive p(y* | x*) over `num_samples_predict` z ~ p(z) (and its std)."""
-        xt = self._inputs(X)
+        xt = self.scaled_inputs(X)
         with torch.no_grad():
             mean, var = self.model_.predict(xt, int(self.num_samples_predict), self._generator(xt.device))
         return self._in_target_units(mean, var if return_std else None)
 
     def predict_quantiles(self, X, probs):
         """Quantiles [len(probs), n_samples] of the predictive Gaussian mixture."""
-        xt = self._inputs(X)
+        xt = self.scaled_inputs(X)
         with torch.no_grad():
             q = self.model_.predict_quantiles(xt, list(np.atleast_1d(probs)), int(self.num_samples_predict),
                                               self._generator(xt.device))
@@ -135,8 +168,8 @@ class LatentDeepGPRegressor(SVGPRegressor):
     def log_predictive_density(self, X, y, num_samples=None):
         """Per-point log p(y* | x*) (supplement E.3: z ~ p(z), log of the mean likelihood by log-sum-exp),
         in the units of y; `num_samples` defaults to `num_samples_predict`."""
-        xt = self._inputs(X)
-        yt = self._targets(y, xt.shape[0])
+        xt = self.scaled_inputs(X)
+        yt = self.scaled_targets(y, xt.shape[0])
         s = int(self.num_samples_predict) if num_samples is None else _positive_int(num_samples, "num_samples")
         with torch.no_grad():
             lpd = self.model_.log_predictive_density(xt, yt, s, self._generator(xt.device))
@@ -145,8 +178,8 @@ class LatentDeepGPRegressor(SVGPRegressor):
     def elbo(self, X, y, num_importance=None):
         """An estimate of the importance-weighted bound L_K on (X, y) in the units of y (K defaults to the
         estimator's num_importance; X must be the training inputs when q(z) is free per point)."""
-        xt = self._inputs(X)
-        yt = self._targets(y, xt.shape[0])
+        xt = self.scaled_inputs(X)
+        yt = self.scaled_targets(y, xt.shape[0])
         k = int(self.num_importance) if num_importance is None else num_importance
         with torch.no_grad():
             value = self.model_.elbo(xt, yt, num_importance=k, generator=self._generator(xt.device)).item()
@@ -154,7 +187,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
 
     def sample_y(self, X, n=1, seed=None):
         """Draws from the predictive p(y* | x*) (both modes of a multimodal target): [n, n_samples]."""
-        xt = self._inputs(X)
+        xt = self.scaled_inputs(X)
         n = _positive_int(n, "n")
         with torch.no_grad():
             draws = self.model_.sample_y(xt, n, generator=self._generator(xt.device, seed))
@@ -162,7 +195,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
 
     def sample_f(self, X, num_samples=1, seed=None):
         """Samples of the last layer's latent function at X with z ~ p(z), [num_samples, n_samples]."""
-        xt = self._inputs(X)
+        xt = self.scaled_inputs(X)
         with torch.no_grad():
             gen = self._generator(xt.device, seed)
             f = torch.cat([m + v.sqrt() * torch.randn(m.shape, dtype=m.dtype, device=m.device, generator=gen)
@@ -182,13 +215,6 @@ class LatentDeepGPRegressor(SVGPRegressor):
         m = int(state["num_inducing_fitted"])
         n = int(state["num_data"]) if state["num_data"] else max(m, 2)
         gen = torch.Generator().manual_seed(0)
-        dtype = self._torch_dtype()
-        xt = torch.randn((n, self.n_features_in_), generator=gen, dtype=dtype)
-        yt = torch.randn((n, 1), generator=gen, dtype=dtype)
-        saved = (self.num_inducing, self.kmeans_restarts)
-        self.num_inducing, self.kmeans_restarts = m, 1
-        try:
-            self.model_ = self._make_model(xt, yt)
-        finally:
-            self.num_inducing, self.kmeans_restarts = saved
-        self.model_.to(device=self.device)
+        xt = torch.randn((n, self.n_features_in_), generator=gen, dtype=torch.float64)
+        yt = torch.randn((n, 1), generator=gen, dtype=torch.float64)
+        self.model_ = self._build(xt, yt, num_inducing=m, kmeans_restarts=1)

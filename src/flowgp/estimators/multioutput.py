@@ -6,31 +6,35 @@ share one time axis); each series' targets with their own.
 """
 from __future__ import annotations
 
+import dataclasses
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 from torch import nn
 
-from ..models.amogp import AMOGP, plot_layers
+from ..build import AMOGPConfig, build
+from ..models.amogp import AMOGP, layer_curves
 from ..training import train
-from ._base import _Estimator, _as_1d_float, _as_2d_float, _default_dtype
+from .base import Estimator, as_1d_float, as_2d_float
 
 __all__ = ["AlignedMultiOutputGPRegressor"]
 
 
-class _Packed(nn.Module):
-    """Adapter for `flowgp.training.train`: the output index travels as the last column of x."""
+class _OutputIndexAsLastColumn(nn.Module):
+    """Transitional adapter for `flowgp.training.train`, whose minibatches hold only (x, y): the output index
+    rides in x's last column and is split off again here. It goes away once train's sampler carries the
+    output index as a batch tensor of its own."""
 
     def __init__(self, model: AMOGP):
         super().__init__()
         self.model = model
 
-    def elbo(self, xo, y, num_data=None):
-        return self.model.elbo(xo[:, :-1], y[:, 0], xo[:, -1].long(), num_data=num_data)
+    def elbo(self, xo, y, num_data=None, **kwargs):
+        return self.model.elbo(xo[:, :-1], y[:, 0], xo[:, -1].long(), num_data=num_data, **kwargs)
 
 
-class AlignedMultiOutputGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
+class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
     """Aligned warped multi-output GP regression (AMO-GP, Kaiser et al. 2018) for 1-D inputs.
 
     Args:
@@ -45,13 +49,15 @@ class AlignedMultiOutputGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
             (standardised inputs). alignment_variance/lengthscale, warping_variance/lengthscale: SE inits.
         alignment_noise, latent_noise: initial σ²_a, σ²_f.
         num_samples: Monte Carlo samples through the hierarchy for log_predictive_density and intervals.
+        checkpoint: a file path: training saves its state there and a later `fit` with the same path
+            continues where it stopped.
     """
 
     def __init__(self, num_inducing=20, num_inducing_alignment=10, num_inducing_warping=10, latent_processes=1,
                  alignment="gp", warping="gp", num_outputs=None, batch_size=256, epochs=500, lr=0.01, seed=0,
                  dtype="float64", device="cpu", noise=0.05, lengthscale=0.3, alignment_variance=0.01,
                  alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=1e-3,
-                 latent_noise=1e-3, num_samples=200, verbose=True):
+                 latent_noise=1e-3, num_samples=200, verbose=True, checkpoint=None):
         self.num_inducing = num_inducing
         self.num_inducing_alignment = num_inducing_alignment
         self.num_inducing_warping = num_inducing_warping
@@ -75,6 +81,7 @@ class AlignedMultiOutputGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
         self.latent_noise = latent_noise
         self.num_samples = num_samples
         self.verbose = verbose
+        self.checkpoint = checkpoint
 
     # ----- helpers -------------------------------------------------------------------------------------
     def _check_options(self):
@@ -85,9 +92,6 @@ class AlignedMultiOutputGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-
-    def _tensor(self, a, dtype=None):
-        return torch.as_tensor(a, dtype=dtype or self._torch_dtype(), device=self.device)
 
     def _output_index(self, output, n, num_outputs=None):
         if output is None:
@@ -106,35 +110,40 @@ class AlignedMultiOutputGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
             raise ValueError(f"output indices must be non-negative, got {o.min()}")
         return o
 
-    def _inputs(self, X, output):
-        self._check_fitted()
-        X = _as_2d_float(X)
+    def scaled_inputs(self, X, output=None):
+        """(x [n, 1] standardised, output index tensor [n], output index array [n]) as the model sees them."""
+        self.check_fitted()
+        X = as_2d_float(X)
         if X.shape[1] != 1:
             raise ValueError(f"X must have exactly one feature (AMO-GP takes 1-D inputs), got {X.shape[1]}")
         o = self._output_index(output, X.shape[0], self.n_outputs_)
-        xt = self._tensor((X - self.x_mean_) / self.x_std_)
-        return xt, self._tensor(o, torch.long), o
+        xt = self.tensor((X - self.x_mean_) / self.x_std_)
+        return xt, self.tensor(o, torch.long), o
 
-    def _build(self, z_a, z_f, z_g):
-        dtype = self._torch_dtype()
-        with _default_dtype(dtype):
-            model = AMOGP(z_a, z_f, z_g, latent_processes=int(self.latent_processes),
-                          alignment=self.alignment == "gp", warping=self.warping == "gp",
-                          lengthscale=self.lengthscale, variance=1.0,
-                          alignment_variance=self.alignment_variance,
-                          alignment_lengthscale=self.alignment_lengthscale,
-                          warping_variance=self.warping_variance, warping_lengthscale=self.warping_lengthscale,
-                          noise=self.noise, alignment_noise=self.alignment_noise, latent_noise=self.latent_noise)
-        return model.to(device=self.device, dtype=dtype)
+    def _inputs(self, X, output):  # kept for one release: use scaled_inputs
+        return self.scaled_inputs(X, output)
+
+    def config(self, **overrides) -> AMOGPConfig:
+        """The `flowgp.build.AMOGPConfig` of this estimator's model (fields in `overrides` replaced)."""
+        config = AMOGPConfig(
+            num_outputs=getattr(self, "n_outputs_", self.num_outputs), num_inducing=int(self.num_inducing),
+            num_inducing_alignment=int(self.num_inducing_alignment),
+            num_inducing_warping=int(self.num_inducing_warping), latent_processes=int(self.latent_processes),
+            alignment=self.alignment == "gp", warping=self.warping == "gp", lengthscale=self.lengthscale,
+            variance=1.0, alignment_variance=self.alignment_variance,
+            alignment_lengthscale=self.alignment_lengthscale, warping_variance=self.warping_variance,
+            warping_lengthscale=self.warping_lengthscale, noise=self.noise, alignment_noise=self.alignment_noise,
+            latent_noise=self.latent_noise)
+        return dataclasses.replace(config, **overrides)
 
     # ----- public API ----------------------------------------------------------------------------------
     def fit(self, X, y, output):
         """Fit on X [n, 1], y [n] and output [n] (series index per row); returns self."""
         self._check_options()
-        X = _as_2d_float(X)
+        X = as_2d_float(X)
         if X.shape[1] != 1:
             raise ValueError(f"X must have exactly one feature (AMO-GP takes 1-D inputs), got {X.shape[1]}")
-        y = _as_1d_float(y, X.shape[0])
+        y = as_1d_float(y, X.shape[0])
         o = self._output_index(output, X.shape[0], self.num_outputs)
         d = int(self.num_outputs) if self.num_outputs is not None else int(o.max()) + 1
         counts = np.bincount(o, minlength=d)
@@ -149,22 +158,27 @@ class AlignedMultiOutputGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
         self.y_std_ = np.array([y[o == i].std() or 1.0 for i in range(d)])
         xt = (X[:, 0] - self.x_mean_) / self.x_std_
         yt = (y - self.y_mean_[o]) / self.y_std_[o]
-        lo, hi = xt.min(), xt.max()
-        z_f = np.tile(np.linspace(lo, hi, self.num_inducing), (d, 1))
-        z_a = np.stack([np.linspace(xt[o == i].min(), xt[o == i].max(), self.num_inducing_alignment)
-                        for i in range(d)])
-        z_g = np.tile(np.linspace(-2.5, 2.5, self.num_inducing_warping), (d, 1))
-        torch.manual_seed(self.seed)
-        self.model_ = self._build(z_a, z_f, z_g)
-        xo = self._tensor(np.stack([xt, o.astype(float)], 1))
-        self.history_ = train(_Packed(self.model_), xo, self._tensor(yt)[:, None], epochs=int(self.epochs),
-                              batch_size=self.batch_size, lr=self.lr, seed=self.seed, verbose=self.verbose,
-                              desc=type(self).__name__)
+        self.model_ = build(self.config(), torch.as_tensor(xt[:, None]), torch.as_tensor(yt),
+                            dtype=self.torch_dtype(), device=self.device, generator=self.generator(device="cpu"),
+                            output=torch.as_tensor(o))
+        kwargs = dict(epochs=int(self.epochs), lr=self.lr, seed=self.seed, verbose=self.verbose,
+                      desc=type(self).__name__, checkpoint_path=self.checkpoint_path())
+        try:
+            from ..batches import ArrayBatches
+        except ImportError:  # samplers with extra batch tensors not merged yet
+            xo = self.tensor(np.stack([xt, o.astype(float)], 1))
+            self.history_ = train(_OutputIndexAsLastColumn(self.model_), xo, self.tensor(yt)[:, None],
+                                  batch_size=self.batch_size, **kwargs)
+            return self
+        # the output index is a batch tensor of its own, passed to AMOGP.elbo as output=
+        sampler = ArrayBatches(self.tensor(xt[:, None]), self.tensor(yt), self.batch_size,
+                               extra={"output": self.tensor(o, torch.long)}, seed=self.seed)
+        self.history_ = train(self.model_, sampler, **kwargs)
         return self
 
     def predict(self, X, output, return_std=False):
         """Moment-matched predictive mean of y* (and its standard deviation with return_std=True)."""
-        xt, ot, o = self._inputs(X, output)
+        xt, ot, o = self.scaled_inputs(X, output)
         with torch.no_grad():
             mean, var = self.model_.predict_y(xt, ot)
         mean = mean.cpu().numpy() * self.y_std_[o] + self.y_mean_[o]
@@ -182,7 +196,7 @@ class AlignedMultiOutputGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
         quantiles of y drawn through the hierarchy."""
         if not 0 < level < 1:
             raise ValueError(f"level must lie in (0, 1), got {level}")
-        xt, ot, o = self._inputs(X, output)
+        xt, ot, o = self.scaled_inputs(X, output)
         if method == "gaussian":
             mean, std = self.predict(X, output, return_std=True)
             from scipy.stats import norm
@@ -202,9 +216,9 @@ class AlignedMultiOutputGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
     def log_predictive_density(self, X, y, output, method="mc", seed=None):
         """Per-point log p(y* | x*) in the units of y: "mc" through the hierarchy (num_samples), "gaussian"
         from the propagated Gaussian."""
-        xt, ot, o = self._inputs(X, output)
-        y = _as_1d_float(y, xt.shape[0])
-        yt = self._tensor((y - self.y_mean_[o]) / self.y_std_[o])
+        xt, ot, o = self.scaled_inputs(X, output)
+        y = as_1d_float(y, xt.shape[0])
+        yt = self.tensor((y - self.y_mean_[o]) / self.y_std_[o])
         generator = torch.Generator(device=xt.device).manual_seed(self.seed if seed is None else seed)
         with torch.no_grad():
             lpd = self.model_.log_predictive_density(xt, yt, ot, int(self.num_samples), generator, method=method)
@@ -218,9 +232,9 @@ class AlignedMultiOutputGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
 
     def elbo(self, X, y, output):
         """The bound (eq. 22) on (X, y, output) in the units of y."""
-        xt, ot, o = self._inputs(X, output)
-        y = _as_1d_float(y, xt.shape[0])
-        yt = self._tensor((y - self.y_mean_[o]) / self.y_std_[o])
+        xt, ot, o = self.scaled_inputs(X, output)
+        y = as_1d_float(y, xt.shape[0])
+        yt = self.tensor((y - self.y_mean_[o]) / self.y_std_[o])
         with torch.no_grad():
             value = self.model_.elbo(xt, yt, ot).item()
         return value - float(np.log(self.y_std_[o]).sum())
@@ -228,36 +242,36 @@ class AlignedMultiOutputGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
     def layers(self, x_grid, d, f_grid=None):
         """Learned layers of output d with uncertainty: "alignment" â_d on x_grid as (mean, std) in the units of
         X; with f_grid (CP-layer values, model units), "warping" ĝ_d(f) + b_d as (mean, std) in the units of y."""
-        self._check_fitted()
+        self.check_fitted()
         if not 0 <= int(d) < self.n_outputs_:
             raise ValueError(f"d must lie in 0..{self.n_outputs_ - 1}, got {d}")
-        xt = self._tensor((np.asarray(x_grid, dtype=float).reshape(-1, 1) - self.x_mean_) / self.x_std_)
+        xt = self.tensor((np.asarray(x_grid, dtype=float).reshape(-1, 1) - self.x_mean_) / self.x_std_)
         with torch.no_grad():
             m, v = self.model_.alignment_function(xt, int(d))
             res = {"alignment": (m.cpu().numpy() * self.x_std_ + self.x_mean_, v.sqrt().cpu().numpy() * self.x_std_)}
             if f_grid is not None:
-                ft = self._tensor(np.asarray(f_grid, dtype=float).reshape(-1, 1))
+                ft = self.tensor(np.asarray(f_grid, dtype=float).reshape(-1, 1))
                 gm, gv = self.model_.warping_function(ft, int(d))
                 gm = (gm + self.model_.offset[int(d)]).cpu().numpy()
                 res["warping"] = (gm * self.y_std_[d] + self.y_mean_[d], gv.sqrt().cpu().numpy() * self.y_std_[d])
         return res
 
     def plot_layers(self, x_grid, path=None, X=None, y=None, output=None, true_functions=None, output_names=None):
-        """Draw the three layers and the prediction per output (standardised units; see amogp.plot_layers)."""
-        self._check_fitted()
+        """Draw the three layers and the prediction per output (standardised units; see
+        flowgp.plotting.amogp_layers_figure); returns the matplotlib Figure (saved to `path` if given)."""
+        self.check_fitted()
         xg = (np.asarray(x_grid, dtype=float).ravel() - self.x_mean_) / self.x_std_
         data = None
         if X is not None:
             o = self._output_index(output, len(X), self.n_outputs_)
             data = ((np.asarray(X, float)[:, 0] - self.x_mean_) / self.x_std_,
                     (np.asarray(y, float) - self.y_mean_[o]) / self.y_std_[o], o)
-        return plot_layers(self.model_, xg, path=path, data=data, true_functions=true_functions,
-                           output_names=output_names)
+        from ..plotting import amogp_layers_figure
 
-    _OBJECT_PARAMS = ()
+        return amogp_layers_figure(layer_curves(self.model_, xg), path=path, data=data,
+                                   true_functions=true_functions, output_names=output_names)
 
-    def _spec(self) -> dict:
-        return {}
+    OBJECT_PARAMS = ()
 
     def _extra_state(self) -> dict:
         return {"n_outputs": self.n_outputs_, "y_mean": torch.as_tensor(self.y_mean_),
@@ -270,5 +284,5 @@ class AlignedMultiOutputGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
         self.n_outputs_ = int(state["n_outputs"])
         self.x_mean_, self.x_std_ = float(self.x_mean_), float(self.x_std_)
         self.y_mean_, self.y_std_ = state["y_mean"].numpy(), state["y_std"].numpy()
-        shapes = state["shapes"]
-        self.model_ = self._build(np.zeros(shapes["a"]), np.zeros(shapes["f"]), np.zeros(shapes["g"]))
+        self.model_ = build(self.config(inducing_shapes=state["shapes"]), None, None, dtype=self.torch_dtype(),
+                            device=self.device)

@@ -7,25 +7,23 @@ undo the scaling on every output.
 from __future__ import annotations
 
 import contextlib
-import copy
+import dataclasses
 import math
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 
-from ..flows import Flow, init_from_data, init_identity, init_random, make_flow
-from ..flows.conditional import init_input_dependent, static_flow, warping_curves
-from ..inducing import kmeans_inducing_points
-from ..kernels import make_kernel
-from ..likelihoods import GaussianLikelihood
-from ..models import SVGP, TGP, WarpedGP
+from ..build import SparseGPConfig, build
+from ..flows import Flow, make_flow
+from ..flows.conditional import static_flow, warping_curves
 from ..training import train
-from ._base import _Estimator, _InputDependentFlowOptions, _seeded, _as_1d_float, _as_2d_float, _default_dtype
+from .base import Estimator, InputDependentFlowOptions, as_1d_float, as_2d_float, fixed_global_rng
+from .initialisers import init_from_data, init_identity, init_input_dependent, init_random
 
 __all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor"]
 
-class SVGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
+class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
     """Sparse variational GP regression (Hensman et al. 2013) with a scikit-learn interface.
 
     Args:
@@ -39,13 +37,14 @@ class SVGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
         fix_noise_fraction: hold the noise fixed for this fraction of iterations (appendix B.5).
         quadrature_points / predict_quadrature_points: Gauss-Hermite points in training / prediction.
         verbose: show a tqdm progress bar.
+        checkpoint: a file path: training saves its state there and a later `fit` with the same path
+            continues where it stopped (a finished fit is loaded back without training).
     """
-
 
     def __init__(self, num_inducing=100, kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0,
                  dtype="float64", device="cpu", noise=0.05, lengthscale=1.0, period=1.0,
                  fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
-                 predict_quadrature_points=100, verbose=True):
+                 predict_quadrature_points=100, verbose=True, checkpoint=None):
         self.num_inducing = num_inducing
         self.kernel = kernel
         self.batch_size = batch_size
@@ -63,8 +62,11 @@ class SVGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
         self.quadrature_points = quadrature_points
         self.predict_quadrature_points = predict_quadrature_points
         self.verbose = verbose
+        self.checkpoint = checkpoint
 
     # ----- hooks the flow estimators override -------------------------------------------------------
+    _MODEL = "svgp"
+
     def _target_positive(self) -> bool:
         """Whether targets may only be rescaled (never shifted)."""
         return False
@@ -72,35 +74,42 @@ class SVGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
     def _check_targets(self, y: np.ndarray) -> None:
         pass
 
-    def _make_model(self, kernel, z):
-        return SVGP(kernel, z, GaussianLikelihood(noise=self.noise), **self._model_kwargs())
-
     def _initialise_flow(self, model, y_t, generator, x_t=None) -> None:
         pass
 
+    def config(self, **overrides) -> SparseGPConfig:
+        """The `flowgp.build.SparseGPConfig` of this estimator's model (fields in `overrides` replaced)."""
+        config = SparseGPConfig(
+            model=self._MODEL, num_inducing=self.num_inducing, kernel=self.kernel, lengthscale=self.lengthscale,
+            period=self.period, noise=self.noise, flow=getattr(self, "flow", "identity"),
+            input_dependent=self._input_dependence(), learn_inducing=self.learn_inducing,
+            quadrature_points=self.quadrature_points, predict_quadrature_points=self.predict_quadrature_points,
+            mc_samples_train=getattr(self, "mc_samples_train", 1),
+            mc_samples_predict=getattr(self, "mc_samples_predict", 100), kmeans_restarts=self.kmeans_restarts)
+        return dataclasses.replace(config, **overrides)
+
+    def _input_dependence(self):
+        return None
+
     # ----- helpers -----------------------------------------------------------------------------------
-    def _model_kwargs(self) -> dict:
-        return dict(learn_inducing=self.learn_inducing, quadrature_points=self.quadrature_points,
-                    predict_quadrature_points=self.predict_quadrature_points)
-
-    def _targets(self, y, n):
-        y = _as_1d_float(y, n)
+    def scaled_targets(self, y, n=None) -> torch.Tensor:
+        """y [n] checked and standardised as in training: the model's targets [n, 1] (`n`: the expected
+        number of rows, e.g. X's)."""
+        self.check_fitted()
+        y = as_1d_float(y, (np.shape(y)[0] if np.ndim(y) else 0) if n is None else n)
         self._check_targets(y)
-        return self._tensor((y - self.y_shift_) / self.y_scale_)[:, None]
+        return self.tensor((y - self.y_shift_) / self.y_scale_)[:, None]
 
-    def _build(self, input_dim, z):
-        torch_dtype = self._torch_dtype()
-        if isinstance(self.kernel, str):
-            kernel = make_kernel(self.kernel, input_dim, lengthscale=self.lengthscale, period=self.period)
-        else:  # a user's kernel instance: train a copy, keep theirs untouched
-            kernel = copy.deepcopy(self.kernel)
-        with _default_dtype(torch_dtype):
-            model = self._make_model(kernel, torch.as_tensor(z, dtype=torch_dtype))
-        return model.to(device=self.device, dtype=torch_dtype)
+    def _targets(self, y, n):  # kept for one release: use scaled_targets
+        return self.scaled_targets(y, n)
+
+    def _build(self, x, y=None, **overrides):
+        return build(self.config(**overrides), x, y, dtype=self.torch_dtype(), device=self.device,
+                     generator=self.generator(device="cpu"))
 
     def _training_data(self, X, y):
-        X = _as_2d_float(X)
-        y = _as_1d_float(y, X.shape[0])
+        X = as_2d_float(X)
+        y = as_1d_float(y, X.shape[0])
         if X.shape[0] < 2:
             raise ValueError(f"need at least 2 training points, got {X.shape[0]}")
         return X, y
@@ -120,33 +129,32 @@ class SVGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
         """Fit on X [n_samples, n_features] and y [n_samples]; returns self."""
         X, y = self._training_data(X, y)
         self._check_targets(y)
-        xt = self._fit_input_scaling(X)
+        xt = self.fit_input_scaling(X)
         y_std = float(y.std()) if y.std() > 0 else 1.0
         if self._target_positive():
             self.y_shift_, self.y_scale_ = 0.0, y_std
         else:
             self.y_shift_, self.y_scale_ = float(y.mean()), y_std
-        yt = self._tensor((y - self.y_shift_) / self.y_scale_)[:, None]
-        torch.manual_seed(self.seed)
-        z = kmeans_inducing_points(xt, self.num_inducing, self.kmeans_restarts, self.seed)
-        self.model_ = self._build(X.shape[1], z)
-        generator = torch.Generator().manual_seed(self.seed)
-        self._initialise_flow(self.model_, yt, generator, x_t=xt)
-        self.history_ = train(self.model_, xt, yt, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
-                              fix_noise_fraction=self.fix_noise_fraction, seed=self.seed, verbose=self.verbose,
-                              desc=type(self).__name__)
+        yt = self.tensor((y - self.y_shift_) / self.y_scale_)[:, None]
+        self.torch_dtype()  # a bad dtype fails here, before any work
+        with fixed_global_rng(self.seed, self.device):
+            self.model_ = self._build(xt, yt)
+            self._initialise_flow(self.model_, yt, self.generator(device="cpu"), x_t=xt)
+            self.history_ = train(self.model_, xt, yt, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
+                                  fix_noise_fraction=self.fix_noise_fraction, seed=self.seed, verbose=self.verbose,
+                                  desc=type(self).__name__, checkpoint_path=self.checkpoint_path())
         return self
 
     def predict(self, X, return_std=False):
         """Predictive mean of y* (and its standard deviation with return_std=True)."""
-        xt = self._inputs(X)
+        xt = self.scaled_inputs(X)
         with torch.no_grad():
             mean, var = self.model_.predict(xt)
         return self._in_target_units(mean, var if return_std else None)
 
     def predict_quantiles(self, X, probs):
         """Predictive quantiles of y*, array [len(probs), n_samples]."""
-        xt = self._inputs(X)
+        xt = self.scaled_inputs(X)
         with torch.no_grad():
             q = self.model_.predict_quantiles(xt, list(np.atleast_1d(probs)))
         return self._quantiles_in_target_units(q)
@@ -160,26 +168,25 @@ class SVGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
 
     def log_predictive_density(self, X, y):
         """Per-point log p(y* | x*) in the units of y (the target scaling's Jacobian is accounted for)."""
-        xt = self._inputs(X)
-        yt = self._targets(y, xt.shape[0])
+        xt = self.scaled_inputs(X)
+        yt = self.scaled_targets(y, xt.shape[0])
         with torch.no_grad():
             lpd = self.model_.log_predictive_density(xt, yt)
         return lpd[:, 0].cpu().numpy() - math.log(self.y_scale_)
 
     def elbo(self, X, y):
         """The ELBO on (X, y) in the units of y (a lower bound on log p(y))."""
-        xt = self._inputs(X)
-        yt = self._targets(y, xt.shape[0])
+        xt = self.scaled_inputs(X)
+        yt = self.scaled_targets(y, xt.shape[0])
         with torch.no_grad():
             value = self.model_.elbo(xt, yt).item()
         return value - xt.shape[0] * math.log(self.y_scale_)
 
     def sample_f(self, X, num_samples=1, seed=None):
         """Posterior samples of the latent function at X, in the units of y: [num_samples, n_samples]."""
-        xt = self._inputs(X)
-        generator = torch.Generator(device=xt.device).manual_seed(self.seed if seed is None else seed)
+        xt = self.scaled_inputs(X)
         with torch.no_grad():
-            f = self.model_.sample_f(xt, num_samples, generator=generator)
+            f = self.model_.sample_f(xt, num_samples, generator=self.generator(seed, xt.device))
         return f[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_
 
     def _extra_state(self) -> dict:
@@ -188,7 +195,8 @@ class SVGPRegressor(_Estimator, RegressorMixin, BaseEstimator):
 
     def _restore(self, state):
         self.y_shift_, self.y_scale_ = float(state["y_shift"]), float(state["y_scale"])
-        self.model_ = self._build(self.n_features_in_, np.zeros(state["inducing_shape"]))
+        z = np.zeros(state["inducing_shape"])
+        self.model_ = self._build(torch.as_tensor(z), inducing_points=z)
 
 
 class _FlowRegressor(SVGPRegressor):
@@ -197,26 +205,25 @@ class _FlowRegressor(SVGPRegressor):
     def __init__(self, flow="sal", flow_init="identity", num_inducing=100, kernel="rbf", batch_size=None,
                  epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05, lengthscale=1.0,
                  period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
-                 quadrature_points=20, predict_quadrature_points=100, verbose=True):
+                 quadrature_points=20, predict_quadrature_points=100, verbose=True, checkpoint=None):
         super().__init__(num_inducing=num_inducing, kernel=kernel, batch_size=batch_size, epochs=epochs, lr=lr,
                          seed=seed, dtype=dtype, device=device, noise=noise, lengthscale=lengthscale,
                          period=period, fix_noise_fraction=fix_noise_fraction, kmeans_restarts=kmeans_restarts,
                          learn_inducing=learn_inducing, quadrature_points=quadrature_points,
-                         predict_quadrature_points=predict_quadrature_points, verbose=verbose)
+                         predict_quadrature_points=predict_quadrature_points, verbose=verbose, checkpoint=checkpoint)
         self.flow = flow
         self.flow_init = flow_init
 
     _FLOW_INITS = ("identity", "data", "random", "none")
 
-    def _flow_spec(self) -> str:
+    def flow_object(self) -> Flow:
+        """The flow as an object: the user's Flow itself (not copied; build trains a copy) or the flow built
+        from the spec string (which validates the name early, with the list of valid names)."""
         if isinstance(self.flow, Flow):
-            return self.flow.spec
+            return self.flow
         if not isinstance(self.flow, str):
             raise TypeError(f"flow must be a spec string such as 'sal+softplus' or a Flow, got {type(self.flow).__name__}")
-        return make_flow(self.flow).spec  # validates the name early, with the list of valid names
-
-    def _spec(self) -> dict:
-        return {**super()._spec(), "flow": self._flow_spec()}
+        return make_flow(self.flow)
 
     def _initialise_flow(self, model, y_t, generator, x_t=None):
         self._initialise_static_flow(model.flow, y_t, generator)
@@ -224,8 +231,6 @@ class _FlowRegressor(SVGPRegressor):
     def _initialise_static_flow(self, flow, y_t, generator):
         if self.flow_init not in self._FLOW_INITS:
             raise ValueError(f"flow_init must be one of {self._FLOW_INITS}, got {self.flow_init!r}")
-        if isinstance(self.flow, Flow):
-            flow.load_state_dict(self.flow.state_dict())
         if not any(True for _ in flow.parameters()) or self.flow_init == "none":
             return
         if self.flow_init == "identity":
@@ -236,10 +241,11 @@ class _FlowRegressor(SVGPRegressor):
             init_from_data(flow, y_t[:, 0], direction=self._data_direction)
 
 
-class TGPRegressor(_InputDependentFlowOptions, _FlowRegressor):
+class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
     """Transformed GP regression (paper §3-4): a sparse GP prior warped by the marginal flow `flow`.
 
-    `flow` is a spec string ("sal", "sal+softplus", "tanh", "identity", ...) or a Flow;
+    `flow` is a spec string ("sal", "sal+softplus", "tanh", "identity", ...) or a Flow object (a copy of it is
+    trained; a user's own Flow subclass works as well as a built-in one);
     `flow_init` is "identity" (appendix B.3), "data" (B.2, eq. 30), "random" or "none".
     flow="identity" gives exactly the SVGPRegressor.
 
@@ -256,39 +262,37 @@ class TGPRegressor(_InputDependentFlowOptions, _FlowRegressor):
     """
 
     _data_direction = "generative"
+    _MODEL = "tgp"
 
     def __init__(self, flow="sal", flow_init="identity", num_inducing=100, kernel="rbf", batch_size=None,
                  epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05, lengthscale=1.0,
                  period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
                  quadrature_points=20, predict_quadrature_points=100, verbose=True, input_dependent=False,
                  hidden=(50,), activation="relu", dropout=0.25, bayesian="mc_dropout", mc_samples_train=1,
-                 mc_samples_predict=100, prior_precision=None, flow_init_epochs=100):
+                 mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, checkpoint=None):
         super().__init__(flow=flow, flow_init=flow_init, num_inducing=num_inducing, kernel=kernel,
                          batch_size=batch_size, epochs=epochs, lr=lr, seed=seed, dtype=dtype, device=device,
                          noise=noise, lengthscale=lengthscale, period=period,
                          fix_noise_fraction=fix_noise_fraction, kmeans_restarts=kmeans_restarts,
                          learn_inducing=learn_inducing, quadrature_points=quadrature_points,
-                         predict_quadrature_points=predict_quadrature_points, verbose=verbose)
+                         predict_quadrature_points=predict_quadrature_points, verbose=verbose,
+                         checkpoint=checkpoint)
         self._store_input_dependent_options(input_dependent, hidden, activation, dropout, bayesian, mc_samples_train,
                                             mc_samples_predict, prior_precision, flow_init_epochs)
 
     def _target_positive(self) -> bool:
-        return make_flow(self._flow_spec()).codomain == "positive"
+        return self.flow_object().codomain == "positive"
 
-    def _model_kwargs(self) -> dict:
-        return {**super()._model_kwargs(), "mc_samples_train": self.mc_samples_train,
-                "mc_samples_predict": self.mc_samples_predict}
-
-    def _make_model(self, kernel, z):
-        flow = self._maybe_input_dependent(make_flow(self._flow_spec()), z.shape[-1])
-        return TGP(kernel, z, flow, GaussianLikelihood(noise=self.noise), **self._model_kwargs())
+    def _input_dependence(self):
+        return self.input_dependence()
 
     def _fixed_rng(self):
         """Predictions of Bayesian input-dependent flows draw W (dropout masks or Gaussian weights) from
-        torch's global RNG: fork it and seed it with `seed`, so that repeated calls agree."""
-        if self._which_stages() is None:
+        torch's global RNG: fork it and seed it with `seed`, so that repeated calls agree (transitional,
+        until the flows take a generator)."""
+        if self.which_stages() is None:
             return contextlib.nullcontext()
-        return _seeded(self.seed, self.device)
+        return fixed_global_rng(self.seed, self.device)
 
     def predict(self, X, return_std=False):
         with self._fixed_rng():
@@ -307,19 +311,19 @@ class TGPRegressor(_InputDependentFlowOptions, _FlowRegressor):
             return super().elbo(X, y)
 
     def sample_f(self, X, num_samples=1, seed=None):
-        with _seeded(self.seed if seed is None else seed, self.device):
+        with fixed_global_rng(self.seed if seed is None else seed, self.device):
             return super().sample_f(X, num_samples=num_samples, seed=seed)
 
     def warping_functions(self, X, f_grid=None, num_samples=100):
         """The learned warping y = G_{θ(x, W)}(f₀) at each row of X over `f_grid` (GP units; default
         linspace(-3, 3, 200)), in the units of y: dict of arrays [G, n_rows] "point", "mean", "std" plus
-        "f_grid" (appendix Fig. 9). Draw them with `flowgp.flows.conditional.plot_warping_curves`."""
-        if self._which_stages() is None:
+        "f_grid" (appendix Fig. 9). Draw them with `flowgp.plotting.plot_warping_curves`."""
+        if self.which_stages() is None:
             raise ValueError("warping_functions needs input_dependent=True")
-        xt = self._inputs(X)
+        xt = self.scaled_inputs(X)
         f = torch.linspace(-3, 3, 200) if f_grid is None else torch.as_tensor(f_grid)
         f = f.to(dtype=xt.dtype, device=xt.device)
-        with _seeded(self.seed, self.device):
+        with fixed_global_rng(self.seed, self.device):
             curves = warping_curves(self.model_.flow, xt, f, num_samples)
         out = {k: v[..., 0].cpu().numpy() * self.y_scale_ for k, v in curves.items()}
         out["point"] += self.y_shift_
@@ -328,7 +332,7 @@ class TGPRegressor(_InputDependentFlowOptions, _FlowRegressor):
         return out
 
     def _initialise_flow(self, model, y_t, generator, x_t=None):
-        if self._which_stages() is None:
+        if self.which_stages() is None:
             return super()._initialise_flow(model, y_t, generator, x_t)
         # Appendix B.4: initialise the plain flow, then teach the networks its parameters.
         self._initialise_static_flow(static_flow(model.flow), y_t, generator)
@@ -345,20 +349,15 @@ class WarpedGPRegressor(_FlowRegressor):
     """
 
     _data_direction = "normalizing"
+    _MODEL = "wgp"
 
     def _target_positive(self) -> bool:
-        return make_flow(self._flow_spec()).domain == "positive"
+        return self.flow_object().domain == "positive"
 
     def _check_targets(self, y):
-        flow = make_flow(self._flow_spec())
+        flow = self.flow_object()
         if flow.domain == "positive" and np.any(y <= 0):
             raise ValueError(
                 f"the '{flow.spec}' warping needs positive targets but y has min {y.min():.4g}; "
                 "shift y or choose a flow defined on all reals (e.g. 'sal')"
             )
-
-    def _make_model(self, kernel, z):
-        return WarpedGP(kernel, z, make_flow(self._flow_spec()), GaussianLikelihood(noise=self.noise),
-                        **self._model_kwargs())
-
-

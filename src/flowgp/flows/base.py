@@ -1,24 +1,63 @@
 """Base class of the marginal (element-wise) flows G of the TGP (paper §3, eq. 2; appendix B.1).
 
-Every flow is a strictly increasing map applied element-wise. Parameters are stored unconstrained
-as `raw_<name>` and mapped to their constrained values by `params(x)`; the maths lives in
-`_forward(f, p)`, `_inverse(y, p)` and `_log_det(f, p)`, which only read the dict `p`. An
-input-dependent flow (paper §3.2) therefore only has to override `params(x)` and return tensors
-that broadcast against f (e.g. [..., N, 1] or [..., N, L]); nothing else changes.
+Every flow is a strictly increasing map applied element-wise. Writing a new flow (in flowgp or in your own
+module) takes a subclass with:
+
+* `param_specs`: a tuple of `ParamSpec(name, constraint, default)`; each parameter is stored unconstrained as
+  `raw_<name>` and mapped to its constrained value by `params(x)`;
+* `_forward(f, p)` and `_log_det(f, p)` (log|G'(f)|), which only read the dict `p` of constrained values;
+* optionally `_inverse(y, p)` (a guarded numerical inverse is used otherwise), `_bounds(p)` for a bounded
+  codomain (set `codomain = "bounded"`) and `_affine(p)` -> (a, b) when G(f) = a + b·f exactly.
+
+Such a class works wherever a built-in one does: `make_flow(instance)`, compositions (`a >> b`, `Compose`,
+`LinearCombination`), input-dependent wrapping, and `flowgp.flows.serialization` (the constructor arguments
+are recorded automatically, so the class needs nothing else). An input-dependent flow (paper §3.2) only
+overrides `params(x)` and returns tensors that broadcast against f (e.g. [..., N, 1] or [..., N, L]).
+
+For example, in your own module:
+
+    import torch
+    from flowgp.constraints import Positive
+    from flowgp.flows import Flow, ParamSpec
+
+    class Cubic(Flow):  # G(f) = a + f + c·f³ with c > 0, so G'(f) = 1 + 3c·f² > 0
+        name = "cubic"
+        param_specs = (ParamSpec("a", None, 0.0), ParamSpec("c", Positive(), 0.1))
+
+        def _forward(self, f, p):
+            return p["a"] + f + p["c"] * f ** 3
+
+        def _log_det(self, f, p):
+            return torch.log1p(3.0 * p["c"] * f * f)
+
+    flow = Cubic() >> make_flow("softplus")     # no _inverse: a guarded numerical inverse is used
+
+The composition `Compose` (eq. 2) lives here too, so that `a >> b` needs no import of another module.
 """
 from __future__ import annotations
 
+import functools
 import math
-from typing import NamedTuple, Optional
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Iterable, NamedTuple, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from ..constraints import Positive
+from .numerical import monotone_inverse
 
-__all__ = ["Flow", "ParamSpec", "log_cosh", "log_hypot1"]
+if TYPE_CHECKING:  # only for annotations: the sampling mode is read by input-dependent flows
+    from .sampling import WeightSampling
+
+__all__ = ["Flow", "ParamSpec", "FlowOfFlows", "Compose", "compose", "broadcast_param_shapes", "log_cosh",
+           "log_hypot1", "PARAMETER_DTYPE"]
 
 _LOG2 = math.log(2.0)
+
+#: Parameters are built in float64, whatever torch's default dtype: `flow.to(torch.float32)` afterwards
+#: only rounds, and float64 models stay exact.
+PARAMETER_DTYPE = torch.float64
 
 
 class ParamSpec(NamedTuple):
@@ -48,18 +87,68 @@ def _fmt(t: Tensor) -> str:
     return f"[{flat.min().item():.4g} .. {flat.max().item():.4g}] (per element)"
 
 
+def _materialise(value):
+    # A one-shot iterator (e.g. a generator of flows) would be consumed by __init__; keep it as a list.
+    return list(value) if isinstance(value, Iterator) else value
+
+
+def _recordable(value):
+    # A torch.Generator only draws initial values (a rebuilt flow loads its state dict instead): not kept.
+    return None if isinstance(value, torch.Generator) else value
+
+
+def _recording_arguments(init):
+    """Wrap a Flow class's `__init__` so that the outermost call records its arguments on the instance.
+
+    The record (`Flow.constructor_arguments`) lets `flowgp.flows.serialization` rebuild any flow - also a
+    user's class - from its class path, these arguments and its state dict, without pickling the object.
+    Inner calls (`super().__init__(...)` of parent classes) pass through unrecorded.
+    """
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        if self.__dict__.get("_flowgp_constructing", False):
+            return init(self, *args, **kwargs)
+        args = tuple(_materialise(a) for a in args)
+        kwargs = {k: _materialise(v) for k, v in kwargs.items()}
+        # object.__setattr__: nn.Module's own __setattr__ needs Module.__init__ to have run.
+        object.__setattr__(self, "_flowgp_constructing", True)
+        try:
+            init(self, *args, **kwargs)
+        finally:
+            object.__setattr__(self, "_flowgp_constructing", False)
+        object.__setattr__(self, "_flowgp_arguments", (tuple(_recordable(a) for a in args),
+                                                       {k: _recordable(v) for k, v in kwargs.items()}))
+
+    __init__.flowgp_records_arguments = True
+    return __init__
+
+
+def broadcast_param_shapes(flows: Sequence["Flow"]) -> torch.Size:
+    """The common param_shape of several flows (ValueError naming them when they do not broadcast)."""
+    try:
+        return torch.broadcast_shapes(*(f.param_shape for f in flows))
+    except RuntimeError as err:
+        shapes = [tuple(f.param_shape) for f in flows]
+        raise ValueError(f"the flows' param_shapes {shapes} do not broadcast") from err
+
+
 class Flow(nn.Module):
     """Strictly increasing element-wise map G: domain -> codomain with log|G'| available.
 
     Subclasses declare `param_specs` (name, constraint, default) and implement `_forward`,
     `_log_det` and, when a closed form exists, `_inverse` (otherwise a guarded numerical inverse
-    is used). Bounded codomains override `_bounds`.
+    is used). Bounded codomains override `_bounds` (module docstring: the whole contract).
 
     Args:
         param_shape: shape of every parameter, e.g. (L,) for per-output parameters that broadcast
             against inputs [..., N, L]. Default () (shared scalars).
         **initial: initial constrained values of the declared parameters (floats or tensors
             broadcastable to `param_shape`); missing ones take the documented defaults.
+
+    Parameters are built in float64 (`PARAMETER_DTYPE`); use `.to(dtype)` for another precision.
+    Every public method takes `sampling=None`, a `WeightSampling` that input-dependent stages read
+    (how many network weight draws, stochastic or not, from which generator); plain flows ignore it.
     """
 
     name: str = "flow"
@@ -67,14 +156,21 @@ class Flow(nn.Module):
     codomain: str = "real"  # "real", "positive" or "bounded" (any proper interval)
     param_specs: tuple[ParamSpec, ...] = ()
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not getattr(init, "flowgp_records_arguments", False):
+            cls.__init__ = _recording_arguments(init)
+
+    @_recording_arguments
     def __init__(self, param_shape=(), **initial):
         super().__init__()
         self.param_shape = torch.Size(param_shape)
         # Gives parameter-free flows a dtype/device that follows .to(), for constants they return.
-        self.register_buffer("_anchor", torch.empty(0), persistent=False)
+        self.register_buffer("_anchor", torch.empty(0, dtype=PARAMETER_DTYPE), persistent=False)
         for spec in self.param_specs:
             value = initial.pop(spec.name, spec.default)
-            value = torch.as_tensor(value, dtype=torch.get_default_dtype())
+            value = torch.as_tensor(value, dtype=PARAMETER_DTYPE)
             try:
                 value = torch.broadcast_to(value, self.param_shape).clone()
             except RuntimeError as err:
@@ -93,19 +189,36 @@ class Flow(nn.Module):
             valid = [s.name for s in self.param_specs]
             raise TypeError(f"{type(self).__name__} got unknown parameters {sorted(initial)}; valid: {valid}")
 
-    # ------------------------------------------------------------------ parameters
-    def constrain(self, raw: dict) -> dict:
-        """Map unconstrained values {name: raw} to constrained ones (for input-dependent wrappers)."""
-        return {s.name: (s.constraint(raw[s.name]) if s.constraint is not None else raw[s.name])
-                for s in self.param_specs}
+    # ------------------------------------------------------------------ description
+    def constructor_arguments(self) -> tuple[list, dict]:
+        """(args, kwargs) of the call that built this flow, recorded automatically for serialization.
 
-    def params(self, x: Optional[Tensor] = None) -> dict:
-        """Constrained parameters; x is ignored here and is the hook for input-dependent flows."""
-        return self.constrain({s.name: getattr(self, "raw_" + s.name) for s in self.param_specs})
+        Override only when the recorded call no longer describes the object (its state dict aside).
+        """
+        recorded = self.__dict__.get("_flowgp_arguments")
+        if recorded is None:
+            raise RuntimeError(f"{type(self).__name__} was not built through its __init__, so its constructor "
+                               "arguments are unknown; override constructor_arguments()")
+        args, kwargs = recorded
+        return list(args), dict(kwargs)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the parameters (of the constants of a parameter-free flow); follows `.to()`."""
+        for p in self.parameters():
+            return p.dtype
+        return self._anchor.dtype
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the parameters (of the constants of a parameter-free flow); follows `.to()`."""
+        for p in self.parameters():
+            return p.device
+        return self._anchor.device
 
     @property
     def spec(self) -> str:
-        """A string that `make_flow` turns back into the same architecture."""
+        """A string that `make_flow` turns back into the same architecture (for registered flows)."""
         return self.name
 
     @property
@@ -116,47 +229,78 @@ class Flow(nn.Module):
     def _needs_input_check(self) -> bool:
         return self.domain != "real"
 
+    # ------------------------------------------------------------------ parameters
+    def constrain(self, raw: dict) -> dict:
+        """Map unconstrained values {name: raw} to constrained ones (for input-dependent wrappers)."""
+        return {s.name: (s.constraint(raw[s.name]) if s.constraint is not None else raw[s.name])
+                for s in self.param_specs}
+
+    def params(self, x: Optional[Tensor] = None, *, sampling: Optional["WeightSampling"] = None) -> dict:
+        """Constrained parameters; x and sampling are ignored here, the hooks of input-dependent flows."""
+        return self.constrain({s.name: getattr(self, "raw_" + s.name) for s in self.param_specs})
+
+    def _params_for(self, x, sampling) -> dict:
+        # A subclass may override params(x) without the sampling keyword; only pass it when it is set.
+        return self.params(x) if sampling is None else self.params(x, sampling=sampling)
+
     # ------------------------------------------------------------------ public API
-    def forward(self, f: Tensor, x: Optional[Tensor] = None, validate: bool = True) -> Tensor:
+    def forward(self, f: Tensor, x: Optional[Tensor] = None, validate: bool = True, *,
+                sampling: Optional["WeightSampling"] = None) -> Tensor:
         """G(f), broadcasting f against the parameters; validate=False skips the domain check."""
-        p = self.params(x)
+        p = self._params_for(x, sampling)
         if validate:
             self._check_input(f, p)
         return self._forward(f, p)
 
-    def inverse(self, y: Tensor, x: Optional[Tensor] = None, validate: bool = True) -> Tensor:
+    def inverse(self, y: Tensor, x: Optional[Tensor] = None, validate: bool = True, *,
+                sampling: Optional["WeightSampling"] = None) -> Tensor:
         """G⁻¹(y); validate=True raises a ValueError when y lies outside the codomain."""
-        p = self.params(x)
+        p = self._params_for(x, sampling)
         if validate:
             self._check_output(y, p)
         return self._inverse(y, p)
 
-    def log_abs_det_jacobian(self, f: Tensor, x: Optional[Tensor] = None, validate: bool = True) -> Tensor:
+    def log_abs_det_jacobian(self, f: Tensor, x: Optional[Tensor] = None, validate: bool = True, *,
+                             sampling: Optional["WeightSampling"] = None) -> Tensor:
         """log|dG/df| element-wise (the Jacobian of a marginal flow is diagonal)."""
-        p = self.params(x)
+        p = self._params_for(x, sampling)
         if validate:
             self._check_input(f, p)
         return self._log_det(f, p)
 
-    def forward_and_log_det(self, f: Tensor, x: Optional[Tensor] = None, validate: bool = True):
+    def forward_and_log_det(self, f: Tensor, x: Optional[Tensor] = None, validate: bool = True, *,
+                            sampling: Optional["WeightSampling"] = None):
         """(G(f), log|dG/df|) with a single evaluation of `params(x)`."""
-        p = self.params(x)
+        p = self._params_for(x, sampling)
         if validate:
             self._check_input(f, p)
         return self._forward_and_log_det(f, p)
 
-    def codomain_bounds(self, x: Optional[Tensor] = None):
+    def codomain_bounds(self, x: Optional[Tensor] = None, *, sampling: Optional["WeightSampling"] = None):
         """(low, high) of the open interval G(domain), or None when it is the whole real line."""
-        return self._bounds(self.params(x))
+        return self._bounds(self._params_for(x, sampling))
 
-    def affine_coefficients(self, x: Optional[Tensor] = None):
+    def affine_coefficients(self, x: Optional[Tensor] = None, *, sampling: Optional["WeightSampling"] = None):
         """(a, b) with G(f) = a + b·f exactly, or None when G is not affine."""
-        return self._affine(self.params(x))
+        return self._affine(self._params_for(x, sampling))
+
+    def domain_interval(self) -> tuple[Tensor, Tensor]:
+        """(low, high) of the open domain: (0, inf) for positive flows, (-inf, inf) otherwise."""
+        low = 0.0 if self.domain == "positive" else -math.inf
+        return self._constant(low), self._constant(math.inf)
+
+    def fit_codomain_to(self, low: Tensor, high: Tensor) -> None:
+        """Adapt parameters so that the codomain contains [low, high], where the family allows it.
+
+        Used by the data initialisation before fitting bounded flows; unbounded flows need nothing.
+        """
+
+    def _fit_codomain_to(self, low: Tensor, high: Tensor) -> None:
+        # Old private name, kept until the call sites (flow initialisation) move to fit_codomain_to.
+        self.fit_codomain_to(low, high)
 
     def __rshift__(self, other: "Flow") -> "Flow":
         """`a >> b` applies a, then b."""
-        from .combination import compose
-
         return compose(self, other)
 
     def extra_repr(self) -> str:
@@ -164,14 +308,12 @@ class Flow(nn.Module):
 
     # ------------------------------------------------------------------ maths (override)
     def _forward(self, f: Tensor, p: dict) -> Tensor:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement _forward(f, p)")
 
     def _log_det(self, f: Tensor, p: dict) -> Tensor:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement _log_det(f, p)")
 
     def _inverse(self, y: Tensor, p: dict) -> Tensor:
-        from .numerical import monotone_inverse
-
         return monotone_inverse(
             lambda f: self._forward(f, p), lambda f: self._log_det(f, p), y, domain=self.domain, name=self.spec
         )
@@ -184,10 +326,6 @@ class Flow(nn.Module):
 
     def _constant(self, value: float) -> Tensor:
         return self._anchor.new_full((), value)
-
-    def _domain_interval(self):
-        low = 0.0 if self.domain == "positive" else -math.inf
-        return self._constant(low), self._constant(math.inf)
 
     def _bounds(self, p: dict):
         if self.codomain == "real":
@@ -208,12 +346,6 @@ class Flow(nn.Module):
         g_low = torch.where(torch.isnan(g_low), own_low, g_low)
         g_high = torch.where(torch.isnan(g_high), own_high, g_high)
         return g_low, g_high
-
-    def _fit_codomain_to(self, low: Tensor, high: Tensor) -> None:
-        """Adapt parameters so that the codomain contains [low, high], where the family allows it.
-
-        Used by `init_from_data` before fitting bounded flows; unbounded flows need nothing.
-        """
 
     # ------------------------------------------------------------------ validation
     def _check_input(self, f: Tensor, p: dict) -> None:
@@ -242,3 +374,147 @@ class Flow(nn.Module):
             f"y must {need} for the inverse of {self.spec}; "
             f"got values in [{y.min().item():.4g}, {y.max().item():.4g}]"
         )
+
+
+# ---------------------------------------------------------------------- flows of flows
+def _full_line(low, high) -> bool:
+    return bool(torch.all(torch.isinf(low) & (low < 0))) and bool(torch.all(torch.isinf(high) & (high > 0)))
+
+
+class FlowOfFlows(Flow):
+    """Base of flows built from child flows `self.flows`: domain, codomain and the nested parameter
+    dicts keyed by the child's index (subclasses: `Compose`, `LinearCombination`)."""
+
+    @property
+    def domain(self) -> str:
+        return self.flows[0].domain
+
+    @property
+    def codomain(self) -> str:
+        with torch.no_grad():
+            bounds = self.codomain_bounds()
+        if bounds is None:
+            return "real"
+        low, high = bounds
+        if bool(torch.all(low == 0)) and bool(torch.all(torch.isinf(high))):
+            return "positive"
+        return "bounded"
+
+    @property
+    def _needs_input_check(self) -> bool:
+        return any(f._needs_input_check for f in self.flows)
+
+    def constrain(self, raw: dict) -> dict:
+        return {str(i): f.constrain(raw[str(i)]) for i, f in enumerate(self.flows)}
+
+    def params(self, x=None, *, sampling=None) -> dict:
+        return {str(i): f._params_for(x, sampling) for i, f in enumerate(self.flows)}
+
+    def _bounds_of_image(self, low, high):
+        """The codomain from the image (low, high) of the domain: None for the whole real line."""
+        return None if _full_line(low, high) else (low, high)
+
+
+class Compose(FlowOfFlows):
+    """f_K = G_{K-1}(...G_0(f_0)) (paper eq. 2), applied in list order: "sal+softplus" = softplus(sal(f)).
+
+    log|G'| is the sum of the stages' log-derivatives at their own inputs; the inverse applies the
+    stages' inverses in reverse order. Nested compositions are flattened.
+    """
+
+    def __init__(self, flows: Iterable[Flow]):
+        flat = []
+        for flow in flows:
+            if not isinstance(flow, Flow):
+                raise TypeError(f"Compose takes Flow instances, got {type(flow).__name__}")
+            flat.extend(flow.flows if isinstance(flow, Compose) else [flow])
+        if not flat:
+            raise ValueError("Compose needs at least one flow")
+        super().__init__()
+        self.flows = nn.ModuleList(flat)
+        self.param_shape = broadcast_param_shapes(flat)
+
+    def constructor_arguments(self) -> tuple[list, dict]:
+        # The flattened stages: the same flow whatever nesting the call had.
+        if type(self).__init__ is Compose.__init__:
+            return [list(self.flows)], {}
+        return super().constructor_arguments()
+
+    @property
+    def spec(self) -> str:
+        return "+".join(f.spec for f in self.flows)
+
+    @property
+    def is_identity(self) -> bool:
+        return all(f.is_identity for f in self.flows)
+
+    def _forward(self, f, p):
+        for i, flow in enumerate(self.flows):
+            f = flow._forward(f, p[str(i)])
+        return f
+
+    def _inverse(self, y, p):
+        for i in reversed(range(len(self.flows))):
+            y = self.flows[i]._inverse(y, p[str(i)])
+        return y
+
+    def _forward_and_log_det(self, f, p):
+        total = None
+        for i, flow in enumerate(self.flows):
+            f, ld = flow._forward_and_log_det(f, p[str(i)])
+            total = ld if total is None else total + ld
+        return f, total
+
+    def _log_det(self, f, p):
+        return self._forward_and_log_det(f, p)[1]
+
+    def _check_input(self, f, p):
+        # Only stages that restrict their input need their (intermediate) input computed.
+        last = max((i for i, fl in enumerate(self.flows) if fl._needs_input_check), default=-1)
+        for i in range(last + 1):
+            flow = self.flows[i]
+            flow._check_input(f, p[str(i)])
+            if i < last:
+                f = flow._forward(f, p[str(i)])
+
+    def _image(self, low, high, p):
+        for i, flow in enumerate(self.flows):
+            low, high = flow._image(low, high, p[str(i)])
+        return low, high
+
+    def _bounds(self, p):
+        return self._bounds_of_image(*self._image(*self.flows[0].domain_interval(), p))
+
+    def _affine(self, p):
+        a, b = None, None
+        for i, flow in enumerate(self.flows):
+            coef = flow._affine(p[str(i)])
+            if coef is None:
+                return None
+            ai, bi = coef
+            a, b = (ai, bi) if a is None else (ai + bi * a, bi * b)
+        return a, b
+
+    def fit_codomain_to(self, low, high) -> None:
+        """Adapt bounded stages, last to first, so that the composition can reach [low, high]."""
+        for i in reversed(range(len(self.flows))):
+            flow = self.flows[i]
+            flow.fit_codomain_to(low, high)
+            if i == 0:
+                break
+            with torch.no_grad():
+                p = flow.params()
+                bounds = flow._bounds(p)
+                if bounds is not None and not bool(torch.all((bounds[0] < low) & (bounds[1] > high))):
+                    return  # the data cannot be reached; the caller's codomain check reports it
+                try:
+                    low, high = flow._inverse(low, p), flow._inverse(high, p)
+                except RuntimeError:
+                    return
+                if not bool(torch.all(torch.isfinite(low) & torch.isfinite(high))):
+                    return
+
+
+def compose(*flows: Flow) -> Compose:
+    """Composition applying the flows in the given order (same as `flows[0] >> flows[1] >> ...`)."""
+    return Compose(flows)

@@ -1,38 +1,18 @@
-"""Compositions (paper eq. 2: G = G_{K-1} ∘ ... ∘ G_0) and positive linear combinations (appendix eq. 26)."""
+"""Positive linear combinations of flows (appendix eq. 26 and its generalisation).
+
+`Compose` (paper eq. 2) lives in `flowgp.flows.base`, next to `Flow.__rshift__`; it is re-exported here.
+"""
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import torch
 from torch import nn
 
-from .base import Flow
+from .base import Compose, Flow, FlowOfFlows, broadcast_param_shapes, compose
 from .elementwise import Affine, Arcsinh
 
-__all__ = ["Compose", "compose", "LinearCombination", "ArcsinhCombination"]
-
-
-def _broadcast_param_shapes(flows: Sequence[Flow]) -> torch.Size:
-    try:
-        return torch.broadcast_shapes(*(f.param_shape for f in flows))
-    except RuntimeError as err:
-        shapes = [tuple(f.param_shape) for f in flows]
-        raise ValueError(f"the flows' param_shapes {shapes} do not broadcast") from err
-
-
-def _category(flow: Flow) -> str:
-    with torch.no_grad():
-        bounds = flow.codomain_bounds()
-    if bounds is None:
-        return "real"
-    low, high = bounds
-    if bool(torch.all(low == 0)) and bool(torch.all(torch.isinf(high))):
-        return "positive"
-    return "bounded"
-
-
-def _full_line(low, high) -> bool:
-    return bool(torch.all(torch.isinf(low) & (low < 0))) and bool(torch.all(torch.isinf(high) & (high > 0)))
+__all__ = ["Compose", "compose", "FlowOfFlows", "LinearCombination", "ArcsinhCombination"]
 
 
 def _logsumexp(terms):
@@ -52,130 +32,7 @@ def _logsumexp(terms):
     return m + torch.log(total)
 
 
-class _FlowOfFlows(Flow):
-    """Shared parts of flows built from child flows `self.flows`: domain, codomain and the nested
-    parameter dicts keyed by the child's index."""
-
-    @property
-    def domain(self) -> str:
-        return self.flows[0].domain
-
-    @property
-    def codomain(self) -> str:
-        return _category(self)
-
-    @property
-    def _needs_input_check(self) -> bool:
-        return any(f._needs_input_check for f in self.flows)
-
-    def constrain(self, raw: dict) -> dict:
-        return {str(i): f.constrain(raw[str(i)]) for i, f in enumerate(self.flows)}
-
-    def params(self, x=None) -> dict:
-        return {str(i): f.params(x) for i, f in enumerate(self.flows)}
-
-
-class Compose(_FlowOfFlows):
-    """f_K = G_{K-1}(...G_0(f_0)) (paper eq. 2), applied in list order: "sal+softplus" = softplus(sal(f)).
-
-    log|G'| is the sum of the stages' log-derivatives at their own inputs; the inverse applies the
-    stages' inverses in reverse order. Nested compositions are flattened.
-    """
-
-    def __init__(self, flows: Iterable[Flow]):
-        flat = []
-        for flow in flows:
-            if not isinstance(flow, Flow):
-                raise TypeError(f"Compose takes Flow instances, got {type(flow).__name__}")
-            flat.extend(flow.flows if isinstance(flow, Compose) else [flow])
-        if not flat:
-            raise ValueError("Compose needs at least one flow")
-        super().__init__()
-        self.flows = nn.ModuleList(flat)
-        self.param_shape = _broadcast_param_shapes(flat)
-
-    @property
-    def spec(self) -> str:
-        return "+".join(f.spec for f in self.flows)
-
-    @property
-    def is_identity(self) -> bool:
-        return all(f.is_identity for f in self.flows)
-
-    def _forward(self, f, p):
-        for i, flow in enumerate(self.flows):
-            f = flow._forward(f, p[str(i)])
-        return f
-
-    def _inverse(self, y, p):
-        for i in reversed(range(len(self.flows))):
-            y = self.flows[i]._inverse(y, p[str(i)])
-        return y
-
-    def _forward_and_log_det(self, f, p):
-        total = None
-        for i, flow in enumerate(self.flows):
-            f, ld = flow._forward_and_log_det(f, p[str(i)])
-            total = ld if total is None else total + ld
-        return f, total
-
-    def _log_det(self, f, p):
-        return self._forward_and_log_det(f, p)[1]
-
-    def _check_input(self, f, p):
-        # Only stages that restrict their input need their (intermediate) input computed.
-        last = max((i for i, fl in enumerate(self.flows) if fl._needs_input_check), default=-1)
-        for i in range(last + 1):
-            flow = self.flows[i]
-            flow._check_input(f, p[str(i)])
-            if i < last:
-                f = flow._forward(f, p[str(i)])
-
-    def _image(self, low, high, p):
-        for i, flow in enumerate(self.flows):
-            low, high = flow._image(low, high, p[str(i)])
-        return low, high
-
-    def _bounds(self, p):
-        low, high = self._image(*self.flows[0]._domain_interval(), p)
-        return None if _full_line(low, high) else (low, high)
-
-    def _affine(self, p):
-        a, b = None, None
-        for i, flow in enumerate(self.flows):
-            coef = flow._affine(p[str(i)])
-            if coef is None:
-                return None
-            ai, bi = coef
-            a, b = (ai, bi) if a is None else (ai + bi * a, bi * b)
-        return a, b
-
-    def _fit_codomain_to(self, low, high) -> None:
-        """Adapt bounded stages, last to first, so that the composition can reach [low, high]."""
-        for i in reversed(range(len(self.flows))):
-            flow = self.flows[i]
-            flow._fit_codomain_to(low, high)
-            if i == 0:
-                break
-            with torch.no_grad():
-                p = flow.params()
-                bounds = flow._bounds(p)
-                if bounds is not None and not bool(torch.all((bounds[0] < low) & (bounds[1] > high))):
-                    return  # the data cannot be reached; the caller's codomain check reports it
-                try:
-                    low, high = flow._inverse(low, p), flow._inverse(high, p)
-                except RuntimeError:
-                    return
-                if not bool(torch.all(torch.isfinite(low) & torch.isfinite(high))):
-                    return
-
-
-def compose(*flows: Flow) -> Compose:
-    """Composition applying the flows in the given order (same as `flows[0] >> flows[1] >> ...`)."""
-    return Compose(flows)
-
-
-class LinearCombination(_FlowOfFlows):
+class LinearCombination(FlowOfFlows):
     """G(f) = Σ_i (a_i + b_i·G_i(f)), b_i > 0 (appendix eq. 26 generalised to any increasing G_i).
 
     log G' = logsumexp_i(log b_i + log G_i'(f)); the inverse is numerical. With
@@ -193,7 +50,7 @@ class LinearCombination(_FlowOfFlows):
         domains = {f.domain for f in flows}
         if len(domains) != 1:
             raise ValueError(f"all terms of a LinearCombination must share a domain, got {sorted(domains)}")
-        param_shape = _broadcast_param_shapes(flows)
+        param_shape = broadcast_param_shapes(flows)
         super().__init__()
         self.param_shape = param_shape
         self.flows = nn.ModuleList(flows)
@@ -201,6 +58,11 @@ class LinearCombination(_FlowOfFlows):
             nn.ModuleList(Affine(param_shape=param_shape, b=1.0 / len(flows)) for _ in flows)
             if coefficients else None
         )
+
+    def constructor_arguments(self) -> tuple[list, dict]:
+        if type(self).__init__ is LinearCombination.__init__:
+            return [list(self.flows)], {"coefficients": self.coefficients is not None}
+        return super().constructor_arguments()
 
     @property
     def spec(self) -> str:
@@ -213,8 +75,8 @@ class LinearCombination(_FlowOfFlows):
             out.update({f"coef{i}": c.constrain(raw[f"coef{i}"]) for i, c in enumerate(self.coefficients)})
         return out
 
-    def params(self, x=None) -> dict:
-        out = super().params(x)
+    def params(self, x=None, *, sampling=None) -> dict:
+        out = super().params(x, sampling=sampling)
         if self.coefficients is not None:
             out.update({f"coef{i}": c.params(x) for i, c in enumerate(self.coefficients)})
         return out
@@ -257,8 +119,7 @@ class LinearCombination(_FlowOfFlows):
         return total_low, total_high
 
     def _bounds(self, p):
-        low, high = self._image(*self._domain_interval(), p)
-        return None if _full_line(low, high) else (low, high)
+        return self._bounds_of_image(*self._image(*self.domain_interval(), p))
 
     def _affine(self, p):
         a_total, b_total = 0.0, 0.0

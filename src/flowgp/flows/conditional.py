@@ -6,9 +6,13 @@ and each goes through that parameter's own constraint (`base.constrain`). Only `
 from the plain flow: the maths (`_forward`, `_inverse`, `_log_det`) is the base's, applied with
 per-point parameters of shape [S, ..., N, k] that broadcast against f [..., S, ..., N, L].
 
-How many weight samples S the network draws is set by the caller through `weight_sampling(flow, S,
-sample)` (a context manager, used by the TGP model): training averages S draws of W (MC dropout or
-reparameterised VB draws); PE-TGP predicts with one deterministic pass (no sample dimension).
+How many weight samples S the network draws is an argument of every call: `flow(f, x,
+sampling=WeightSampling(S, stochastic, generator))`, passed down through compositions: training averages S
+draws of W (MC dropout or reparameterised VB draws); PE-TGP predicts with one deterministic pass
+(`stochastic=False`, no sample dimension). Without it, one stochastic pass in training mode and the
+deterministic one in eval mode. (`weight_sampling(flow, S, sample)`, the former context manager, is kept as a
+deprecated shim until the models pass `sampling=`.) All draws - initial weights included - come from the
+given torch.Generator, never from the global RNG when one is given.
 `base`'s own parameters hold the non-input-dependent values θ̂ that `init_input_dependent` (appendix
 B.4) teaches the network; they are not used by the input-dependent flow itself.
 """
@@ -16,24 +20,26 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from typing import Iterator, Optional
 
 import torch
 from torch import Tensor
 
 from ..bayesian import BayesianMLP
-from .base import Flow
-from .combination import Compose, LinearCombination, _FlowOfFlows
+from .base import Compose, Flow, FlowOfFlows
+from .combination import LinearCombination
+from .sampling import WeightSampling
 
 __all__ = ["InputDependentFlow", "make_input_dependent", "static_flow", "input_dependent_flows",
-           "weight_sampling", "init_input_dependent", "raw_parameter_tree", "warping_curves", "plot_warping_curves"]
+           "WeightSampling", "weight_sampling", "raw_parameter_tree", "warping_curves"]
 
 
 def raw_parameter_tree(flow: Flow) -> dict:
     """The raw (unconstrained) parameters of `flow`, nested exactly like `flow.params()`."""
     if isinstance(flow, InputDependentFlow):
         raise ValueError("an input-dependent flow has no fixed raw parameters; use its .base")
-    if isinstance(flow, _FlowOfFlows):
+    if isinstance(flow, FlowOfFlows):
         tree = {str(i): raw_parameter_tree(f) for i, f in enumerate(flow.flows)}
         if isinstance(flow, LinearCombination) and flow.coefficients is not None:
             tree.update({f"coef{i}": raw_parameter_tree(c) for i, c in enumerate(flow.coefficients)})
@@ -66,13 +72,16 @@ class InputDependentFlow(Flow):
         input_dim: D, the number of input features the network reads.
         hidden, activation, dropout, bayesian, prior_precision: passed to `flowgp.bayesian.BayesianMLP`.
         network: a ready BayesianMLP to use instead (its out_features must equal `num_raw`).
+        generator: torch.Generator for the network's initial weights (None: torch's global generator).
+
+    The network is built in the dtype and on the device of `base`.
     """
 
     name = "input_dependent"
 
     def __init__(self, base: Flow, input_dim: int, hidden=(50,), activation: str = "relu", dropout: float = 0.25,
                  bayesian: str = "mc_dropout", prior_precision: Optional[float] = None,
-                 network: Optional[BayesianMLP] = None):
+                 network: Optional[BayesianMLP] = None, generator: Optional[torch.Generator] = None):
         if not isinstance(base, Flow):
             raise TypeError(f"base must be a flowgp Flow, got {type(base).__name__}")
         if any(isinstance(m, InputDependentFlow) for m in base.modules()):
@@ -92,14 +101,21 @@ class InputDependentFlow(Flow):
             raise ValueError(f"the '{base.spec}' flow has no parameters to make input-dependent")
         self.num_raw = sum(math.prod(s) for s in self._sizes)
         if network is None:
-            network = BayesianMLP(input_dim, self.num_raw, hidden, activation, dropout, bayesian, prior_precision)
+            network = BayesianMLP(input_dim, self.num_raw, hidden, activation, dropout, bayesian, prior_precision,
+                                  generator=generator).to(dtype=base.dtype, device=base.device)
         elif not isinstance(network, BayesianMLP) or network.out_features != self.num_raw \
                 or network.in_features != input_dim:
             raise ValueError(f"network must be a BayesianMLP with in_features={input_dim} and "
                              f"out_features={self.num_raw}")
         self.network = network
-        # Set by `weight_sampling`; None means: S = 1 stochastic pass in training mode, deterministic in eval.
+        # Set only by the deprecated `weight_sampling` context; an explicit `sampling=` argument wins.
         self._sampling = None
+
+    def constructor_arguments(self) -> tuple[list, dict]:
+        # The network itself (its architecture and mode as they are now), not the options that built it.
+        if type(self).__init__ is InputDependentFlow.__init__:
+            return [self.base, self.input_dim], {"network": self.network}
+        return super().constructor_arguments()
 
     # ------------------------------------------------------------------ description
     @property
@@ -137,22 +153,33 @@ class InputDependentFlow(Flow):
             flat.append(value.detach().reshape(-1))
         return torch.cat(flat)
 
-    def raw_params(self, x: Tensor) -> Tensor:
+    def sampling_mode(self, sampling: Optional[WeightSampling] = None) -> WeightSampling:
+        """The sampling in effect: `sampling` when given, else the deprecated context's, else one stochastic
+        pass in training mode and the deterministic pass in eval mode."""
+        if sampling is not None:
+            if not isinstance(sampling, WeightSampling):
+                raise TypeError(f"sampling must be a flowgp.flows.WeightSampling, got {type(sampling).__name__}")
+            return sampling
+        if self._sampling is not None:
+            num_samples, sample = self._sampling
+            return WeightSampling(num_samples if sample else 1, sample)
+        return WeightSampling(1, self.training)
+
+    def raw_params(self, x: Tensor, sampling: Optional[WeightSampling] = None) -> Tensor:
         """Network outputs for x [..., N, D]: [S, ..., N, num_raw] when sampling, else [..., N, num_raw]."""
         if x is None:
             raise ValueError(f"the input-dependent '{self.spec}' flow needs the inputs x: call flow(f, x)")
         if x.dim() < 2 or x.shape[-1] != self.input_dim:
             raise ValueError(f"x must be [..., N, {self.input_dim}] for this input-dependent flow, "
                              f"got shape {tuple(x.shape)}")
-        if self._sampling is None:
-            num_samples, sample = 1, self.training
-        else:
-            num_samples, sample = self._sampling
-        return self.network(x, num_samples=num_samples, sample=sample)
+        mode = self.sampling_mode(sampling)
+        if mode.generator is None:  # the network's call as before generators (a stand-in network may not take one)
+            return self.network(x, num_samples=mode.num_samples, sample=mode.stochastic)
+        return self.network(x, num_samples=mode.num_samples, sample=mode.stochastic, generator=mode.generator)
 
-    def params(self, x: Optional[Tensor] = None) -> dict:
+    def params(self, x: Optional[Tensor] = None, *, sampling: Optional[WeightSampling] = None) -> dict:
         """Constrained parameters per input: each leaf [S, ..., N, k] (k = L or 1) or [..., N, k]."""
-        out = self.raw_params(x)
+        out = self.raw_params(x, sampling)
         tree, start = {}, 0
         for path, shape in zip(self._paths, self._sizes):
             size = math.prod(shape)
@@ -186,8 +213,8 @@ class InputDependentFlow(Flow):
     def _image(self, low, high, p):
         return self.base._image(low, high, p)
 
-    def _domain_interval(self):
-        return self.base._domain_interval()
+    def domain_interval(self):
+        return self.base.domain_interval()
 
     def _check_input(self, f, p):
         self.base._check_input(f, p)
@@ -201,8 +228,13 @@ def input_dependent_flows(flow: Flow) -> list:
 
 @contextlib.contextmanager
 def weight_sampling(flow: Flow, num_samples: int = 1, sample: bool = True) -> Iterator[None]:
-    """Within the block, every input-dependent stage of `flow` draws `num_samples` W samples (leading
-    dimension S of its parameters), or, with sample=False, uses the deterministic network (no S dim)."""
+    """Deprecated: pass `sampling=WeightSampling(num_samples, sample)` to the flow's call instead.
+
+    Within the block, every input-dependent stage of `flow` draws `num_samples` W samples (leading
+    dimension S of its parameters), or, with sample=False, uses the deterministic network (no S dim).
+    Kept until the models pass `sampling=` (it sets a mode on the flow, which an argument avoids)."""
+    warnings.warn("weight_sampling(flow, S, sample) is deprecated; call the flow with "
+                  "sampling=flowgp.flows.WeightSampling(S, sample)", DeprecationWarning, stacklevel=3)
     if int(num_samples) != num_samples or num_samples < 1:
         raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
     stages = input_dependent_flows(flow)
@@ -216,11 +248,13 @@ def weight_sampling(flow: Flow, num_samples: int = 1, sample: bool = True) -> It
             s._sampling = prev
 
 
-def make_input_dependent(flow: Flow, input_dim: int, which: str = "nonlinear", **network_kwargs) -> Flow:
+def make_input_dependent(flow: Flow, input_dim: int, which: str = "nonlinear",
+                         generator: Optional[torch.Generator] = None, **network_kwargs) -> Flow:
     """Make the stages of `flow` input-dependent, sharing their modules (so `static_flow` recovers `flow`).
 
     which="nonlinear": only stages that are not affine (appendix B.6: for SAL, the sinh-arcsinh carries
     the dependency and the affine stays shared); which="all": every stage with parameters.
+    generator: torch.Generator for the networks' initial weights (drawn in stage order).
     network_kwargs: hidden, activation, dropout, bayesian, prior_precision.
     """
     if which not in ("nonlinear", "all"):
@@ -236,7 +270,7 @@ def make_input_dependent(flow: Flow, input_dim: int, which: str = "nonlinear", *
             affine = stage.affine_coefficients() is not None
         if which == "nonlinear" and affine:
             return stage
-        return InputDependentFlow(stage, input_dim, **network_kwargs)
+        return InputDependentFlow(stage, input_dim, generator=generator, **network_kwargs)
 
     wrapped = [wrap(s) for s in stages]
     if not any(isinstance(s, InputDependentFlow) for s in wrapped):
@@ -257,60 +291,13 @@ def static_flow(flow: Flow) -> Flow:
     return flow
 
 
-def init_input_dependent(flow: Flow, x: Tensor, epochs: int = 100, batch_size: int = 256, lr: float = 0.01,
-                         generator: Optional[torch.Generator] = None, tol: float = 1e-8) -> float:
-    """Appendix B.4: fit each network so that NN(x) ≈ θ̂, the raw parameters of its base, by minibatch
-    MSE with Adam (dropout active / VB weights sampled, no KL). Initialise the bases first (identity or
-    from data on `static_flow(flow)`). The last-layer bias starts at θ̂, which makes the fit short.
-    Stops early once the MSE falls below `tol`. Returns the final mean squared error (over networks).
-    """
-    stages = input_dependent_flows(flow)
-    if not stages:
-        raise ValueError("flow has no input-dependent stage to initialise")
-    if not isinstance(x, Tensor) or x.dim() != 2:
-        raise ValueError(f"x must be a 2-D tensor [N, D], got {type(x).__name__} "
-                         f"{tuple(x.shape) if isinstance(x, Tensor) else ''}")
-    if int(epochs) != epochs or epochs < 0:
-        raise ValueError(f"epochs must be a non-negative integer, got {epochs!r}")
-    if int(batch_size) != batch_size or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    n = x.shape[0]
-    batch = min(int(batch_size), n)
-    steps = math.ceil(n / batch)
-    x = x.detach()
-    final = 0.0
-    for stage in stages:
-        net = stage.network
-        target = stage.raw_target().to(net.biases[-1])
-        with torch.no_grad():
-            net.biases[-1].copy_(target)
-        params = [p for p in net.parameters() if p.requires_grad]
-        opt = torch.optim.Adam(params, lr=lr)
-        loss_value = math.inf
-        for _ in range(int(epochs)):
-            order = torch.randperm(n, generator=generator).to(x.device)
-            total = 0.0
-            for i in range(steps):
-                xb = x[order[i * batch:(i + 1) * batch]]
-                opt.zero_grad(set_to_none=True)
-                loss = (net(xb, num_samples=1, sample=True) - target).square().mean()
-                loss.backward()
-                opt.step()
-                total += loss.item()
-            loss_value = total / steps
-            if loss_value < tol:
-                break
-        with torch.no_grad():
-            loss_value = (net(x, sample=False) - target).square().mean().item()
-        final += loss_value / len(stages)
-    return final
-
-
-def warping_curves(flow: Flow, x: Tensor, f_grid: Tensor, num_samples: int = 100) -> dict:
+def warping_curves(flow: Flow, x: Tensor, f_grid: Tensor, num_samples: int = 100,
+                   generator: Optional[torch.Generator] = None) -> dict:
     """The warping G_{θ(x_p, W)}(f) over `f_grid` [G] at each chosen input x_p ([P, D]) (appendix Fig. 9).
 
     Returns {"point": one deterministic pass (standard dropout, PE-TGP), "mean", "std": over `num_samples`
-    stochastic draws of W (MC dropout or q(W), BA-TGP)}, each [G, P, K] (K = the flow's outputs, 1 if shared).
+    stochastic draws of W (MC dropout or q(W), BA-TGP), drawn from `generator`}, each [G, P, K] (K = the
+    flow's outputs, 1 if shared). Drawn by `flowgp.plotting.plot_warping_curves`.
     """
     if not input_dependent_flows(flow):
         raise ValueError("warping_curves needs a flow with an input-dependent stage")
@@ -318,41 +305,8 @@ def warping_curves(flow: Flow, x: Tensor, f_grid: Tensor, num_samples: int = 100
     if f.numel() < 2:
         raise ValueError("f_grid needs at least 2 points")
     with torch.no_grad():
-        with weight_sampling(flow, 1, sample=False):
-            point = flow(f.view(-1, 1, 1), x, validate=False)  # [G, P, K]
-        with weight_sampling(flow, num_samples, sample=True):
-            draws = flow(f.view(-1, 1, 1, 1), x, validate=False)  # [G, S, P, K]
+        point = flow(f.view(-1, 1, 1), x, validate=False, sampling=WeightSampling(1, False))  # [G, P, K]
+        draws = flow(f.view(-1, 1, 1, 1), x, validate=False,
+                     sampling=WeightSampling(num_samples, True, generator))  # [G, S, P, K]
     std = draws.std(1) if num_samples > 1 else torch.zeros_like(point)
     return {"point": point, "mean": draws.mean(1), "std": std}
-
-
-def plot_warping_curves(f_grid, curves: dict, labels=None, path=None):
-    """Figure in the style of appendix Fig. 9: top row the point-estimate warping at each input, bottom row
-    the posterior mean ± 2 std over W draws. `curves` as returned by `warping_curves` ([G, P, K]; output 0
-    is drawn) or by `TGPRegressor.warping_functions` ([G, P]). Saves a PNG to `path` when given; returns
-    the matplotlib figure."""
-    import numpy as np
-    from matplotlib.figure import Figure  # no pyplot: no global backend or figure state is touched
-
-    def arr(a):
-        return a.detach().cpu().numpy() if isinstance(a, Tensor) else np.asarray(a)
-    f = arr(f_grid).reshape(-1)
-    point, mean, std = (arr(curves[k]) for k in ("point", "mean", "std"))
-    if point.ndim == 3:  # [G, P, K] from warping_curves: draw output 0
-        point, mean, std = point[..., 0], mean[..., 0], std[..., 0]
-    num = point.shape[1]
-    labels = labels if labels is not None else [f"input {p}" for p in range(num)]
-    fig = Figure(figsize=(3 * num, 5.5))
-    axes = fig.subplots(2, num, squeeze=False, sharex=True)
-    for p in range(num):
-        axes[0, p].plot(f, point[:, p], color="C0")
-        axes[0, p].set_title(str(labels[p]), fontsize=9)
-        axes[1, p].plot(f, mean[:, p], color="C1")
-        axes[1, p].fill_between(f, mean[:, p] - 2 * std[:, p], mean[:, p] + 2 * std[:, p], color="C1", alpha=0.3)
-        axes[1, p].set_xlabel("f₀")
-    axes[0, 0].set_ylabel("G(f₀), point estimate")
-    axes[1, 0].set_ylabel("G(f₀), mean ± 2 std")
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120)
-    return fig

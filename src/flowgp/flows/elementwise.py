@@ -275,7 +275,7 @@ class Tanh(Flow):
     def _bounds(self, p):
         return p["d"] - p["a"], p["d"] + p["a"]
 
-    def _fit_codomain_to(self, low: Tensor, high: Tensor, margin: float = 0.25) -> None:
+    def fit_codomain_to(self, low: Tensor, high: Tensor, margin: float = 0.25) -> None:
         """Move d and widen a so that (d - a, d + a) strictly contains [low, high]."""
         with torch.no_grad():
             p = self.params()

@@ -1,42 +1,85 @@
-"""`make_flow`: build flows from spec strings such as "sal+softplus" or "lincomb5".
+"""`make_flow`: build flows from spec strings such as "sal+softplus" or "lincomb5", through `flowgp.registry.FLOWS`.
 
 Grammar (case-insensitive, whitespace ignored): stages joined by '+' are applied left to right.
-A stage is a name from FLOW_NAMES (or an alias), "lincomb<I>" (eq. 26 with I terms), or
+A stage is a name registered in `FLOWS` (or an alias), "lincomb<I>" (eq. 26 with I terms), or
 "sum(s1,s2,...)" / "add(s1,s2,...)" for a LinearCombination of sub-specs with / without its own
-a_i + b_i coefficients. Every flow's `spec` is written in this grammar, so it round-trips.
+a_i + b_i coefficients. Every built-in flow's `spec` is written in this grammar, so it round-trips.
+
+The built-in stages are registered here; a user's class registered with `FLOWS.register("mine", MyFlow)` (it is
+called as `MyFlow(param_shape=...)`) is then usable as "mine" or "sal+mine". A built-in name cannot be taken.
 """
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 
-from .base import Flow
-from .combination import ArcsinhCombination, Compose, LinearCombination
+from ..registry import FLOWS
+from .base import Compose, Flow
+from .combination import ArcsinhCombination, LinearCombination
 from .elementwise import (Affine, Arcsinh, BoxCox, Exp, Identity, InverseBoxCox, Log, Sinh, SinhArcsinh,
                           Softplus, Tanh, TukeyGH)
 
-__all__ = ["make_flow", "FLOW_NAMES", "FLOW_ALIASES"]
+__all__ = ["make_flow", "FLOW_NAMES", "FLOW_ALIASES", "sal"]
 
-_SIMPLE = {
-    "identity": Identity, "log": Log, "exp": Exp, "softplus": Softplus, "sinh": Sinh, "arcsinh": Arcsinh,
-    "affine": Affine, "sinharcsinh": SinhArcsinh, "boxcox": BoxCox, "inverseboxcox": InverseBoxCox,
-    "tukey": TukeyGH, "tanh": Tanh,
-}
 
-#: Canonical single-stage names accepted by `make_flow` ("lincomb" means eq. 26 with I = 3).
-FLOW_NAMES = (
-    "identity", "log", "exp", "softplus", "sinh", "arcsinh", "affine", "sinharcsinh", "sal",
-    "boxcox", "inverseboxcox", "tukey", "tanh", "lincomb",
-)
-FLOW_ALIASES = {"l": "affine", "sa": "sinharcsinh", "invboxcox": "inverseboxcox"}
+def sal(param_shape=()) -> Compose:
+    """SAL (Rios & Tobar 2019): sinh-arcsinh followed by an affine map, one stage of TGP eq. 2."""
+    return Compose([SinhArcsinh(param_shape=param_shape), Affine(param_shape=param_shape)])
+
+
+_BUILT_IN = (("identity", Identity, ()), ("log", Log, ()), ("exp", Exp, ()), ("softplus", Softplus, ()),
+             ("sinh", Sinh, ()), ("arcsinh", Arcsinh, ()), ("affine", Affine, ("l",)),
+             ("sinharcsinh", SinhArcsinh, ("sa",)), ("sal", sal, ()), ("boxcox", BoxCox, ()),
+             ("inverseboxcox", InverseBoxCox, ("invboxcox",)), ("tukey", TukeyGH, ()), ("tanh", Tanh, ()),
+             ("lincomb", ArcsinhCombination, ()))  # "lincomb" is eq. 26 with I = 3 terms
+for _name, _factory, _aliases in _BUILT_IN:
+    FLOWS.register(_name, _factory, aliases=_aliases)
+del _name, _factory, _aliases
+
+
+class _RegistryNames(Sequence):
+    """Read-only, live tuple-like view of the canonical flow names in `FLOWS`."""
+
+    def __getitem__(self, index):
+        return tuple(FLOWS.names())[index]
+
+    def __len__(self) -> int:
+        return len(FLOWS)
+
+    def __repr__(self) -> str:
+        return repr(tuple(FLOWS.names()))
+
+
+class _RegistryAliases(Mapping):
+    """Read-only, live dict-like view {alias: canonical name} of the flow aliases in `FLOWS`."""
+
+    def __getitem__(self, alias):
+        return FLOWS.aliases()[alias]
+
+    def __iter__(self):
+        return iter(FLOWS.aliases())
+
+    def __len__(self) -> int:
+        return len(FLOWS.aliases())
+
+    def __repr__(self) -> str:
+        return repr(FLOWS.aliases())
+
+
+#: Canonical single-stage names accepted by `make_flow` (a view of `flowgp.registry.FLOWS`).
+FLOW_NAMES = _RegistryNames()
+#: {alias: canonical name} (a view of `flowgp.registry.FLOWS`).
+FLOW_ALIASES = _RegistryAliases()
 
 _LINCOMB = re.compile(r"lincomb(\d*)")
 _DEFAULT_LINCOMB_TERMS = 3
 
 
 def _valid_names() -> str:
-    aliases = ", ".join(f"{k} (= {v})" for k, v in FLOW_ALIASES.items())
-    return (f"valid names: {', '.join(FLOW_NAMES)}, lincomb<I> (e.g. lincomb5), sum(spec,...), "
-            f"add(spec,...); aliases: {aliases}; join stages with '+'")
+    aliases = ", ".join(f"{k} (= {v})" for k, v in FLOWS.aliases().items())
+    return (f"valid names: {', '.join(FLOWS.names())}, lincomb<I> (e.g. lincomb5), sum(spec,...), "
+            f"add(spec,...); aliases: {aliases}; join stages with '+'; register your own with "
+            "flowgp.registry.FLOWS.register(name, FlowClass)")
 
 
 def _split(text: str, sep: str, spec: str) -> list[str]:
@@ -66,15 +109,14 @@ def _make_stage(stage: str, param_shape, spec: str) -> Flow:
             terms = [_make(s, param_shape, spec) for s in _split(inner, ",", spec)]
             return LinearCombination(terms, coefficients=head == "sum")
         raise ValueError(f"unknown flow {head!r}(...) in spec {spec!r}; {_valid_names()}")
-    name = FLOW_ALIASES.get(stage, stage)
-    if name in _SIMPLE:
-        return _SIMPLE[name](param_shape=param_shape)
-    if name == "sal":
-        # Rios & Tobar (2019): sinh-arcsinh followed by an affine map, one stage of eq. 2.
-        return Compose([SinhArcsinh(param_shape=param_shape), Affine(param_shape=param_shape)])
-    match = _LINCOMB.fullmatch(name)
-    if match:
-        num = int(match.group(1)) if match.group(1) else _DEFAULT_LINCOMB_TERMS
+    if stage in FLOWS:
+        flow = FLOWS.create(stage, param_shape=param_shape)
+        if not isinstance(flow, Flow):
+            raise TypeError(f"the flow registered as {stage!r} built a {type(flow).__name__}, not a flowgp Flow")
+        return flow
+    match = _LINCOMB.fullmatch(stage)
+    if match and match.group(1):
+        num = int(match.group(1))
         if num < 1:
             raise ValueError(f"lincomb needs at least one term, got {stage!r} in spec {spec!r}")
         return ArcsinhCombination(num, param_shape=param_shape)

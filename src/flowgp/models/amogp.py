@@ -40,7 +40,7 @@ from ..objective import minibatch_bound
 from ..psi_statistics import gaussian_psi1, gaussian_psi2_contract, gaussian_psi_mean
 from ..variational import WhitenedGaussian
 
-__all__ = ["AMOGP", "InducingSet", "plot_layers"]
+__all__ = ["AMOGP", "InducingSet", "layer_curves"]
 
 _NOISE = Positive(lower=1e-8)
 
@@ -465,27 +465,25 @@ class AMOGP(nn.Module):
         return torch.logsumexp(logp, 0) - math.log(num_samples)
 
 
-def plot_layers(model: AMOGP, x_grid, path=None, data=None, true_functions=None, output_names=None):
-    """Draw the three layers per output (one row per output): alignment â_d(x), latent f̂_d(a) and warping
-    ĝ_d(f) + b_d with ±2 sd bands, plus the data and the propagated prediction of y in a fourth column.
+def layer_curves(model: AMOGP, x_grid) -> list:
+    """The three layers and the prediction per output, as numbers for `flowgp.plotting.amogp_layers_figure`.
 
-    x_grid: 1-D array of inputs (model units). data: optional (x [N], y [N], output [N]) arrays in model units.
-    true_functions: optional dict d -> {"a": callable, "f": callable, "g": callable} (model units) to overlay.
-    Returns the matplotlib figure (saved to `path` if given).
+    x_grid: 1-D array of inputs (model units). Returns one dict per output d with "alignment" (x, mean â_d(x),
+    var), "latent" (a, f̂_d(a), var) over the range of â_d ± 0.2, "warping" (f, ĝ_d(f) + b_d, var) over the
+    range of f̂_d ± 0.5 (g_d(f) + b_d is the map from f to the mean of y) and "prediction" (x, mean, var of y),
+    each a NumPy array [G].
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
-    d_count = model.num_outputs
     ref = next(model.parameters())
     xg = torch.as_tensor(np.asarray(x_grid, dtype=float), dtype=ref.dtype, device=ref.device).reshape(-1, 1)
-    fig, axes = plt.subplots(d_count, 4, figsize=(14, 2.8 * d_count), squeeze=False)
+
+    def arrays(*tensors):
+        return tuple(t.reshape(-1).cpu().numpy() for t in tensors)
+
+    curves = []
     with torch.no_grad():
-        for d in range(d_count):
-            name = output_names[d] if output_names else f"output {d}"
+        for d in range(model.num_outputs):
             out = torch.full((xg.shape[0],), d, dtype=torch.long, device=ref.device)
             am, av = model.alignment_function(xg, d)
             lay = model.predict_layers(xg, out)
@@ -495,27 +493,7 @@ def plot_layers(model: AMOGP, x_grid, path=None, data=None, true_functions=None,
             fgrid = torch.linspace(float(fm.min()) - 0.5, float(fm.max()) + 0.5, 200, dtype=ref.dtype,
                                    device=ref.device).reshape(-1, 1)
             gm, gv = model.warping_function(fgrid, d)
-            gm = gm + model.offset[d]  # the panel shows g_d(f) + b_d, the map from f to the mean of y
             ym, yv = lay["y"]
-            panels = [(xg, am, av, "x", "a(x)", "alignment"), (agrid, fm, fv, "a", "f(a)", "latent (CP)"),
-                      (fgrid, gm, gv, "f", "g(f) + b", "warping"), (xg, ym, yv, "x", "y", "prediction")]
-            for j, (xx, m, v, xl, yl, title) in enumerate(panels):
-                ax = axes[d, j]
-                xx, m, s = xx[:, 0].cpu().numpy(), m.cpu().numpy(), v.clamp_min(0).sqrt().cpu().numpy()
-                ax.plot(xx, m, color="C0", label="learned")
-                ax.fill_between(xx, m - 2 * s, m + 2 * s, color="C0", alpha=0.25)
-                if true_functions and d in true_functions and j < 3 and true_functions[d].get("afg"[j]) is not None:
-                    ax.plot(xx, true_functions[d]["afg"[j]](xx), "k--", label="true")
-                ax.set_title(f"{name}: {title}", fontsize=9)
-                ax.set_xlabel(xl)
-                ax.set_ylabel(yl)
-            if data is not None:
-                xd, yd, od = (np.asarray(v) for v in data)
-                sel = od == d
-                axes[d, 3].scatter(xd[sel], yd[sel], s=4, color="k", alpha=0.5)
-    axes[0, 0].legend(fontsize=7)
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-    return fig
+            curves.append({"alignment": arrays(xg, am, av), "latent": arrays(agrid, fm, fv),
+                           "warping": arrays(fgrid, gm + model.offset[d], gv), "prediction": arrays(xg, ym, yv)})
+    return curves

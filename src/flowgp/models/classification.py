@@ -13,17 +13,24 @@ draws of W (appendix A.3): in training `mc_samples_train` draws per ELBO evaluat
 the networks' penalty; predictions average probabilities over `mc_samples_predict` draws (appendix eq. 20,
 BA-TGP) or use one deterministic pass ("point" networks, PE-TGP). For the softmax each W draw is paired
 with one latent draw, so one batched tensor [S, N, C] carries both integrals.
+
+Why this model keeps its own warping code rather than `flowgp.likelihoods.WarpedLikelihood`: the multiclass
+likelihood reads all C warped latents at once (softmax / robust max over the last axis), so its
+expectation is a C-dimensional integral done by Monte Carlo with each W draw paired with one joint latent
+draw, where the WarpedLikelihood integrates one latent at a time by Gauss-Hermite quadrature. The binary
+case is that one-dimensional integral and computes the same quantity as WarpedLikelihood(flow, Bernoulli).
+The bound itself is assembled by the shared `flowgp.objective.minibatch_bound`.
 """
 from __future__ import annotations
-
-import contextlib
 
 import torch
 from torch import nn
 
 from ..flows import Flow, make_flow
-from ..flows.conditional import input_dependent_flows, weight_sampling
+from ..flows import WeightSampling, input_dependent_flows
 from ..likelihoods import BernoulliLikelihood, Likelihood, RobustMaxLikelihood, SoftmaxLikelihood
+from ..objective import minibatch_bound
+from ..registry import LIKELIHOODS
 from ..quadrature import gh_points
 from ..variational import Marginals, SparseVariationalGP
 from ._checks import as_inputs
@@ -103,8 +110,7 @@ class TGPClassification(nn.Module):
             if likelihood not in CLASSIFICATION_LIKELIHOODS:
                 raise ValueError(f"likelihood must be one of {CLASSIFICATION_LIKELIHOODS} or a Likelihood, "
                                  f"got {likelihood!r}")
-            likelihood = (SoftmaxLikelihood(num_classes) if likelihood == "softmax"
-                          else RobustMaxLikelihood(num_classes))
+            likelihood = LIKELIHOODS.create(likelihood, num_classes)  # the one name-to-class table
         elif not isinstance(likelihood, Likelihood):
             raise TypeError(f"likelihood must be a name or a flowgp Likelihood, got {type(likelihood).__name__}")
         self.likelihood = likelihood
@@ -161,31 +167,30 @@ class TGPClassification(nn.Module):
             return self.gp.q_mu.new_zeros(())
         return sum(s.network.penalty() for s in stages)
 
-    def _sampling(self, num_samples: int, train: bool):
-        """Context in which input-dependent stages draw `num_samples` W (or one deterministic PE pass)."""
+    def _sampling(self, num_samples: int, train: bool, generator=None):
+        """`num_samples` stochastic W draws (or one deterministic PE pass); None without networks."""
         if not self.input_dependent:
-            return contextlib.nullcontext()
+            return None
         if train or all(s.network.stochastic_prediction for s in input_dependent_flows(self.flow)):
-            return weight_sampling(self.flow, num_samples, True)
-        return weight_sampling(self.flow, 1, False)
+            return WeightSampling(num_samples, True, generator)
+        return WeightSampling(1, False, generator)
 
-    def _warp_nodes(self, f, x, num_samples: int, train: bool):
+    def _warp_nodes(self, f, x, num_samples: int, train: bool, generator=None):
         """G at quadrature nodes f [Q, N, L]: [Q, S_W, N, L] (S_W = 1 without input-dependent sampling)."""
         if self._identity_flow():
             return f.unsqueeze(1)
-        with self._sampling(num_samples, train):
-            return self.flow(f.unsqueeze(1), x, validate=False)
+        sampling = self._sampling(num_samples, train, generator)
+        return self.flow(f.unsqueeze(1), x, validate=False, sampling=sampling)
 
-    def _warp_paired(self, f, x, train: bool):
+    def _warp_paired(self, f, x, train: bool, generator=None):
         """G at latent draws f [S, N, C], one W draw per latent draw when input-dependent: [S, N, C]."""
         if self._identity_flow():
             return f
-        with self._sampling(f.shape[0], train):
-            return self.flow(f, x, validate=False)
+        return self.flow(f, x, validate=False, sampling=self._sampling(f.shape[0], train, generator))
 
     def predict_f(self, x: torch.Tensor) -> Marginals:
         """q(f₀(x*)): marginal mean and variance [N, L] of the base latent GPs."""
-        return self.gp.marginals(as_inputs(x, self.input_dim))
+        return self.gp.marginals(self.validate(x))
 
     # ------------------------------------------------------------------ ELBO
     def expected_log_likelihood(self, x: torch.Tensor, y: torch.Tensor, generator=None) -> torch.Tensor:
@@ -194,23 +199,34 @@ class TGPClassification(nn.Module):
         lik = self.likelihood
         if self.num_classes == 2:
             f, w = gh_points(mean, var, self.quadrature_points)  # [Q, N, 1]
-            g = self._warp_nodes(f, x, self.mc_samples_train, self.training)  # [Q, S_W, N, 1]
+            g = self._warp_nodes(f, x, self.mc_samples_train, self.training, generator)  # [Q, S_W, N, 1]
             log_p = lik.log_prob(y.to(mean.dtype).unsqueeze(-1), g)
             return (w.unsqueeze(1) * log_p).sum(0).mean(0)[:, 0]
         if isinstance(lik, RobustMaxLikelihood) and self._identity_flow():
             return lik.expected_log_prob(y, mean, var, self.quadrature_points)
         eps = torch.randn((self.mc_samples,) + mean.shape, dtype=mean.dtype, device=mean.device, generator=generator)
         f = mean + var.sqrt() * eps  # reparameterised samples of the C independent latents, [S, N, C]
-        return lik.log_prob(y, self._warp_paired(f, x, self.training)).mean(0)
+        return lik.log_prob(y, self._warp_paired(f, x, self.training, generator)).mean(0)
 
-    def elbo(self, x: torch.Tensor, y: torch.Tensor, num_data: int | None = None) -> torch.Tensor:
-        """(N/B) Σ_batch ELL_n - KL[q(u₀) || p(u₀)], an unbiased minibatch estimate of the ELBO."""
+    def validate(self, x, y=None):
+        """x checked as [N, D] (and y as class indices in [0, C)); returns x, or (x, y) with y as int64 [N]."""
         x = as_inputs(x, self.input_dim)
-        y = self._labels(y, x.shape[0])
-        num_data = x.shape[0] if num_data is None else int(num_data)
-        ell = self.expected_log_likelihood(x, y).sum()
-        value = ell * (num_data / x.shape[0]) - self.gp.kl_divergence()
-        return value - self.flow_penalty() if self.input_dependent else value
+        return x if y is None else (x, self._labels(y, x.shape[0]))
+
+    _check = validate  # kept until the call sites move to `validate`
+
+    def kl_terms(self) -> list:
+        """KL[q(u₀) || p(u₀)] and, for input-dependent flows, the networks' penalties (appendix A.3)."""
+        terms = [self.gp.kl_divergence()]
+        if self.input_dependent:
+            terms.append(self.flow_penalty())
+        return terms
+
+    def elbo(self, x: torch.Tensor, y: torch.Tensor, num_data: int | None = None, generator=None) -> torch.Tensor:
+        """(N/B) Σ_batch ELL_n - KL[q(u₀) || p(u₀)] (- network penalty), an unbiased minibatch estimate."""
+        x, y = self.validate(x, y)
+        return minibatch_bound(self.expected_log_likelihood(x, y, generator), self.kl_terms(), num_data,
+                               x.shape[0])
 
     # ------------------------------------------------------------------ prediction
     def predict_proba(self, x: torch.Tensor, generator=None) -> torch.Tensor:
@@ -219,7 +235,7 @@ class TGPClassification(nn.Module):
         Binary: Φ(μ/sqrt(1+σ²)) with the identity flow, else Gauss-Hermite quadrature. Softmax: Monte Carlo
         with `predict_samples` draws (fixed seed 0 unless a generator is given, so predictions repeat).
         """
-        x = as_inputs(x, self.input_dim)
+        x = self.validate(x)
         mean, var = self.gp.marginals(x)
         lik = self.likelihood
         if self.num_classes == 2:
@@ -227,7 +243,7 @@ class TGPClassification(nn.Module):
                 p1 = lik.predictive_prob(mean, var)[:, 0]
             else:
                 f, w = gh_points(mean, var, self.predict_quadrature_points)
-                g = self._warp_nodes(f, x, self.mc_samples_predict, train=False)
+                g = self._warp_nodes(f, x, self.mc_samples_predict, False, generator)
                 p1 = (w.unsqueeze(1) * torch.special.ndtr(g)).sum(0).mean(0)[:, 0]
             return torch.stack([1.0 - p1, p1], dim=-1)
         if isinstance(lik, RobustMaxLikelihood) and self._identity_flow():
@@ -238,17 +254,19 @@ class TGPClassification(nn.Module):
         eps = torch.randn((self.predict_samples,) + mean.shape, dtype=mean.dtype, device=mean.device,
                           generator=generator)
         f = mean + var.sqrt() * eps
-        g = self._warp_paired(f, x, train=False)
+        g = self._warp_paired(f, x, False, generator)
         if isinstance(lik, SoftmaxLikelihood):
             return torch.softmax(g, dim=-1).mean(0)
         # any other likelihood: average p(y = c | g) over samples
         labels = torch.arange(self.num_classes, device=mean.device).view(1, -1, 1)  # [1, C, 1] against [S, 1, N]
         return lik.log_prob(labels, g.unsqueeze(1)).exp().mean(0).transpose(0, 1)
 
-    def log_predictive_density(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """log p(y* | x*) per point, [N] (floored at the smallest positive float to stay finite)."""
-        x = as_inputs(x, self.input_dim)
-        y = self._labels(y, x.shape[0])
-        probs = self.predict_proba(x)
+    def log_predictive_density(self, x: torch.Tensor, y: torch.Tensor, generator=None) -> torch.Tensor:
+        """log p(y* | x*) per point, [N] (floored at the smallest positive float to stay finite).
+
+        generator: for the Monte Carlo draws of `predict_proba` (default: a fresh one seeded 0).
+        """
+        x, y = self.validate(x, y)
+        probs = self.predict_proba(x, generator)
         p = torch.gather(probs, -1, y.unsqueeze(-1)).squeeze(-1)
         return p.clamp_min(torch.finfo(p.dtype).tiny).log()

@@ -18,6 +18,7 @@ import torch
 
 from ..flows import Flow, make_flow
 from ..linalg import robust_cholesky
+from ..objective import minibatch_bound
 from .svgp import SVGP
 
 __all__ = ["GSP"]
@@ -88,9 +89,8 @@ class GSP(SVGP):
         q_mu = gp.q_mu[0]
         m = q_mu.shape[-1]
         s = self.mc_samples
-        eps = torch.randn((s, m), dtype=x.dtype, device=x.device, generator=generator)
+        v = gp.sample_whitened(s, generator)[:, 0]  # v = m + R ε, [S, M]
         xi = torch.randn((s, n), dtype=x.dtype, device=x.device, generator=generator)
-        v = q_mu + eps @ r.mT  # [S, M]
         u_k = v @ chol_z.mT  # u_K = Lz v
         f_k = v @ a + xi @ chol_c.mT  # f_K ~ N(Aᵀ v, C)
         f_0 = self.flow.inverse(f_k.unsqueeze(-1), validate=False)[..., 0]
@@ -107,28 +107,28 @@ class GSP(SVGP):
                     + self.flow.log_abs_det_jacobian(u_0.unsqueeze(-1), validate=False).sum((-2, -1)))
         return (conditional + prior_u + log_jac).mean()
 
-    def expected_log_likelihood(self, x, y):
-        """E_{q(f_K,n)}[log p(y_n | f_K,n)] under the Gaussian q(f_K) (the SVGP term), [N, 1]."""
-        mean, var = self.gp.marginals(x)
-        return self.likelihood.expected_log_prob(y, mean, var, self.quadrature_points)
-
     def elbo(self, x, y, num_data: int | None = None, generator=None):
-        """G-SP ELBO (appendix eq. 24) on the full data set; minibatches are refused (C couples all points)."""
-        x, y = self._check(x, y)
+        """G-SP ELBO (appendix eq. 24) on the full data set; minibatches are refused (C couples all points).
+
+        The SVGP expected log-likelihood under the Gaussian q(f_K) plus the Monte Carlo prior correction,
+        which enters `minibatch_bound` as a (negated) global term with N = B.
+        """
+        x, y = self.validate(x, y)
         if num_data is not None and int(num_data) != x.shape[0]:
             raise ValueError(
                 f"G-SP cannot be minibatched (its conditional term couples all N points): got a batch of "
                 f"{x.shape[0]} with num_data={num_data}; train with batch_size=None"
             )
         self._check_size(x.shape[0])
-        return self.expected_log_likelihood(x, y).sum() + self.prior_correction(x, generator)
+        correction = self.prior_correction(x, generator)
+        return minibatch_bound(self.expected_log_likelihood(x, y), [-correction], None, x.shape[0])
 
     def affine_expected_elbo(self, x, y) -> torch.Tensor:
         """Exact E[ELBO] when G(f) = α + β f (no Monte Carlo), for checks; raises if G is not affine.
 
         E[r₀ᵀC⁻¹r₀] = (N + α² cᵀC⁻¹c)/β² with c = 1 - K_XZ K_ZZ⁻¹ 1, E‖Lz⁻¹u₀‖² = (tr S + ‖m - α Lz⁻¹1‖²)/β².
         """
-        x, y = self._check(x, y)
+        x, y = self.validate(x, y)
         coefficients = self.flow.affine_coefficients()
         if coefficients is None:
             raise ValueError(f"flow '{self.flow.spec}' is not affine")

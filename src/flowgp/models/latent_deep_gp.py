@@ -27,12 +27,11 @@ from torch import nn
 
 from ..encoders import AmortizedLatentEncoder, FreeLatent, normal_log_prob
 from ..likelihoods import GaussianLikelihood, Likelihood
-from ..linalg import robust_cholesky
 from ..objective import minibatch_bound
 from ..prediction import check_probabilities, gaussian_mixture_quantiles
 from ._checks import as_inputs, as_targets
 
-__all__ = ["LatentDeepGP", "build_latent_deep_gp", "train_latent_deep_gp", "GRADIENT_ESTIMATORS",
+__all__ = ["LatentDeepGP", "build_latent_deep_gp", "GRADIENT_ESTIMATORS",
            "check_num_importance", "check_gradient"]
 
 GRADIENT_ESTIMATORS = ("reg", "dreg")
@@ -326,129 +325,3 @@ def build_latent_deep_gp(
     likelihood = GaussianLikelihood(noise=noise, num_outputs=y_dim)
     model = LatentDeepGP(layers, qz, likelihood, num_importance=num_importance, gradient=gradient)
     return model.to(device=x.device if device is None else device, dtype=x.dtype if dtype is None else dtype)
-
-
-def train_latent_deep_gp(
-    model: LatentDeepGP,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    iterations: int = 1000,
-    batch_size: int | None = None,
-    lr: float = 0.005,
-    lr_decay: float = 0.98,
-    decay_every: int = 1000,
-    seed: int = 0,
-    verbose: bool = True,
-    desc: str = "latent DGP",
-    natgrad_lr: float | None = None,
-) -> list[float]:
-    """Maximise model.elbo (L_K with the model's estimator) with Adam (supplement E.2: step 0.005, decayed by
-    0.98 every 1000 iterations). Minibatches carry their row indices so free per-point q(z) works.
-    With `natgrad_lr`, the last layer's q(u) takes natural-gradient steps of that size instead (E.2; the
-    same decay), Adam the rest. Returns the negative bound per point after every iteration.
-    """
-    from tqdm.auto import tqdm
-
-    iterations = int(iterations)
-    if iterations < 0:
-        raise ValueError(f"iterations must be >= 0, got {iterations}")
-    if natgrad_lr is not None and not natgrad_lr > 0:
-        raise ValueError(f"natgrad_lr must be a positive step size or None, got {natgrad_lr!r}")
-    n = x.shape[0]
-    batch = n if batch_size is None else min(_check_positive_int(int(batch_size), "batch_size"), n)
-    natgrad = _NaturalGradient(model, natgrad_lr) if natgrad_lr is not None else None
-    skip = set() if natgrad is None else {id(p) for p in natgrad.parameters}
-    params = [p for p in model.parameters() if p.requires_grad and id(p) not in skip]
-    optimizer = torch.optim.Adam(params, lr=lr)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=max(1, int(decay_every)), gamma=lr_decay)
-    generator = torch.Generator().manual_seed(int(seed))
-    sample_gen = torch.Generator(device=x.device).manual_seed(int(seed) + 1)
-    history: list[float] = []
-    model.train()
-    bar = tqdm(range(iterations), desc=desc, disable=not verbose, leave=False)
-    for it in bar:
-        idx = torch.randperm(n, generator=generator)[:batch].to(x.device) if batch < n else None
-        xb, yb = (x, y) if idx is None else (x[idx], y[idx])
-        optimizer.zero_grad(set_to_none=True)
-        if natgrad is None:
-            loss = -model.elbo(xb, yb, num_data=n, indices=idx, generator=sample_gen)
-        else:
-            loss = -natgrad.objective(xb, yb, num_data=n, indices=idx, generator=sample_gen)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"the bound became {loss.item()} at iteration {it}; lower lr or use float64")
-        loss.backward()
-        optimizer.step()
-        scheduler.step()
-        if natgrad is not None:
-            natgrad.step(lr_decay ** ((it + 1) // max(1, int(decay_every))))
-        history.append(loss.item() / n)
-        if verbose and it % 20 == 0:
-            bar.set_postfix(neg_bound_per_point=f"{history[-1]:.4f}")
-    bar.close()
-    model.eval()
-    return history
-
-
-class _Objective(nn.Module):
-    """Calls model.elbo, so that torch.func.functional_call can evaluate it with substituted q(u) tensors."""
-
-    def __init__(self, model: LatentDeepGP):
-        super().__init__()
-        self.model = model
-
-    def forward(self, *args, **kwargs):
-        return self.model.elbo(*args, **kwargs)
-
-
-class _NaturalGradient:
-    """Natural-gradient ascent on the last layer's whitened q(v) = N(m, S) (supplement E.2).
-
-    With expectation parameters η = (m, S + m mᵀ) and natural parameters θ = (S⁻¹m, -½S⁻¹), the natural
-    gradient of the bound w.r.t. θ is its ordinary gradient w.r.t. η, so a step is θ ← θ + γ ∇_η L.
-    The bound is evaluated at (m, S) rebuilt from η (m = η₁, S = η₂ - η₁η₁ᵀ) to get ∇_η L by autograd.
-    """
-
-    def __init__(self, model: LatentDeepGP, lr: float):
-        self.model = model
-        self.lr = float(lr)
-        self.gp = model.layers[-1].gp
-        self.parameters = [self.gp.q_mu, self.gp.q_sqrt]
-        prefix = next(name for name, mod in model.named_modules() if mod is self.gp)
-        self._names = (f"model.{prefix}.q_mu", f"model.{prefix}.q_sqrt")
-        self._wrapper = _Objective(model)
-
-    def objective(self, *args, **kwargs) -> torch.Tensor:
-        from torch.func import functional_call
-
-        m = self.gp.q_mu.detach()
-        r = self.gp.q_sqrt_tril().detach()
-        s = r @ r.mT
-        self.eta1 = m.clone().requires_grad_(True)
-        self.eta2 = (s + m.unsqueeze(-1) * m.unsqueeze(-2)).clone().requires_grad_(True)
-        s_eta = self.eta2 - self.eta1.unsqueeze(-1) * self.eta1.unsqueeze(-2)
-        r_eta = torch.linalg.cholesky(0.5 * (s_eta + s_eta.mT))
-        return functional_call(self._wrapper, {self._names[0]: self.eta1, self._names[1]: r_eta}, args, kwargs)
-
-    @torch.no_grad()
-    def step(self, scale: float = 1.0) -> None:
-        # the loss was -L, so ∇_η L = -grad
-        g1, g2 = -self.eta1.grad, -self.eta2.grad
-        g2 = 0.5 * (g2 + g2.mT)
-        m = self.eta1.detach()
-        s = self.eta2.detach() - m.unsqueeze(-1) * m.unsqueeze(-2)
-        precision = torch.cholesky_inverse(torch.linalg.cholesky(s))
-        theta1 = (precision @ m.unsqueeze(-1)).squeeze(-1)
-        gamma = self.lr * scale
-        for _ in range(8):  # halve the step until the new precision is positive definite
-            new_precision = precision - 2.0 * gamma * g2
-            chol_p, info = torch.linalg.cholesky_ex(0.5 * (new_precision + new_precision.mT))
-            if not bool((info != 0).any()):
-                break
-            gamma *= 0.5
-        else:
-            return
-        new_theta1 = theta1 + gamma * g1
-        new_s = torch.cholesky_inverse(chol_p)
-        new_m = (new_s @ new_theta1.unsqueeze(-1)).squeeze(-1)
-        self.gp.q_mu.copy_(new_m)
-        self.gp.q_sqrt.copy_(robust_cholesky(0.5 * (new_s + new_s.mT)))

@@ -73,7 +73,8 @@ class InducingModulatedFlow(NonMarginalFlow):
         if base.domain != "real":
             raise ValueError(f"base flow '{base.spec}' needs positive inputs; choose one defined on all reals")
         self.base = base
-        dtype = torch.get_default_dtype()
+        # float64 (`model.to(dtype)` afterwards is exact), or the dtype of the base flow's parameters
+        dtype = next((p.dtype for p in base.parameters()), torch.float64)
         self.shift_gain = nn.Parameter(torch.full((num_outputs,), float(shift_gain), dtype=dtype))
         self.log_scale_gain = nn.Parameter(torch.full((num_outputs,), float(log_scale_gain), dtype=dtype))
 
@@ -114,19 +115,15 @@ class NonMarginalTGP(SVGP):
         self.predict_samples = predict_samples
 
     def conditional_draws(self, x, num_samples: int, generator=None):
-        """u₀,s ~ q(u₀) and the moments of p(f₀,n | u₀,s): (u [S, L, M], mean [S, N, L], var [N, L])."""
+        """u₀,s ~ q(u₀) and the moments of p(f₀,n | u₀,s): (u [S, L, M], mean [S, N, L], var [N, L]).
+
+        Whitened draws v = m + R ε (`sample_whitened`), u₀ = Lz v, and the shared conditional
+        p(f₀ | u₀) = N(Aᵀ v, K_nn - Q_nn) of the variational core (`SparseVariationalGP.conditional`).
+        """
         gp = self.gp
-        a, chol = gp.projection(x)  # A = Lz⁻¹ K_ZX, [Lb, M, N]
-        r = gp.q_sqrt_tril()
-        shape = (num_samples,) + gp.q_mu.shape
-        eps = torch.randn(shape, dtype=gp.q_mu.dtype, device=gp.q_mu.device, generator=generator)
-        v = gp.q_mu + (r @ eps.unsqueeze(-1)).squeeze(-1)  # whitened draws, [S, L, M]
-        u = (chol @ v.unsqueeze(-1)).squeeze(-1)  # u₀ = Lz v
-        mean = (v.unsqueeze(-2) @ a).squeeze(-2).transpose(-1, -2)  # Aᵀ v = K_XZ K_ZZ⁻¹ u₀, [S, N, L]
-        kdiag = gp.kernel.diag(x.unsqueeze(-3))  # [Lb, N]
-        var = (kdiag - a.square().sum(-2)).transpose(-1, -2).clamp_min(1e-12)  # K_nn - Q_nn, [N, Lb]
-        if gp.mean_function is not None:
-            mean = mean + gp.mean_function(x)
+        v = gp.sample_whitened(num_samples, generator)  # [S, L, M]
+        u = (gp.kzz_cholesky() @ v.unsqueeze(-1)).squeeze(-1)  # u₀ = Lz v
+        mean, var = gp.conditional(x, v)  # [S, N, L], [N, L]
         return u, mean, var.expand(mean.shape[-2:])
 
     def sample_transformed(self, x, num_samples: int, generator=None):
@@ -136,7 +133,7 @@ class NonMarginalTGP(SVGP):
         f0 = mean + var.sqrt() * eps
         return self.flow(f0, u, mean, x)
 
-    def expected_log_likelihood(self, x, y, generator=None):
+    def expected_log_likelihood(self, x, y, generator=None):  # SVGP.elbo assembles the bound
         """Per-point (1/S) Σ_s log p(y_n | G(f₀,n,s ; u₀,s)), [N, L] (appendix A.2.6)."""
         f_k = self.sample_transformed(x, self.mc_samples, generator)
         return self.likelihood.log_prob(y, f_k).mean(0)
@@ -148,8 +145,11 @@ class NonMarginalTGP(SVGP):
         return self.flow(f, u, mean, x), w
 
     def log_predictive_density(self, x, y, generator=None):
-        """log (1/S) Σ_s ∫ p(y* | G(f₀ ; u₀,s)) p(f₀ | u₀,s) df₀ (appendix A.4 with eq. 16), [N, L]."""
-        x, y = self._check(x, y)
+        """log (1/S) Σ_s ∫ p(y* | G(f₀ ; u₀,s)) p(f₀ | u₀,s) df₀ (appendix A.4 with eq. 16), [N, L].
+
+        generator: the draws of u₀; by default a fresh torch.Generator seeded 0, so that repeated calls agree.
+        """
+        x, y = self.validate(x, y)
         if generator is None:
             generator = torch.Generator(device=x.device).manual_seed(0)
         g, w = self._quadrature(x, self.predict_samples, generator)
@@ -157,8 +157,11 @@ class NonMarginalTGP(SVGP):
         return torch.logsumexp(inner, dim=0) - math.log(inner.shape[0])
 
     def predict(self, x, generator=None):
-        """Predictive mean and variance of y* from the (u₀-sample × quadrature) mixture, each [N, L]."""
-        x = self._check(x)
+        """Predictive mean and variance of y* from the (u₀-sample × quadrature) mixture, each [N, L].
+
+        generator: the draws of u₀; by default a fresh torch.Generator seeded 0, so that repeated calls agree.
+        """
+        x = self.validate(x)
         if generator is None:
             generator = torch.Generator(device=x.device).manual_seed(0)
         g, w = self._quadrature(x, self.predict_samples, generator)
@@ -174,4 +177,4 @@ class NonMarginalTGP(SVGP):
         """Posterior draws of f_K(x*) per point, [S, N, L] (full_cov is not supported: marginal draws only)."""
         if full_cov:
             raise ValueError("NonMarginalTGP.sample_f draws each point given u₀ independently; use full_cov=False")
-        return self.sample_transformed(self._check(x), num_samples, generator)
+        return self.sample_transformed(self.validate(x), num_samples, generator)

@@ -1,11 +1,17 @@
-"""Stochastic variational GP (Hensman et al. 2013): ELBO = (N/B) Σ_batch E_q(f)[log p(y|f)] - KL[q(u)||p(u)]."""
+"""Stochastic variational GP (Hensman et al. 2013): ELBO = (N/B) Σ_batch E_q(f)[log p(y|f)] - KL[q(u)||p(u)].
+
+The likelihood is any `flowgp.likelihoods.Likelihood`; with a `WarpedLikelihood(flow, base)` this is the
+transformed GP of Maroñas et al. (2021) (`TGP` only builds that likelihood). Likelihoods that depend on the
+inputs (`accepts_inputs`) receive x (and the generator) in every expectation, and their `kl_terms()` (e.g.
+an input-dependent flow's network penalty, TGP appendix A.3) join KL[q(u)||p(u)] in the bound.
+"""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
 from ..likelihoods import GaussianLikelihood, Likelihood
-from ..prediction import normal_quantiles
+from ..objective import minibatch_bound
 from ..variational import Marginals, SparseVariationalGP
 from ._checks import as_inputs, as_targets
 
@@ -18,7 +24,7 @@ class SVGP(nn.Module):
     Args:
         kernel: flowgp kernel (batch_shape () or (num_outputs,)).
         inducing_points: initial Z, [M, D] or [L, M, D].
-        likelihood: defaults to GaussianLikelihood(num_outputs=L).
+        likelihood: any flowgp Likelihood; defaults to GaussianLikelihood(num_outputs=L) in Z's dtype.
         num_outputs: L.
         mean_function, q_var_init, learn_inducing, jitter: passed to SparseVariationalGP.
         quadrature_points: Gauss-Hermite points for non-closed-form expectations in training.
@@ -42,7 +48,12 @@ class SVGP(nn.Module):
         self.gp = SparseVariationalGP(
             kernel, inducing_points, num_outputs, mean_function, q_var_init, learn_inducing, jitter
         )
-        self.likelihood = likelihood if likelihood is not None else GaussianLikelihood(num_outputs=num_outputs)
+        if likelihood is None:
+            z = self.gp.inducing_points
+            likelihood = GaussianLikelihood(num_outputs=num_outputs, dtype=z.dtype, device=z.device)
+        if not isinstance(likelihood, Likelihood):
+            raise TypeError(f"likelihood must be a flowgp Likelihood, got {type(likelihood).__name__}")
+        self.likelihood = likelihood
         self.quadrature_points = int(quadrature_points)
         self.predict_quadrature_points = int(predict_quadrature_points)
 
@@ -54,44 +65,72 @@ class SVGP(nn.Module):
     def num_outputs(self) -> int:
         return self.gp.num_outputs
 
-    def _check(self, x, y=None):
+    def validate(self, x, y=None):
+        """x checked as [N, D] (and y as [N] or [N, L]); returns x, or (x, y) with y as [N, L]."""
         x = as_inputs(x, self.input_dim)
         if y is None:
             return x
         return x, as_targets(y, x.shape[0], self.num_outputs)
 
-    def expected_log_likelihood(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    _check = validate  # kept until the call sites move to `validate`
+
+    def likelihood_inputs(self, x, generator=None) -> dict:
+        """Keyword arguments for the likelihood's expectations: x (and generator) when it depends on x."""
+        return {"x": x, "generator": generator} if self.likelihood.accepts_inputs else {}
+
+    def expected_log_likelihood(self, x: torch.Tensor, y: torch.Tensor, generator=None) -> torch.Tensor:
         """Per-point E_q(f)[log p(y_n | f_n)], shape [N, L] (closed form for a Gaussian likelihood)."""
         mean, var = self.gp.marginals(x)
-        return self.likelihood.expected_log_prob(y, mean, var, self.quadrature_points)
+        return self.likelihood.expected_log_prob(y, mean, var, self.quadrature_points,
+                                                 **self.likelihood_inputs(x, generator))
 
-    def elbo(self, x: torch.Tensor, y: torch.Tensor, num_data: int | None = None) -> torch.Tensor:
-        """Minibatch ELBO scaled to the full data set: (N/B) Σ_n ELL_n - KL (appendix eq. 14 with G = I)."""
-        x, y = self._check(x, y)
-        num_data = x.shape[0] if num_data is None else int(num_data)
-        ell = self.expected_log_likelihood(x, y).sum()
-        return ell * (num_data / x.shape[0]) - self.gp.kl_divergence()
+    def kl_terms(self) -> list:
+        """The global terms of the bound: KL[q(u)||p(u)] (appendix eq. 9) and the likelihood's own."""
+        return [self.gp.kl_divergence(), *self.likelihood.kl_terms()]
+
+    def elbo(self, x: torch.Tensor, y: torch.Tensor, num_data: int | None = None, generator=None) -> torch.Tensor:
+        """Minibatch ELBO scaled to the full data set: (N/B) Σ_n ELL_n - KL (appendix eq. 14; A.3 with W)."""
+        x, y = self.validate(x, y)
+        return minibatch_bound(self.expected_log_likelihood(x, y, generator), self.kl_terms(), num_data,
+                               x.shape[0])
 
     def predict_f(self, x: torch.Tensor, full_cov: bool = False) -> Marginals:
         """q(f₀(x*)): marginal mean and variance [N, L] (covariance [L, N, N] with full_cov)."""
-        return self.gp.marginals(self._check(x), full_cov=full_cov)
+        return self.gp.marginals(self.validate(x), full_cov=full_cov)
 
     def predict(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Predictive mean and variance of y* (noise included), each [N, L]."""
-        mean, var = self.predict_f(x)
+        """Predictive mean and variance of y* (noise included), each [N, L] (appendix eq. 19 moments)."""
+        x = self.validate(x)
+        mean, var = self.gp.marginals(x)
+        inputs = self.likelihood_inputs(x)
+        if inputs:
+            return self.likelihood.predictive_moments(mean, var, self.predict_quadrature_points, **inputs)
         return self.likelihood.predictive_moments(mean, var)
 
     def log_predictive_density(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Per-point log p(y* | x*), [N, L]."""
-        x, y = self._check(x, y)
+        """Per-point log p(y* | x*), [N, L] (appendix eq. 19)."""
+        x, y = self.validate(x, y)
         mean, var = self.gp.marginals(x)
-        return self.likelihood.predictive_log_density(y, mean, var, self.predict_quadrature_points)
+        return self.likelihood.predictive_log_density(y, mean, var, self.predict_quadrature_points,
+                                                      **self.likelihood_inputs(x))
 
     def predict_quantiles(self, x: torch.Tensor, probs) -> torch.Tensor:
         """Quantiles of p(y* | x*) at `probs`, [P, N, L]."""
-        mean, var = self.predict(x)
-        return normal_quantiles(mean, var, probs)
+        x = self.validate(x)
+        mean, var = self.gp.marginals(x)
+        return self.likelihood.predictive_quantiles(mean, var, probs, self.predict_quadrature_points,
+                                                    **self.likelihood_inputs(x))
+
+    def predict_latent_quantiles(self, x: torch.Tensor, probs) -> torch.Tensor:
+        """Quantiles of the latent function the likelihood reads, f_K(x*) = G(f₀(x*)) (f₀ itself for a plain
+        likelihood), [P, N, L]: exact, since every flow is increasing."""
+        x = self.validate(x)
+        mean, var = self.gp.marginals(x)
+        return self.likelihood.latent_quantiles(mean, var, probs, x=x)
 
     def sample_f(self, x: torch.Tensor, num_samples: int = 1, full_cov: bool = True, generator=None):
-        """Posterior function samples f(x*), [S, N, L] (jointly correlated across x* when full_cov)."""
-        return self.gp.sample(self._check(x), num_samples, full_cov=full_cov, generator=generator)
+        """Posterior function samples f_K(x*) = G(f₀(x*)), [S, N, L] (f₀ jointly correlated across x* when
+        full_cov; with a Bayesian input-dependent flow one W draw per sample)."""
+        x = self.validate(x)
+        f0 = self.gp.sample(x, num_samples, full_cov=full_cov, generator=generator)
+        return self.likelihood.transform(f0, x=x, generator=generator)

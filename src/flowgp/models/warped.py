@@ -1,6 +1,9 @@
 """Variational warped GP, v-WGP (TGP paper §4.3): a sparse GP on T(y) with the likelihood warped by T.
 
-Bound: L̄ = L(T(Y)) + log J_Y with log J_Y = Σ_n log T'(y_n) (scaled by N/B on minibatches). Predictions map
+Bound: L̄ = L(T(Y)) + log J_Y with log J_Y = Σ_n log T'(y_n) (scaled by N/B on minibatches): the per-point
+term E_q[log N(T(y_n); f_n, σ²)] + log T'(y_n) goes through the one `flowgp.objective.minibatch_bound`
+(SVGP.elbo) like every other bound. The warping acts on the targets, not on the latent, so it is not a
+`WarpedLikelihood` (whose flow maps the GP's f₀). Predictions map
 the Gaussian predictive of z* = T(y*) back through T⁻¹: quantiles and intervals exactly
 (appendix A.4.1: CI(y*) = T⁻¹(CI(T(y*)))), the mean and variance by quadrature over z*.
 """
@@ -34,7 +37,7 @@ class WarpedGP(SVGP):
         """z = T(y) and log T'(y), element-wise; raises a ValueError when y is outside T's domain."""
         return self.flow.forward_and_log_det(y, x)
 
-    def expected_log_likelihood(self, x, y):
+    def expected_log_likelihood(self, x, y, generator=None):
         """Per-point E_q(f)[log N(T(y_n); f_n, σ²)] + log T'(y_n), [N, L]."""
         z, log_det = self.warp(y, x)
         mean, var = self.gp.marginals(x)
@@ -46,7 +49,7 @@ class WarpedGP(SVGP):
 
     def predict(self, x):
         """E[y*] and Var[y*] with y* = T⁻¹(z*), z* ~ N(μ, v + σ²), by Gauss-Hermite quadrature."""
-        x = self._check(x)
+        x = self.validate(x)
         mean, var = self._warped_predictive(x)
         z, w = gh_points(mean, var, self.predict_quadrature_points)
         y = self.flow.inverse(z, x, validate=False)
@@ -55,19 +58,19 @@ class WarpedGP(SVGP):
 
     def predict_median(self, x):
         """Median of y*: T⁻¹(μ)."""
-        x = self._check(x)
+        x = self.validate(x)
         mean, _ = self._warped_predictive(x)
         return self.flow.inverse(mean, x, validate=False)
 
     def predict_quantiles(self, x, probs):
         """Exact quantiles T⁻¹(μ + sqrt(v + σ²) Φ⁻¹(p)), [P, N, L] (appendix A.4.1)."""
-        x = self._check(x)
+        x = self.validate(x)
         mean, var = self._warped_predictive(x)
         return self.flow.inverse(normal_quantiles(mean, var, probs), x, validate=False)
 
     def log_predictive_density(self, x, y):
         """log p(y*) = log N(T(y*); μ, v + σ²) + log T'(y*), [N, L]."""
-        x, y = self._check(x, y)
+        x, y = self.validate(x, y)
         z, log_det = self.warp(y, x)
         mean, var = self.gp.marginals(x)
         return self.likelihood.predictive_log_density(z, mean, var) + log_det

@@ -1,0 +1,170 @@
+"""flowgp.optim.NaturalGradient: the closed-form optimum in one step on a conjugate model, agreement with the
+natural gradient taken by autograd through the expectation parameters on a non-conjugate one."""
+import math
+
+import pytest
+import torch
+from torch.func import functional_call
+
+from flowgp.kernels import make_kernel
+from flowgp.likelihoods import BernoulliLikelihood, GaussianLikelihood
+from flowgp.models import SVGP
+from flowgp.models.deep_gp import build_deep_gp
+from flowgp.optim import NaturalGradient
+
+pytestmark = pytest.mark.usefixtures("float64_default")
+
+
+def _data(n=40, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 1, generator=g) * 6 - 3
+    y = torch.sin(2 * x) + 0.2 * torch.randn(n, 1, generator=g)
+    return x, y
+
+
+def _freeze_all_but_q(model):
+    for name, p in model.named_parameters():
+        p.requires_grad_(name.endswith("q_mu") or name.endswith("q_sqrt"))
+
+
+def test_one_step_of_size_one_reaches_the_conjugate_optimum():
+    """SVGP, Gaussian likelihood, full batch: q*(v) = N(S A y / σ², S), S = (I + A Aᵀ/σ²)⁻¹ (whitened), and the
+    ELBO there equals Titsias' collapsed bound log N(y; 0, AᵀA + σ²I) - tr(K_XX - AᵀA)/(2σ²)."""
+    x, y = _data()
+    # well-spread inducing inputs keep K_ZZ well conditioned, so the model's own rounding stays far below 1e-8
+    model = SVGP(make_kernel("rbf", 1), torch.linspace(-3, 3, 7)[:, None], GaussianLikelihood(0.1))
+    _freeze_all_but_q(model)
+    opt = NaturalGradient([model.gp], lr=1.0)
+    loss = -model.elbo(x, y)
+    loss.backward()
+    opt.step()
+    with torch.no_grad():
+        a, _ = model.gp.projection(x)
+        a = a.reshape(a.shape[-2:])  # [M, N]
+        noise = model.likelihood.noise.reshape(())
+        m_dim = a.shape[0]
+        s_opt = torch.linalg.inv(torch.eye(m_dim) + a @ a.T / noise)
+        m_opt = s_opt @ a @ y[:, 0] / noise
+        r = model.gp.q_sqrt_tril()[0]
+        torch.testing.assert_close(model.gp.q_mu[0], m_opt, rtol=0, atol=1e-8)
+        torch.testing.assert_close(r @ r.T, s_opt, rtol=0, atol=1e-8)
+        kdiag = model.gp.kernel.diag(x).reshape(-1)
+        cov = a.T @ a + noise * torch.eye(x.shape[0])
+        collapsed = torch.distributions.MultivariateNormal(torch.zeros(x.shape[0]), cov).log_prob(y[:, 0])
+        collapsed = collapsed - (kdiag - a.square().sum(0)).sum() / (2 * noise)
+        torch.testing.assert_close(model.elbo(x, y), collapsed, rtol=0, atol=1e-8)
+    # at the optimum a second step changes nothing
+    model.zero_grad()
+    (-model.elbo(x, y)).backward()
+    before = (model.gp.q_mu.detach().clone(), model.gp.q_sqrt_tril().detach().clone())
+    opt.step()
+    torch.testing.assert_close(model.gp.q_mu, before[0], rtol=0, atol=1e-8)
+    torch.testing.assert_close(model.gp.q_sqrt_tril(), before[1], rtol=0, atol=1e-8)
+
+
+def _reference_step(module, gp, loss_fn, lr):
+    """The natural-gradient step as latent_deep_gp._NaturalGradient took it before flowgp.optim: rebuild (m, R)
+    from η = (m, S + mmᵀ), take ∇_η of the loss by autograd, θ ← θ - γ ∇_η loss."""
+    names = [n for n, p in module.named_parameters() if p is gp.q_mu or p is gp.q_sqrt]
+    m = gp.q_mu.detach()
+    r = gp.q_sqrt_tril().detach()
+    eta1 = m.clone().requires_grad_(True)
+    eta2 = (r @ r.mT + m.unsqueeze(-1) * m.unsqueeze(-2)).clone().requires_grad_(True)
+    s_eta = eta2 - eta1.unsqueeze(-1) * eta1.unsqueeze(-2)
+    r_eta = torch.linalg.cholesky(0.5 * (s_eta + s_eta.mT))
+    mu_name, sqrt_name = names if names[0].endswith("q_mu") else names[::-1]
+    loss = loss_fn(lambda *a, **k: functional_call(module, {mu_name: eta1, sqrt_name: r_eta}, a, k))
+    g1, g2 = torch.autograd.grad(loss, [eta1, eta2])
+    g1, g2 = -g1, -0.5 * (g2 + g2.mT)
+    with torch.no_grad():
+        s = eta2 - eta1.unsqueeze(-1) * eta1.unsqueeze(-2)
+        precision = torch.cholesky_inverse(torch.linalg.cholesky(s))
+        theta1 = (precision @ m.unsqueeze(-1)).squeeze(-1)
+        new_precision = precision - 2.0 * lr * g2
+        new_s = torch.cholesky_inverse(torch.linalg.cholesky(0.5 * (new_precision + new_precision.mT)))
+        new_m = (new_s @ (theta1 + lr * g1).unsqueeze(-1)).squeeze(-1)
+    return new_m, new_s
+
+
+def _randomise_q(gp, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        gp.q_mu.copy_(0.5 * torch.randn(gp.q_mu.shape, generator=g))
+        r = 0.3 * torch.randn(gp.q_sqrt.shape, generator=g).tril()
+        idx = torch.arange(r.shape[-1])
+        r[..., idx, idx] = 0.2 + 0.5 * torch.rand(r.shape[:-1], generator=g)
+        gp.q_sqrt.copy_(r)
+
+
+@pytest.mark.parametrize("case", ["bernoulli_svgp", "deep_gp_last_layer"])
+def test_update_agrees_with_autograd_through_expectation_parameters(case):
+    x, y = _data(seed=3)
+    if case == "bernoulli_svgp":
+        model = SVGP(make_kernel("rbf", 1), x[::5].clone(), BernoulliLikelihood())
+        y = (y > 0).to(x.dtype)
+        gp = model.gp
+
+        def loss_fn(elbo):
+            return -elbo(x, y)
+    else:
+        model = build_deep_gp(x, 1, 2, num_inducing=6, hidden_width=2, kmeans_restarts=1, num_samples=3)
+        gp = model.layers[-1].gp
+
+        def loss_fn(elbo):
+            return -elbo(x, y, generator=torch.Generator().manual_seed(7))
+    _randomise_q(gp, seed=1)
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *a, **k):
+            return self.model.elbo(*a, **k)
+
+    wrapper = Wrapper()
+    ref_m, ref_s = _reference_step(wrapper, gp, loss_fn, lr=0.3)
+    opt = NaturalGradient([gp], lr=0.3)
+    loss_fn(model.elbo).backward()
+    opt.step()
+    r = gp.q_sqrt_tril().detach()
+    torch.testing.assert_close(gp.q_mu.detach(), ref_m, rtol=1e-8, atol=1e-9)
+    torch.testing.assert_close(r @ r.mT, ref_s, rtol=1e-8, atol=1e-9)
+    assert torch.all(torch.diagonal(r, dim1=-2, dim2=-1) > 0)
+
+
+def test_step_is_halved_until_the_precision_stays_positive_definite():
+    q_mu = torch.nn.Parameter(torch.zeros(1, 2))
+    q_sqrt = torch.nn.Parameter(torch.eye(2).unsqueeze(0).clone())
+    opt = NaturalGradient([(q_mu, q_sqrt)], lr=1.0)
+    # loss = -tr(S)·c gives G = ∂loss/∂S = -c I: the new precision I - 2γc I needs γ < 1/(2c)
+    c = 3.0
+    q_mu.grad = torch.zeros_like(q_mu)
+    q_sqrt.grad = -c * 2 * q_sqrt.detach().tril()  # ∂(-c tr(RRᵀ))/∂R = -2cR
+    opt.step()
+    used = opt.state[q_mu]["last_step_size"]
+    assert used == pytest.approx(1.0 / 8)  # 1, 1/2, 1/4 fail (precision <= 0), 1/8 passes
+    s = q_sqrt.detach()[0] @ q_sqrt.detach()[0].T
+    torch.testing.assert_close(s, torch.eye(2) / (1 - 2 * used * c))
+
+
+def test_natural_gradient_arguments_and_schedulers():
+    model = SVGP(make_kernel("rbf", 1), torch.zeros(3, 1), GaussianLikelihood(0.1))
+    with pytest.raises(ValueError, match="lr"):
+        NaturalGradient([model.gp], lr=0.0)
+    with pytest.raises(ValueError, match="pair"):
+        NaturalGradient([(model.gp.q_mu, model.gp.q_mu)])
+    with pytest.raises(TypeError, match="natural_parameter_pair"):
+        NaturalGradient([model.gp.q_mu])
+    with pytest.raises(ValueError, match="no Gaussian"):
+        NaturalGradient([])
+    opt = NaturalGradient([model.gp], lr=0.5)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    opt.step()  # no gradients yet: nothing moves
+    sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.25)
+    state = opt.state_dict()
+    again = NaturalGradient([model.gp], lr=0.5)
+    again.load_state_dict(state)
+    assert again.param_groups[0]["lr"] == pytest.approx(0.25)
+    assert math.isfinite(opt.param_groups[0]["lr"])
