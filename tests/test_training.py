@@ -314,3 +314,29 @@ def test_bad_training_arguments():
     with pytest.raises(ValueError, match="L-BFGS"):
         model = _model(x)
         train(model, x, y, epochs=1, optimizer=torch.optim.LBFGS, natural_gradient=NaturalGradient([model.gp]))
+
+
+def test_a_ctrl_c_in_the_middle_of_a_step_is_held_until_the_step_is_done(tmp_path):
+    import os
+    import signal
+
+    x, y = _problem(n=60)
+    reference = _model(x)
+    h_ref = train(reference, x, y, epochs=3, batch_size=16, seed=2, verbose=False)
+    calls = [0]
+
+    def loss(model, batch, num_data, generator):
+        calls[0] += 1
+        if calls[0] == 6:  # inside step 5, before its backward and update
+            os.kill(os.getpid(), signal.SIGINT)
+        return -model.elbo(batch.x, batch.y, num_data=num_data)
+
+    ckpt = tmp_path / "run.pt"
+    with pytest.raises(KeyboardInterrupt):
+        train(_model(x), x, y, epochs=3, batch_size=16, seed=2, verbose=False, checkpoint_path=ckpt, loss=loss)
+    assert safe_load(ckpt)["step"] == 6  # step 5 finished, then the run stopped and saved
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    fresh = _model(x)
+    h_res = train(fresh, x, y, epochs=3, batch_size=16, seed=2, verbose=False, checkpoint_path=ckpt, loss=loss)
+    assert h_res == pytest.approx([h * 60 for h in h_ref], rel=1e-12)  # a loss hook's history is not per point
+    _assert_same_parameters(reference, fresh, 1e-10)

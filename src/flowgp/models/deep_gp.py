@@ -144,12 +144,9 @@ class GPLayer(nn.Module):
     def conditional(self, x: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Marginals of p(f(x) | v) for whitened inducing outputs v [..., D_out, M]: mean, var [..., N, D_out].
 
-        The variational core's `SparseVariationalGP.conditional` (TGP appendix eq. 12 with S = 0).
+        The variational core's `SparseVariationalGP.conditional` (TGP appendix eq. 12 with S = 0), which also
+        checks v's shape.
         """
-        if v.shape[-2:] != (self.output_dim, self.num_inducing):
-            raise ValueError(
-                f"v must have shape [..., {self.output_dim}, {self.num_inducing}] (D_out, M), got {tuple(v.shape)}"
-            )
         mean, var = self.gp.conditional(x, v)
         return mean, var
 
@@ -419,7 +416,7 @@ def build_deep_gp(
     `posterior` is "gaussian" (DSVI), "cnf" (CNF-DGP §III) or "flow-layerwise" (the naive flow of Fig. 1);
     `flow_base` is the CNF base: "network" (eq. 9) or "free" (ablation).
 
-    Randomness (the flow posterior's networks) comes from `generator`, by default
+    Randomness (the flow posterior's networks) comes from `generator` (a CPU generator), by default
     `torch.Generator().manual_seed(seed)`; torch's and NumPy's global RNGs are never touched. The model is
     built in x's dtype and moved to `dtype` / `device` at the end (default: x's).
     """

@@ -278,9 +278,9 @@ def build_latent_deep_gp(
     mean (first principal directions of the layer input, identity/zero-padded when widening); a zero-mean
     last layer; Gaussian likelihood with variance `noise` (0.01); q(z) amortized by the E.2 network or free.
 
-    Every draw (the latent columns and the encoder's Glorot initialisation) comes from `generator`, by default
-    `torch.Generator().manual_seed(seed)` (`seed` also seeds k-means); torch's and NumPy's global RNGs are
-    never touched. The model is built in x's dtype and moved to `dtype` / `device` at the end (default: x's).
+    Every draw (the latent columns and the encoder's Glorot initialisation) comes from `generator` (a CPU
+    generator), by default `torch.Generator().manual_seed(seed)` (`seed` also seeds k-means); torch's and
+    NumPy's global RNGs are never touched. The model is built in x's dtype and moved to `dtype` / `device` at the end (default: x's).
     """
     from ..inducing import kmeans_inducing_points
     from .deep_gp import GPLayer, linear_mean_weight
