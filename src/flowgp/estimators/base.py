@@ -18,7 +18,7 @@ from ..build import DTYPES, InputDependence, resolve_dtype
 from ..checkpoint import atomic_save, safe_load
 
 __all__ = ["Estimator", "InputDependentFlowOptions", "as_float_array", "as_2d_float", "as_1d_float",
-           "fixed_global_rng", "positive_int", "FORMAT", "DTYPES"]
+           "fixed_global_rng", "positive_int", "store_arguments", "FORMAT", "DTYPES"]
 
 FORMAT = "flowgp-estimator-v1"
 
@@ -125,10 +125,24 @@ def _flow_from_saved(saved):
     return flow
 
 
+def store_arguments(estimator, arguments: dict) -> None:
+    """Keep every constructor argument as an attribute of the same name, unchanged.
+
+    This is the scikit-learn contract: `get_params` reads the attributes back by the names in the __init__
+    signature and `clone` checks that they are the very objects given (so nothing is converted or validated
+    here; checks happen in `fit`). Call it first thing in __init__ with `locals()`, before any other local
+    name exists: `self` and the `__class__` cell that `super()` creates are skipped.
+    """
+    for name, value in arguments.items():
+        if name not in ("self", "__class__"):
+            setattr(estimator, name, value)
+
+
 class Estimator:
     """Machinery every flowgp estimator shares: dtype, input standardisation, fitted check, save/load.
 
-    Subclasses keep their own __init__ (scikit-learn reads the parameters from its signature) and give
+    Subclasses keep their own __init__ (scikit-learn reads the parameters from its signature; the body is
+    `store_arguments(self, locals())`) and give
     `config(...)` (the `flowgp.build` config of their model), `_extra_state()` (fitted attributes beyond the
     input scaling) and `_restore(state)` (sets those attributes back and rebuilds `model_` with the saved
     shapes, before the weights are loaded). Parameters named in `OBJECT_PARAMS` may hold objects (a Flow, a
@@ -264,19 +278,6 @@ class InputDependentFlowOptions:
     """Options of the estimators whose flow may take its parameters from a network NN(x, W) (TGP §3.2-3.3):
     input_dependent, hidden, activation, dropout, bayesian, mc_samples_train, mc_samples_predict,
     prior_precision, flow_init_epochs."""
-
-    def _store_input_dependent_options(self, input_dependent, hidden, activation, dropout, bayesian,
-                                       mc_samples_train, mc_samples_predict, prior_precision, flow_init_epochs):
-        """Keep the constructor arguments as attributes of the same names (the scikit-learn contract)."""
-        self.input_dependent = input_dependent
-        self.hidden = hidden
-        self.activation = activation
-        self.dropout = dropout
-        self.bayesian = bayesian
-        self.mc_samples_train = mc_samples_train
-        self.mc_samples_predict = mc_samples_predict
-        self.prior_precision = prior_precision
-        self.flow_init_epochs = flow_init_epochs
 
     def which_stages(self) -> str | None:
         """None (a plain flow), "nonlinear" or "all": which stages of the flow the networks drive."""

@@ -18,7 +18,7 @@ from ..flows import Flow, make_flow
 from ..flows.conditional import static_flow
 from ..models.classification import CLASSIFICATION_LIKELIHOODS
 from ..training import train
-from .base import Estimator, InputDependentFlowOptions, as_2d_float
+from .base import Estimator, InputDependentFlowOptions, as_2d_float, store_arguments
 from .initialisers import init_identity, init_input_dependent, init_random
 
 __all__ = ["SVGPClassifier", "TGPClassifier"]
@@ -62,25 +62,7 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
                  dtype="float64", device="cpu", lengthscale=1.0, period=1.0, likelihood="softmax",
                  fix_variance_epochs=0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
                  mc_samples=20, predict_samples=256, verbose=True, checkpoint=None):
-        self.num_inducing = num_inducing
-        self.kernel = kernel
-        self.batch_size = batch_size
-        self.epochs = epochs
-        self.lr = lr
-        self.seed = seed
-        self.dtype = dtype
-        self.device = device
-        self.lengthscale = lengthscale
-        self.period = period
-        self.likelihood = likelihood
-        self.fix_variance_epochs = fix_variance_epochs
-        self.kmeans_restarts = kmeans_restarts
-        self.learn_inducing = learn_inducing
-        self.quadrature_points = quadrature_points
-        self.mc_samples = mc_samples
-        self.predict_samples = predict_samples
-        self.verbose = verbose
-        self.checkpoint = checkpoint
+        store_arguments(self, locals())
 
     # ----- hooks the flow estimator overrides --------------------------------------------------------
     def _initialise_flow(self, model, generator, x_t) -> None:
@@ -228,16 +210,7 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
                  quadrature_points=20, mc_samples=20, predict_samples=256, verbose=True, input_dependent=False,
                  hidden=(50,), activation="relu", dropout=0.25, bayesian="mc_dropout", mc_samples_train=1,
                  mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, checkpoint=None):
-        super().__init__(num_inducing=num_inducing, kernel=kernel, batch_size=batch_size, epochs=epochs, lr=lr,
-                         seed=seed, dtype=dtype, device=device, lengthscale=lengthscale, period=period,
-                         likelihood=likelihood, fix_variance_epochs=fix_variance_epochs,
-                         kmeans_restarts=kmeans_restarts, learn_inducing=learn_inducing,
-                         quadrature_points=quadrature_points, mc_samples=mc_samples,
-                         predict_samples=predict_samples, verbose=verbose, checkpoint=checkpoint)
-        self.flow = flow
-        self.flow_init = flow_init
-        self._store_input_dependent_options(input_dependent, hidden, activation, dropout, bayesian, mc_samples_train,
-                                            mc_samples_predict, prior_precision, flow_init_epochs)
+        store_arguments(self, locals())
 
     def _input_dependence(self):
         return self.input_dependence()

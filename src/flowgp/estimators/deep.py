@@ -20,7 +20,7 @@ from ..models.cnf_posterior import FLOW_BASES
 from ..models.deep_gp import POSTERIORS
 from ..training import train
 from ..build import resolve_dtype
-from .base import Estimator, as_2d_float
+from .base import Estimator, as_2d_float, store_arguments
 from .regression import SVGPRegressor
 
 __all__ = ["DeepGPRegressor", "DeepGPClassifier"]
@@ -103,18 +103,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
                  batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05,
                  lengthscale=1.0, period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
                  quadrature_points=20, predict_quadrature_points=100, verbose=True, checkpoint=None):
-        super().__init__(num_inducing=num_inducing, kernel=kernel, batch_size=batch_size, epochs=epochs, lr=lr,
-                         seed=seed, dtype=dtype, device=device, noise=noise, lengthscale=lengthscale,
-                         period=period, fix_noise_fraction=fix_noise_fraction, kmeans_restarts=kmeans_restarts,
-                         learn_inducing=learn_inducing, quadrature_points=quadrature_points,
-                         predict_quadrature_points=predict_quadrature_points, verbose=verbose, checkpoint=checkpoint)
-        self.layers = layers
-        self.posterior = posterior
-        self.num_samples_train = num_samples_train
-        self.num_samples_predict = num_samples_predict
-        self.hidden_width = hidden_width
-        self.flow_steps = flow_steps
-        self.flow_base = flow_base
+        store_arguments(self, locals())
 
     def _likelihood_name(self):
         return "gaussian"
@@ -188,30 +177,7 @@ class DeepGPClassifier(_DeepMixin, Estimator, ClassifierMixin, BaseEstimator):
                  kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu",
                  lengthscale=1.0, period=1.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
                  predict_quadrature_points=100, verbose=True, checkpoint=None):
-        self.layers = layers
-        self.posterior = posterior
-        self.num_samples_train = num_samples_train
-        self.num_samples_predict = num_samples_predict
-        self.hidden_width = hidden_width
-        self.flow_steps = flow_steps
-        self.flow_base = flow_base
-        self.likelihood = likelihood
-        self.num_inducing = num_inducing
-        self.kernel = kernel
-        self.batch_size = batch_size
-        self.epochs = epochs
-        self.lr = lr
-        self.seed = seed
-        self.dtype = dtype
-        self.device = device
-        self.lengthscale = lengthscale
-        self.period = period
-        self.kmeans_restarts = kmeans_restarts
-        self.learn_inducing = learn_inducing
-        self.quadrature_points = quadrature_points
-        self.predict_quadrature_points = predict_quadrature_points
-        self.verbose = verbose
-        self.checkpoint = checkpoint
+        store_arguments(self, locals())
 
     def _likelihood_name(self):
         if hasattr(self, "classes_") and len(self.classes_) == 2:

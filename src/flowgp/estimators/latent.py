@@ -14,6 +14,7 @@ import torch
 
 from ..build import LatentDeepGPConfig, build, resolve_dtype
 from ..models.latent_deep_gp import check_gradient, check_num_importance
+from .base import store_arguments
 from .regression import SVGPRegressor
 
 __all__ = ["LatentDeepGPRegressor"]
@@ -46,29 +47,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
                  hidden_width=5, num_inducing=128, kernel="rbf", batch_size=None, epochs=1000, lr=0.005,
                  lr_decay=0.98, natgrad_lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.01,
                  kmeans_restarts=10, learn_inducing=True, num_samples_predict=1000, verbose=True, checkpoint=None):
-        self.layers = layers
-        self.latent_dim = latent_dim
-        self.num_importance = num_importance
-        self.gradient = gradient
-        self.amortized = amortized
-        self.natgrad = natgrad
-        self.hidden_width = hidden_width
-        self.num_inducing = num_inducing
-        self.kernel = kernel
-        self.batch_size = batch_size
-        self.epochs = epochs
-        self.lr = lr
-        self.lr_decay = lr_decay
-        self.natgrad_lr = natgrad_lr
-        self.seed = seed
-        self.dtype = dtype
-        self.device = device
-        self.noise = noise
-        self.kmeans_restarts = kmeans_restarts
-        self.learn_inducing = learn_inducing
-        self.num_samples_predict = num_samples_predict
-        self.verbose = verbose
-        self.checkpoint = checkpoint
+        store_arguments(self, locals())
 
     # ----- checks and construction ---------------------------------------------------------------------
     def _check_params(self):

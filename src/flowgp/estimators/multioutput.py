@@ -16,7 +16,7 @@ from torch import nn
 from ..build import AMOGPConfig, build
 from ..models.amogp import AMOGP, layer_curves
 from ..training import train
-from .base import Estimator, as_1d_float, as_2d_float
+from .base import Estimator, as_1d_float, as_2d_float, store_arguments
 
 __all__ = ["AlignedMultiOutputGPRegressor"]
 
@@ -58,30 +58,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                  dtype="float64", device="cpu", noise=0.05, lengthscale=0.3, alignment_variance=0.01,
                  alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=1e-3,
                  latent_noise=1e-3, num_samples=200, verbose=True, checkpoint=None):
-        self.num_inducing = num_inducing
-        self.num_inducing_alignment = num_inducing_alignment
-        self.num_inducing_warping = num_inducing_warping
-        self.latent_processes = latent_processes
-        self.alignment = alignment
-        self.warping = warping
-        self.num_outputs = num_outputs
-        self.batch_size = batch_size
-        self.epochs = epochs
-        self.lr = lr
-        self.seed = seed
-        self.dtype = dtype
-        self.device = device
-        self.noise = noise
-        self.lengthscale = lengthscale
-        self.alignment_variance = alignment_variance
-        self.alignment_lengthscale = alignment_lengthscale
-        self.warping_variance = warping_variance
-        self.warping_lengthscale = warping_lengthscale
-        self.alignment_noise = alignment_noise
-        self.latent_noise = latent_noise
-        self.num_samples = num_samples
-        self.verbose = verbose
-        self.checkpoint = checkpoint
+        store_arguments(self, locals())
 
     # ----- helpers -------------------------------------------------------------------------------------
     def _check_options(self):

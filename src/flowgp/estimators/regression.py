@@ -18,7 +18,8 @@ from ..build import SparseGPConfig, build
 from ..flows import Flow, make_flow
 from ..flows.conditional import static_flow, warping_curves
 from ..training import train
-from .base import Estimator, InputDependentFlowOptions, as_1d_float, as_2d_float, fixed_global_rng
+from .base import (Estimator, InputDependentFlowOptions, as_1d_float, as_2d_float, fixed_global_rng,
+                   store_arguments)
 from .initialisers import init_from_data, init_identity, init_input_dependent, init_random
 
 __all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor"]
@@ -45,24 +46,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                  dtype="float64", device="cpu", noise=0.05, lengthscale=1.0, period=1.0,
                  fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
                  predict_quadrature_points=100, verbose=True, checkpoint=None):
-        self.num_inducing = num_inducing
-        self.kernel = kernel
-        self.batch_size = batch_size
-        self.epochs = epochs
-        self.lr = lr
-        self.seed = seed
-        self.dtype = dtype
-        self.device = device
-        self.noise = noise
-        self.lengthscale = lengthscale
-        self.period = period
-        self.fix_noise_fraction = fix_noise_fraction
-        self.kmeans_restarts = kmeans_restarts
-        self.learn_inducing = learn_inducing
-        self.quadrature_points = quadrature_points
-        self.predict_quadrature_points = predict_quadrature_points
-        self.verbose = verbose
-        self.checkpoint = checkpoint
+        store_arguments(self, locals())
 
     # ----- hooks the flow estimators override -------------------------------------------------------
     _MODEL = "svgp"
@@ -205,13 +189,7 @@ class _FlowRegressor(SVGPRegressor):
                  epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05, lengthscale=1.0,
                  period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
                  quadrature_points=20, predict_quadrature_points=100, verbose=True, checkpoint=None):
-        super().__init__(num_inducing=num_inducing, kernel=kernel, batch_size=batch_size, epochs=epochs, lr=lr,
-                         seed=seed, dtype=dtype, device=device, noise=noise, lengthscale=lengthscale,
-                         period=period, fix_noise_fraction=fix_noise_fraction, kmeans_restarts=kmeans_restarts,
-                         learn_inducing=learn_inducing, quadrature_points=quadrature_points,
-                         predict_quadrature_points=predict_quadrature_points, verbose=verbose, checkpoint=checkpoint)
-        self.flow = flow
-        self.flow_init = flow_init
+        store_arguments(self, locals())
 
     _FLOW_INITS = ("identity", "data", "random", "none")
 
@@ -269,15 +247,7 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
                  quadrature_points=20, predict_quadrature_points=100, verbose=True, input_dependent=False,
                  hidden=(50,), activation="relu", dropout=0.25, bayesian="mc_dropout", mc_samples_train=1,
                  mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, checkpoint=None):
-        super().__init__(flow=flow, flow_init=flow_init, num_inducing=num_inducing, kernel=kernel,
-                         batch_size=batch_size, epochs=epochs, lr=lr, seed=seed, dtype=dtype, device=device,
-                         noise=noise, lengthscale=lengthscale, period=period,
-                         fix_noise_fraction=fix_noise_fraction, kmeans_restarts=kmeans_restarts,
-                         learn_inducing=learn_inducing, quadrature_points=quadrature_points,
-                         predict_quadrature_points=predict_quadrature_points, verbose=verbose,
-                         checkpoint=checkpoint)
-        self._store_input_dependent_options(input_dependent, hidden, activation, dropout, bayesian, mc_samples_train,
-                                            mc_samples_predict, prior_precision, flow_init_epochs)
+        store_arguments(self, locals())
 
     def _target_positive(self) -> bool:
         return self.flow_object().codomain == "positive"
