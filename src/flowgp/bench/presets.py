@@ -75,41 +75,44 @@ PRESETS = {
                    predict_quadrature_points=20),
 }
 
-# Appendix B.5: lengthscale 0.1, noise 1.0, full batch.
+
+def _application_presets(paper_epochs: int, **quick) -> dict:
+    """Appendix B.5's budgets of one application: lengthscale 0.1, noise 1.0, full batch; `paper_epochs` epochs
+    for `paper`, 1 000 for `quick` (plus the fields in `quick`), 3 for `tiny`."""
+    b5 = dict(noise=1.0, lengthscale=0.1)
+    return {
+        "paper": Preset("paper", epochs=paper_epochs, **b5),
+        "quick": Preset("quick", epochs=1000, kmeans_restarts=3, **b5, **quick),
+        "tiny": replace(PRESETS["tiny"], steps=None, batch_size=None, epochs=3, **b5),
+    }
+
+
 APPLICATION_PRESETS = {
-    "airquality": {
-        "paper": Preset("paper", epochs=10000, noise=1.0, lengthscale=0.1),
-        "quick": Preset("quick", epochs=1000, noise=1.0, lengthscale=0.1, kmeans_restarts=3, large_m=200,
-                        large_m_epochs=200),
-        "tiny": Preset("tiny", epochs=3, noise=1.0, lengthscale=0.1, kmeans_restarts=1, quadrature_points=10,
-                       predict_quadrature_points=20),
-    },
-    "rainfall": {
-        "paper": Preset("paper", epochs=20000, noise=1.0, lengthscale=0.1),
-        "quick": Preset("quick", epochs=1000, noise=1.0, lengthscale=0.1, kmeans_restarts=3),
-        "tiny": Preset("tiny", epochs=3, noise=1.0, lengthscale=0.1, kmeans_restarts=1, quadrature_points=10,
-                       predict_quadrature_points=20),
-    },
+    "airquality": _application_presets(10000, large_m=200, large_m_epochs=200),
+    "rainfall": _application_presets(20000),
 }
+
+
+def _replace(table: dict, name: str, what: str, overrides: dict, cleared_by_epochs: str) -> Preset:
+    """table[name] with the non-None `overrides` replacing its fields; an explicit epoch count also clears the
+    field `cleared_by_epochs` (the step budget, or the large-M epoch count) so that it applies as given."""
+    if name not in table:
+        raise ValueError(f"unknown preset '{name}'{what}; choose one of {sorted(table)}")
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if "epochs" in overrides:
+        overrides.setdefault(cleared_by_epochs, None)
+    return replace(table[name], **overrides)
 
 
 def get_preset(name: str, **overrides) -> Preset:
     """The UCI preset `name` ('paper', 'quick', 'tiny'); `overrides` replace fields (e.g. epochs=50)."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset '{name}'; choose one of {sorted(PRESETS)}")
-    overrides = {k: v for k, v in overrides.items() if v is not None}
-    if "epochs" in overrides:  # an explicit epoch count replaces a step budget
-        overrides.setdefault("steps", None)
-    return replace(PRESETS[name], **overrides)
+    return _replace(PRESETS, name, "", overrides, cleared_by_epochs="steps")
 
 
 def get_application_preset(application: str, name: str, **overrides) -> Preset:
+    """The preset `name` of an appendix B.5 application ('airquality', 'rainfall'); `overrides` as get_preset
+    (an explicit epoch count applies to every M)."""
     table = APPLICATION_PRESETS.get(application)
     if table is None:
         raise ValueError(f"unknown application '{application}'; choose one of {sorted(APPLICATION_PRESETS)}")
-    if name not in table:
-        raise ValueError(f"unknown preset '{name}' for {application}; choose one of {sorted(table)}")
-    overrides = {k: v for k, v in overrides.items() if v is not None}
-    if "epochs" in overrides:  # an explicit epoch count applies to every M
-        overrides.setdefault("large_m", None)
-    return replace(table[name], **overrides)
+    return _replace(table, name, f" for {application}", overrides, cleared_by_epochs="large_m")
