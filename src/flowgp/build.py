@@ -31,7 +31,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-__all__ = ["InputDependence", "SparseGPConfig", "ClassificationConfig", "DeepGPConfig", "LatentDeepGPConfig",
+__all__ = ["InputDependence", "SparseGPFields", "SparseGPConfig", "ClassificationConfig", "DeepGPConfig", "LatentDeepGPConfig",
            "AMOGPConfig", "build", "register_builder", "builders", "resolve_flow", "resolve_kernel",
            "resolve_dtype", "DTYPES"]
 
@@ -65,27 +65,23 @@ class InputDependence:
 
 
 @dataclass(frozen=True)
-class SparseGPConfig:
-    """Sparse variational GP regression with a Gaussian likelihood.
+class SparseGPFields:
+    """The fields every single-layer sparse GP config shares (the base of SparseGPConfig and ClassificationConfig).
 
-    model: "svgp" (Hensman et al. 2013), "tgp" (the prior warped by `flow`, TGP paper §3-4, ELBO appendix
-    eq. 14) or "wgp" (v-WGP, §4.3: a GP on T(y) with T = `flow`). kernel: a Kernel object or a kernel spec
-    ("rbf", "rbf+linear", ...), with initial `lengthscale` and `period` for specs. flow: a Flow or a flow spec
-    ("sal+softplus"); ignored for "svgp". input_dependent: an InputDependence for input-dependent TGP flows.
+    kernel: a Kernel object or a kernel spec ("rbf", "rbf+linear", ...), with initial `lengthscale` and
+    `period` for specs. flow: a Flow or a flow spec ("sal+softplus"). input_dependent: an InputDependence for
+    input-dependent flows, with `mc_samples_train` / `mc_samples_predict` draws of W per ELBO / prediction.
     inducing_points: [M, D] initial Z (None: k-means of x, best of `kmeans_restarts`).
     """
 
-    model: str = "svgp"
     num_inducing: int = 100
     kernel: Any = "rbf"
     lengthscale: float = 1.0
     period: float = 1.0
-    noise: float = 0.05
     flow: Any = "identity"
     input_dependent: InputDependence | None = None
     learn_inducing: bool = True
     quadrature_points: int = 20
-    predict_quadrature_points: int = 100
     mc_samples_train: int = 1
     mc_samples_predict: int = 100
     kmeans_restarts: int = 10
@@ -93,29 +89,32 @@ class SparseGPConfig:
 
 
 @dataclass(frozen=True)
-class ClassificationConfig:
+class SparseGPConfig(SparseGPFields):
+    """Sparse variational GP regression with a Gaussian likelihood (initial variance `noise`).
+
+    model: "svgp" (Hensman et al. 2013), "tgp" (the prior warped by `flow`, TGP paper §3-4, ELBO appendix
+    eq. 14) or "wgp" (v-WGP, §4.3: a GP on T(y) with T = `flow`); `flow` is ignored for "svgp" and
+    `input_dependent` is a TGP feature. Other fields: see SparseGPFields.
+    """
+
+    model: str = "svgp"
+    noise: float = 0.05
+    predict_quadrature_points: int = 100
+
+
+@dataclass(frozen=True)
+class ClassificationConfig(SparseGPFields):
     """Sparse GP classification (Hensman et al. 2015), each latent GP warped by `flow` (TGP paper §5.2).
 
     Two classes: one latent GP with the probit; more: `num_classes` latents with `likelihood` "softmax" or
-    "robustmax". num_classes None: max(y) + 1.
+    "robustmax". num_classes None: max(y) + 1. `mc_samples`: Monte Carlo samples of the multiclass ELL,
+    `predict_samples` of the multiclass predictive probabilities. Other fields: see SparseGPFields.
     """
 
     num_classes: int | None = None
-    num_inducing: int = 100
-    kernel: Any = "rbf"
-    lengthscale: float = 1.0
-    period: float = 1.0
     likelihood: Any = "softmax"
-    flow: Any = "identity"
-    input_dependent: InputDependence | None = None
-    learn_inducing: bool = True
-    quadrature_points: int = 20
     mc_samples: int = 20
     predict_samples: int = 256
-    mc_samples_train: int = 1
-    mc_samples_predict: int = 100
-    kmeans_restarts: int = 10
-    inducing_points: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -237,6 +236,14 @@ def _initial_inducing(config, x: torch.Tensor, generator) -> torch.Tensor:
     return torch.as_tensor(z, dtype=torch.float64)
 
 
+def _inducing_and_kernel(config: SparseGPFields, x: torch.Tensor, generator, batch_shape=()):
+    """The initial inducing inputs Z [M, D] and the kernel (`batch_shape`: one per latent GP) of a sparse GP."""
+    z = _initial_inducing(config, x, generator)
+    kernel = resolve_kernel(config.kernel, z.shape[-1], batch_shape=batch_shape, lengthscale=config.lengthscale,
+                            period=config.period)
+    return z, kernel
+
+
 def _with_input_dependence(flow, spec: InputDependence | None, input_dim: int, generator=None):
     if spec is None:
         return flow
@@ -256,8 +263,7 @@ def _build_sparse(config: SparseGPConfig, x, y, *, generator=None):
 
     if config.model not in ("svgp", "tgp", "wgp"):
         raise ValueError(f"SparseGPConfig.model must be 'svgp', 'tgp' or 'wgp', got {config.model!r}")
-    z = _initial_inducing(config, x, generator)
-    kernel = resolve_kernel(config.kernel, z.shape[-1], lengthscale=config.lengthscale, period=config.period)
+    z, kernel = _inducing_and_kernel(config, x, generator)
     kw = dict(learn_inducing=config.learn_inducing, quadrature_points=config.quadrature_points,
               predict_quadrature_points=config.predict_quadrature_points)
     likelihood = GaussianLikelihood(noise=config.noise)
@@ -282,9 +288,7 @@ def _build_classification(config: ClassificationConfig, x, y, *, generator=None)
             raise ValueError("ClassificationConfig.num_classes is None and no labels y were given to infer it")
         num_classes = int(torch.as_tensor(y).max()) + 1
     num_latent = 1 if num_classes == 2 else num_classes
-    z = _initial_inducing(config, x, generator)
-    kernel = resolve_kernel(config.kernel, z.shape[-1], batch_shape=() if num_latent == 1 else (num_latent,),
-                            lengthscale=config.lengthscale, period=config.period)
+    z, kernel = _inducing_and_kernel(config, x, generator, batch_shape=() if num_latent == 1 else (num_latent,))
     flow = _with_input_dependence(resolve_flow(config.flow, param_shape=(num_latent,)), config.input_dependent,
                                   z.shape[-1], generator)
     return TGPClassification(kernel, z, num_classes, flow=flow, likelihood=config.likelihood,
