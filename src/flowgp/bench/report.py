@@ -30,39 +30,34 @@ HELP = "Markdown tables, rankings and PNG figures from bench result folders"
 METRICS = {"nll": ("NLL", "min"), "rmse": ("RMSE", "min"), "coverage95": ("95% coverage", 0.95),
            "accuracy": ("accuracy", "max")}
 
-# Published numbers (TGP appendix). Applications: RMSE mean and std over 5 folds x 2 seeds (Table 4, main-paper
-# flows; Table 2, rainfall averaged over flows). UCI: appendix B.6.3 table (SVGP and the input-dependent TGP
-# with a point estimate, "pe-tgp", or MC dropout, "ba-tgp").
+# Table 4 (left), airquality RMSE per inducing fraction: (mean, std) of svgp, tgp and wgp (flows sal+softplus:data).
+_AIRQUALITY_TABLE4 = {0.05: ((5.491, 1.02), (4.851, 0.786), (6.451, 1.207)),
+                      0.1: ((4.335, 1.115), (4.299, 1.269), (4.505, 0.986)),
+                      1.0: ((3.345, 1.036), (2.833, 0.923), (4.151, 1.702))}
+# Rainfall RMSE at M = N: svgp, then (mean, std) of tgp and wgp per flow (Table 4, right) and over all flows
+# (Table 2, flow None).
+_RAINFALL_SVGP = (50.892, 5.441)
+_RAINFALL_TGP_WGP = {"softplus:identity": ((50.858, 5.395), (50.893, 5.356), "Table 4 (right)"),
+                     "sal+softplus:data": ((73.057, 8.465), (48.85, 5.404), "Table 4 (right)"),
+                     None: ((74.306, 15.225), (49.764, 5.369), "Table 2 (all flows)")}
+# Appendix B.6.3, UCI with M = 100: (NLL, RMSE) of SVGP and the input-dependent TGP with a point estimate
+# ("pe-tgp") or MC dropout ("ba-tgp"), in the appendix's order.
+_UCI_B63 = (("concrete", "svgp", 3.17, 5.79), ("concrete", "pe-tgp", 3.24, 5.55), ("boston", "svgp", 2.38, 2.66),
+            ("boston", "pe-tgp", 2.26, 2.38), ("concrete", "ba-tgp", 3.02, 5.57), ("boston", "ba-tgp", 2.24, 2.33))
+
+# Published numbers (TGP appendix), one row each:
+# (dataset, model, flow (None = any / averaged), inducing_fraction or num_inducing, metric, mean, std, source).
+# Applications: RMSE mean and std over 5 folds x 2 seeds. UCI: means only (std None).
 PAPER_REFERENCE = [
-    # (dataset, model, flow (None = any / averaged), inducing_fraction or num_inducing, metric, mean, std, source)
-    ("airquality", "svgp", None, 0.05, "rmse", 5.491, 1.02, "Table 4 (left)"),
-    ("airquality", "tgp", "sal+softplus:data", 0.05, "rmse", 4.851, 0.786, "Table 4 (left)"),
-    ("airquality", "wgp", "sal+softplus:data", 0.05, "rmse", 6.451, 1.207, "Table 4 (left)"),
-    ("airquality", "svgp", None, 0.1, "rmse", 4.335, 1.115, "Table 4 (left)"),
-    ("airquality", "tgp", "sal+softplus:data", 0.1, "rmse", 4.299, 1.269, "Table 4 (left)"),
-    ("airquality", "wgp", "sal+softplus:data", 0.1, "rmse", 4.505, 0.986, "Table 4 (left)"),
-    ("airquality", "svgp", None, 1.0, "rmse", 3.345, 1.036, "Table 4 (left)"),
-    ("airquality", "tgp", "sal+softplus:data", 1.0, "rmse", 2.833, 0.923, "Table 4 (left)"),
-    ("airquality", "wgp", "sal+softplus:data", 1.0, "rmse", 4.151, 1.702, "Table 4 (left)"),
-    ("rainfall", "svgp", None, 1.0, "rmse", 50.892, 5.441, "Table 4 (right)"),
-    ("rainfall", "tgp", "softplus:identity", 1.0, "rmse", 50.858, 5.395, "Table 4 (right)"),
-    ("rainfall", "wgp", "softplus:identity", 1.0, "rmse", 50.893, 5.356, "Table 4 (right)"),
-    ("rainfall", "tgp", "sal+softplus:data", 1.0, "rmse", 73.057, 8.465, "Table 4 (right)"),
-    ("rainfall", "wgp", "sal+softplus:data", 1.0, "rmse", 48.85, 5.404, "Table 4 (right)"),
-    ("rainfall", "tgp", None, 1.0, "rmse", 74.306, 15.225, "Table 2 (all flows)"),
-    ("rainfall", "wgp", None, 1.0, "rmse", 49.764, 5.369, "Table 2 (all flows)"),
-    ("concrete", "svgp", None, 100, "nll", 3.17, None, "B.6.3"),
-    ("concrete", "svgp", None, 100, "rmse", 5.79, None, "B.6.3"),
-    ("concrete", "pe-tgp", None, 100, "nll", 3.24, None, "B.6.3"),
-    ("concrete", "pe-tgp", None, 100, "rmse", 5.55, None, "B.6.3"),
-    ("boston", "svgp", None, 100, "nll", 2.38, None, "B.6.3"),
-    ("boston", "svgp", None, 100, "rmse", 2.66, None, "B.6.3"),
-    ("boston", "pe-tgp", None, 100, "nll", 2.26, None, "B.6.3"),
-    ("boston", "pe-tgp", None, 100, "rmse", 2.38, None, "B.6.3"),
-    ("concrete", "ba-tgp", None, 100, "nll", 3.02, None, "B.6.3"),
-    ("concrete", "ba-tgp", None, 100, "rmse", 5.57, None, "B.6.3"),
-    ("boston", "ba-tgp", None, 100, "nll", 2.24, None, "B.6.3"),
-    ("boston", "ba-tgp", None, 100, "rmse", 2.33, None, "B.6.3"),
+    *[("airquality", model, flow, fraction, "rmse", mean, std, "Table 4 (left)")
+      for fraction, results in _AIRQUALITY_TABLE4.items()
+      for (model, flow), (mean, std) in zip((("svgp", None), ("tgp", "sal+softplus:data"),
+                                             ("wgp", "sal+softplus:data")), results)],
+    ("rainfall", "svgp", None, 1.0, "rmse", *_RAINFALL_SVGP, "Table 4 (right)"),
+    *[("rainfall", model, flow, 1.0, "rmse", mean, std, source)
+      for flow, (tgp, wgp, source) in _RAINFALL_TGP_WGP.items() for model, (mean, std) in (("tgp", tgp), ("wgp", wgp))],
+    *[(dataset, model, None, 100, metric, value, None, "B.6.3")
+      for dataset, model, nll, rmse in _UCI_B63 for metric, value in (("nll", nll), ("rmse", rmse))],
 ]
 PAPER_RUNS = {"airquality": 10, "rainfall": 10}  # 5 folds x 2 seeds
 
@@ -79,20 +74,18 @@ def add_arguments(parser) -> None:
 
 
 # ----- statistics -----------------------------------------------------------------------------------------
-def mean_se(values):
-    """(mean, standard error, n) of finite values; se is 0 for n = 1, NaN mean for n = 0."""
-    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
-    if v.size == 0:
-        return float("nan"), float("nan"), 0
-    se = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else 0.0
-    return float(v.mean()), se, int(v.size)
-
-
 def mean_std(values):
+    """(mean, sample standard deviation, n) of the finite values; std is 0 for n = 1, both NaN for n = 0."""
     v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
     if v.size == 0:
         return float("nan"), float("nan"), 0
     return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0, int(v.size)
+
+
+def mean_se(values):
+    """(mean, standard error, n) of finite values; se is 0 for n = 1, NaN mean for n = 0."""
+    mean, std, n = mean_std(values)
+    return mean, (float(std / math.sqrt(n)) if n > 1 else std), n
 
 
 def _score(mean: float, direction) -> float:
