@@ -1,0 +1,94 @@
+"""The scikit-learn parameter contract of every estimator (the constructors store their arguments through
+`flowgp.estimators.base.store_arguments`): signatures and defaults as published, every argument kept unchanged
+under its own name and nothing else, get_params / set_params / clone round trips."""
+import inspect
+
+import pytest
+from sklearn.base import clone
+
+import flowgp.estimators as E
+
+# The published signatures (before the constructors moved to store_arguments); a change here is an API change.
+SIGNATURES = {
+    "SVGPRegressor": "(self, num_inducing=100, kernel='rbf', batch_size=None, epochs=1000, lr=0.01, seed=0, "
+    "dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, fix_noise_fraction=0.0, "
+    "kmeans_restarts=10, learn_inducing=True, quadrature_points=20, predict_quadrature_points=100, verbose=True, "
+    "checkpoint=None)",
+    "WarpedGPRegressor": "(self, flow='sal', flow_init='identity', num_inducing=100, kernel='rbf', batch_size=None, "
+    "epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, "
+    "fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20, "
+    "predict_quadrature_points=100, verbose=True, checkpoint=None)",
+    "TGPRegressor": "(self, flow='sal', flow_init='identity', num_inducing=100, kernel='rbf', batch_size=None, "
+    "epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, "
+    "fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20, "
+    "predict_quadrature_points=100, verbose=True, input_dependent=False, hidden=(50,), activation='relu', "
+    "dropout=0.25, bayesian='mc_dropout', mc_samples_train=1, mc_samples_predict=100, prior_precision=None, "
+    "flow_init_epochs=100, checkpoint=None)",
+    "SVGPClassifier": "(self, num_inducing=100, kernel='rbf', batch_size=None, epochs=1000, lr=0.01, seed=0, "
+    "dtype='float64', device='cpu', lengthscale=1.0, period=1.0, likelihood='softmax', fix_variance_epochs=0, "
+    "kmeans_restarts=10, learn_inducing=True, quadrature_points=20, mc_samples=20, predict_samples=256, "
+    "verbose=True, checkpoint=None)",
+    "TGPClassifier": "(self, flow='sal', flow_init='identity', num_inducing=100, kernel='rbf', batch_size=None, "
+    "epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', lengthscale=1.0, period=1.0, "
+    "likelihood='softmax', fix_variance_epochs=0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20, "
+    "mc_samples=20, predict_samples=256, verbose=True, input_dependent=False, hidden=(50,), activation='relu', "
+    "dropout=0.25, bayesian='mc_dropout', mc_samples_train=1, mc_samples_predict=100, prior_precision=None, "
+    "flow_init_epochs=100, checkpoint=None)",
+    "DeepGPRegressor": "(self, layers=3, posterior='gaussian', num_samples_train=1, num_samples_predict=100, "
+    "hidden_width=None, flow_steps=2, flow_base='network', num_inducing=100, kernel='rbf', batch_size=None, "
+    "epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, "
+    "fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20, "
+    "predict_quadrature_points=100, verbose=True, checkpoint=None)",
+    "DeepGPClassifier": "(self, layers=3, posterior='gaussian', num_samples_train=1, num_samples_predict=100, "
+    "hidden_width=None, flow_steps=2, flow_base='network', likelihood='robustmax', num_inducing=100, kernel='rbf', "
+    "batch_size=None, epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', lengthscale=1.0, period=1.0, "
+    "kmeans_restarts=10, learn_inducing=True, quadrature_points=20, predict_quadrature_points=100, verbose=True, "
+    "checkpoint=None)",
+    "LatentDeepGPRegressor": "(self, layers=2, latent_dim=1, num_importance=5, gradient='dreg', amortized=True, "
+    "natgrad=False, hidden_width=5, num_inducing=128, kernel='rbf', batch_size=None, epochs=1000, lr=0.005, "
+    "lr_decay=0.98, natgrad_lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.01, kmeans_restarts=10, "
+    "learn_inducing=True, num_samples_predict=1000, verbose=True, checkpoint=None)",
+    "AlignedMultiOutputGPRegressor": "(self, num_inducing=20, num_inducing_alignment=10, num_inducing_warping=10, "
+    "latent_processes=1, alignment='gp', warping='gp', num_outputs=None, batch_size=256, epochs=500, lr=0.01, "
+    "seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=0.3, alignment_variance=0.01, "
+    "alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=0.001, "
+    "latent_noise=0.001, num_samples=200, verbose=True, checkpoint=None)",
+}
+
+
+def test_every_public_estimator_is_covered():
+    public = {n for n in E.__all__ if isinstance(getattr(E, n), type) and n != "Estimator"}
+    assert public == set(SIGNATURES)
+
+
+@pytest.mark.parametrize("name", sorted(SIGNATURES))
+def test_signature_and_defaults_unchanged(name):
+    assert str(inspect.signature(getattr(E, name).__init__)) == SIGNATURES[name]
+
+
+@pytest.mark.parametrize("name", sorted(SIGNATURES))
+def test_arguments_stored_unchanged_and_nothing_else(name):
+    cls = getattr(E, name)
+    names = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    # one distinct object per argument: each must come back as the very object given, under its own name
+    given = {p: object() for p in names}
+    est = cls(**given)
+    assert set(vars(est)) == set(names)  # no `self`, no `__class__` cell, no derived attribute
+    params = est.get_params(deep=False)
+    assert params.keys() == given.keys() and all(params[p] is given[p] for p in names)
+    # defaults: get_params of a default-constructed estimator is the signature's defaults
+    defaults = {p: v.default for p, v in inspect.signature(cls.__init__).parameters.items() if p != "self"}
+    assert cls().get_params(deep=False) == defaults
+
+
+@pytest.mark.parametrize("name", sorted(SIGNATURES))
+def test_clone_and_set_params_round_trip(name):
+    cls = getattr(E, name)
+    est = cls(seed=7, epochs=3, verbose=False, checkpoint="run.pt")
+    copy = clone(est)
+    assert type(copy) is cls and copy is not est
+    assert copy.get_params(deep=False) == est.get_params(deep=False)
+    copy.set_params(seed=11, lr=0.5)
+    assert (copy.seed, copy.lr, est.seed) == (11, 0.5, 7)
+    with pytest.raises(ValueError):
+        copy.set_params(not_a_parameter=1)
