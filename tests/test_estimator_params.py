@@ -1,5 +1,5 @@
 """The scikit-learn parameter contract of every estimator (the constructors store their arguments through
-`flowgp.estimators.base.store_arguments`): signatures and defaults as published, every argument kept unchanged
+`Estimator._store_arguments`): signatures and defaults as published, every argument kept unchanged
 under its own name and nothing else, get_params / set_params / clone round trips."""
 import inspect
 
@@ -8,7 +8,7 @@ from sklearn.base import clone
 
 import flowgp.estimators as E
 
-# The published signatures (before the constructors moved to store_arguments); a change here is an API change.
+# The published signatures (before the constructors moved to Estimator._store_arguments); a change here is an API change.
 SIGNATURES = {
     "SVGPRegressor": "(self, num_inducing=100, kernel='rbf', batch_size=None, epochs=1000, lr=0.01, seed=0, "
     "dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, fix_noise_fraction=0.0, "

@@ -18,7 +18,7 @@ from ..build import DTYPES, InputDependence, resolve_dtype
 from ..checkpoint import atomic_save, safe_load
 
 __all__ = ["Estimator", "InputDependentFlowOptions", "as_float_array", "as_2d_float", "as_1d_float",
-           "fixed_global_rng", "positive_int", "store_arguments", "FORMAT", "DTYPES"]
+           "fixed_global_rng", "positive_int", "FORMAT", "DTYPES"]
 
 FORMAT = "flowgp-estimator-v1"
 
@@ -125,24 +125,11 @@ def _flow_from_saved(saved):
     return flow
 
 
-def store_arguments(estimator, arguments: dict) -> None:
-    """Keep every constructor argument as an attribute of the same name, unchanged.
-
-    This is the scikit-learn contract: `get_params` reads the attributes back by the names in the __init__
-    signature and `clone` checks that they are the very objects given (so nothing is converted or validated
-    here; checks happen in `fit`). Call it first thing in __init__ with `locals()`, before any other local
-    name exists: `self` and the `__class__` cell that `super()` creates are skipped.
-    """
-    for name, value in arguments.items():
-        if name not in ("self", "__class__"):
-            setattr(estimator, name, value)
-
-
 class Estimator:
     """Machinery every flowgp estimator shares: dtype, input standardisation, fitted check, save/load.
 
     Subclasses keep their own __init__ (scikit-learn reads the parameters from its signature; the body is
-    `store_arguments(self, locals())`) and give
+    `self._store_arguments(locals())`) and give
     `config(...)` (the `flowgp.build` config of their model), `_extra_state()` (fitted attributes beyond the
     input scaling) and `_restore(state)` (sets those attributes back and rebuilds `model_` with the saved
     shapes, before the weights are loaded). Parameters named in `OBJECT_PARAMS` may hold objects (a Flow, a
@@ -150,6 +137,18 @@ class Estimator:
     """
 
     OBJECT_PARAMS = ("kernel", "flow")
+
+    def _store_arguments(self, arguments: dict) -> None:
+        """Keep every constructor argument as an attribute of the same name, unchanged.
+
+        This is the scikit-learn contract: `get_params` reads the attributes back by the names in the __init__
+        signature and `clone` checks that they are the very objects given (so nothing is converted or validated
+        here; checks happen in `fit`). Subclasses call it first thing in __init__ with `locals()`, before any
+        other local name exists: `self` and the `__class__` cell that `super()` creates are skipped.
+        """
+        for name, value in arguments.items():
+            if name not in ("self", "__class__"):
+                setattr(self, name, value)
 
     # ----- dtype, tensors, generators ----------------------------------------------------------------------
     def torch_dtype(self) -> torch.dtype:

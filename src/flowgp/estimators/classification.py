@@ -18,7 +18,7 @@ from ..flows import Flow, make_flow
 from ..flows.conditional import static_flow
 from ..models.classification import CLASSIFICATION_LIKELIHOODS
 from ..training import train
-from .base import Estimator, InputDependentFlowOptions, as_2d_float, store_arguments
+from .base import Estimator, InputDependentFlowOptions, as_2d_float
 from .initialisers import init_identity, init_input_dependent, init_random
 
 __all__ = ["SVGPClassifier", "TGPClassifier"]
@@ -62,7 +62,7 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
                  dtype="float64", device="cpu", lengthscale=1.0, period=1.0, likelihood="softmax",
                  fix_variance_epochs=0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
                  mc_samples=20, predict_samples=256, verbose=True, checkpoint=None):
-        store_arguments(self, locals())
+        self._store_arguments(locals())
 
     # ----- hooks the flow estimator overrides --------------------------------------------------------
     def _initialise_flow(self, model, generator, x_t) -> None:
@@ -210,7 +210,7 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
                  quadrature_points=20, mc_samples=20, predict_samples=256, verbose=True, input_dependent=False,
                  hidden=(50,), activation="relu", dropout=0.25, bayesian="mc_dropout", mc_samples_train=1,
                  mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, checkpoint=None):
-        store_arguments(self, locals())
+        self._store_arguments(locals())
 
     def _input_dependence(self):
         return self.input_dependence()

@@ -20,7 +20,7 @@ from ..models.cnf_posterior import FLOW_BASES
 from ..models.deep_gp import POSTERIORS
 from ..training import train
 from ..build import resolve_dtype
-from .base import Estimator, as_2d_float, store_arguments
+from .base import Estimator, as_2d_float
 from .regression import SVGPRegressor
 
 __all__ = ["DeepGPRegressor", "DeepGPClassifier"]
@@ -103,7 +103,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
                  batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05,
                  lengthscale=1.0, period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
                  quadrature_points=20, predict_quadrature_points=100, verbose=True, checkpoint=None):
-        store_arguments(self, locals())
+        self._store_arguments(locals())
 
     def _likelihood_name(self):
         return "gaussian"
@@ -177,7 +177,7 @@ class DeepGPClassifier(_DeepMixin, Estimator, ClassifierMixin, BaseEstimator):
                  kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu",
                  lengthscale=1.0, period=1.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
                  predict_quadrature_points=100, verbose=True, checkpoint=None):
-        store_arguments(self, locals())
+        self._store_arguments(locals())
 
     def _likelihood_name(self):
         if hasattr(self, "classes_") and len(self.classes_) == 2:

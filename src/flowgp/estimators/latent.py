@@ -14,7 +14,6 @@ import torch
 
 from ..build import LatentDeepGPConfig, build, resolve_dtype
 from ..models.latent_deep_gp import check_gradient, check_num_importance
-from .base import store_arguments
 from .regression import SVGPRegressor
 
 __all__ = ["LatentDeepGPRegressor"]
@@ -47,7 +46,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
                  hidden_width=5, num_inducing=128, kernel="rbf", batch_size=None, epochs=1000, lr=0.005,
                  lr_decay=0.98, natgrad_lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.01,
                  kmeans_restarts=10, learn_inducing=True, num_samples_predict=1000, verbose=True, checkpoint=None):
-        store_arguments(self, locals())
+        self._store_arguments(locals())
 
     # ----- checks and construction ---------------------------------------------------------------------
     def _check_params(self):

@@ -16,7 +16,7 @@ from torch import nn
 from ..build import AMOGPConfig, build
 from ..models.amogp import AMOGP, layer_curves
 from ..training import train
-from .base import Estimator, as_1d_float, as_2d_float, store_arguments
+from .base import Estimator, as_1d_float, as_2d_float
 
 __all__ = ["AlignedMultiOutputGPRegressor"]
 
@@ -58,7 +58,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                  dtype="float64", device="cpu", noise=0.05, lengthscale=0.3, alignment_variance=0.01,
                  alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=1e-3,
                  latent_noise=1e-3, num_samples=200, verbose=True, checkpoint=None):
-        store_arguments(self, locals())
+        self._store_arguments(locals())
 
     # ----- helpers -------------------------------------------------------------------------------------
     def _check_options(self):

@@ -18,8 +18,7 @@ from ..build import SparseGPConfig, build
 from ..flows import Flow, make_flow
 from ..flows.conditional import static_flow, warping_curves
 from ..training import train
-from .base import (Estimator, InputDependentFlowOptions, as_1d_float, as_2d_float, fixed_global_rng,
-                   store_arguments)
+from .base import Estimator, InputDependentFlowOptions, as_1d_float, as_2d_float, fixed_global_rng
 from .initialisers import init_from_data, init_identity, init_input_dependent, init_random
 
 __all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor"]
@@ -46,7 +45,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                  dtype="float64", device="cpu", noise=0.05, lengthscale=1.0, period=1.0,
                  fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
                  predict_quadrature_points=100, verbose=True, checkpoint=None):
-        store_arguments(self, locals())
+        self._store_arguments(locals())
 
     # ----- hooks the flow estimators override -------------------------------------------------------
     _MODEL = "svgp"
@@ -189,7 +188,7 @@ class _FlowRegressor(SVGPRegressor):
                  epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05, lengthscale=1.0,
                  period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
                  quadrature_points=20, predict_quadrature_points=100, verbose=True, checkpoint=None):
-        store_arguments(self, locals())
+        self._store_arguments(locals())
 
     _FLOW_INITS = ("identity", "data", "random", "none")
 
@@ -247,7 +246,7 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
                  quadrature_points=20, predict_quadrature_points=100, verbose=True, input_dependent=False,
                  hidden=(50,), activation="relu", dropout=0.25, bayesian="mc_dropout", mc_samples_train=1,
                  mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, checkpoint=None):
-        store_arguments(self, locals())
+        self._store_arguments(locals())
 
     def _target_positive(self) -> bool:
         return self.flow_object().codomain == "positive"
