@@ -3,8 +3,7 @@ import pytest
 import torch
 
 from flowgp.bayesian import BayesianMLP
-from flowgp.flows import (InputDependentFlow, WeightSampling, make_flow, make_input_dependent, static_flow,
-                          weight_sampling)
+from flowgp.flows import InputDependentFlow, WeightSampling, make_flow, make_input_dependent, static_flow
 
 
 def _build(seed, bayesian, dropout):
@@ -53,11 +52,6 @@ def test_sampling_argument_sets_the_sample_dimension_through_compositions():
     low, high = flow.codomain_bounds(x, sampling=WeightSampling(stochastic=False))
     assert low.shape == high.shape == (6, 2)
     assert flow.affine_coefficients(x, sampling=WeightSampling(stochastic=False)) is None
-    # The argument wins over the deprecated context, which still works until the models move.
-    with pytest.deprecated_call():
-        with weight_sampling(flow, 7):
-            assert flow(f, x).shape == (7, 6, 2)
-            assert flow(f, x, sampling=WeightSampling(2)).shape == (2, 6, 2)
     assert static_flow(flow)(f).shape == (6, 2)
 
 

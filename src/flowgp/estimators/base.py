@@ -8,7 +8,6 @@ state dict - never as a pickle).
 """
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +15,11 @@ import torch
 
 from ..build import DTYPES, InputDependence, resolve_dtype
 from ..checkpoint import atomic_save, safe_load
+from ..flows import Flow
+from ..flows.serialization import flow_from_record, flow_to_record
 
 __all__ = ["Estimator", "InputDependentFlowOptions", "as_float_array", "as_2d_float", "as_1d_float",
-           "fixed_global_rng", "positive_int", "FORMAT", "DTYPES"]
+           "positive_int", "FORMAT", "DTYPES"]
 
 FORMAT = "flowgp-estimator-v1"
 
@@ -66,63 +67,13 @@ def positive_int(value, name) -> int:
     return int(value)
 
 
-@contextlib.contextmanager
-def fixed_global_rng(seed, device="cpu"):
-    """Torch's global RNG forked and seeded with `seed` inside the block, restored afterwards.
-
-    Transitional: the dropout masks / q(W) draws of input-dependent flows, the Glorot initialisation of
-    networks and some Monte Carlo draws in training still come from torch's global RNG in the layers below.
-    This keeps fits and predictions repeatable and leaves the caller's RNG state exactly as it was; it goes
-    away once those layers take a `torch.Generator` (flows.WeightSampling(generator=...), train's generator).
-    """
-    dev = torch.device(device)
-    devices = [] if dev.type != "cuda" else [torch.cuda.current_device() if dev.index is None else dev.index]
-    with torch.random.fork_rng(devices=devices):
-        # the state a generator seeded with `seed` starts from, set only inside the fork (restored on exit)
-        torch.set_rng_state(torch.Generator().manual_seed(int(seed)).get_state())
-        for index in devices:
-            cuda = torch.Generator(device=f"cuda:{index}").manual_seed(int(seed))
-            torch.cuda.set_rng_state(cuda.get_state(), index)
-        yield
-
-
-def _record_module():
-    try:
-        from ..flows import serialization
-    except ImportError:  # flowgp.flows.serialization not merged yet
-        return None
-    return serialization
-
-
 def _flow_to_saved(flow):
     """A Flow object as a weights_only-safe record (class path, constructor arguments, state dict)."""
-    serialization = _record_module()
-    if serialization is not None:
-        return {"record": serialization.flow_to_record(flow)}
-    # fallback until flowgp.flows.serialization exists: a built-in flow whose spec rebuilds its own class
-    from ..flows import make_flow
-
-    try:
-        rebuilt = make_flow(flow.spec)
-    except Exception:  # noqa: BLE001 - any failure means the spec cannot stand for this object
-        rebuilt = None
-    if type(rebuilt) is not type(flow):
-        raise TypeError(f"saving an estimator with a {type(flow).__qualname__} flow object needs "
-                        "flowgp.flows.serialization (flow_to_record); pass the flow as a spec string instead")
-    return {"spec": flow.spec, "state": {k: v.detach().cpu() for k, v in flow.state_dict().items()}}
+    return {"record": flow_to_record(flow)}
 
 
 def _flow_from_saved(saved):
-    if "record" in saved:
-        serialization = _record_module()
-        if serialization is None:
-            raise ValueError("this file holds a flow record; loading it needs flowgp.flows.serialization")
-        return serialization.flow_from_record(saved["record"])
-    from ..flows import make_flow
-
-    flow = make_flow(saved["spec"])
-    flow.load_state_dict(saved["state"])
-    return flow
+    return flow_from_record(saved["record"])
 
 
 class Estimator:
@@ -195,14 +146,9 @@ class Estimator:
             raise ValueError(f"X has {X.shape[1]} features but the estimator was fitted with {self.n_features_in_}")
         return self.tensor((X - self.x_mean_) / self.x_std_)
 
-    def _inputs(self, X):  # kept for one release: use scaled_inputs
-        return self.scaled_inputs(X)
-
     # ----- save / load -------------------------------------------------------------------------------------
     def _saved_objects(self) -> tuple[dict, dict]:
         """(spec strings, flow records) of the object parameters."""
-        from ..flows import Flow
-
         specs, records = {}, {}
         params = self.get_params()
         for name in self.OBJECT_PARAMS:
@@ -310,10 +256,3 @@ class InputDependentFlowOptions:
         return InputDependence(which=which, hidden=hidden, activation=self.activation, dropout=self.dropout,
                                bayesian=self.bayesian, prior_precision=self.prior_precision)
 
-
-# kept for one release, until every call site uses the public names
-_Estimator = Estimator
-_InputDependentFlowOptions = InputDependentFlowOptions
-_as_1d_float = as_1d_float
-_as_2d_float = as_2d_float
-_DTYPES = DTYPES

@@ -19,7 +19,7 @@ from ..flows.conditional import static_flow
 from ..models.classification import CLASSIFICATION_LIKELIHOODS
 from ..training import train
 from .base import Estimator, InputDependentFlowOptions, as_2d_float
-from .initialisers import init_identity, init_input_dependent, init_random
+from ..initialisation import init_identity, init_input_dependent, init_random
 
 __all__ = ["SVGPClassifier", "TGPClassifier"]
 

@@ -12,8 +12,11 @@ import math
 import numpy as np
 import torch
 
+from ..batches import ArrayBatches
 from ..build import LatentDeepGPConfig, build, resolve_dtype
 from ..models.latent_deep_gp import check_gradient, check_num_importance
+from ..optim import NaturalGradient
+from ..training import step_lr, train
 from .regression import SVGPRegressor
 
 __all__ = ["LatentDeepGPRegressor"]
@@ -89,29 +92,11 @@ class LatentDeepGPRegressor(SVGPRegressor):
         n = xt.shape[0]
         batch = n if self.batch_size is None else min(_positive_int(self.batch_size, "batch_size"), n)
         iterations = int(self.epochs) * math.ceil(n / batch)
-        try:
-            from ..batches import ArrayBatches
-            from ..optim import NaturalGradient
-            from ..training import step_lr, train
-        except ImportError:  # the latent-DGP fit has not moved into flowgp.training.train yet
-            return self._train_legacy(xt, yt, batch, iterations)
         natgrad = NaturalGradient([self.model_.layers[-1].gp], lr=self.natgrad_lr) if self.natgrad else None
         sampler = ArrayBatches(xt, yt, batch, per_step=batch < n, seed=self.seed)
         return train(self.model_, sampler, steps=iterations, lr=self.lr, schedule=step_lr(1000, self.lr_decay),
                      natural_gradient=natgrad, seed=self.seed, verbose=self.verbose, desc=type(self).__name__,
                      checkpoint_path=self.checkpoint_path())
-
-    def _train_legacy(self, xt, yt, batch, iterations):
-        from ..models import latent_deep_gp
-
-        if self.checkpoint is not None:
-            raise ValueError("checkpoint needs the latent-DGP fit to run through flowgp.training.train (not merged "
-                             "yet); pass checkpoint=None")
-        return latent_deep_gp.train_latent_deep_gp(
-            self.model_, xt, yt, iterations=iterations, batch_size=batch, lr=self.lr, lr_decay=self.lr_decay,
-            seed=self.seed, verbose=self.verbose, desc=type(self).__name__,
-            natgrad_lr=self.natgrad_lr if self.natgrad else None,
-        )
 
     # ----- public API --------------------------------------------------------------------------------
     def fit(self, X, y):

@@ -11,27 +11,14 @@ import dataclasses
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
-from torch import nn
 
+from ..batches import ArrayBatches
 from ..build import AMOGPConfig, build
-from ..models.amogp import AMOGP, layer_curves
+from ..models.amogp import layer_curves
 from ..training import train
 from .base import Estimator, as_1d_float, as_2d_float
 
 __all__ = ["AlignedMultiOutputGPRegressor"]
-
-
-class _OutputIndexAsLastColumn(nn.Module):
-    """Transitional adapter for `flowgp.training.train`, whose minibatches hold only (x, y): the output index
-    rides in x's last column and is split off again here. It goes away once train's sampler carries the
-    output index as a batch tensor of its own."""
-
-    def __init__(self, model: AMOGP):
-        super().__init__()
-        self.model = model
-
-    def elbo(self, xo, y, num_data=None, **kwargs):
-        return self.model.elbo(xo[:, :-1], y[:, 0], xo[:, -1].long(), num_data=num_data, **kwargs)
 
 
 class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
@@ -97,9 +84,6 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         xt = self.tensor((X - self.x_mean_) / self.x_std_)
         return xt, self.tensor(o, torch.long), o
 
-    def _inputs(self, X, output):  # kept for one release: use scaled_inputs
-        return self.scaled_inputs(X, output)
-
     def config(self, **overrides) -> AMOGPConfig:
         """The `flowgp.build.AMOGPConfig` of this estimator's model (fields in `overrides` replaced)."""
         config = AMOGPConfig(
@@ -140,13 +124,6 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                             output=torch.as_tensor(o))
         kwargs = dict(epochs=int(self.epochs), lr=self.lr, seed=self.seed, verbose=self.verbose,
                       desc=type(self).__name__, checkpoint_path=self.checkpoint_path())
-        try:
-            from ..batches import ArrayBatches
-        except ImportError:  # samplers with extra batch tensors not merged yet
-            xo = self.tensor(np.stack([xt, o.astype(float)], 1))
-            self.history_ = train(_OutputIndexAsLastColumn(self.model_), xo, self.tensor(yt)[:, None],
-                                  batch_size=self.batch_size, **kwargs)
-            return self
         # the output index is a batch tensor of its own, passed to AMOGP.elbo as output=
         sampler = ArrayBatches(self.tensor(xt[:, None]), self.tensor(yt), self.batch_size,
                                extra={"output": self.tensor(o, torch.long)}, seed=self.seed)

@@ -6,7 +6,6 @@ undo the scaling on every output.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 
@@ -18,8 +17,8 @@ from ..build import SparseGPConfig, build
 from ..flows import Flow, make_flow
 from ..flows.conditional import static_flow, warping_curves
 from ..training import train
-from .base import Estimator, InputDependentFlowOptions, as_1d_float, as_2d_float, fixed_global_rng
-from .initialisers import init_from_data, init_identity, init_input_dependent, init_random
+from .base import Estimator, InputDependentFlowOptions, as_1d_float, as_2d_float
+from ..initialisation import init_from_data, init_identity, init_input_dependent, init_random
 
 __all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor"]
 
@@ -83,9 +82,6 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         self._check_targets(y)
         return self.tensor((y - self.y_shift_) / self.y_scale_)[:, None]
 
-    def _targets(self, y, n):  # kept for one release: use scaled_targets
-        return self.scaled_targets(y, n)
-
     def _build(self, x, y=None, **overrides):
         return build(self.config(**overrides), x, y, dtype=self.torch_dtype(), device=self.device,
                      generator=self.generator(device="cpu"))
@@ -131,14 +127,15 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         """Predictive mean of y* (and its standard deviation with return_std=True)."""
         xt = self.scaled_inputs(X)
         with torch.no_grad():
-            mean, var = self.model_.predict(xt)
+            mean, var = self.model_.predict(xt, generator=self.generator(device=xt.device))
         return self._in_target_units(mean, var if return_std else None)
 
     def predict_quantiles(self, X, probs):
         """Predictive quantiles of y*, array [len(probs), n_samples]."""
         xt = self.scaled_inputs(X)
         with torch.no_grad():
-            q = self.model_.predict_quantiles(xt, list(np.atleast_1d(probs)))
+            q = self.model_.predict_quantiles(xt, list(np.atleast_1d(probs)),
+                                              generator=self.generator(device=xt.device))
         return self._quantiles_in_target_units(q)
 
     def predict_interval(self, X, level=0.95):
@@ -153,7 +150,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         xt = self.scaled_inputs(X)
         yt = self.scaled_targets(y, xt.shape[0])
         with torch.no_grad():
-            lpd = self.model_.log_predictive_density(xt, yt)
+            lpd = self.model_.log_predictive_density(xt, yt, generator=self.generator(device=xt.device))
         return lpd[:, 0].cpu().numpy() - math.log(self.y_scale_)
 
     def elbo(self, X, y):
@@ -161,7 +158,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         xt = self.scaled_inputs(X)
         yt = self.scaled_targets(y, xt.shape[0])
         with torch.no_grad():
-            value = self.model_.elbo(xt, yt).item()
+            value = self.model_.elbo(xt, yt, generator=self.generator(device=xt.device)).item()
         return value - xt.shape[0] * math.log(self.y_scale_)
 
     def sample_f(self, X, num_samples=1, seed=None):
@@ -253,34 +250,6 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
 
     def _input_dependence(self):
         return self.input_dependence()
-
-    def _fixed_rng(self):
-        """Predictions of Bayesian input-dependent flows draw W (dropout masks or Gaussian weights) from
-        torch's global RNG: fork it and seed it with `seed`, so that repeated calls agree (transitional,
-        until the flows take a generator)."""
-        if self.which_stages() is None:
-            return contextlib.nullcontext()
-        return fixed_global_rng(self.seed, self.device)
-
-    def predict(self, X, return_std=False):
-        with self._fixed_rng():
-            return super().predict(X, return_std=return_std)
-
-    def predict_quantiles(self, X, probs):
-        with self._fixed_rng():
-            return super().predict_quantiles(X, probs)
-
-    def log_predictive_density(self, X, y):
-        with self._fixed_rng():
-            return super().log_predictive_density(X, y)
-
-    def elbo(self, X, y):
-        with self._fixed_rng():
-            return super().elbo(X, y)
-
-    def sample_f(self, X, num_samples=1, seed=None):
-        with fixed_global_rng(self.seed if seed is None else seed, self.device):
-            return super().sample_f(X, num_samples=num_samples, seed=seed)
 
     def warping_functions(self, X, f_grid=None, num_samples=100):
         """The learned warping y = G_{θ(x, W)}(f₀) at each row of X over `f_grid` (GP units; default

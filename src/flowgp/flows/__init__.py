@@ -7,8 +7,7 @@ Write your own by subclassing `Flow` (see `flowgp.flows.base` for the contract).
 """
 from .base import Compose, Flow, FlowOfFlows, ParamSpec, compose
 from .combination import ArcsinhCombination, LinearCombination
-from .conditional import (InputDependentFlow, input_dependent_flows, make_input_dependent, static_flow,
-                          weight_sampling)
+from .conditional import InputDependentFlow, input_dependent_flows, make_input_dependent, static_flow
 from .elementwise import (Affine, Arcsinh, BoxCox, Exp, Identity, InverseBoxCox, Log, Sinh, SinhArcsinh,
                           Softplus, Tanh, TukeyGH)
 from .factory import FLOW_ALIASES, FLOW_NAMES, make_flow
@@ -21,6 +20,6 @@ __all__ = [
     "SinhArcsinh", "BoxCox", "InverseBoxCox", "TukeyGH", "Tanh", "Compose", "compose", "LinearCombination",
     "ArcsinhCombination", "make_flow", "FLOW_NAMES", "FLOW_ALIASES",
     "monotone_inverse", "InputDependentFlow", "make_input_dependent", "static_flow",
-    "input_dependent_flows", "WeightSampling", "weight_sampling", "flow_to_record",
+    "input_dependent_flows", "WeightSampling", "flow_to_record",
     "flow_from_record",
 ]

@@ -295,10 +295,6 @@ class Flow(nn.Module):
         Used by the data initialisation before fitting bounded flows; unbounded flows need nothing.
         """
 
-    def _fit_codomain_to(self, low: Tensor, high: Tensor) -> None:
-        # Old private name, kept until the call sites (flow initialisation) move to fit_codomain_to.
-        self.fit_codomain_to(low, high)
-
     def __rshift__(self, other: "Flow") -> "Flow":
         """`a >> b` applies a, then b."""
         return compose(self, other)

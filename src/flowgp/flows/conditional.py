@@ -10,18 +10,15 @@ How many weight samples S the network draws is an argument of every call: `flow(
 sampling=WeightSampling(S, stochastic, generator))`, passed down through compositions: training averages S
 draws of W (MC dropout or reparameterised VB draws); PE-TGP predicts with one deterministic pass
 (`stochastic=False`, no sample dimension). Without it, one stochastic pass in training mode and the
-deterministic one in eval mode. (`weight_sampling(flow, S, sample)`, the former context manager, is kept as a
-deprecated shim until the models pass `sampling=`.) All draws - initial weights included - come from the
-given torch.Generator, never from the global RNG when one is given.
+deterministic one in eval mode. The mode is an argument, never state set on the flow. All draws - initial
+weights included - come from the given torch.Generator, never from the global RNG when one is given.
 `base`'s own parameters hold the non-input-dependent values θ̂ that `init_input_dependent` (appendix
 B.4) teaches the network; they are not used by the input-dependent flow itself.
 """
 from __future__ import annotations
 
-import contextlib
 import math
-import warnings
-from typing import Iterator, Optional
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -32,7 +29,7 @@ from .combination import LinearCombination
 from .sampling import WeightSampling
 
 __all__ = ["InputDependentFlow", "make_input_dependent", "static_flow", "input_dependent_flows",
-           "WeightSampling", "weight_sampling", "raw_parameter_tree", "warping_curves"]
+           "WeightSampling", "raw_parameter_tree", "warping_curves"]
 
 
 def raw_parameter_tree(flow: Flow) -> dict:
@@ -108,8 +105,6 @@ class InputDependentFlow(Flow):
             raise ValueError(f"network must be a BayesianMLP with in_features={input_dim} and "
                              f"out_features={self.num_raw}")
         self.network = network
-        # Set only by the deprecated `weight_sampling` context; an explicit `sampling=` argument wins.
-        self._sampling = None
 
     def constructor_arguments(self) -> tuple[list, dict]:
         # The network itself (its architecture and mode as they are now), not the options that built it.
@@ -154,15 +149,12 @@ class InputDependentFlow(Flow):
         return torch.cat(flat)
 
     def sampling_mode(self, sampling: Optional[WeightSampling] = None) -> WeightSampling:
-        """The sampling in effect: `sampling` when given, else the deprecated context's, else one stochastic
-        pass in training mode and the deterministic pass in eval mode."""
+        """The sampling in effect: `sampling` when given, else one stochastic pass in training mode and the
+        deterministic pass in eval mode."""
         if sampling is not None:
             if not isinstance(sampling, WeightSampling):
                 raise TypeError(f"sampling must be a flowgp.flows.WeightSampling, got {type(sampling).__name__}")
             return sampling
-        if self._sampling is not None:
-            num_samples, sample = self._sampling
-            return WeightSampling(num_samples if sample else 1, sample)
         return WeightSampling(1, self.training)
 
     def raw_params(self, x: Tensor, sampling: Optional[WeightSampling] = None) -> Tensor:
@@ -173,8 +165,6 @@ class InputDependentFlow(Flow):
             raise ValueError(f"x must be [..., N, {self.input_dim}] for this input-dependent flow, "
                              f"got shape {tuple(x.shape)}")
         mode = self.sampling_mode(sampling)
-        if mode.generator is None:  # the network's call as before generators (a stand-in network may not take one)
-            return self.network(x, num_samples=mode.num_samples, sample=mode.stochastic)
         return self.network(x, num_samples=mode.num_samples, sample=mode.stochastic, generator=mode.generator)
 
     def params(self, x: Optional[Tensor] = None, *, sampling: Optional[WeightSampling] = None) -> dict:
@@ -224,28 +214,6 @@ class InputDependentFlow(Flow):
 def input_dependent_flows(flow: Flow) -> list:
     """Every InputDependentFlow inside `flow` (itself included)."""
     return [m for m in flow.modules() if isinstance(m, InputDependentFlow)]
-
-
-@contextlib.contextmanager
-def weight_sampling(flow: Flow, num_samples: int = 1, sample: bool = True) -> Iterator[None]:
-    """Deprecated: pass `sampling=WeightSampling(num_samples, sample)` to the flow's call instead.
-
-    Within the block, every input-dependent stage of `flow` draws `num_samples` W samples (leading
-    dimension S of its parameters), or, with sample=False, uses the deterministic network (no S dim).
-    Kept until the models pass `sampling=` (it sets a mode on the flow, which an argument avoids)."""
-    warnings.warn("weight_sampling(flow, S, sample) is deprecated; call the flow with "
-                  "sampling=flowgp.flows.WeightSampling(S, sample)", DeprecationWarning, stacklevel=3)
-    if int(num_samples) != num_samples or num_samples < 1:
-        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
-    stages = input_dependent_flows(flow)
-    previous = [s._sampling for s in stages]
-    for s in stages:
-        s._sampling = (int(num_samples), bool(sample))
-    try:
-        yield
-    finally:
-        for s, prev in zip(stages, previous):
-            s._sampling = prev
 
 
 def make_input_dependent(flow: Flow, input_dim: int, which: str = "nonlinear",

@@ -252,8 +252,6 @@ class AMOGP(nn.Module):
             raise ValueError("y contains NaN or inf; drop or impute those rows first")
         return x, out, y
 
-    _check = validate  # kept until the call sites move to `validate`
-
     # ----- layers (shared by the bound and the predictions) -------------------------------------------
     def _posteriors(self):
         post = {"f": self.latent.posterior(self.kernel(self.latent.z[0], self.latent_output).unsqueeze(0))}

@@ -213,8 +213,6 @@ class TGPClassification(nn.Module):
         x = as_inputs(x, self.input_dim)
         return x if y is None else (x, self._labels(y, x.shape[0]))
 
-    _check = validate  # kept until the call sites move to `validate`
-
     def kl_terms(self) -> list:
         """KL[q(u₀) || p(u₀)] and, for input-dependent flows, the networks' penalties (appendix A.3)."""
         terms = [self.gp.kl_divergence()]

@@ -251,8 +251,6 @@ class DeepGP(nn.Module):
             return x, y
         return x, as_targets(y, x.shape[0], self.num_outputs)
 
-    _check = validate  # kept until the call sites move to `validate`
-
     # ----- sampling through the layers ---------------------------------------------------------------
     def sample_inducing(self, num_samples: int, generator=None):
         """(list of whitened v_ℓ [S, D_ℓ, M] or None, KL estimate) for one ELBO evaluation.

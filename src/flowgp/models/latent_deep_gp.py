@@ -105,8 +105,6 @@ class LatentDeepGP(nn.Module):
         num_outputs = y.shape[-1] if isinstance(y, torch.Tensor) and y.dim() == 2 else 1
         return x, as_targets(y, x.shape[0], num_outputs)
 
-    _check = validate  # kept until the call sites move to `validate`
-
     # ----- forward pieces ----------------------------------------------------------------------------
     def kl_divergence(self) -> torch.Tensor:
         """Σ_ℓ KL[q(u_ℓ) || p(u_ℓ)] over the layers."""

@@ -72,8 +72,6 @@ class SVGP(nn.Module):
             return x
         return x, as_targets(y, x.shape[0], self.num_outputs)
 
-    _check = validate  # kept until the call sites move to `validate`
-
     def likelihood_inputs(self, x, generator=None) -> dict:
         """Keyword arguments for the likelihood's expectations: x (and generator) when it depends on x."""
         return {"x": x, "generator": generator} if self.likelihood.accepts_inputs else {}
@@ -98,28 +96,31 @@ class SVGP(nn.Module):
         """q(f₀(x*)): marginal mean and variance [N, L] (covariance [L, N, N] with full_cov)."""
         return self.gp.marginals(self.validate(x), full_cov=full_cov)
 
-    def predict(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Predictive mean and variance of y* (noise included), each [N, L] (appendix eq. 19 moments)."""
+    def predict(self, x: torch.Tensor, generator=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Predictive mean and variance of y* (noise included), each [N, L] (appendix eq. 19 moments).
+
+        generator: torch.Generator for the W draws of a Bayesian input-dependent flow (eq. 20); a likelihood
+        that draws nothing ignores it."""
         x = self.validate(x)
         mean, var = self.gp.marginals(x)
-        inputs = self.likelihood_inputs(x)
+        inputs = self.likelihood_inputs(x, generator)
         if inputs:
             return self.likelihood.predictive_moments(mean, var, self.predict_quadrature_points, **inputs)
         return self.likelihood.predictive_moments(mean, var)
 
-    def log_predictive_density(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Per-point log p(y* | x*), [N, L] (appendix eq. 19)."""
+    def log_predictive_density(self, x: torch.Tensor, y: torch.Tensor, generator=None) -> torch.Tensor:
+        """Per-point log p(y* | x*), [N, L] (appendix eq. 19; eq. 20 over W draws taken from `generator`)."""
         x, y = self.validate(x, y)
         mean, var = self.gp.marginals(x)
         return self.likelihood.predictive_log_density(y, mean, var, self.predict_quadrature_points,
-                                                      **self.likelihood_inputs(x))
+                                                      **self.likelihood_inputs(x, generator))
 
-    def predict_quantiles(self, x: torch.Tensor, probs) -> torch.Tensor:
-        """Quantiles of p(y* | x*) at `probs`, [P, N, L]."""
+    def predict_quantiles(self, x: torch.Tensor, probs, generator=None) -> torch.Tensor:
+        """Quantiles of p(y* | x*) at `probs`, [P, N, L] (W draws of an input-dependent flow from `generator`)."""
         x = self.validate(x)
         mean, var = self.gp.marginals(x)
         return self.likelihood.predictive_quantiles(mean, var, probs, self.predict_quadrature_points,
-                                                    **self.likelihood_inputs(x))
+                                                    **self.likelihood_inputs(x, generator))
 
     def predict_latent_quantiles(self, x: torch.Tensor, probs) -> torch.Tensor:
         """Quantiles of the latent function the likelihood reads, f_K(x*) = G(f₀(x*)) (f₀ itself for a plain

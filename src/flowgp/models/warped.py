@@ -47,8 +47,9 @@ class WarpedGP(SVGP):
         mean, var = self.gp.marginals(x)
         return self.likelihood.predictive_moments(mean, var)  # of z* = T(y*)
 
-    def predict(self, x):
-        """E[y*] and Var[y*] with y* = T⁻¹(z*), z* ~ N(μ, v + σ²), by Gauss-Hermite quadrature."""
+    def predict(self, x, generator=None):
+        """E[y*] and Var[y*] with y* = T⁻¹(z*), z* ~ N(μ, v + σ²), by Gauss-Hermite quadrature (draws nothing:
+        `generator` is accepted for the signature SVGP's predictions share)."""
         x = self.validate(x)
         mean, var = self._warped_predictive(x)
         z, w = gh_points(mean, var, self.predict_quadrature_points)
@@ -62,13 +63,13 @@ class WarpedGP(SVGP):
         mean, _ = self._warped_predictive(x)
         return self.flow.inverse(mean, x, validate=False)
 
-    def predict_quantiles(self, x, probs):
+    def predict_quantiles(self, x, probs, generator=None):
         """Exact quantiles T⁻¹(μ + sqrt(v + σ²) Φ⁻¹(p)), [P, N, L] (appendix A.4.1)."""
         x = self.validate(x)
         mean, var = self._warped_predictive(x)
         return self.flow.inverse(normal_quantiles(mean, var, probs), x, validate=False)
 
-    def log_predictive_density(self, x, y):
+    def log_predictive_density(self, x, y, generator=None):
         """log p(y*) = log N(T(y*); μ, v + σ²) + log T'(y*), [N, L]."""
         x, y = self.validate(x, y)
         z, log_det = self.warp(y, x)
