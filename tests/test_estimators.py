@@ -183,3 +183,31 @@ def test_warping_functions_are_in_target_units():
     assert 0 < np.median(out["point"]) < 12  # y ≈ 5 + 3 sin(x) in its own units
     with pytest.raises(ValueError, match="input_dependent=True"):
         TGPRegressor(flow="sal", **FAST).fit(x, y).warping_functions(x[:2])
+
+
+# ----- range checks (issue 23, items 1-2): refuse what would silently give wrong answers -------------------------
+@pytest.mark.parametrize("flow", ["softplus", "exp", "tanh", "sal+softplus"])
+def test_wgp_refuses_a_warping_whose_range_is_not_the_real_line(flow):
+    """z = T(y) is Gaussian, so T must map onto every real value: T⁻¹ of the predictive would be NaN otherwise."""
+    X = np.linspace(0, 1, 20)[:, None]
+    y = 1.0 + np.sin(6 * X[:, 0]) ** 2
+    est = WarpedGPRegressor(flow=flow, num_inducing=4, epochs=2, verbose=False)
+    with pytest.raises(ValueError, match="whole real line"):
+        est.fit(X, y)
+    assert not hasattr(est, "model_")  # refused before any training
+    from flowgp.models import WarpedGP
+    from flowgp.kernels import make_kernel
+    import torch
+    with pytest.raises(ValueError, match="whole real line"):
+        WarpedGP(make_kernel("rbf", 1), torch.zeros(3, 1, dtype=torch.float64), flow)
+
+
+@pytest.mark.parametrize("flow", ["softplus", "exp", "sal+softplus"])
+def test_tgp_with_a_positive_flow_refuses_non_positive_targets(flow):
+    X = np.linspace(0, 1, 20)[:, None]
+    y = np.sin(6 * X[:, 0]) - 5.0
+    est = TGPRegressor(flow=flow, num_inducing=4, epochs=2, verbose=False)
+    with pytest.raises(ValueError, match="only takes positive values.*shift y"):
+        est.fit(X, y)
+    assert np.isfinite(TGPRegressor(flow=flow, num_inducing=4, epochs=2, verbose=False)
+                       .fit(X, y + 10.0).predict(X[:3])).all()  # positive targets still fit

@@ -248,6 +248,15 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
     def _target_positive(self) -> bool:
         return self.flow_object().codomain == "positive"
 
+    def _check_targets(self, y):
+        flow = self.flow_object()
+        if flow.codomain == "positive" and np.any(y <= 0):
+            # G(f₀) > 0 for every f₀: non-positive targets can only be explained as noise, and the fit would
+            # predict values near 0 for them without complaint
+            raise ValueError(
+                f"the TGP flow '{flow.spec}' only takes positive values but y has min {y.min():.4g}; shift y "
+                "to be positive, or choose a flow onto the whole real line (e.g. 'sal')")
+
     def _input_dependence(self):
         return self.input_dependence()
 
@@ -292,6 +301,11 @@ class WarpedGPRegressor(_FlowRegressor):
 
     def _check_targets(self, y):
         flow = self.flow_object()
+        if flow.codomain != "real":
+            raise ValueError(
+                f"the v-WGP warping T = '{flow.spec}' maps onto a {flow.codomain} range, but z = T(y) is Gaussian "
+                "and takes every real value (predictions would be NaN); use a warping onto the whole real line "
+                "(e.g. 'sal', 'log' for positive y, 'boxcox'), or the flow in TGPRegressor")
         if flow.domain == "positive" and np.any(y <= 0):
             raise ValueError(
                 f"the '{flow.spec}' warping needs positive targets but y has min {y.min():.4g}; "

@@ -31,6 +31,13 @@ class WarpedGP(SVGP):
         flow = make_flow(flow) if isinstance(flow, str) else flow
         if not isinstance(flow, Flow):
             raise TypeError(f"flow must be a flowgp Flow or a spec string, got {type(flow).__name__}")
+        if flow.codomain != "real":
+            # z = T(y) is modelled by a Gaussian, which puts mass on every real value: T⁻¹ of a predictive
+            # draw outside T's range does not exist (it would come back as NaN means and quantiles)
+            raise ValueError(
+                f"the v-WGP warping T = '{flow.spec}' maps onto a {flow.codomain} range, but z = T(y) is Gaussian "
+                "and takes every real value; use a warping onto the whole real line (e.g. 'sal', 'log' for "
+                "positive y, 'boxcox', 'sinharcsinh'), or put the positive flow in a TGP (TGPRegressor)")
         self.flow = flow
 
     def warp(self, y, x=None):
