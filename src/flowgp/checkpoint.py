@@ -83,7 +83,15 @@ def safe_load(path, map_location="cpu"):
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
-    obj = torch.load(path, map_location=map_location, weights_only=True)
+    try:
+        obj = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - torch reports damage as any of a dozen exception types
+        # one clear error for every damaged or foreign file; torch's own message is not passed on, since it
+        # suggests retrying with weights_only=False, which would run whatever code the file holds
+        raise ValueError(
+            f"{path} is not a readable flowgp file: it is empty, truncated or corrupted, or it holds objects other "
+            f"than tensors and plain values, which are refused without running them ({type(err).__name__}); "
+            "restore a good copy or save it again") from None
     if isinstance(obj, dict) and CHECKSUM_KEY in obj:
         obj = dict(obj)
         expected = obj.pop(CHECKSUM_KEY)

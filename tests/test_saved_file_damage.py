@@ -1,0 +1,70 @@
+"""Damaged or foreign files never load into a silently different model (issue 23, "Files")."""
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+import flowgp
+from flowgp import TGPRegressor
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (40, 2))
+    y = np.sin(3 * X[:, 0]) + 0.1 * rng.standard_normal(40)
+    est = TGPRegressor(flow="sal", num_inducing=5, epochs=3, verbose=False, kmeans_restarts=1).fit(X, y)
+    path = tmp_path_factory.mktemp("saved") / "tgp.pt"
+    est.save(path)
+    return path, X[:5], est.predict(X[:5], return_std=True)
+
+
+def test_200_random_byte_corruptions_never_change_a_prediction_silently(saved, tmp_path):
+    path, x, (mean, std) = saved
+    data = path.read_bytes()
+    rng = np.random.default_rng(1)
+    outcomes = {"identical": 0, "refused": 0}
+    for i in range(200):
+        damaged = bytearray(data)
+        k = int(rng.integers(len(damaged)))
+        damaged[k] = (damaged[k] + int(rng.integers(1, 256))) % 256  # a different byte, never the same one
+        target = tmp_path / f"damaged{i}.pt"
+        target.write_bytes(bytes(damaged))
+        try:
+            est = flowgp.load(target)
+        except ValueError as err:
+            assert "weights_only=False" not in str(err)
+            outcomes["refused"] += 1
+            continue
+        m, s = est.predict(x, return_std=True)
+        np.testing.assert_array_equal(m, mean, err_msg=f"byte {k} changed the predictions silently")
+        np.testing.assert_array_equal(s, std)
+        outcomes["identical"] += 1
+    assert outcomes["refused"] > 0 and sum(outcomes.values()) == 200
+
+
+@pytest.mark.parametrize("content", [b"", b"not a model\n", b"PK\x03\x04 truncated"])
+def test_empty_text_and_truncated_files_give_one_clear_error(tmp_path, content, saved):
+    target = tmp_path / "bad.pt"
+    target.write_bytes(content if content else b"")
+    with pytest.raises(ValueError, match="not a readable flowgp file"):
+        flowgp.load(target)
+    target.write_bytes(saved[0].read_bytes()[:200])
+    with pytest.raises(ValueError, match="not a readable flowgp file"):
+        flowgp.load(target)
+
+
+class _Payload:
+    def __reduce__(self):
+        return (os.system, ("echo pwned > /dev/null",))
+
+
+def test_a_pickle_that_would_run_code_is_refused_without_unsafe_advice(tmp_path):
+    import torch
+
+    target = tmp_path / "evil.pt"
+    torch.save({"format": "flowgp-estimator-v1", "payload": _Payload()}, target, pickle_module=pickle)
+    with pytest.raises(ValueError, match="refused without running them") as info:
+        flowgp.load(target)
+    assert "weights_only=False" not in str(info.value)
