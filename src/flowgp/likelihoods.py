@@ -243,6 +243,12 @@ class RobustMaxLikelihood(Likelihood):
     def _log_levels(self):
         return math.log1p(-self.epsilon), math.log(self.epsilon / (self.num_classes - 1))
 
+    def expected_log_prob_from_argmax_probability(self, p: torch.Tensor) -> torch.Tensor:
+        """E[log p(y | f)] = P·log(1 - ε) + (1 - P)·log(ε/(C-1)) for P = P(argmax f = y) computed elsewhere
+        (e.g. under warped latents, where P needs the flow: `TGPClassification`)."""
+        hit, miss = self._log_levels()
+        return p * hit + (1.0 - p) * miss
+
     def log_prob(self, y, f):
         y = _labels(y, self.num_classes)
         top = f.argmax(-1)

@@ -31,7 +31,7 @@ from ..flows import WeightSampling, input_dependent_flows
 from ..likelihoods import BernoulliLikelihood, Likelihood, RobustMaxLikelihood, SoftmaxLikelihood
 from ..objective import minibatch_bound
 from ..registry import LIKELIHOODS
-from ..quadrature import gh_points
+from ..quadrature import gauss_hermite, gh_points
 from ..variational import Marginals, SparseVariationalGP
 from ._checks import as_inputs
 
@@ -202,11 +202,67 @@ class TGPClassification(nn.Module):
             g = self._warp_nodes(f, x, self.mc_samples_train, self.training, generator)  # [Q, S_W, N, 1]
             log_p = lik.log_prob(y.to(mean.dtype).unsqueeze(-1), g)
             return (w.unsqueeze(1) * log_p).sum(0).mean(0)[:, 0]
-        if isinstance(lik, RobustMaxLikelihood) and self._identity_flow():
-            return lik.expected_log_prob(y, mean, var, self.quadrature_points)
+        if isinstance(lik, RobustMaxLikelihood):
+            if self._identity_flow():
+                return lik.expected_log_prob(y, mean, var, self.quadrature_points)
+            p = self.warped_argmax_probability(x, y, mean, var, self.training, generator)
+            return lik.expected_log_prob_from_argmax_probability(p)
         eps = torch.randn((self.mc_samples,) + mean.shape, dtype=mean.dtype, device=mean.device, generator=generator)
         f = mean + var.sqrt() * eps  # reparameterised samples of the C independent latents, [S, N, C]
         return lik.log_prob(y, self._warp_paired(f, x, self.training, generator)).mean(0)
+
+    def warped_argmax_probability(self, x, y, mean, var, train: bool = False, generator=None) -> torch.Tensor:
+        """P(argmax_c G_c(f₀,c) = y) under independent q(f₀,c) = N(μ_c, σ²_c), [N]: differentiable.
+
+        Every G_c is increasing, so G_c(f_c) < G_y(t) exactly when f_c < G_c⁻¹(G_y(t)), and
+            P = ∫ N(t; μ_y, σ²_y) Π_{c≠y} Φ((G_c⁻¹(G_y(t)) - μ_c) / σ_c) dt,
+        a one-dimensional Gauss-Hermite integral over f_y (the robust max of Hernández-Lobato et al. 2011 with
+        warped latents, TGP appendix eq. 14). Unlike Monte Carlo through the argmax it has a gradient. Where
+        G_y(t) leaves G_c's range the factor is its limit (0 or 1). Input-dependent flows average S draws of W,
+        the forward and inverse maps of one draw sharing its weights (the generator is replayed).
+        """
+        num_points = self.quadrature_points
+        std = var.clamp_min(1e-12).sqrt()
+        idx = y.view(-1, 1)  # [N, 1]
+        mu_y, sd_y = torch.gather(mean, -1, idx), torch.gather(std, -1, idx)  # [N, 1]
+        nodes, weights = gauss_hermite(num_points, mean.dtype, mean.device)
+        t = (mu_y + sd_y * nodes.view(-1, 1, 1)).expand(-1, -1, self.num_classes)  # [Q, N, C]: f_y at each node
+        sampling = self._sampling(self.mc_samples_train if train else self.mc_samples_predict, train, generator)
+        if sampling is not None:
+            t = t.unsqueeze(1)  # [Q, 1, N, C] against the W draws [S]
+            if sampling.generator is None:
+                sampling = WeightSampling(sampling.num_samples, sampling.stochastic,
+                                          torch.Generator(device=mean.device).manual_seed(0))
+            state = sampling.generator.get_state()
+        g = self.flow(t, x, validate=False, sampling=sampling)  # G_c(f_y) in column c
+        g_y = torch.gather(g, -1, idx.expand(g.shape[:-1] + (1,)) if sampling is None else
+                           idx.view(1, 1, -1, 1).expand(g.shape[:-1] + (1,))).expand_as(g)
+        # the range of each G_c only decides where the limit applies: no gradient (its ends are G(±inf))
+        with torch.no_grad():
+            if sampling is not None:
+                sampling.generator.set_state(state)
+            bounds = self.flow.codomain_bounds(x, sampling=sampling)
+            if sampling is not None:
+                sampling.generator.set_state(state)
+        inside = g_y
+        if bounds is not None:
+            low, high = bounds
+            tiny = torch.finfo(g.dtype).eps
+            low_in = torch.where(torch.isfinite(low), low + tiny * (1 + low.abs()), low)
+            high_in = torch.where(torch.isfinite(high), high - tiny * (1 + high.abs()), high)
+            inside = torch.minimum(torch.maximum(g_y, low_in), high_in)
+        back = self.flow.inverse(inside, x, validate=False, sampling=sampling)  # G_c⁻¹(G_y(f_y))
+        log_cdf = torch.special.log_ndtr((back - mean) / std)  # [Q, (S,) N, C]
+        if bounds is not None:
+            # outside G_c's range the factor is its limit, set after log_ndtr so no gradient meets an infinity
+            log_cdf = torch.where(g_y >= high, torch.zeros_like(log_cdf), log_cdf)
+            log_cdf = torch.where(g_y <= low, torch.full_like(log_cdf, float("-inf")), log_cdf)
+        own = torch.zeros_like(mean, dtype=torch.bool).scatter(-1, idx, True)
+        log_cdf = log_cdf.masked_fill(own, 0.0)  # the class y itself does not enter the product
+        p = log_cdf.sum(-1).exp()  # [Q, (S,) N]
+        if sampling is not None:
+            p = p.mean(1)
+        return (weights.view(-1, 1) * p).sum(0)
 
     def validate(self, x, y=None):
         """x checked as [N, D] (and y as class indices in [0, C)); returns x, or (x, y) with y as int64 [N]."""
