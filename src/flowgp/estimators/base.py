@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from sklearn.exceptions import NotFittedError
+from sklearn.utils import check_array, column_or_1d
 
 from ..build import DTYPES, InputDependence, resolve_dtype
 from ..checkpoint import atomic_save, safe_load
@@ -35,22 +37,33 @@ def as_float_array(a, name) -> np.ndarray:
 
 
 def as_2d_float(X, name="X") -> np.ndarray:
-    """X as a finite float64 array [n_samples, n_features]; ValueError naming the fix otherwise."""
-    X = as_float_array(X, name)
-    if X.ndim == 1:
-        raise ValueError(f"{name} must be 2-D [n_samples, n_features]; reshape a single feature with X.reshape(-1, 1)")
-    if X.ndim != 2:
-        raise ValueError(f"{name} must be 2-D [n_samples, n_features], got shape {X.shape}")
+    """X as a finite float64 array [n_samples, n_features]; ValueError naming the fix otherwise.
+
+    scikit-learn's `check_array` does the conversion, so complex, sparse, object and empty inputs get the
+    messages scikit-learn users know (and `check_estimator` expects); NaN/inf get ours, which names the fix.
+    """
+    if isinstance(X, torch.Tensor):
+        X = X.detach().cpu().numpy()
+    if getattr(X, "ndim", None) == 1 or (isinstance(X, (list, tuple)) and np.ndim(X) == 1):
+        raise ValueError(f"Expected 2D array, got 1D array instead: {name} must be 2-D [n_samples, n_features]; "
+                         f"Reshape your data with X.reshape(-1, 1) for a single feature")
+    try:
+        X = check_array(X, dtype=np.float64, ensure_all_finite=False, input_name=name)
+    except TypeError as err:
+        raise TypeError(f"{name} must be a numeric array-like: {err}") from None
     if not np.isfinite(X).all():
         raise ValueError(f"{name} contains NaN or inf; drop or impute those rows first")
     return X
 
 
 def as_1d_float(y, n, name="y") -> np.ndarray:
-    """y as a finite float64 array [n] (a column [n, 1] is flattened); ValueError naming the fix otherwise."""
+    """y as a finite float64 array [n] (a column [n, 1] is flattened with scikit-learn's DataConversionWarning);
+    ValueError naming the fix otherwise."""
+    if y is None:
+        raise ValueError("this estimator requires y to be passed, but the target y is None")
     y = as_float_array(y, name)
     if y.ndim == 2 and y.shape[1] == 1:
-        y = y[:, 0]
+        y = column_or_1d(y, warn=True)
     if y.ndim != 1:
         raise ValueError(f"{name} must be 1-D [n_samples] (one target), got shape {y.shape}")
     if len(y) != n:
@@ -58,6 +71,10 @@ def as_1d_float(y, n, name="y") -> np.ndarray:
     if not np.isfinite(y).all():
         raise ValueError(f"{name} contains NaN or inf; drop or impute those rows first")
     return y
+
+
+class NotFittedYet(NotFittedError, RuntimeError):
+    """Raised by an estimator used before `fit`: scikit-learn's NotFittedError (and a RuntimeError, as before)."""
 
 
 def positive_int(value, name) -> int:
@@ -118,7 +135,7 @@ class Estimator:
     def check_fitted(self) -> None:
         """RuntimeError unless `fit` has run."""
         if not hasattr(self, "model_"):
-            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
+            raise NotFittedYet(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
 
     def checkpoint_path(self, suffix: str = "") -> str | None:
         """The `checkpoint` parameter as a path (None: no checkpoint); `suffix` names a separate training stage."""
@@ -143,7 +160,8 @@ class Estimator:
         self.check_fitted()
         X = as_2d_float(X)
         if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features but the estimator was fitted with {self.n_features_in_}")
+            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input")
         return self.tensor((X - self.x_mean_) / self.x_std_)
 
     # ----- save / load -------------------------------------------------------------------------------------

@@ -90,7 +90,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         X = as_2d_float(X)
         y = as_1d_float(y, X.shape[0])
         if X.shape[0] < 2:
-            raise ValueError(f"need at least 2 training points, got {X.shape[0]}")
+            raise ValueError(f"need at least 2 training points, got n_samples = {X.shape[0]}")
         return X, y
 
     def _in_target_units(self, mean, var=None):
