@@ -68,7 +68,8 @@ def check_output_folder(path, option: str = "--out") -> Path:
     return path
 
 
-# One lock per file and process, shared by that process's stores: {resolved lock path: [fd, users]}.
+# One lock per file and process, shared by that process's stores: {resolved lock path: [fd, users, pid]}
+# (the pid, so that a forked child does not take its parent's entry for its own lock).
 _HELD: dict[str, list] = {}
 _HELD_GUARD = threading.Lock()
 
@@ -118,25 +119,27 @@ def _acquire(path: Path, wait: bool) -> str:
         if held is not None and held[2] == os.getpid():
             held[1] += 1
             return key
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            if not _try_lock(fd, blocking=False):
-                if not wait:
-                    raise OutputLocked(f"{path} is being written by another flowgp process (PID "
-                                       f"{_holder_pid(fd)}, lock file {lock}); wait for it to finish, pass "
-                                       "--wait to queue behind it, or choose another --out")
-                print(f"waiting for {path}: another flowgp process (PID {_holder_pid(fd)}) is writing it",
-                      file=sys.stderr)
-                _try_lock(fd, blocking=True)
-            # Say who holds it, for the message of the next writer (a stale PID is harmless: only the lock counts).
-            os.ftruncate(fd, 0)
-            os.lseek(fd, 0, os.SEEK_SET)
-            os.write(fd, f"{os.getpid()}\n".encode("ascii"))
-        except BaseException:
-            os.close(fd)  # closing the descriptor also drops a lock taken on it
-            raise
+    # Not under the guard: a wait can be long, and other stores of this process must not queue behind it.
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        if not _try_lock(fd, blocking=False):
+            if not wait:
+                raise OutputLocked(f"{path} is being written by another flowgp process (PID "
+                                   f"{_holder_pid(fd)}, lock file {lock}); wait for it to finish, pass "
+                                   "--wait to queue behind it, or choose another --out")
+            print(f"waiting for {path}: another flowgp process (PID {_holder_pid(fd)}) is writing it",
+                  file=sys.stderr)
+            _try_lock(fd, blocking=True)
+        # Say who holds it, for the message of the next writer (a stale PID is harmless: only the lock counts).
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+    except BaseException:
+        os.close(fd)  # closing the descriptor also drops a lock taken on it
+        raise
+    with _HELD_GUARD:
         _HELD[key] = [fd, 1, os.getpid()]
-        return key
+    return key
 
 
 def _release(key: str) -> None:
