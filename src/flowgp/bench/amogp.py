@@ -54,6 +54,8 @@ def add_arguments(parser) -> None:
                         help="initial lengthscale in standardised time (0.1 of a two-week window ≈ 10 hours)")
     parser.add_argument("--out", default="docs/results/amogp")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--wait", action="store_true",
+                        help="if another run is writing the same output, wait for it (default: stop with a message)")
 
 
 # ----- artificial data ---------------------------------------------------------------------------------------
@@ -232,44 +234,44 @@ def _table(rows) -> str:
 def run(args) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    store = ResultStore(out_dir / "amogp.jsonl", key_fields=KEY_FIELDS)
-    if args.experiment in ("artificial", "both"):
-        train, test = artificial_data(0)
-        for seed in range(args.artificial_seeds):
-            for model in ("amogp", "mogp", "svgp"):
-                job = {"experiment": "artificial", "model": model, "seed": seed,
-                       "epochs": args.epochs if _minibatch(model) else args.baseline_epochs}
-                if store.is_done(job):
-                    continue
-                est, res = _fit_eval(model, seed, train, test, 2, args, lengthscale=0.2,
-                                     num_inducing=args.num_inducing)
-                if model == "amogp":
-                    _plots_artificial(est, train, test, out_dir, seed)
-                store.append({**job, **res, "lr": args.lr, "batch_size": args.batch_size if _minibatch(model) else None})
-                print(f"artificial {model} seed {seed}: gap RMSE {res['rmse']:.3f}, test ll {res['test_ll']:.3f}")
-    if args.experiment in ("pm25", "both"):
-        train, test, sites, target = pm25_data(args.data, args.start, args.days, args.site, args.holdout_hours)
-        models = [m.strip() for m in args.models.split(",") if m.strip()]
-        for seed in range(args.seeds):
-            ests = {}
-            for model in models:
-                job = {"experiment": "pm25", "model": model, "seed": seed,
-                       "epochs": args.epochs if _minibatch(model) else args.baseline_epochs}
-                if store.is_done(job):
-                    continue
-                est, res = _fit_eval(model, seed, train, test, target, args, lengthscale=args.pm25_lengthscale,
-                                     num_inducing=args.num_inducing)
-                ests[model] = est
-                store.append({**job, **res, "site": args.site, "start": args.start, "days": args.days,
-                              "holdout_hours": args.holdout_hours, "lr": args.lr,
-                              "batch_size": args.batch_size if _minibatch(model) else None})
-                print(f"pm25 {model} seed {seed}: RMSE {res['rmse']:.3f}, test ll {res['test_ll']:.3f}")
-                if model == "amogp" and seed == 0:
-                    est.plot_layers(np.linspace(0, 24 * args.days, 400), path=out_dir / "pm25_layers_seed0.png",
-                                    X=train[0], y=train[1], output=train[2], output_names=sites)
-            if ests and seed == 0:
-                _plot_pm25(ests, train, test, sites, target, out_dir, seed)
-    rows = read_rows(out_dir / "amogp.jsonl")
-    (out_dir / "amogp.md").write_text(_table(rows))
-    print(_table(rows))
+    with ResultStore(out_dir / "amogp.jsonl", key_fields=KEY_FIELDS, wait=getattr(args, "wait", False)) as store:
+        if args.experiment in ("artificial", "both"):
+            train, test = artificial_data(0)
+            for seed in range(args.artificial_seeds):
+                for model in ("amogp", "mogp", "svgp"):
+                    job = {"experiment": "artificial", "model": model, "seed": seed,
+                           "epochs": args.epochs if _minibatch(model) else args.baseline_epochs}
+                    if store.is_done(job):
+                        continue
+                    est, res = _fit_eval(model, seed, train, test, 2, args, lengthscale=0.2,
+                                         num_inducing=args.num_inducing)
+                    if model == "amogp":
+                        _plots_artificial(est, train, test, out_dir, seed)
+                    store.append({**job, **res, "lr": args.lr, "batch_size": args.batch_size if _minibatch(model) else None})
+                    print(f"artificial {model} seed {seed}: gap RMSE {res['rmse']:.3f}, test ll {res['test_ll']:.3f}")
+        if args.experiment in ("pm25", "both"):
+            train, test, sites, target = pm25_data(args.data, args.start, args.days, args.site, args.holdout_hours)
+            models = [m.strip() for m in args.models.split(",") if m.strip()]
+            for seed in range(args.seeds):
+                ests = {}
+                for model in models:
+                    job = {"experiment": "pm25", "model": model, "seed": seed,
+                           "epochs": args.epochs if _minibatch(model) else args.baseline_epochs}
+                    if store.is_done(job):
+                        continue
+                    est, res = _fit_eval(model, seed, train, test, target, args, lengthscale=args.pm25_lengthscale,
+                                         num_inducing=args.num_inducing)
+                    ests[model] = est
+                    store.append({**job, **res, "site": args.site, "start": args.start, "days": args.days,
+                                  "holdout_hours": args.holdout_hours, "lr": args.lr,
+                                  "batch_size": args.batch_size if _minibatch(model) else None})
+                    print(f"pm25 {model} seed {seed}: RMSE {res['rmse']:.3f}, test ll {res['test_ll']:.3f}")
+                    if model == "amogp" and seed == 0:
+                        est.plot_layers(np.linspace(0, 24 * args.days, 400), path=out_dir / "pm25_layers_seed0.png",
+                                        X=train[0], y=train[1], output=train[2], output_names=sites)
+                if ests and seed == 0:
+                    _plot_pm25(ests, train, test, sites, target, out_dir, seed)
+        rows = read_rows(out_dir / "amogp.jsonl")
+        (out_dir / "amogp.md").write_text(_table(rows))
+        print(_table(rows))
     return 0

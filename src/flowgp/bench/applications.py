@@ -128,6 +128,8 @@ def _add(parser, dataset: str) -> None:
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--out", default=f"bench-results/{dataset}")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--wait", action="store_true",
+                        help="if another run is writing the same output, wait for it (default: stop with a message)")
 
 
 def build_jobs(args, dataset: str) -> list[dict]:
@@ -175,8 +177,8 @@ def _runner(dataset: str):
         from .results import ResultStore
 
         jobs = build_jobs(args, dataset)
-        store = ResultStore(Path(args.out) / f"{dataset}.jsonl", KEY_FIELDS)
-        failures = run_jobs(jobs, _work, store, args.jobs, desc=f"bench {dataset}", verbose=not args.quiet)
+        with ResultStore(Path(args.out) / f"{dataset}.jsonl", KEY_FIELDS, wait=getattr(args, "wait", False)) as store:
+            failures = run_jobs(jobs, _work, store, args.jobs, desc=f"bench {dataset}", verbose=not args.quiet)
         if not args.quiet:
             print(f"wrote {store.path} ({len(store)} rows); make tables with: flowgp bench report {args.out}",
                   file=sys.stderr)

@@ -61,13 +61,28 @@ def add_bench_parser(parser: argparse.ArgumentParser) -> None:
         p.set_defaults(bench_run=run)
 
 
+# Exit status when another process is writing the same output (sysexits' EX_TEMPFAIL: try again later).
+EXIT_LOCKED = 75
+
+
 def run_bench(args) -> int:
-    """Dispatch parsed `flowgp bench ...` arguments; bad input gives exit code 2 and a one-line message."""
+    """Dispatch parsed `flowgp bench ...` arguments; bad input gives exit code 2 and a one-line message, an
+    output that another run is writing exit code `EXIT_LOCKED` and a one-line message naming its PID.
+
+    Every subcommand's `--out` is a folder; it is checked here, before any work (a file there would
+    otherwise surface only when the first row is written)."""
+    from .results import OutputLocked, check_output_folder
+
     try:
+        if getattr(args, "out", None) is not None:
+            check_output_folder(args.out, "--out")
         return int(args.bench_run(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError) as err:
+    except (ValueError, TypeError, FileNotFoundError, NotADirectoryError) as err:
         print(f"flowgp bench {args.bench_command}: error: {err}", file=sys.stderr)
         return 2
+    except OutputLocked as err:
+        print(f"flowgp bench {args.bench_command}: error: {err}", file=sys.stderr)
+        return EXIT_LOCKED
 
 
 def main(argv=None) -> int:

@@ -9,12 +9,15 @@ Reads every `*.jsonl` in DIR (not `*.errors.jsonl`) and recognises three row sha
   and seeds (appendix B.5) per model × inducing fraction × noise scheme, per-flow breakdown, and a
   comparison with the paper's Table 2/4 values;
 - timing rows (`repeat`): medians and ratios (paper Fig. 11).
+Rows that repeat an earlier row's identity (the key fields its subcommand resumes on, see `row_identity`) are
+dropped before any statistic - e.g. two runs that wrote the same output - and the report says how many.
 Writes DIR/report.md, DIR/summary.json and DIR/*.png.
 """
 from __future__ import annotations
 
 import json
 import math
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -117,6 +120,8 @@ def load_rows(dirs) -> list[dict]:
     rows = []
     for d in dirs:
         d = Path(d)
+        if d.exists() and not d.is_dir():
+            raise ValueError(f"{d} is a file; `flowgp bench report` takes result folders (holding *.jsonl)")
         if not d.is_dir():
             raise FileNotFoundError(f"result folder {d} does not exist")
         for path in sorted(d.glob("*.jsonl")):
@@ -143,6 +148,40 @@ def _is_application(r):
 
 def _is_benchmark(r):
     return all(k in r for k in ("dataset", "model", "num_inducing", "split")) and not _is_timing(r)
+
+
+def row_identity(row) -> tuple | None:
+    """What identifies a result row: its kind and the key fields its subcommand resumes on (`KEY_FIELDS` of
+    `flowgp bench uci` (+ task) / `airquality`, `rainfall` / `timing`); None for rows of other kinds (not
+    summarised here, never dropped). A field a row lacks counts as None."""
+    from . import applications, timing, uci
+
+    if _is_timing(row):
+        kind, fields = "timing", timing.KEY_FIELDS
+    elif _is_application(row):
+        kind, fields = "application", applications.KEY_FIELDS
+    elif _is_benchmark(row):
+        kind, fields = "benchmark", uci.KEY_FIELDS + ("task",)
+    else:
+        return None
+    # JSON text, so 100 and 100.0 (or a list and a tuple) read alike, as in ResultStore's keys
+    return (kind,) + tuple(json.dumps(row.get(f), sort_keys=True) for f in fields)
+
+
+def deduplicate(rows) -> tuple[list[dict], int]:
+    """(rows without repeats of an earlier row's `row_identity`, number dropped); the first row is kept.
+
+    Repeats come from two runs writing one output, or one folder given twice; counting them twice would
+    shrink the standard errors."""
+    seen, kept = set(), []
+    for r in rows:
+        key = row_identity(r)
+        if key is not None:
+            if key in seen:
+                continue
+            seen.add(key)
+        kept.append(r)
+    return kept, len(rows) - len(kept)
 
 
 def _order(values, preferred=()):
@@ -397,9 +436,12 @@ def build_report(dirs, out=None, figures: bool = True, command: str | None = Non
 
     dirs = [dirs] if isinstance(dirs, (str, Path)) else list(dirs)
     order = model_order()
-    rows = load_rows(dirs)
+    rows, dropped = deduplicate(load_rows(dirs))
     if not rows:
         raise ValueError(f"no result rows (*.jsonl) found in {', '.join(map(str, dirs))}")
+    if dropped:
+        print(f"flowgp bench report: dropped {dropped} duplicate row(s) (same dataset, model, split/fold, preset, "
+              "seed, ... as an earlier row; the first is kept)", file=sys.stderr)
     out = Path(out or dirs[0])
     out.mkdir(parents=True, exist_ok=True)
     apps = [r for r in rows if _is_application(r)]
@@ -408,8 +450,10 @@ def build_report(dirs, out=None, figures: bool = True, command: str | None = Non
     lines = ["# flowgp benchmark report", ""]
     if command:
         lines += ["Produced by:", "", "```", command, "```", ""]
-    lines += [f"{len(rows)} rows from {', '.join(str(d) for d in dirs)}.", ""]
-    summary = {"benchmark": {}, "applications": {}, "comparison": [], "timing": []}
+    lines += [f"{len(rows)} rows from {', '.join(str(d) for d in dirs)}"
+              + (f" ({dropped} duplicate rows dropped: same identity as an earlier row, the first kept)."
+                 if dropped else "."), ""]
+    summary = {"benchmark": {}, "applications": {}, "comparison": [], "timing": [], "duplicates_dropped": dropped}
     figs = []
     if bench:
         bsum = benchmark_summary(bench)

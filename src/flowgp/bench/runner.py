@@ -3,13 +3,15 @@
 `run_jobs(jobs, work, store, jobs_n)` runs every job whose key is not yet in the `ResultStore`, in this process
 (`jobs_n=1`) or in `jobs_n` worker processes (each limited to one torch thread), and appends each finished row
 from the parent process only, so the file has a single writer. A job that raises is reported on stderr and
-written to `<store>.errors.jsonl` (not to the store), so a rerun retries it.
+written to `<store>.errors.jsonl` (not to the store), so a rerun retries it. Workers die with the parent, even
+when it is killed with SIGKILL (`die_with_parent`), so an interrupted bench leaves no orphan fits behind.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -17,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 import numpy as np
 
 __all__ = ["parse_int_list", "parse_name_list", "evaluate_regression", "evaluate_classification", "fit_and_score",
-           "run_jobs", "limit_threads"]
+           "run_jobs", "limit_threads", "die_with_parent"]
 
 
 def parse_int_list(text: str, what: str = "value") -> list[int]:
@@ -103,6 +105,54 @@ def fit_and_score(est, split, task: str = "regression") -> dict:
     return row
 
 
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def _end_now() -> None:
+    # Kill this process outright (no cleanup: an orphaned worker has nothing left to report to).
+    import signal
+
+    os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
+
+
+def _watch_parent(parent_pid: int, interval: float) -> None:
+    # Orphans are re-parented (to init or a subreaper), so a changed parent PID means the parent is gone.
+    while os.getppid() == parent_pid:
+        time.sleep(interval)
+    _end_now()
+
+
+def die_with_parent(parent_pid: int, poll_interval: float = 0.5) -> str:
+    """Make this (worker) process end when process `parent_pid`, its parent, dies - even by SIGKILL, which
+    the parent cannot pass on. Returns the mechanism used.
+
+    Linux: prctl(PR_SET_PDEATHSIG, SIGKILL) through ctypes, so the kernel kills the worker when its parent
+    goes ("pdeathsig"). Elsewhere (or if that call fails): a daemon thread polls `os.getppid()` every
+    `poll_interval` seconds and exits when it changes ("poll"). Called as the pool's worker initializer."""
+    if os.getppid() != parent_pid:  # the parent died before we got here
+        _end_now()
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            import signal
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0:
+                if os.getppid() != parent_pid:  # it died between the check above and prctl
+                    _end_now()
+                return "pdeathsig"
+        except (OSError, AttributeError):
+            pass
+    threading.Thread(target=_watch_parent, args=(parent_pid, poll_interval), daemon=True,
+                     name="flowgp-die-with-parent").start()
+    return "poll"
+
+
+def _init_worker(parent_pid: int) -> None:
+    die_with_parent(parent_pid)
+    limit_threads()
+
+
 def _call(work, job):
     limit_threads()
     try:
@@ -144,7 +194,11 @@ def run_jobs(jobs, work, store, jobs_n: int = 1, desc: str = "bench", verbose: b
     else:
         import multiprocessing as mp
 
-        with ProcessPoolExecutor(max_workers=int(jobs_n), mp_context=mp.get_context("spawn")) as pool:
+        # Workers are started by this thread's submits (a replacement for a dead worker by the pool's manager
+        # thread, which lives as long as the pool), so PR_SET_PDEATHSIG - it fires when the creating *thread*
+        # ends - fires only when this process ends or the pool is done.
+        with ProcessPoolExecutor(max_workers=int(jobs_n), mp_context=mp.get_context("spawn"),
+                                 initializer=_init_worker, initargs=(os.getpid(),)) as pool:
             futures = [pool.submit(_call, work, job) for job in todo]
             for fut in as_completed(futures):
                 _record(*fut.result())

@@ -50,6 +50,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--lr", type=float, default=0.005, help="Adam step (paper: 0.005)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--wait", action="store_true",
+                        help="if another run is writing the same output, wait for it (default: stop with a message)")
 
 
 def _fit_or_load(depth: int, args, x, y, out: Path):
@@ -88,35 +90,35 @@ def run(args) -> int:
         raise ValueError("--repeats must be >= 2 and --points >= 1")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    store = ResultStore(out / "snr.jsonl", _KEYS)
-    x, y, _ = make_multimodal_demo(args.num_data, seed=args.seed)
-    jobs = [(d, k, g) for d in depths for k in ks for g in gradients]
-    bar = tqdm(total=len(jobs), desc="snr", disable=args.quiet)
-    for depth in depths:
-        todo = [(k, g) for k in ks for g in gradients
-                if not store.is_done(_row(args, depth, k, g))]
-        bar.update(len(ks) * len(gradients) - len(todo))
-        if not todo:
-            continue
-        est, fit_seconds = _fit_or_load(depth, args, x, y, out)
-        xt = est.scaled_inputs(x)
-        yt = est.scaled_targets(y, x.shape[0])
-        train_bound = est.elbo(x, y) / x.shape[0]
-        for k, g in todo:
-            start = time.perf_counter()
-            snr, details = gradient_snr(est.model_, xt, yt, k, g, repeats=args.repeats, points=args.points,
-                                        seed=args.seed, return_details=True)
-            row = {**_row(args, depth, k, g), "snr": snr, "snr_per_point": details["per_point"],
-                   "num_parameters": details["num_parameters"], "seconds": time.perf_counter() - start,
-                   "train_bound_per_point": train_bound, "train_iterations": args.train_iterations,
-                   "train_importance": args.train_importance, "train_gradient": args.train_gradient,
-                   "fit_seconds": fit_seconds, "threads": torch.get_num_threads()}
-            store.append(row)
-            bar.update(1)
-    bar.close()
-    rows = [r for r in read_rows(out / "snr.jsonl") if r.get("dataset") == args.dataset]
-    plot(rows, out / "snr.png")
-    _print_table(rows)
+    with ResultStore(out / "snr.jsonl", _KEYS, wait=getattr(args, "wait", False)) as store:
+        x, y, _ = make_multimodal_demo(args.num_data, seed=args.seed)
+        jobs = [(d, k, g) for d in depths for k in ks for g in gradients]
+        bar = tqdm(total=len(jobs), desc="snr", disable=args.quiet)
+        for depth in depths:
+            todo = [(k, g) for k in ks for g in gradients
+                    if not store.is_done(_row(args, depth, k, g))]
+            bar.update(len(ks) * len(gradients) - len(todo))
+            if not todo:
+                continue
+            est, fit_seconds = _fit_or_load(depth, args, x, y, out)
+            xt = est.scaled_inputs(x)
+            yt = est.scaled_targets(y, x.shape[0])
+            train_bound = est.elbo(x, y) / x.shape[0]
+            for k, g in todo:
+                start = time.perf_counter()
+                snr, details = gradient_snr(est.model_, xt, yt, k, g, repeats=args.repeats, points=args.points,
+                                            seed=args.seed, return_details=True)
+                row = {**_row(args, depth, k, g), "snr": snr, "snr_per_point": details["per_point"],
+                       "num_parameters": details["num_parameters"], "seconds": time.perf_counter() - start,
+                       "train_bound_per_point": train_bound, "train_iterations": args.train_iterations,
+                       "train_importance": args.train_importance, "train_gradient": args.train_gradient,
+                       "fit_seconds": fit_seconds, "threads": torch.get_num_threads()}
+                store.append(row)
+                bar.update(1)
+        bar.close()
+        rows = [r for r in read_rows(out / "snr.jsonl") if r.get("dataset") == args.dataset]
+        plot(rows, out / "snr.png")
+        _print_table(rows)
     return 0
 
 

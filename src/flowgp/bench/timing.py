@@ -31,6 +31,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--out", default="bench-results/timing")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--wait", action="store_true",
+                        help="if another run is writing the same output, wait for it (default: stop with a message)")
 
 
 def summarise(rows: list[dict], models: list[str] | None = None) -> list[dict]:
@@ -66,27 +68,27 @@ def run(args) -> int:
     split = load_split(args.dataset, args.split, args.data_dir)
     n = len(split.y_train)
     preset = get_preset("quick", epochs=args.epochs, batch_size=args.batch_size or n, kmeans_restarts=1)
-    store = ResultStore(Path(args.out) / "timing.jsonl", KEY_FIELDS)
-    # Untimed warm-up fit per model: first calls pay one-off costs (lazy imports, allocator growth).
-    warm = get_preset("quick", epochs=1, batch_size=preset.batch_for(n), kmeans_restarts=1)
-    for model in models:
-        make_estimator(model, warm, min(args.inducing, n), args.seed, n).fit(split.x_train, split.y_train)
-    for rep in range(args.repeats):
+    with ResultStore(Path(args.out) / "timing.jsonl", KEY_FIELDS, wait=getattr(args, "wait", False)) as store:
+        # Untimed warm-up fit per model: first calls pay one-off costs (lazy imports, allocator growth).
+        warm = get_preset("quick", epochs=1, batch_size=preset.batch_for(n), kmeans_restarts=1)
         for model in models:
-            key = {"dataset": args.dataset, "model": model, "num_inducing": args.inducing, "epochs": args.epochs,
-                   "batch_size": preset.batch_for(n), "repeat": rep, "split": args.split, "tag": args.tag}
-            if store.is_done(key):
-                continue
-            est = make_estimator(model, preset, min(args.inducing, n), args.seed, n)
-            scores = fit_and_score(est, split)
-            store.append({**key, **scores, "n_train": n})
-            if not args.quiet:
-                print(f"repeat {rep} {model}: train {scores['train_seconds']:.2f}s predict "
-                      f"{scores['predict_seconds']:.3f}s", file=sys.stderr)
-    rows = [r for r in store.rows if r["dataset"] == args.dataset and r["epochs"] == args.epochs
-            and r["num_inducing"] == args.inducing and r.get("tag", "") == args.tag]
-    print(f"{'model':<10}{'train median s':>16}{'ratio':>8}{'predict median s':>18}{'ratio':>8}")
-    for s in summarise(rows, models):
-        print(f"{s['model']:<10}{s['train_median_s']:>16.3f}{s['train_ratio']:>8.2f}"
-              f"{s['predict_median_s']:>18.4f}{s['predict_ratio']:>8.2f}")
+            make_estimator(model, warm, min(args.inducing, n), args.seed, n).fit(split.x_train, split.y_train)
+        for rep in range(args.repeats):
+            for model in models:
+                key = {"dataset": args.dataset, "model": model, "num_inducing": args.inducing, "epochs": args.epochs,
+                       "batch_size": preset.batch_for(n), "repeat": rep, "split": args.split, "tag": args.tag}
+                if store.is_done(key):
+                    continue
+                est = make_estimator(model, preset, min(args.inducing, n), args.seed, n)
+                scores = fit_and_score(est, split)
+                store.append({**key, **scores, "n_train": n})
+                if not args.quiet:
+                    print(f"repeat {rep} {model}: train {scores['train_seconds']:.2f}s predict "
+                          f"{scores['predict_seconds']:.3f}s", file=sys.stderr)
+        rows = [r for r in store.rows if r["dataset"] == args.dataset and r["epochs"] == args.epochs
+                and r["num_inducing"] == args.inducing and r.get("tag", "") == args.tag]
+        print(f"{'model':<10}{'train median s':>16}{'ratio':>8}{'predict median s':>18}{'ratio':>8}")
+        for s in summarise(rows, models):
+            print(f"{s['model']:<10}{s['train_median_s']:>16.3f}{s['train_ratio']:>8.2f}"
+                  f"{s['predict_median_s']:>18.4f}{s['predict_ratio']:>8.2f}")
     return 0

@@ -37,6 +37,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--data-dir", default=None, help="data folder (default $FLOWGP_DATA, then ../shared/data)")
     parser.add_argument("--out", default="bench-results/uci", help="output folder (uci.jsonl is appended to)")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--wait", action="store_true",
+                        help="if another run is writing the same output, wait for it (default: stop with a message)")
 
 
 def _dataset_task(name: str, data_dir=None) -> str:
@@ -126,8 +128,8 @@ def run(args) -> int:
     from .results import ResultStore
 
     jobs = build_jobs(args)
-    store = ResultStore(Path(args.out) / "uci.jsonl", KEY_FIELDS)
-    failures = run_jobs(jobs, _work, store, args.jobs, desc="bench uci", verbose=not args.quiet)
+    with ResultStore(Path(args.out) / "uci.jsonl", KEY_FIELDS, wait=getattr(args, "wait", False)) as store:
+        failures = run_jobs(jobs, _work, store, args.jobs, desc="bench uci", verbose=not args.quiet)
     if not args.quiet:
         print(f"wrote {store.path} ({len(store)} rows); make tables with: flowgp bench report {args.out}",
               file=sys.stderr)
