@@ -169,3 +169,42 @@ def test_fit_checkpoint_resumes_an_interrupted_fit(tmp_path, monkeypatch):
     full, resumed = flowgp.load(tmp_path / "full.pt"), flowgp.load(tmp_path / "resumed.pt")
     for (name, a), b in zip(full.model_.state_dict().items(), resumed.model_.state_dict().values()):
         assert (a - b).abs().max() <= 1e-10, name
+
+
+def test_fit_refuses_the_target_as_a_feature_and_duplicate_columns(tmp_path, capsys):
+    # issue 23: `--features y --target y` used the target as a feature and a header `a,a,y` used the first `a`
+    # twice, both without a word; each is now one line on stderr and exit 2, before any training
+    csv = _sine_csv(tmp_path / "train.csv", 20, 0)
+    dup = tmp_path / "dup.csv"
+    dup.write_text("a,a,y\n1,2,3\n4,5,6\n7,8,9\n")
+    cases = [(["--csv", str(csv), "--target", "target", "--features", "u,target"], "also listed as a feature"),
+             (["--csv", str(csv), "--target", "target", "--features", "target"], "also listed as a feature"),
+             (["--csv", str(csv), "--target", "target", "--features", "u,u"], "more than once"),
+             (["--csv", str(dup), "--target", "y"], "duplicate column names ['a']"),
+             (["--csv", str(dup), "--target", "y", "--features", "a"], "duplicate column names ['a']")]
+    for args, message in cases:
+        assert main(["fit", *args, "--epochs", "2", "--quiet", "--out", str(tmp_path / "m.pt")]) == 2, args
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_predict_refuses_a_named_target_absent_from_the_csv(tmp_path, capsys):
+    # issue 23: `flowgp predict --target zz` with no column zz was silently ignored (no score, exit 0)
+    csv = _sine_csv(tmp_path / "train.csv", 30, 0)
+    model = tmp_path / "m.pt"
+    assert main(["fit", "--csv", str(csv), "--target", "target", "--model", "svgp", "--epochs", "3",
+                 "--num-inducing", "4", "--quiet", "--out", str(model)]) == 0
+    out = tmp_path / "pred.csv"
+    assert main(["predict", "--model", str(model), "--csv", str(csv), "--target", "zz", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "target column 'zz'" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+    # the training target absent from a features-only file is still fine (nothing to score)
+    feats = tmp_path / "feats.csv"
+    feats.write_text("u,v\n0.1,0.2\n")
+    assert main(["predict", "--model", str(model), "--csv", str(feats), "--out", str(out)]) == 0
+    # and a named target that is present is scored
+    capsys.readouterr()
+    assert main(["predict", "--model", str(model), "--csv", str(csv), "--target", "target", "--out", str(out)]) == 0
+    assert '"rmse"' in capsys.readouterr().out

@@ -181,10 +181,17 @@ def _predict(args) -> None:
     meta_path = Path(str(args.model) + ".json")
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
     features = meta["features"] if meta else None
-    target = args.target or (meta["target"] if meta else None)
-    with open(args.csv, newline="") as fh:
-        header = [h.strip() for h in next(csv.reader(fh), [])]
-    x, y, _ = load_csv(args.csv, target if target in header else None, features)
+    if args.target is not None:
+        # asked for by name: a missing column is an error (load_csv raises), never silently unscored
+        target = args.target
+    else:
+        # the training target, scored only when the CSV has it
+        target = meta["target"] if meta else None
+        if target is not None and Path(args.csv).is_file():
+            with open(args.csv, newline="") as fh:
+                header = [h.strip() for h in next(csv.reader(fh), [])]
+            target = target if target in header else None
+    x, y, _ = load_csv(args.csv, target, features)
     mean, std = est.predict(x, return_std=True)
     lower, upper = est.predict_interval(x, args.level)
     out = Path(args.out)
