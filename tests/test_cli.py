@@ -208,3 +208,30 @@ def test_predict_refuses_a_named_target_absent_from_the_csv(tmp_path, capsys):
     capsys.readouterr()
     assert main(["predict", "--model", str(model), "--csv", str(csv), "--target", "target", "--out", str(out)]) == 0
     assert '"rmse"' in capsys.readouterr().out
+
+
+def test_demo_shows_one_progress_line_per_fit_on_stderr(tmp_path, capsys):
+    # issue 23: the demo printed nothing for minutes and looked hung; now a header and one line per fit on
+    # stderr (which model, which restart), stdout keeps only the results; torch's thread setting is restored
+    import torch
+
+    from flowgp.cli import DEMO_PERIODS
+
+    threads = torch.get_num_threads()
+    assert main(["demo", "--out", str(tmp_path), "--json", "--epochs", "5"]) == 0
+    assert torch.get_num_threads() == threads
+    captured = capsys.readouterr()
+    total = 3 * len(DEMO_PERIODS)
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 + total and f"{total} fits" in lines[0]
+    labels = [label for label in ("SVGP", "TGP (tanh)", "v-WGP (sal)") for _ in DEMO_PERIODS]
+    for i, (line, label) in enumerate(zip(lines[1:], labels)):
+        assert line.startswith(f"[{i + 1:>2}/{total}] {label}") and "ELBO" in line and line.endswith(" s)"), line
+    assert len(captured.out.strip().splitlines()) == 3  # the JSON rows only
+    assert main(["demo", "--out", str(tmp_path), "--json", "--epochs", "2", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+    # a file where the output folder should be is refused before any fit
+    (tmp_path / "file").write_text("x")
+    assert main(["demo", "--out", str(tmp_path / "file")]) == 2
+    err = capsys.readouterr().err
+    assert "is a file" in err and "[ 1/" not in err
