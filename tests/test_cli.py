@@ -169,3 +169,69 @@ def test_fit_checkpoint_resumes_an_interrupted_fit(tmp_path, monkeypatch):
     full, resumed = flowgp.load(tmp_path / "full.pt"), flowgp.load(tmp_path / "resumed.pt")
     for (name, a), b in zip(full.model_.state_dict().items(), resumed.model_.state_dict().values()):
         assert (a - b).abs().max() <= 1e-10, name
+
+
+def test_fit_refuses_the_target_as_a_feature_and_duplicate_columns(tmp_path, capsys):
+    # issue 23: `--features y --target y` used the target as a feature and a header `a,a,y` used the first `a`
+    # twice, both without a word; each is now one line on stderr and exit 2, before any training
+    csv = _sine_csv(tmp_path / "train.csv", 20, 0)
+    dup = tmp_path / "dup.csv"
+    dup.write_text("a,a,y\n1,2,3\n4,5,6\n7,8,9\n")
+    cases = [(["--csv", str(csv), "--target", "target", "--features", "u,target"], "also listed as a feature"),
+             (["--csv", str(csv), "--target", "target", "--features", "target"], "also listed as a feature"),
+             (["--csv", str(csv), "--target", "target", "--features", "u,u"], "more than once"),
+             (["--csv", str(dup), "--target", "y"], "duplicate column names ['a']"),
+             (["--csv", str(dup), "--target", "y", "--features", "a"], "duplicate column names ['a']")]
+    for args, message in cases:
+        assert main(["fit", *args, "--epochs", "2", "--quiet", "--out", str(tmp_path / "m.pt")]) == 2, args
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_predict_refuses_a_named_target_absent_from_the_csv(tmp_path, capsys):
+    # issue 23: `flowgp predict --target zz` with no column zz was silently ignored (no score, exit 0)
+    csv = _sine_csv(tmp_path / "train.csv", 30, 0)
+    model = tmp_path / "m.pt"
+    assert main(["fit", "--csv", str(csv), "--target", "target", "--model", "svgp", "--epochs", "3",
+                 "--num-inducing", "4", "--quiet", "--out", str(model)]) == 0
+    out = tmp_path / "pred.csv"
+    assert main(["predict", "--model", str(model), "--csv", str(csv), "--target", "zz", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "target column 'zz'" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+    # the training target absent from a features-only file is still fine (nothing to score)
+    feats = tmp_path / "feats.csv"
+    feats.write_text("u,v\n0.1,0.2\n")
+    assert main(["predict", "--model", str(model), "--csv", str(feats), "--out", str(out)]) == 0
+    # and a named target that is present is scored
+    capsys.readouterr()
+    assert main(["predict", "--model", str(model), "--csv", str(csv), "--target", "target", "--out", str(out)]) == 0
+    assert '"rmse"' in capsys.readouterr().out
+
+
+def test_demo_shows_one_progress_line_per_fit_on_stderr(tmp_path, capsys):
+    # issue 23: the demo printed nothing for minutes and looked hung; now a header and one line per fit on
+    # stderr (which model, which restart), stdout keeps only the results; torch's thread setting is restored
+    import torch
+
+    from flowgp.cli import DEMO_PERIODS
+
+    threads = torch.get_num_threads()
+    assert main(["demo", "--out", str(tmp_path), "--json", "--epochs", "5"]) == 0
+    assert torch.get_num_threads() == threads
+    captured = capsys.readouterr()
+    total = 3 * len(DEMO_PERIODS)
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 + total and f"{total} fits" in lines[0]
+    labels = [label for label in ("SVGP", "TGP (tanh)", "v-WGP (sal)") for _ in DEMO_PERIODS]
+    for i, (line, label) in enumerate(zip(lines[1:], labels)):
+        assert line.startswith(f"[{i + 1:>2}/{total}] {label}") and "ELBO" in line and line.endswith(" s)"), line
+    assert len(captured.out.strip().splitlines()) == 3  # the JSON rows only
+    assert main(["demo", "--out", str(tmp_path), "--json", "--epochs", "2", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+    # a file where the output folder should be is refused before any fit
+    (tmp_path / "file").write_text("x")
+    assert main(["demo", "--out", str(tmp_path / "file")]) == 2
+    err = capsys.readouterr().err
+    assert "is a file" in err and "[ 1/" not in err

@@ -142,3 +142,22 @@ def test_shared_data_shapes():
     s = D.rainfall_official_split(SHARED)
     assert len(s.y_train) == 100 and len(s.y_test) == 367
     assert D.load_air_quality(SHARED)[0].shape == (744, 1)
+
+
+def test_load_csv_refuses_duplicate_names_and_the_target_as_a_feature(tmp_path):
+    # issue 23: a header `a,a,y` silently used the first `a` twice; the target listed as a feature was used as one
+    import pytest
+    from flowgp.data import load_csv
+
+    dup = tmp_path / "dup.csv"
+    dup.write_text("a,a,y\n1,2,3\n")
+    with pytest.raises(ValueError, match=r"duplicate column names \['a'\]"):
+        load_csv(dup, "y")
+    ok = tmp_path / "ok.csv"
+    ok.write_text("a,b,y\n1,2,3\n4,5,6\n")
+    with pytest.raises(ValueError, match="'y' is also listed as a feature"):
+        load_csv(ok, "y", ["a", "y"])
+    with pytest.raises(ValueError, match=r"\['b'\] are listed more than once"):
+        load_csv(ok, "y", ["b", "b"])
+    x, y, names = load_csv(ok, "y", ["b", "a"])
+    assert names == ["b", "a"] and x.tolist() == [[2, 1], [5, 4]] and y.tolist() == [3, 6]

@@ -6,17 +6,25 @@ value, in a fixed order); `safe_load` recomputes it and refuses a file whose con
 a file edited by hand). Loading uses weights_only=True, so a checkpoint cannot execute code, and the file stays a
 plain torch file: `torch.load(path, weights_only=True)` reads it without flowgp. Files written before the
 checksum existed (no `flowgp_sha256` entry) still load.
+
+The temporary file is named `.<target name>.<writer pid>.<8 random characters>.tmp`. A save killed before its
+rename (kill -9, power loss) leaves that file behind; the next save to the same target removes such orphans
+(those whose writer process is gone, and unnamed-writer ones from older versions after ten minutes). The saved
+file gets the mode an ordinary `open(path, "w")` would give, 0o666 less the user's umask (tempfile's own files
+are 0o600).
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
+import time
 from pathlib import Path
 
 import torch
 
-__all__ = ["atomic_save", "safe_load", "content_digest", "CHECKSUM_KEY"]
+__all__ = ["atomic_save", "safe_load", "content_digest", "remove_orphans", "current_umask", "CHECKSUM_KEY"]
 
 #: the entry of a saved dict that holds the digest of the rest of it
 CHECKSUM_KEY = "flowgp_sha256"
@@ -64,8 +72,10 @@ def atomic_save(obj, path, checksum: bool = True) -> Path:
             raise ValueError(f"the key {CHECKSUM_KEY!r} is reserved for the checkpoint's checksum")
         obj = {**obj, CHECKSUM_KEY: content_digest(obj)}
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_orphans(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as fh:
             torch.save(obj, fh)
             fh.flush()
@@ -76,6 +86,79 @@ def atomic_save(obj, path, checksum: bool = True) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+#: a temporary file of `atomic_save` whose writer left no process id (versions before the id was written) is
+#: taken for an orphan once it is this old; no save takes that long
+LEGACY_ORPHAN_AGE_S = 600.0
+
+
+def current_umask() -> int:
+    """The process's file-creation mask, read without changing it where the system allows (Linux /proc)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # elsewhere the only way to read it is to set it; put it straight back
+    os.umask(mask)
+    return mask
+
+
+def _writer_alive(pid: int) -> bool:
+    if os.name != "posix":
+        return True  # os.kill(pid, 0) would terminate the process on Windows; the age rule applies there
+    if pid == os.getpid():
+        return True  # another thread of this process may be saving to the same target right now
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # exists under another user, or the system cannot tell: leave the file alone
+    return True
+
+
+def remove_orphans(path) -> list[Path]:
+    """Delete the temporary files a killed `atomic_save` to `path` left behind; returns the paths removed.
+
+    Only files of this writer's naming scheme for this target are considered, and only those whose writer
+    process no longer exists (or, for names without a process id, older than `LEGACY_ORPHAN_AGE_S`): a save
+    in progress elsewhere is never disturbed.
+    """
+    path = Path(path)
+    name = re.escape(path.name)
+    with_pid = re.compile(rf"\.{name}\.(\d+)\.[a-z0-9_]{{8}}\.tmp")
+    legacy = re.compile(rf"\.{name}\.[a-z0-9_]{{8}}\.tmp")
+    removed = []
+    try:
+        candidates = list(path.parent.glob(f".{glob_escape(path.name)}.*.tmp"))
+    except OSError:
+        return removed
+    now = time.time()
+    for tmp in candidates:
+        match = with_pid.fullmatch(tmp.name)
+        try:
+            if match:
+                orphan = not _writer_alive(int(match.group(1))) or (
+                    os.name != "posix" and now - tmp.stat().st_mtime > LEGACY_ORPHAN_AGE_S)
+            elif legacy.fullmatch(tmp.name):
+                orphan = now - tmp.stat().st_mtime > LEGACY_ORPHAN_AGE_S
+            else:
+                continue
+            if orphan and tmp.is_file():
+                tmp.unlink()
+                removed.append(tmp)
+        except OSError:
+            continue  # gone already, or not ours to delete: the save itself goes on
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    """`name` with glob's special characters ([, ], *, ?) made literal."""
+    return re.sub(r"([\[\]*?])", r"[\1]", name)
 
 
 def safe_load(path, map_location="cpu"):

@@ -34,7 +34,8 @@ def load_csv(path, target: str | None, features: list[str] | None = None):
     """Read a numeric CSV with a header; returns (X [N, D], y [N] or None when target is None, feature names).
 
     Raises FileNotFoundError for a missing file and ValueError naming the column or row for a missing
-    target, unknown feature, or a non-numeric/empty cell.
+    target, unknown feature, a target also listed as a feature, duplicate column names in the header or the
+    feature list, or a non-numeric/empty cell.
     """
     path = Path(path)
     if not path.is_file():
@@ -46,10 +47,20 @@ def load_csv(path, target: str | None, features: list[str] | None = None):
         except StopIteration:
             raise ValueError(f"{path} is empty; expected a header row naming the columns") from None
         rows = [row for row in reader if any(cell.strip() for cell in row)]
+    duplicated = sorted({h for h in header if header.count(h) > 1})
+    if duplicated:
+        # a name that means two columns cannot select one of them: refuse rather than silently take the first
+        raise ValueError(f"{path.name} has duplicate column names {duplicated}; give every column a unique name")
     if target is not None and target not in header:
         raise ValueError(f"target column '{target}' is not in {path.name}; columns are {header}")
     if features is None:
         features = [h for h in header if h != target]
+    features = list(features)
+    if target is not None and target in features:
+        raise ValueError(f"the target column '{target}' is also listed as a feature; drop it from the features")
+    repeated = sorted({f for f in features if features.count(f) > 1})
+    if repeated:
+        raise ValueError(f"feature columns {repeated} are listed more than once; name each feature once")
     unknown = [f for f in features if f not in header]
     if unknown:
         raise ValueError(f"feature columns {unknown} are not in {path.name}; columns are {header}")

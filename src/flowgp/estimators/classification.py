@@ -24,8 +24,31 @@ from ..initialisation import init_identity, init_input_dependent, init_random
 __all__ = ["SVGPClassifier", "TGPClassifier"]
 
 
-def _as_labels(y, n: int) -> np.ndarray:
-    y = y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
+def _label_kind(value) -> str:
+    """'text' for strings, 'number' for numbers and booleans, else the type's name (labels must share a kind)."""
+    if isinstance(value, (str, bytes, np.str_, np.bytes_)):
+        return "text"
+    if isinstance(value, (bool, int, float, np.bool_, np.number)):
+        return "number"
+    return type(value).__name__
+
+
+def check_labels(y, n: int) -> np.ndarray:
+    """Class labels as a 1-D numpy array of length n, refused with a clear error when they cannot be classes.
+
+    ValueError for a wrong shape or length and for missing labels (NaN, inf or None); TypeError for labels that
+    mix kinds (strings with numbers), which cannot be sorted into `classes_` - numpy's own message would be
+    "'<' not supported", and a plain list such as ['a', 1] would otherwise silently turn 1 into the string '1'.
+    """
+    if isinstance(y, torch.Tensor):
+        y = y.detach().cpu().numpy()
+    elif not isinstance(y, np.ndarray):
+        items = np.asarray(y, dtype=object)  # the user's own values, before numpy coerces them to one type
+        if items.ndim == 2 and items.shape[1] == 1:
+            items = items[:, 0]
+        if items.ndim == 1:
+            check_label_kinds(items)
+    y = np.asarray(y)
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y.ndim != 1:
@@ -34,9 +57,31 @@ def _as_labels(y, n: int) -> np.ndarray:
         raise ValueError(f"y has {len(y)} labels but X has {n} rows")
     if y.dtype.kind == "f" and not np.isfinite(y).all():
         raise ValueError("y contains NaN or inf; drop the unlabelled rows first")
-    if y.dtype.kind == "O" and any(v is None or (isinstance(v, float) and not np.isfinite(v)) for v in y):
-        raise ValueError("y contains None or NaN; drop the unlabelled rows first")
+    if y.dtype.kind == "O":
+        if any(v is None or (isinstance(v, (float, np.floating)) and not np.isfinite(v)) for v in y):
+            raise ValueError("y contains None or NaN; drop the unlabelled rows first")
+        check_label_kinds(y)
     return y
+
+
+def check_label_kinds(y) -> None:
+    """TypeError naming y and the fix when labels mix kinds (e.g. strings and numbers)."""
+    kinds = {}
+    for v in y:
+        kinds.setdefault(_label_kind(v), v)
+    if len(kinds) > 1:
+        examples = " and ".join(f"{v!r} ({k})" for k, v in kinds.items())
+        raise TypeError(f"y mixes labels of different kinds, e.g. {examples}, which cannot be sorted into classes; "
+                        "give every label the same type, e.g. np.asarray(y).astype(str) or map them to integers")
+
+
+def label_classes(y: np.ndarray) -> np.ndarray:
+    """The sorted distinct labels of a `check_labels` array, with a clear error when they cannot be sorted."""
+    try:
+        return np.unique(y)
+    except TypeError as err:
+        raise TypeError(f"y holds labels that cannot be sorted into classes ({err}); give every label the same "
+                        "type, e.g. np.asarray(y).astype(str) or map them to integers") from None
 
 
 class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
@@ -94,7 +139,7 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
             raise ValueError(f"epochs must be a non-negative integer, got {self.epochs!r}")
 
     def _encode(self, y, n) -> torch.Tensor:
-        y = _as_labels(y, n)
+        y = check_labels(y, n)
         idx = np.searchsorted(self.classes_, y)
         idx = np.clip(idx, 0, len(self.classes_) - 1)
         unknown = self.classes_[idx] != y
@@ -118,8 +163,8 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
         self._check_params()
         self.torch_dtype()  # a bad dtype fails here, before any work
         X = as_2d_float(X)
-        y = _as_labels(y, X.shape[0])
-        classes = np.unique(y)
+        y = check_labels(y, X.shape[0])
+        classes = label_classes(y)
         if len(classes) < 2:
             raise ValueError(f"y must hold at least two classes to train a classifier, got only {classes.tolist()}")
         self.classes_ = classes

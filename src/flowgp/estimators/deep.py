@@ -21,6 +21,7 @@ from ..models.deep_gp import POSTERIORS
 from ..training import train
 from ..build import resolve_dtype
 from .base import Estimator, as_2d_float
+from .classification import check_labels, label_classes
 from .regression import SVGPRegressor
 
 __all__ = ["DeepGPRegressor", "DeepGPClassifier"]
@@ -186,11 +187,7 @@ class DeepGPClassifier(_DeepMixin, Estimator, ClassifierMixin, BaseEstimator):
 
     def _encode(self, y, n) -> torch.Tensor:
         """Class indices as a tensor: float [n, 1] in {0, 1} for two classes, int64 [n] otherwise."""
-        y = np.asarray(y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else y)
-        if y.ndim == 2 and y.shape[1] == 1:
-            y = y[:, 0]
-        if y.ndim != 1 or len(y) != n:
-            raise ValueError(f"y must be 1-D with one label per row of X ({n}), got shape {y.shape}")
+        y = check_labels(y, n)  # NaN/None labels say so, rather than "labels not seen in fit"
         idx = np.clip(np.searchsorted(self.classes_, y), 0, len(self.classes_) - 1)
         unknown = self.classes_[idx] != y
         if np.any(unknown):
@@ -206,12 +203,8 @@ class DeepGPClassifier(_DeepMixin, Estimator, ClassifierMixin, BaseEstimator):
         if self.likelihood not in _CLASS_LIKELIHOODS:
             raise ValueError(f"likelihood must be one of {_CLASS_LIKELIHOODS}, got {self.likelihood!r}")
         X = as_2d_float(X)
-        y = np.asarray(y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else y)
-        if y.ndim == 2 and y.shape[1] == 1:
-            y = y[:, 0]
-        if y.ndim != 1 or len(y) != X.shape[0]:
-            raise ValueError(f"y must be 1-D with one label per row of X ({X.shape[0]}), got shape {y.shape}")
-        self.classes_ = np.unique(y)
+        y = check_labels(y, X.shape[0])
+        self.classes_ = label_classes(y)
         if len(self.classes_) < 2:
             raise ValueError(f"y must hold at least two classes, got only {self.classes_.tolist()}")
         xt = self.fit_input_scaling(X)
