@@ -122,9 +122,12 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         """Predictive mean of y* under the mixture over `num_samples_predict` samples (and its std)."""
         xt = self.scaled_inputs(X)
         with torch.no_grad():
+            # every chunk replays the seed and every row shares the draws (common_noise): a row's prediction
+            # does not depend on which rows are predicted with it
             mean, var = self.predict_in_chunks(
-                lambda x: self.model_.predict(x, self.num_samples_predict, self._generator(x.device)), [xt],
-                num_samples=self.num_samples_predict)
+                lambda x: self.model_.predict(x, self.num_samples_predict, self._generator(x.device),
+                                              common_noise=True),
+                [xt], num_samples=self.num_samples_predict)
         return self._in_target_units(mean, var if return_std else None)
 
     def predict_quantiles(self, X, probs):
@@ -133,7 +136,8 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         probs = list(np.atleast_1d(probs))
         with torch.no_grad():
             q = self.predict_in_chunks(
-                lambda x: self.model_.predict_quantiles(x, probs, self.num_samples_predict, self._generator(x.device)),
+                lambda x: self.model_.predict_quantiles(x, probs, self.num_samples_predict, self._generator(x.device),
+                                                        common_noise=True),
                 [xt], num_probs=len(probs), num_samples=self.num_samples_predict, dim=1)
         return self._quantiles_in_target_units(q)
 
@@ -144,7 +148,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         with torch.no_grad():
             lpd = self.predict_in_chunks(
                 lambda x, y: self.model_.log_predictive_density(x, y, self.num_samples_predict,
-                                                                self._generator(x.device)),
+                                                                self._generator(x.device), common_noise=True),
                 [xt, yt], num_samples=self.num_samples_predict)
         return lpd[:, 0].cpu().numpy() - math.log(self.y_scale_)
 
@@ -161,9 +165,9 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         """Samples of the last layer's f at X (independent across points), [num_samples, n_samples]."""
         xt = self.scaled_inputs(X)
         with torch.no_grad():
-            f = self.predict_in_chunks(  # independent across points, so row-wise
-                lambda x: self.model_.sample_f(x, num_samples, generator=self._generator(x.device, seed)), [xt],
-                num_samples=num_samples, dim=1)
+            gen = self._generator(xt.device, seed)  # one stream across chunks: rows stay independent
+            f = self.predict_in_chunks(lambda x: self.model_.sample_f(x, num_samples, generator=gen), [xt],
+                                       num_samples=num_samples, dim=1)
         return f[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_
 
     def _extra_state(self) -> dict:

@@ -157,9 +157,9 @@ class LatentDeepGPRegressor(SVGPRegressor):
         xt = self.scaled_inputs(X)
         n = _positive_int(n, "n")
         with torch.no_grad():
-            draws = self.predict_in_chunks(
-                lambda x: self.model_.sample_y(x, n, generator=self._generator(x.device, seed)), [xt],
-                num_samples=n, dim=1)
+            gen = self._generator(xt.device, seed)  # one stream across chunks: rows stay independent
+            draws = self.predict_in_chunks(lambda x: self.model_.sample_y(x, n, generator=gen), [xt],
+                                           num_samples=n, dim=1)
         return draws[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_
 
     def sample_f(self, X, num_samples=1, seed=None):
@@ -167,9 +167,9 @@ class LatentDeepGPRegressor(SVGPRegressor):
         xt = self.scaled_inputs(X)
         with torch.no_grad():
             s = _positive_int(num_samples, "num_samples")
+            gen = self._generator(xt.device, seed)  # one stream across chunks: rows stay independent
 
             def draw(x):
-                gen = self._generator(x.device, seed)
                 return torch.cat([m + v.sqrt() * torch.randn(m.shape, dtype=m.dtype, device=m.device, generator=gen)
                                   for m, v in self.model_.prior_marginals(x, s, gen)], 0)
 
