@@ -5,7 +5,7 @@ import warnings
 
 import torch
 
-__all__ = ["CholeskyJitterWarning", "robust_cholesky", "lower_inverse", "DEFAULT_JITTER"]
+__all__ = ["CholeskyJitterWarning", "JitterMemory", "robust_cholesky", "lower_inverse", "DEFAULT_JITTER"]
 
 #: jitter added to the diagonal of every kernel matrix before factorising (relative to dtype below)
 DEFAULT_JITTER = {torch.float64: 1e-8, torch.float32: 1e-6}
@@ -15,35 +15,69 @@ class CholeskyJitterWarning(RuntimeWarning):
     """Emitted when a Cholesky factorisation only succeeded after adding extra jitter."""
 
 
+class JitterMemory:
+    """The last jitter level at which a recurring factorisation (one model's K_ZZ) succeeded.
+
+    Passed to `robust_cholesky` as `memory`: each call starts from max(jitter, level) instead of the default,
+    so that a kernel matrix that needed more jitter once does not fail and retry at every optimisation step
+    (and the loss does not jump between jitter levels from one step to the next). The level only grows.
+    It warns at most once between calls of `start_fit()` (the training loop calls it at the start of a fit).
+    """
+
+    def __init__(self):
+        self.level: float | None = None
+        self.warned = False
+
+    def start_fit(self) -> None:
+        """Allow one CholeskyJitterWarning in the fit that starts now."""
+        self.warned = False
+
+    def __repr__(self) -> str:
+        return f"JitterMemory(level={self.level!r})"
+
+
 def robust_cholesky(
     matrix: torch.Tensor,
     jitter: float | None = None,
     max_tries: int = 6,
     growth: float = 10.0,
+    memory: JitterMemory | None = None,
 ) -> torch.Tensor:
     """Lower Cholesky factor of a (batched) symmetric PSD matrix, retrying with growing diagonal jitter.
 
-    The first attempt adds `jitter` (default: 1e-8 in float64, 1e-6 in float32); each failure multiplies
-    it by `growth`, up to `max_tries` attempts. A success after a retry raises a CholeskyJitterWarning
-    naming the jitter used; exhausting the tries raises a RuntimeError rather than returning garbage.
+    The first attempt adds `jitter` (default: 1e-8 in float64, 1e-6 in float32), or the level remembered in
+    `memory` if larger; each failure multiplies it by `growth` (a zero jitter first becomes the dtype default),
+    up to `max_tries` attempts. A success after a retry raises a CholeskyJitterWarning naming the jitter used
+    (with `memory`: once per fit, and the level is remembered); exhausting the tries raises a RuntimeError
+    rather than returning garbage.
     """
+    default = DEFAULT_JITTER.get(matrix.dtype, 1e-6)
     if jitter is None:
-        jitter = DEFAULT_JITTER.get(matrix.dtype, 1e-6)
+        jitter = default
+    if not jitter >= 0:
+        raise ValueError(f"jitter must be >= 0 (or None for the dtype default), got {jitter}")
     n = matrix.shape[-1]
     eye = torch.eye(n, dtype=matrix.dtype, device=matrix.device)
-    current = jitter
+    current = jitter if memory is None or memory.level is None else max(jitter, memory.level)
     for attempt in range(max_tries):
-        chol, info = torch.linalg.cholesky_ex(matrix + current * eye)
+        chol, info = torch.linalg.cholesky_ex(matrix + current * eye if current > 0 else matrix)
         if not torch.any(info):
             if attempt > 0:
-                warnings.warn(
-                    f"Cholesky of a {n}x{n} matrix needed jitter {current:.1e} "
-                    f"(default {jitter:.1e}); consider fewer/more spread inducing points or float64",
-                    CholeskyJitterWarning,
-                    stacklevel=2,
-                )
+                if memory is not None:
+                    memory.level = current
+                if memory is None or not memory.warned:
+                    note = "" if memory is None else " (remembered for later factorisations; warned once per fit)"
+                    warnings.warn(
+                        f"Cholesky of a {n}x{n} matrix needed jitter {current:.1e} "
+                        f"(asked {jitter:.1e}){note}; consider fewer/more spread inducing points or float64",
+                        CholeskyJitterWarning,
+                        stacklevel=2,
+                    )
+                    if memory is not None:
+                        memory.warned = True
             return chol
-        current *= growth
+        # a zero jitter cannot grow by multiplication: the first retry uses the dtype default
+        current = current * growth if current > 0 else default
     raise RuntimeError(
         f"Cholesky failed for a {n}x{n} matrix even with jitter {current / growth:.1e} after {max_tries} "
         "tries; the kernel matrix is not positive definite (NaN parameters, duplicated inducing points "

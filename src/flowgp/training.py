@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 
 from .batches import ArrayBatches, Batch
 from .checkpoint import atomic_save, safe_load
+from .linalg import JitterMemory
 from .optim import NaturalGradient
 
 __all__ = ["train", "EarlyStop", "BestParameters", "step_lr", "CHECKPOINT_FORMAT"]
@@ -292,6 +293,9 @@ def train(
         raise ValueError("natural_gradient works next to single-evaluation optimisers (Adam, SGD, ...); L-BFGS "
                          "re-evaluates the loss and would leave it gradients of another point")
     optimizers = [o for o in (main, natural_gradient) if o is not None]
+    for module in model.modules():  # one CholeskyJitterWarning per fit, however many steps grow the jitter
+        if isinstance(getattr(module, "jitter_memory", None), JitterMemory):
+            module.jitter_memory.start_fit()
     schedulers = [schedule(o) for o in optimizers] if schedule is not None else []
     initial_lrs = [[float(g["lr"]) for g in o.param_groups] for o in optimizers]
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from .linalg import lower_inverse, robust_cholesky
+from .linalg import JitterMemory, lower_inverse, robust_cholesky
 
 __all__ = ["SparseVariationalGP", "WhitenedGaussian", "Marginals", "gaussian_kl_whitened"]
 
@@ -194,7 +194,8 @@ class SparseVariationalGP(WhitenedGaussian):
         mean_function: optional module mapping [..., N, D] to [..., N, L]; None means zero mean.
         q_var_init: initial S = q_var_init·I (appendix B.6 uses 1e-5).
         learn_inducing: whether Z is trained.
-        jitter: diagonal jitter for K_ZZ (None: dtype default), grown on Cholesky failure.
+        jitter: diagonal jitter for K_ZZ (None: dtype default), grown on Cholesky failure; the grown level
+            is kept in `jitter_memory` (later factorisations start there; one warning per fit).
     """
 
     def __init__(
@@ -220,6 +221,8 @@ class SparseVariationalGP(WhitenedGaussian):
         self.mean_function = mean_function
         self.num_outputs = int(num_outputs)
         self.jitter = jitter
+        # the K_ZZ jitter level that last worked: later steps start there instead of failing and retrying
+        self.jitter_memory = JitterMemory()
         self.inducing_points = nn.Parameter(z.detach().clone(), requires_grad=learn_inducing)
 
     @property
@@ -229,7 +232,7 @@ class SparseVariationalGP(WhitenedGaussian):
     def kzz_cholesky(self) -> torch.Tensor:
         """Lz, the Cholesky factor of K_ZZ (jitter grown and reported on failure), [Lb, M, M] or [M, M]."""
         kzz = self.kernel(self.inducing_points)  # [Lb, M, M] or [M, M]
-        return robust_cholesky(kzz, jitter=self.jitter)
+        return robust_cholesky(kzz, jitter=self.jitter, memory=self.jitter_memory)
 
     def projection(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A = Lz⁻¹ K_ZX of shape [..., Lb, M, N] and Lz: the whitened cross-covariance of eq. 12."""

@@ -123,15 +123,23 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         """Predictive mean of y* under the mixture over `num_samples_predict` samples (and its std)."""
         xt = self.scaled_inputs(X)
         with torch.no_grad():
-            mean, var = self.model_.predict(xt, self.num_samples_predict, self._generator(xt.device))
+            # every chunk replays the seed and every row shares the draws (common_noise): a row's prediction
+            # does not depend on which rows are predicted with it
+            mean, var = self.predict_in_chunks(
+                lambda x: self.model_.predict(x, self.num_samples_predict, self._generator(x.device),
+                                              common_noise=True),
+                [xt], num_samples=self.num_samples_predict)
         return self._in_target_units(mean, var if return_std else None)
 
     def predict_quantiles(self, X, probs):
         """Quantiles [len(probs), n_samples] of the predictive Gaussian mixture."""
         xt = self.scaled_inputs(X)
+        probs = list(np.atleast_1d(probs))
         with torch.no_grad():
-            q = self.model_.predict_quantiles(xt, list(np.atleast_1d(probs)), self.num_samples_predict,
-                                              self._generator(xt.device))
+            q = self.predict_in_chunks(
+                lambda x: self.model_.predict_quantiles(x, probs, self.num_samples_predict, self._generator(x.device),
+                                                        common_noise=True),
+                [xt], num_probs=len(probs), num_samples=self.num_samples_predict, dim=1)
         return self._quantiles_in_target_units(q)
 
     def log_predictive_density(self, X, y):
@@ -139,7 +147,10 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         xt = self.scaled_inputs(X)
         yt = self.scaled_targets(y, xt.shape[0])
         with torch.no_grad():
-            lpd = self.model_.log_predictive_density(xt, yt, self.num_samples_predict, self._generator(xt.device))
+            lpd = self.predict_in_chunks(
+                lambda x, y: self.model_.log_predictive_density(x, y, self.num_samples_predict,
+                                                                self._generator(x.device), common_noise=True),
+                [xt, yt], num_samples=self.num_samples_predict)
         return lpd[:, 0].cpu().numpy() - math.log(self.y_scale_)
 
     def elbo(self, X, y):
@@ -155,7 +166,9 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         """Samples of the last layer's f at X (independent across points), [num_samples, n_samples]."""
         xt = self.scaled_inputs(X)
         with torch.no_grad():
-            f = self.model_.sample_f(xt, num_samples, generator=self._generator(xt.device, seed))
+            gen = self._generator(xt.device, seed)  # one stream across chunks: rows stay independent
+            f = self.predict_in_chunks(lambda x: self.model_.sample_f(x, num_samples, generator=gen), [xt],
+                                       num_samples=num_samples, dim=1)
         return f[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_
 
     def _extra_state(self) -> dict:

@@ -114,15 +114,20 @@ class LatentDeepGPRegressor(SVGPRegressor):
         """Mean of the (multimodal) predictive p(y* | x*) over `num_samples_predict` z ~ p(z) (and its std)."""
         xt = self.scaled_inputs(X)
         with torch.no_grad():
-            mean, var = self.model_.predict(xt, int(self.num_samples_predict), self._generator(xt.device))
+            mean, var = self.predict_in_chunks(  # the model sums over bounded chunks of samples itself
+                lambda x: self.model_.predict(x, int(self.num_samples_predict), self._generator(x.device)), [xt],
+                num_samples=1)
         return self._in_target_units(mean, var if return_std else None)
 
     def predict_quantiles(self, X, probs):
         """Quantiles [len(probs), n_samples] of the predictive Gaussian mixture."""
         xt = self.scaled_inputs(X)
+        probs = list(np.atleast_1d(probs))
         with torch.no_grad():
-            q = self.model_.predict_quantiles(xt, list(np.atleast_1d(probs)), int(self.num_samples_predict),
-                                              self._generator(xt.device))
+            q = self.predict_in_chunks(
+                lambda x: self.model_.predict_quantiles(x, probs, int(self.num_samples_predict),
+                                                        self._generator(x.device)),
+                [xt], num_probs=len(probs), num_samples=int(self.num_samples_predict), dim=1)
         return self._quantiles_in_target_units(q)
 
     def log_predictive_density(self, X, y, num_samples=None):
@@ -132,7 +137,9 @@ class LatentDeepGPRegressor(SVGPRegressor):
         yt = self.scaled_targets(y, xt.shape[0])
         s = int(self.num_samples_predict) if num_samples is None else _positive_int(num_samples, "num_samples")
         with torch.no_grad():
-            lpd = self.model_.log_predictive_density(xt, yt, s, self._generator(xt.device))
+            lpd = self.predict_in_chunks(
+                lambda x, y: self.model_.log_predictive_density(x, y, s, self._generator(x.device)), [xt, yt],
+                num_samples=s)
         return lpd.cpu().numpy() - math.log(self.y_scale_)
 
     def elbo(self, X, y, num_importance=None):
@@ -150,17 +157,23 @@ class LatentDeepGPRegressor(SVGPRegressor):
         xt = self.scaled_inputs(X)
         n = _positive_int(n, "n")
         with torch.no_grad():
-            draws = self.model_.sample_y(xt, n, generator=self._generator(xt.device, seed))
+            gen = self._generator(xt.device, seed)  # one stream across chunks: rows stay independent
+            draws = self.predict_in_chunks(lambda x: self.model_.sample_y(x, n, generator=gen), [xt],
+                                           num_samples=n, dim=1)
         return draws[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_
 
     def sample_f(self, X, num_samples=1, seed=None):
         """Samples of the last layer's latent function at X with z ~ p(z), [num_samples, n_samples]."""
         xt = self.scaled_inputs(X)
         with torch.no_grad():
-            gen = self._generator(xt.device, seed)
-            f = torch.cat([m + v.sqrt() * torch.randn(m.shape, dtype=m.dtype, device=m.device, generator=gen)
-                           for m, v in self.model_.prior_marginals(xt, _positive_int(num_samples, "num_samples"),
-                                                                   gen)], 0)
+            s = _positive_int(num_samples, "num_samples")
+            gen = self._generator(xt.device, seed)  # one stream across chunks: rows stay independent
+
+            def draw(x):
+                return torch.cat([m + v.sqrt() * torch.randn(m.shape, dtype=m.dtype, device=m.device, generator=gen)
+                                  for m, v in self.model_.prior_marginals(x, s, gen)], 0)
+
+            f = self.predict_in_chunks(draw, [xt], num_samples=s, dim=1)
         return f[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_
 
     def _extra_state(self) -> dict:

@@ -18,6 +18,7 @@ from ..flows import Flow, make_flow
 from ..flows.conditional import static_flow, warping_curves
 from ..training import train
 from .base import Estimator, InputDependentFlowOptions, as_1d_float, as_2d_float
+from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, map_row_chunks
 from ..initialisation import init_from_data, init_identity, init_input_dependent, init_random
 
 __all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor"]
@@ -45,6 +46,10 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                  fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
                  predict_quadrature_points=100, verbose=True, checkpoint=None):
         self._store_arguments(locals())
+
+    #: working-memory budget (bytes) of one prediction call: rows are predicted in chunks that fit in it
+    #: (set it on an instance to trade speed for memory; predictions do not depend on it for these models)
+    predict_memory = PREDICT_MEMORY_BYTES
 
     # ----- hooks the flow estimators override -------------------------------------------------------
     _MODEL = "svgp"
@@ -103,6 +108,24 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
     def _quantiles_in_target_units(self, q):
         return q[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_
 
+    def prediction_row_elements(self, num_probs: int = 1, num_samples: int | None = None) -> int:
+        """A generous estimate of the floats one row of a prediction holds at once: per sample (Monte Carlo
+        draws of hidden layers or flow weights; `num_samples` None: the estimator's own) the projections onto
+        every layer's M inducing inputs and the quadrature or mixture grid of `num_probs` quantiles."""
+        if num_samples is None:
+            num_samples = int(getattr(self, "mc_samples_predict", 1)) if self._input_dependence() is not None else 1
+        shapes = [p.shape for name, p in self.model_.named_parameters() if name.endswith("inducing_points")]
+        layer_elements = sum(shape[-2] + shape[-1] for shape in shapes) if shapes else 1
+        grid = int(getattr(self, "predict_quadrature_points", 1) or 1) * (int(num_probs) + 1)
+        return int(num_samples) * (layer_elements + grid + 16)
+
+    def predict_in_chunks(self, function, tensors, num_probs: int = 1, num_samples: int | None = None, dim: int = 0):
+        """function(*chunk) over chunks of rows sized from `predict_memory`, outputs concatenated along `dim`
+        (see `flowgp.estimators.chunking`)."""
+        itemsize = torch.empty((), dtype=self.torch_dtype()).element_size()
+        rows = chunk_rows(self.prediction_row_elements(num_probs, num_samples), itemsize, self.predict_memory)
+        return map_row_chunks(function, tensors, rows, dim)
+
     # ----- public API --------------------------------------------------------------------------------
     def fit(self, X, y):
         """Fit on X [n_samples, n_features] and y [n_samples]; returns self."""
@@ -127,15 +150,18 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         """Predictive mean of y* (and its standard deviation with return_std=True)."""
         xt = self.scaled_inputs(X)
         with torch.no_grad():
-            mean, var = self.model_.predict(xt, generator=self.generator(device=xt.device))
+            mean, var = self.predict_in_chunks(
+                lambda x: self.model_.predict(x, generator=self.generator(device=x.device)), [xt])
         return self._in_target_units(mean, var if return_std else None)
 
     def predict_quantiles(self, X, probs):
         """Predictive quantiles of y*, array [len(probs), n_samples]."""
         xt = self.scaled_inputs(X)
+        probs = list(np.atleast_1d(probs))
         with torch.no_grad():
-            q = self.model_.predict_quantiles(xt, list(np.atleast_1d(probs)),
-                                              generator=self.generator(device=xt.device))
+            q = self.predict_in_chunks(
+                lambda x: self.model_.predict_quantiles(x, probs, generator=self.generator(device=x.device)),
+                [xt], num_probs=len(probs), dim=1)
         return self._quantiles_in_target_units(q)
 
     def predict_interval(self, X, level=0.95):
@@ -150,7 +176,9 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         xt = self.scaled_inputs(X)
         yt = self.scaled_targets(y, xt.shape[0])
         with torch.no_grad():
-            lpd = self.model_.log_predictive_density(xt, yt, generator=self.generator(device=xt.device))
+            lpd = self.predict_in_chunks(
+                lambda x, y: self.model_.log_predictive_density(x, y, generator=self.generator(device=x.device)),
+                [xt, yt])
         return lpd[:, 0].cpu().numpy() - math.log(self.y_scale_)
 
     def elbo(self, X, y):

@@ -162,13 +162,15 @@ class GPLayer(nn.Module):
 
     def forward(
         self, x: torch.Tensor, v: torch.Tensor | None = None, generator: torch.Generator | None = None,
-        num_samples: int | None = None,
+        num_samples: int | None = None, common_noise: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(sample, mean, var) of f(x), each [S, N, D_out], for x [S, N, D_in] (or [N, D_in] with num_samples).
 
         The sample is mean + sqrt(var)·ε with independent ε per point and output (the marginal trick,
         Salimbeni & Deisenroth eq. 7). With v (whitened inducing outputs, [S, D_out, M]) the marginals are
-        those of p(f | v), as needed by a non-Gaussian q(U).
+        those of p(f | v), as needed by a non-Gaussian q(U). With common_noise every point uses the same ε
+        (per sample and output): each point's draws keep their distribution, and a point's prediction no longer
+        depends on which other points are predicted with it (common random numbers).
         """
         if x.dim() < 2 or x.shape[-1] != self.input_dim:
             raise ValueError(f"x must have shape [S, N, {self.input_dim}] or [N, {self.input_dim}], got {tuple(x.shape)}")
@@ -176,7 +178,8 @@ class GPLayer(nn.Module):
         shape = mean.shape
         if num_samples is not None and mean.dim() == 2:
             shape = (int(num_samples),) + tuple(shape)
-        eps = torch.randn(shape, dtype=mean.dtype, device=mean.device, generator=generator)
+        noise_shape = tuple(shape[:-2]) + (1, shape[-1]) if common_noise else shape
+        eps = torch.randn(noise_shape, dtype=mean.dtype, device=mean.device, generator=generator)
         sample = mean + var.sqrt() * eps
         return sample, mean.expand(shape), var.expand(shape)
 
@@ -265,18 +268,20 @@ class DeepGP(nn.Module):
         log_p = sum(-0.5 * (v.square() + _LOG_2PI).sum((-2, -1)) for v in vs)
         return vs, (log_q - log_p).mean()
 
-    def propagate(self, x: torch.Tensor, num_samples: int = 1, generator=None, inducing=None):
+    def propagate(self, x: torch.Tensor, num_samples: int = 1, generator=None, inducing=None,
+                  common_noise: bool = False):
         """[(sample, mean, var) per layer], each [S, N, D_ℓ]: S samples pushed through the layers.
 
         `inducing` is a list of whitened v_ℓ [S, D_ℓ, M] (flow posterior samples); None uses each layer's
         Gaussian marginals. The first layer sees the same X for every sample and is evaluated once.
+        `common_noise`: the same ε for every point (see GPLayer.forward), for row-wise predictions.
         """
         num_samples = _positive_int(num_samples, "num_samples")
         outs = []
         h = x
         for i, layer in enumerate(self.layers):
             v = None if inducing is None else inducing[i]
-            sample, mean, var = layer(h, v=v, generator=generator, num_samples=num_samples)
+            sample, mean, var = layer(h, v=v, generator=generator, num_samples=num_samples, common_noise=common_noise)
             outs.append((sample, mean, var))
             h = sample
         return outs
@@ -307,11 +312,13 @@ class DeepGP(nn.Module):
         return minibatch_bound(ell, [kl], num_data, x.shape[0])
 
     # ----- prediction --------------------------------------------------------------------------------
-    def predict_f_samples(self, x: torch.Tensor, num_samples: int = 100, generator=None):
-        """Last-layer marginals (mean, var) [S, N, L] for S samples of the hidden layers (and of q(U))."""
+    def predict_f_samples(self, x: torch.Tensor, num_samples: int = 100, generator=None, common_noise: bool = False):
+        """Last-layer marginals (mean, var) [S, N, L] for S samples of the hidden layers (and of q(U));
+        `common_noise`: the same hidden-layer ε for every point, so that each row's result depends on the
+        generator's state alone, not on the other rows (see GPLayer.forward)."""
         x = self.validate(x)
         vs, _ = self.sample_inducing(num_samples, generator)
-        _, mean, var = self.propagate(x, num_samples, generator, vs)[-1]
+        _, mean, var = self.propagate(x, num_samples, generator, vs, common_noise)[-1]
         return mean, var
 
     def predict_f(self, x: torch.Tensor, num_samples: int = 100, generator=None):
@@ -319,25 +326,26 @@ class DeepGP(nn.Module):
         mean, var = self.predict_f_samples(x, num_samples, generator)
         return _mixture_moments(mean, var)
 
-    def predict(self, x: torch.Tensor, num_samples: int = 100, generator=None):
+    def predict(self, x: torch.Tensor, num_samples: int = 100, generator=None, common_noise: bool = False):
         """Predictive mean and variance of y* (noise included) under the mixture over S samples, [N, L]."""
-        mean, var = self.predict_f_samples(x, num_samples, generator)
+        mean, var = self.predict_f_samples(x, num_samples, generator, common_noise)
         if not hasattr(self.likelihood, "predictive_moments"):
             raise TypeError(f"{type(self.likelihood).__name__} has no predictive_moments; use predict_f")
         return _mixture_moments(*self.likelihood.predictive_moments(mean, var))
 
-    def log_predictive_density(self, x: torch.Tensor, y: torch.Tensor, num_samples: int = 100, generator=None):
+    def log_predictive_density(self, x: torch.Tensor, y: torch.Tensor, num_samples: int = 100, generator=None,
+                               common_noise: bool = False):
         """log p(y* | x*) ≈ log (1/S) Σ_s p(y* | q_s(f_L)) by log-sum-exp over the S samples, [N, L] (or [N])."""
         x, y = self.validate(x, y)
         vs, _ = self.sample_inducing(num_samples, generator)
-        _, mean, var = self.propagate(x, num_samples, generator, vs)[-1]
+        _, mean, var = self.propagate(x, num_samples, generator, vs, common_noise)[-1]
         lpd = self.likelihood.predictive_log_density(_match_labels(y, mean), mean, var, self.predict_quadrature_points)
         return torch.logsumexp(lpd, dim=0) - math.log(lpd.shape[0])
 
     def predict_quantiles(self, x: torch.Tensor, probs, num_samples: int = 100, generator=None,
-                          iterations: int = 80) -> torch.Tensor:
+                          iterations: int = 80, common_noise: bool = False) -> torch.Tensor:
         """Quantiles [P, N, L] of the Gaussian mixture p(y*) = (1/S) Σ_s N(m_s, v_s + σ²), by bisection."""
-        mean, var = self.predict_f_samples(x, num_samples, generator)
+        mean, var = self.predict_f_samples(x, num_samples, generator, common_noise)
         if not hasattr(self.likelihood, "predictive_moments"):
             raise TypeError(f"{type(self.likelihood).__name__} has no predictive_moments; quantiles need one")
         mean, var = self.likelihood.predictive_moments(mean, var)

@@ -1,0 +1,46 @@
+"""Prediction over rows in chunks of bounded memory, shared by every regression estimator.
+
+A prediction's working memory grows linearly in the number of rows N (the projection A = Lz⁻¹ K_ZX is
+[M, N] per sample, a deep GP pushes S samples of every row through every layer, quantile bisection holds
+[P, N, ...] mixtures), so 200 000 rows can ask for gigabytes at once. Rows are independent given the fitted
+model, so predicting them in chunks and concatenating gives the same answer within a bounded budget.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+__all__ = ["PREDICT_MEMORY_BYTES", "chunk_rows", "map_row_chunks"]
+
+#: default working-memory budget of one prediction call (bytes); an estimator's `predict_memory` overrides it
+PREDICT_MEMORY_BYTES = 256 * 2**20
+
+#: temporaries per estimated element (kernel matrices, their squares and exponentials, broadcast copies)
+_TEMPORARIES = 4
+
+
+def chunk_rows(row_elements: int, itemsize: int = 8, budget: int | None = None) -> int:
+    """Rows per chunk such that rows × row_elements × itemsize × (a few temporaries) stays within `budget` bytes
+    (default PREDICT_MEMORY_BYTES); at least one row."""
+    budget = PREDICT_MEMORY_BYTES if budget is None else budget
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise ValueError(f"the prediction memory budget must be a positive number of bytes, got {budget!r}")
+    per_row = max(1, int(row_elements)) * max(1, int(itemsize)) * _TEMPORARIES
+    return max(1, budget // per_row)
+
+
+def map_row_chunks(function: Callable, tensors: Sequence[torch.Tensor], rows: int, dim: int = 0):
+    """function(*chunk) for consecutive chunks of at most `rows` rows (dimension 0 of every tensor),
+    concatenated along `dim` (the row dimension of the outputs; tuples of outputs are concatenated elementwise).
+
+    `function` is called exactly once, on the whole input, when it fits in one chunk, so that small predictions
+    are the same computation as before chunking existed.
+    """
+    n = tensors[0].shape[0]
+    if n <= rows:
+        return function(*tensors)
+    outputs = [function(*(t[start:start + rows] for t in tensors)) for start in range(0, n, rows)]
+    if isinstance(outputs[0], tuple):
+        return tuple(torch.cat(parts, dim) for parts in zip(*outputs))
+    return torch.cat(outputs, dim)
