@@ -348,9 +348,7 @@ class WarpedLikelihood(Likelihood):
         mc_samples_train = _positive_int("mc_samples_train", mc_samples_train)
         mc_samples_predict = _positive_int("mc_samples_predict", mc_samples_predict)
         mixture_quantile_points = _positive_int("mixture_quantile_points", mixture_quantile_points)
-        flow = make_flow(flow) if isinstance(flow, str) else flow
-        if not isinstance(flow, Flow):
-            raise TypeError(f"flow must be a flowgp Flow or a spec string, got {type(flow).__name__}")
+        flow = make_flow(flow)  # a Flow is used as it is; a spec string is built; anything else: TypeError
         if flow.domain != "real":
             raise ValueError(
                 f"flow '{flow.spec}' needs positive inputs but the GP prior f₀ takes every real value; "

@@ -119,28 +119,17 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         self._fit_model(xt, yt)
         return self
 
-    def predict(self, X, return_std=False):
-        """Predictive mean of y* under the mixture over `num_samples_predict` samples (and its std)."""
-        xt = self.scaled_inputs(X)
-        with torch.no_grad():
-            # every chunk replays the seed and every row shares the draws (common_noise): a row's prediction
-            # does not depend on which rows are predicted with it
-            mean, var = self.predict_in_chunks(
-                lambda x: self.model_.predict(x, self.num_samples_predict, self._generator(x.device),
-                                              common_noise=True),
-                [xt], num_samples=self.num_samples_predict)
-        return self._in_target_units(mean, var if return_std else None)
+    # predict / predict_quantiles come from SVGPRegressor; every chunk replays the seed and every row shares
+    # the draws (common_noise), so a row's prediction does not depend on which rows are predicted with it
+    def _model_predict(self, x):
+        return self.model_.predict(x, self.num_samples_predict, self._generator(x.device), common_noise=True)
 
-    def predict_quantiles(self, X, probs):
-        """Quantiles [len(probs), n_samples] of the predictive Gaussian mixture."""
-        xt = self.scaled_inputs(X)
-        probs = list(np.atleast_1d(probs))
-        with torch.no_grad():
-            q = self.predict_in_chunks(
-                lambda x: self.model_.predict_quantiles(x, probs, self.num_samples_predict, self._generator(x.device),
-                                                        common_noise=True),
-                [xt], num_probs=len(probs), num_samples=self.num_samples_predict, dim=1)
-        return self._quantiles_in_target_units(q)
+    def _model_quantiles(self, x, probs):
+        return self.model_.predict_quantiles(x, probs, self.num_samples_predict, self._generator(x.device),
+                                             common_noise=True)
+
+    def _chunk_samples(self, quantiles: bool):
+        return self.num_samples_predict
 
     def log_predictive_density(self, X, y):
         """Per-point log p(y* | x*) ≈ log-mean-exp over the samples, in the units of y."""

@@ -110,25 +110,17 @@ class LatentDeepGPRegressor(SVGPRegressor):
         self.history_ = self._train(xt, yt)
         return self
 
-    def predict(self, X, return_std=False):
-        """Mean of the (multimodal) predictive p(y* | x*) over `num_samples_predict` z ~ p(z) (and its std)."""
-        xt = self.scaled_inputs(X)
-        with torch.no_grad():
-            mean, var = self.predict_in_chunks(  # the model sums over bounded chunks of samples itself
-                lambda x: self.model_.predict(x, int(self.num_samples_predict), self._generator(x.device)), [xt],
-                num_samples=1)
-        return self._in_target_units(mean, var if return_std else None)
+    # predict (the mean of the multimodal predictive over `num_samples_predict` z ~ p(z), and its std) and
+    # predict_quantiles (of the predictive Gaussian mixture) come from SVGPRegressor
+    def _model_predict(self, x):
+        return self.model_.predict(x, int(self.num_samples_predict), self._generator(x.device))
 
-    def predict_quantiles(self, X, probs):
-        """Quantiles [len(probs), n_samples] of the predictive Gaussian mixture."""
-        xt = self.scaled_inputs(X)
-        probs = list(np.atleast_1d(probs))
-        with torch.no_grad():
-            q = self.predict_in_chunks(
-                lambda x: self.model_.predict_quantiles(x, probs, int(self.num_samples_predict),
-                                                        self._generator(x.device)),
-                [xt], num_probs=len(probs), num_samples=int(self.num_samples_predict), dim=1)
-        return self._quantiles_in_target_units(q)
+    def _model_quantiles(self, x, probs):
+        return self.model_.predict_quantiles(x, probs, int(self.num_samples_predict), self._generator(x.device))
+
+    def _chunk_samples(self, quantiles: bool):
+        # the model's predict sums over bounded chunks of samples itself; its quantiles hold all samples
+        return int(self.num_samples_predict) if quantiles else 1
 
     def log_predictive_density(self, X, y, num_samples=None):
         """Per-point log p(y* | x*) (supplement E.3: z ~ p(z), log of the mean likelihood by log-sum-exp),

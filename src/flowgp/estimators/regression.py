@@ -150,8 +150,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         """Predictive mean of y* (and its standard deviation with return_std=True)."""
         xt = self.scaled_inputs(X)
         with torch.no_grad():
-            mean, var = self.predict_in_chunks(
-                lambda x: self.model_.predict(x, generator=self.generator(device=x.device)), [xt])
+            mean, var = self.predict_in_chunks(self._model_predict, [xt], num_samples=self._chunk_samples(False))
         return self._in_target_units(mean, var if return_std else None)
 
     def predict_quantiles(self, X, probs):
@@ -159,10 +158,20 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         xt = self.scaled_inputs(X)
         probs = list(np.atleast_1d(probs))
         with torch.no_grad():
-            q = self.predict_in_chunks(
-                lambda x: self.model_.predict_quantiles(x, probs, generator=self.generator(device=x.device)),
-                [xt], num_probs=len(probs), dim=1)
+            q = self.predict_in_chunks(lambda x: self._model_quantiles(x, probs), [xt], num_probs=len(probs),
+                                       num_samples=self._chunk_samples(True), dim=1)
         return self._quantiles_in_target_units(q)
+
+    # the model calls behind predict / predict_quantiles on one chunk of rows (the deep families override them)
+    def _model_predict(self, x):
+        return self.model_.predict(x, generator=self.generator(device=x.device))
+
+    def _model_quantiles(self, x, probs):
+        return self.model_.predict_quantiles(x, probs, generator=self.generator(device=x.device))
+
+    def _chunk_samples(self, quantiles: bool):
+        """Monte Carlo samples per row held at once in a chunk (None: deterministic predictions)."""
+        return None
 
     def predict_interval(self, X, level=0.95):
         """Central predictive interval (lower, upper) holding `level` of the predictive mass."""

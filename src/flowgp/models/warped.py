@@ -28,9 +28,7 @@ class WarpedGP(SVGP):
         super().__init__(kernel, inducing_points, *args, **kw)
         if not isinstance(self.likelihood, GaussianLikelihood):
             raise TypeError("WarpedGP needs a GaussianLikelihood on the warped targets T(y)")
-        flow = make_flow(flow) if isinstance(flow, str) else flow
-        if not isinstance(flow, Flow):
-            raise TypeError(f"flow must be a flowgp Flow or a spec string, got {type(flow).__name__}")
+        flow = make_flow(flow)  # a Flow is used as it is; a spec string is built; anything else: TypeError
         if flow.codomain != "real":
             # z = T(y) is modelled by a Gaussian, which puts mass on every real value: T⁻¹ of a predictive
             # draw outside T's range does not exist (it would come back as NaN means and quantiles)
