@@ -9,20 +9,12 @@ import pytest
 import torch
 from torch.func import functional_call
 
+from flow_testing import perturb
 from flow_user_classes import Cubic, Scale
 from flowgp.flows import (Affine, Compose, Flow, InputDependentFlow, LinearCombination, SinhArcsinh, Tanh,
                           WeightSampling, make_flow, make_input_dependent)
 
 pytestmark = pytest.mark.usefixtures("float64_default")
-
-
-def perturb(flow, seed=0, std=0.3):
-    """Random parameters (the contract must hold away from the defaults)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in flow.parameters():
-            p.add_(std * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    return flow
 
 
 BUILDERS = {

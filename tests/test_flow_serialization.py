@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from flow_testing import perturb
 from flow_user_classes import Cubic, Scale
 from flowgp.flows import (FLOW_NAMES, ArcsinhCombination, Compose, Exp, InputDependentFlow, LinearCombination,
                           Tanh, WeightSampling, flow_from_record, flow_to_record, make_flow, make_input_dependent)
@@ -19,14 +20,6 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 SPECS = list(FLOW_NAMES) + ["sal+softplus", "boxcox+l", "invboxcox+l", "lincomb5", "sum(sal,tanh)",
                             "add(arcsinh,tanh)", "log+tukey"]
-
-
-def perturb(flow, seed=0, std=0.3):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in flow.parameters():
-            p.add_(std * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    return flow
 
 
 def reload(record):
