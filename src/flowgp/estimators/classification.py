@@ -19,6 +19,7 @@ from ..flows.conditional import static_flow
 from ..models.classification import CLASSIFICATION_LIKELIHOODS
 from ..training import train
 from .base import Estimator, InputDependentFlowOptions, as_2d_float
+from .chunking import map_row_chunks
 from ..initialisation import init_identity, init_input_dependent, init_random
 
 __all__ = ["SVGPClassifier", "TGPClassifier"]
@@ -197,9 +198,9 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
         """Class probabilities [n_samples, n_classes], columns ordered as `classes_`; rows sum to one."""
         xt = self.scaled_inputs(X)
         with torch.no_grad():
-            probs = [self.model_.predict_proba(xt[i:i + self._PREDICT_CHUNK], generator=self.generator(device=xt.device))
-                     for i in range(0, xt.shape[0], self._PREDICT_CHUNK)]
-        return torch.cat(probs).cpu().numpy().astype(np.float64)
+            probs = map_row_chunks(lambda x: self.model_.predict_proba(x, generator=self.generator(device=x.device)),
+                                   [xt], self._PREDICT_CHUNK)
+        return probs.cpu().numpy().astype(np.float64)
 
     def predict(self, X):
         """Most probable class label per row."""
@@ -211,10 +212,10 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
         xt = self.scaled_inputs(X)
         yt = self._encode(y, xt.shape[0])
         with torch.no_grad():
-            out = [self.model_.log_predictive_density(xt[i:i + self._PREDICT_CHUNK], yt[i:i + self._PREDICT_CHUNK],
-                                                     generator=self.generator(device=xt.device))
-                   for i in range(0, xt.shape[0], self._PREDICT_CHUNK)]
-        return torch.cat(out).cpu().numpy()
+            out = map_row_chunks(
+                lambda x, t: self.model_.log_predictive_density(x, t, generator=self.generator(device=x.device)),
+                [xt, yt], self._PREDICT_CHUNK)
+        return out.cpu().numpy()
 
     def elbo(self, X, y):
         """The ELBO on (X, y) (a lower bound on log p(y | X); Monte Carlo for the softmax)."""
