@@ -147,3 +147,18 @@ def test_air_quality_fold_reduced():
     m = int(round(0.1 * len(tr)))
     est = TGPRegressor(flow="sal+softplus", num_inducing=m, epochs=200, verbose=False).fit(x[tr], y[tr])
     assert est.fit_report_["bound"] >= est.fit_report_["svgp_bound"] - 0.005
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+def test_tgp_classifier_ends_at_or_above_its_svgp_classifier(classes):
+    from flowgp import TGPClassifier
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-2, 2, (90, 2))
+    score = np.sin(2 * x[:, 0]) + x[:, 1] + 0.3 * rng.standard_normal(90)
+    y = np.digitize(score, np.quantile(score, np.linspace(0, 1, classes + 1)[1:-1]))
+    est = TGPClassifier(flow="sal", num_inducing=8, epochs=40, lr=0.03, mc_samples=8, verbose=False).fit(x, y)
+    report = est.fit_report_
+    assert report["warm_start_bound"] == pytest.approx(report["svgp_bound"], abs=1e-10)  # flow at the identity
+    assert report["bound"] >= report["svgp_bound"] - 0.005
+    assert est.elbo(x, y) / len(y) == pytest.approx(report["bound"], abs=1e-9)

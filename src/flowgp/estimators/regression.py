@@ -14,12 +14,8 @@ by the full-data bound, and warns (`BoundBelowSVGPWarning`) if the result still 
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
-import warnings
-from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 import torch
@@ -29,125 +25,14 @@ from ..build import SparseGPConfig, build
 from ..flows import Flow, make_flow
 from ..flows.conditional import static_flow, warping_curves
 from ..optim import NaturalGradient
-from ..training import EarlyStop, train
+from ..training import train
 from .base import Estimator, InputDependentFlowOptions, as_1d_float, as_2d_float
 from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, map_row_chunks
 from ..initialisation import (init_from_data, init_identity, init_input_dependent, init_random,
                               warm_start_from_svgp)
+from .robust import DEFAULT_ROBUST_FIT, BestState, BoundBelowSVGPWarning, RobustFit, warn_below_svgp
 
 __all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor", "RobustFit", "BoundBelowSVGPWarning"]
-
-
-class BoundBelowSVGPWarning(UserWarning):
-    """A flow-warped GP's fitted training bound ended below the bound of the SVGP it contains."""
-
-
-@dataclass(frozen=True)
-class RobustFit:
-    """How a flow estimator fits so that its training bound does not end below the SVGP's (`robust=`).
-
-    warm_start: fit an SVGP with the same settings first and start the flow model exactly at it
-        (`flowgp.initialisation.warm_start_from_svgp`: inducing inputs, kernel, q(u), noise; flow at the
-        map that makes it that SVGP). False: the flow model starts from `flow_init` as without `robust`.
-    refine_flow: at the warm start, maximise the bound over the flow and the noise alone (GP held) by L-BFGS
-        on the full data before the joint training (this is what moves a positive flow, which can only
-        approximate the shifted identity, above the SVGP's bound).
-    natural_gradient: γ of natural-gradient steps on q(u) (Salimbeni et al. 2018) in the flow model's
-        training, Adam on the rest; None: Adam on everything. Adam on q(u) lags behind a changing warp and
-        makes the bound oscillate by ~0.1 per point between epochs; γ = 0.1 keeps q(u) with it (ablation in
-        docs/results/tgp-robust).
-    svgp_natural_gradient: γ for q(u) in the SVGP stage; the Gaussian likelihood is conjugate, so γ = 1 puts
-        q(u) at its optimum for the current hyperparameters at every step (None: Adam).
-    flow_lr: the flow model's Adam step as a multiple of `lr` (from the warm start a smaller step keeps the
-        bound from oscillating: at lr = 0.01 it jumps by up to 0.5 per point between epochs on air quality).
-    svgp_epochs: the share of `epochs` spent on the SVGP stage; the flow model trains for the rest (at least
-        one epoch), so a robust fit takes the same number of steps as a plain one.
-    plateau: (window, rel_tol) of `flowgp.training.EarlyStop` for the flow model's training: stop once the
-        bound improved by less than rel_tol·|bound| over `window` epochs (its epochs stay the maximum); None:
-        all of them. The SVGP stage always runs all of its epochs.
-    restarts: flow initialisations ("identity", "data", "random") trained from scratch besides the warm
-        start (without it: besides `flow_init`), the state with the best training bound kept (never chosen
-        on test data).
-    keep_best: keep the state with the best full-data bound seen (full batch: every step; minibatches: once
-        per epoch), not the last one.
-    tolerance: per-point slack of the final check against the SVGP's bound (the warning).
-    """
-
-    warm_start: bool = True
-    refine_flow: bool = True
-    natural_gradient: Optional[float] = 0.1
-    svgp_natural_gradient: Optional[float] = 1.0
-    flow_lr: float = 0.5
-    svgp_epochs: float = 0.5
-    plateau: Optional[tuple] = (100, 1e-4)
-    restarts: tuple = ()
-    keep_best: bool = True
-    tolerance: float = 0.005
-
-    def __post_init__(self):
-        for name in ("natural_gradient", "svgp_natural_gradient"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, (int, float)) and value > 0):
-                raise ValueError(f"RobustFit.{name} must be None or a positive step size, got {value!r}")
-        if not self.flow_lr > 0:
-            raise ValueError(f"RobustFit.flow_lr must be positive, got {self.flow_lr!r}")
-        if not 0 < self.svgp_epochs <= 1:
-            raise ValueError(f"RobustFit.svgp_epochs is a share of epochs in (0, 1], got {self.svgp_epochs!r}")
-        if self.plateau is not None:
-            EarlyStop(*self.plateau)  # validates window and rel_tol
-        for init in self.restarts:
-            if init not in ("identity", "data", "random"):
-                raise ValueError(f"RobustFit.restarts holds flow initialisations 'identity', 'data' or 'random', "
-                                 f"got {init!r}")
-        if not self.tolerance >= 0:
-            raise ValueError(f"RobustFit.tolerance must be non-negative, got {self.tolerance!r}")
-
-    def early_stop(self) -> Optional[EarlyStop]:
-        return None if self.plateau is None else EarlyStop(*self.plateau)
-
-
-#: the default robust procedure (`robust=True`)
-DEFAULT_ROBUST_FIT = RobustFit()
-
-
-def _snapshot(model) -> dict:
-    return {name: value.detach().clone() for name, value in model.state_dict().items()}
-
-
-class _BestState:
-    """A `train` callback keeping the model state with the best full-data bound (`RobustFit.keep_best`).
-
-    Full batch (`every` None): a step's loss is -bound at the state the step started from, so that state is
-    remembered one step late at no extra cost. Minibatches: `bound(model)` is evaluated every `every` steps.
-    `finish` also weighs the final state (which the loop never evaluates) and loads the best one.
-    """
-
-    def __init__(self, model, bound, every=None):
-        self.bound, self.every = bound, every
-        self.value, self.state = -math.inf, None
-        self.previous = _snapshot(model) if every is None else None
-        if every is not None:
-            self.consider(model)
-
-    def consider(self, model) -> None:
-        value = self.bound(model)
-        if value > self.value:
-            self.value, self.state = value, _snapshot(model)
-
-    def __call__(self, step, loss, model):
-        if self.every is None:
-            if math.isfinite(loss) and -loss > self.value:
-                self.value, self.state = -loss, self.previous
-            self.previous = _snapshot(model)
-        elif (step + 1) % self.every == 0:
-            self.consider(model)
-        return False
-
-    def finish(self, model) -> None:
-        self.consider(model)
-        if self.state is not None:
-            model.load_state_dict(self.state)
-
 
 class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
     """Sparse variational GP regression (Hensman et al. 2013) with a scikit-learn interface.
@@ -394,7 +279,7 @@ class _FlowRegressor(SVGPRegressor):
             def bound(m):
                 with torch.no_grad():
                     return m.elbo(x, y, generator=self.generator(device=x.device)).item()
-            keeper = _BestState(model, bound, None if full_batch else -(-n // int(self.batch_size)))
+            keeper = BestState(model, bound, None if full_batch else -(-n // int(self.batch_size)))
         natural = NaturalGradient([model.gp], lr=gamma) if gamma else None
         history = train(model, x, y, epochs=self.epochs if epochs is None else epochs, batch_size=self.batch_size,
                         lr=self.lr * lr_scale, fix_noise_fraction=fix_noise_fraction, seed=seed, verbose=self.verbose,
@@ -477,13 +362,8 @@ class _FlowRegressor(SVGPRegressor):
         bound, label, self.model_, self.history_ = max(candidates, key=lambda c: c[0])
         report.update(bound=bound / n, chosen=label)
         self.fit_report_ = report
-        if svgp_bound is not None and bound / n < svgp_bound / n - options.tolerance:
-            warnings.warn(
-                f"{type(self).__name__}: the fitted training bound per point, {bound / n:.4f}, is below the "
-                f"SVGP's on the same data, {svgp_bound / n:.4f} (tolerance {options.tolerance}); the flow model "
-                "contains that SVGP, so this is an optimisation failure. Try more epochs, a smaller lr, "
-                "robust=RobustFit(restarts=('data',)) or natural_gradient=0.1, or another flow; fit_report_ "
-                "has the bound of every stage.", BoundBelowSVGPWarning, stacklevel=3)
+        if svgp_bound is not None:
+            warn_below_svgp(type(self).__name__, bound / n, svgp_bound / n, options.tolerance)
         return self
 
     def _initialise_networks(self, model, x_t, generator) -> None:
