@@ -11,6 +11,8 @@ while the GP keeps a long lengthscale and a large noise; docs/results/tgp-robust
 fits the SVGP first, starts the flow model exactly there (`flowgp.initialisation.warm_start_from_svgp`),
 refines the flow with the GP held, trains everything jointly until the bound's plateau, keeps the best state
 by the full-data bound, and warns (`BoundBelowSVGPWarning`) if the result still ends below the SVGP's bound.
+After such a fit `fit_report_` holds the bound per point after every stage and `svgp_` the SVGP stage's model
+(in the SVGP's own standardised units).
 """
 from __future__ import annotations
 
@@ -413,6 +415,11 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
     enter every ELBO evaluation in training. `prior_precision` is λ of p_λ(W) = N(0, λ⁻¹I) (None: 1e-5,
     the weight decay of appendix B.6, or 1 for "vb" as in B.6.3). After the usual flow initialisation
     the networks are fitted to output those parameters (appendix B.4) for `flow_init_epochs` epochs.
+
+    `robust` (default True): fit as `RobustFit` describes (SVGP warm start for half of `epochs`, flow
+    refinement, natural gradients on q(u), plateau stop, best full-data bound kept, a `BoundBelowSVGPWarning`
+    if the result still ends below the SVGP's bound); False: the plain fit from `flow_init`; or a `RobustFit`.
+    With the warm start `flow_init` is not used (the flow starts at the map that reproduces the SVGP).
     """
 
     _data_direction = "generative"
@@ -475,7 +482,8 @@ class WarpedGPRegressor(_FlowRegressor):
     """Variational warped GP, v-WGP (paper §4.3): a sparse GP on T(y) with `flow` = T warping the targets.
 
     Targets must lie in T's domain (y > 0 for "log", "boxcox" keeps all reals); `flow_init="data"` fits T
-    so that T(y) is close to N(0, 1) (appendix B.2 in the normalizing direction).
+    so that T(y) is close to N(0, 1) (appendix B.2 in the normalizing direction). `robust` as in
+    TGPRegressor (the warm start sets T so that T(y) is the SVGP's standardised target).
     """
 
     _data_direction = "normalizing"
