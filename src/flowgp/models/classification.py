@@ -305,7 +305,9 @@ class TGPClassification(nn.Module):
             return probs / probs.sum(-1, keepdim=True)  # remove the quadrature's tiny normalisation error
         if generator is None:
             generator = torch.Generator(device=mean.device).manual_seed(0)
-        eps = torch.randn((self.predict_samples,) + mean.shape, dtype=mean.dtype, device=mean.device,
+        # One set of S standard-normal draws shared by every row (common random numbers): a row's probabilities
+        # then do not depend on which other rows are predicted with it, nor on their order or the chunking.
+        eps = torch.randn((self.predict_samples, 1) + mean.shape[1:], dtype=mean.dtype, device=mean.device,
                           generator=generator)
         f = mean + var.sqrt() * eps
         g = self._warp_paired(f, x, False, generator)
