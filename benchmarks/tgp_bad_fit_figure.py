@@ -31,15 +31,17 @@ def describe(name, est, x, y):
            "kernel_variance_model_units": variance, "lengthscale_hours": lengthscale,
            "train_rmse": float(np.sqrt(np.mean((est.predict(x) - y) ** 2)))}
     flow = getattr(model, "flow", None)
-    if flow is not None:
+    with torch.no_grad():
+        mean, var = model.gp.marginals(est.scaled_inputs(x))
+    out["latent_range"] = [float(mean.min() - 2 * var.max().sqrt()), float(mean.max() + 2 * var.max().sqrt())]
+    if flow is None:
+        out["warp_slope_min"] = out["warp_slope_max"] = est.y_scale_  # y = shift + scale·f
+    else:
         with torch.no_grad():
-            mean, var = model.gp.marginals(est.scaled_inputs(x))
-            f = torch.linspace(float(mean.min() - 2 * var.max().sqrt()), float(mean.max() + 2 * var.max().sqrt()), 400,
-                               dtype=mean.dtype)[:, None]
+            f = torch.linspace(*out["latent_range"], 400, dtype=mean.dtype)[:, None]
             g = flow(f, validate=False)[:, 0].numpy() * est.y_scale_ + est.y_shift_
         slope = np.gradient(g, f[:, 0].numpy())
-        out.update(latent_range=[float(f[0]), float(f[-1])], warp_slope_min=float(slope.min()),
-                   warp_slope_max=float(slope.max()))
+        out.update(warp_slope_min=float(slope.min()), warp_slope_max=float(slope.max()))
         out["_curve"] = (f[:, 0].numpy(), g)
     return out
 
