@@ -1,11 +1,13 @@
 """Linear-algebra helpers for GP numerics: a Cholesky that retries with growing jitter and says so."""
 from __future__ import annotations
 
+import functools
 import warnings
 
 import torch
 
-__all__ = ["CholeskyJitterWarning", "JitterMemory", "robust_cholesky", "lower_inverse", "DEFAULT_JITTER"]
+__all__ = ["CholeskyJitterWarning", "JitterMemory", "robust_cholesky", "lower_inverse", "identity",
+           "DEFAULT_JITTER"]
 
 #: jitter added to the diagonal of every kernel matrix before factorising (relative to dtype below)
 DEFAULT_JITTER = {torch.float64: 1e-8, torch.float32: 1e-6}
@@ -57,10 +59,14 @@ def robust_cholesky(
     if not jitter >= 0:
         raise ValueError(f"jitter must be >= 0 (or None for the dtype default), got {jitter}")
     n = matrix.shape[-1]
-    eye = torch.eye(n, dtype=matrix.dtype, device=matrix.device)
     current = jitter if memory is None or memory.level is None else max(jitter, memory.level)
+    if torch.compiler.is_compiling():
+        # inside a compiled graph (flowgp.compiled): the first attempt only, without branching on the data;
+        # a failure poisons the factor with NaN, and the caller re-runs the step eagerly, which retries here
+        chol, info = torch.linalg.cholesky_ex(_add_jitter(matrix, current))
+        return torch.where((info == 0)[..., None, None], chol, torch.nan)
     for attempt in range(max_tries):
-        chol, info = torch.linalg.cholesky_ex(matrix + current * eye if current > 0 else matrix)
+        chol, info = torch.linalg.cholesky_ex(_add_jitter(matrix, current))
         if not torch.any(info):
             if attempt > 0:
                 if memory is not None:
@@ -85,11 +91,33 @@ def robust_cholesky(
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _identity(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    # cached per (n, dtype, device): building it every step is per-step allocation and dispatch on the hot
+    # path; nobody writes into it (it only enters out-of-place sums and solves)
+    with torch.inference_mode(False):
+        return torch.eye(n, dtype=dtype, device=device)
+
+
+def identity(n: int, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
+    """The n x n identity, cached and shared: treat it as read-only."""
+    if torch.compiler.is_compiling():  # a graph constant there; the cache is for eager steps
+        return torch.eye(n, dtype=dtype, device=device)
+    return _identity(int(n), dtype, torch.device("cpu") if device is None else torch.device(device))
+
+
+def _add_jitter(matrix: torch.Tensor, jitter: float) -> torch.Tensor:
+    """matrix + jitter·I (the matrix itself for zero jitter)."""
+    if jitter == 0:
+        return matrix
+    return matrix + jitter * identity(matrix.shape[-1], matrix.dtype, matrix.device)
+
+
 def lower_inverse(chol: torch.Tensor) -> torch.Tensor:
     """L⁻¹ of a (batched) lower-triangular factor, formed explicitly (M³/3).
 
     Worth it wherever L⁻¹ then multiplies [M, N] blocks: on CPU a GEMM runs about twice as fast as the triangular
     solve (and its backward) and returns a row-major result, which the solve does not.
     """
-    eye = torch.eye(chol.shape[-1], dtype=chol.dtype, device=chol.device).expand_as(chol)
+    eye = identity(chol.shape[-1], chol.dtype, chol.device).expand_as(chol)
     return torch.linalg.solve_triangular(chol, eye, upper=False)

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from .linalg import JitterMemory, lower_inverse, robust_cholesky
+from .linalg import JitterMemory, identity, lower_inverse, robust_cholesky
 
 __all__ = ["SparseVariationalGP", "WhitenedGaussian", "Marginals", "gaussian_kl_whitened"]
 
@@ -250,7 +250,7 @@ class SparseVariationalGP(WhitenedGaussian):
             # backward; forming S - I costs M³, cheap next to the [M, N] passes it saves
             chol = self.kzz_cholesky()
             kzx = self.kernel(self.inducing_points, x.unsqueeze(-3))  # [..., Lb, M, N]
-            eye = torch.eye(num_inducing, dtype=r.dtype, device=r.device)
+            eye = identity(num_inducing, r.dtype, r.device)
             mean, quad = whitened_marginal_terms(chol, kzx, self.q_mu, r @ r.mT - eye)  # [..., L, N]
             var = self.kernel.diag(x.unsqueeze(-3)) + quad
             out = Marginals(mean.transpose(-1, -2), var.transpose(-1, -2).clamp_min(1e-12))
@@ -272,7 +272,7 @@ class SparseVariationalGP(WhitenedGaussian):
         """Aᵀ (S - I) A (its diagonal unless full_cov), the part of the covariance q(u) adds to K_XX."""
         if full_cov and a.shape[-1] >= 2 * a.shape[-2]:
             # N >= 2M: the M³ product S - I is cheap next to a second [N, M] x [M, N] product
-            eye = torch.eye(r.shape[-1], dtype=r.dtype, device=r.device)
+            eye = identity(r.shape[-1], r.dtype, r.device)
             return a.mT @ ((r @ r.mT - eye) @ a)
         # small N (prediction on a few points, M comparable to N): (RᵀA)ᵀ(RᵀA) - AᵀA, no M³ work
         ra = r.mT @ a
