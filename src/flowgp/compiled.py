@@ -73,6 +73,20 @@ def _signature(value):
     return type(value).__name__
 
 
+def _device(value):
+    """The device of the first tensor found in `value` (the CPU when there is none)."""
+    if isinstance(value, torch.Tensor):
+        return value.device
+    items = value if isinstance(value, (tuple, list)) else (
+        value.values() if isinstance(value, dict) else
+        [getattr(value, name) for name in getattr(value, "__dataclass_fields__", ())])
+    for item in items:
+        found = _device(item)
+        if found is not None:
+            return found
+    return torch.device("cpu") if value is None or isinstance(value, (tuple, list)) else None
+
+
 class CompiledObjective:
     """`objective(*args)` compiled with `torch.compile` (static shapes), with an eager fallback.
 
@@ -81,7 +95,11 @@ class CompiledObjective:
         parameters: the tensors the loss is differentiated against (the backward is compiled on the first
             call, against these).
         mode: `torch.compile` mode (None: the default).
-        max_signatures: how many distinct batch signatures get a graph of their own; later ones run eagerly.
+        backend: `torch.compile` backend ("inductor" builds fused kernels; "aot_eager" only traces forward
+            and backward into graphs, with no toolchain and no speed-up: for checks).
+        max_signatures: how many distinct batch signatures (shapes, dtypes, devices) get a graph of their
+            own; later ones run eagerly. A change of which parameters require gradients recompiles for an
+            admitted signature.
 
     Attributes:
         compile_seconds: wall time spent in the calls that compiled (forward, backward and that step).
@@ -90,7 +108,7 @@ class CompiledObjective:
     """
 
     def __init__(self, objective: Callable, parameters: Iterable[torch.Tensor], *, mode: str | None = None,
-                 max_signatures: int = 1):
+                 backend: str = "inductor", max_signatures: int = 1):
         if not callable(objective):
             raise TypeError(f"objective must be callable, got {type(objective).__name__}")
         if isinstance(max_signatures, bool) or not isinstance(max_signatures, int) or max_signatures < 0:
@@ -98,11 +116,13 @@ class CompiledObjective:
         self.objective = objective
         self.parameters = [p for p in parameters]
         self.mode = mode
+        self.backend = backend
         self.max_signatures = max_signatures
         self.compile_seconds = 0.0
         self.eager_calls = 0
         self.failure: str | None = None
         self._compiled = None
+        self._shapes: set = set()
         self._signatures: set = set()
 
     @property
@@ -120,36 +140,50 @@ class CompiledObjective:
         """Compile forward and backward for a new signature; the loss of a fresh compiled evaluation."""
         start = time.perf_counter()
         try:
+            reason = compile_unavailable_reason(_device(args)) if self.backend == "inductor" else None
+            if reason is not None:
+                raise RuntimeError(reason)
             if self._compiled is None:
-                self._compiled = torch.compile(self.objective, dynamic=False, mode=self.mode)
+                self._compiled = torch.compile(self.objective, dynamic=False, mode=self.mode,
+                                               backend=self.backend)
             value = self._compiled(*args)
             wanted = [p for p in self.parameters if p.requires_grad]
             if value.requires_grad and wanted:
                 # compile the backward graph here, where a failure can still fall back (its gradients are
                 # discarded: the caller differentiates the value returned below)
                 torch.autograd.grad(value, wanted, allow_unused=True)
-            value = self._compiled(*args)
-        except Exception as err:  # any compiler failure (toolchain, unsupported op): eager from now on
-            self._abandon(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300])
-            return None
+            return self._compiled(*args)
         finally:
             self.compile_seconds += time.perf_counter() - start
+
+    def _compiled_value(self, args):
+        """The compiled loss, or None where this call is answered eagerly."""
+        shape = _signature(args)
+        # frozen parameters (e.g. the noise early in a fit) change the graph: a signature of their own,
+        # compiled for a batch shape already admitted
+        key = (shape, tuple(p.requires_grad for p in self.parameters))
+        if key in self._signatures:
+            return self._compiled(*args)
+        if shape not in self._shapes and len(self._shapes) >= self.max_signatures:
+            return None
+        value = self._first_call(args)
+        self._shapes.add(shape)
+        self._signatures.add(key)
         return value
 
     def __call__(self, *args):
         if self.failure is None:
-            key = _signature(args)
-            value = None
-            if key in self._signatures:
-                value = self._compiled(*args)
-            elif len(self._signatures) < self.max_signatures:
-                value = self._first_call(args)
-                if value is not None:
-                    self._signatures.add(key)
-            if value is not None:
-                if bool(torch.isfinite(value).all()):
-                    return value
-                # a failed Cholesky or bad data inside the graph: the eager path retries with jitter
-                # (warning and remembering the level) or raises the error that names the problem
+            try:
+                value = self._compiled_value(args)
+            except Exception as err:  # a compiler failure (toolchain, unsupported op): eager from now on
+                value = self.objective(*args)  # a genuine error in the objective itself is raised here
+                self._abandon(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300])
+                self.eager_calls += 1
+                return value
+            if value is not None and bool(torch.isfinite(value).all()):
+                return value
+            # another batch signature, or a non-finite compiled loss (a failed Cholesky or bad data inside
+            # the graph): the eager path retries with jitter (warning and remembering the level) or raises
+            # the error that names the problem
         self.eager_calls += 1
         return self.objective(*args)
