@@ -277,20 +277,27 @@ class SparseVariationalGP(WhitenedGaussian):
         kzz = self.kernel(self.inducing_points)  # [Lb, M, M] or [M, M]
         return robust_cholesky(kzz, jitter=self.jitter, memory=self.jitter_memory)
 
-    def _kernel_blocks(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """K_ZZ and K_ZX; for x of shape [N, D] from one kernel evaluation K(Z, [Z; X]) split in two (one
-        pass through the kernel's parameter transforms, centring and norms instead of two, the per-step
-        overhead that dominates at small M). K_ZZ then comes from the cross-covariance formula: symmetric
-        and with diagonal σ² to rounding only, which the Cholesky (reading one triangle, with jitter) and
-        the symmetric gradient of the fused terms do not notice."""
+    def _kernel_blocks(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """K_ZZ, the matrix its Cholesky factor is taken of (detached), and K_ZX.
+
+        For x of shape [N, D] K_ZZ and K_ZX come from one kernel evaluation K(Z, [Z; X]) split in two: one
+        pass through the kernel's parameter transforms, centring and norms instead of two (the per-step
+        overhead that dominates at small M). K_ZZ is then the cross-covariance formula's, whose diagonal is
+        k(z, z) only to rounding (in float32 as large as the jitter); the factor is taken of a detached copy
+        with the exact diagonal `kernel.diag(Z)`, and the gradient of the cross formula is exact to rounding.
+        """
         z = self.inducing_points
         if x.dim() != 2:
-            return self.kernel(z), self.kernel(z, x.unsqueeze(-3))
+            kzz = self.kernel(z)
+            return kzz, kzz.detach(), self.kernel(z, x.unsqueeze(-3))
         m = z.shape[-2]
         both = torch.cat([z, x.expand(z.shape[:-2] + x.shape)], dim=-2)  # [Lb?, M + N, D]
         k = self.kernel(z, both)  # [Lb, M, M + N] or [M, M + N]
-        kzx = k[..., m:]
-        return k[..., :m], (kzx if kzx.dim() == 3 else kzx.unsqueeze(-3))
+        kzz, kzx = k[..., :m], k[..., m:]
+        with torch.no_grad():
+            exact = kzz.detach().clone()
+            exact.diagonal(dim1=-2, dim2=-1).copy_(self.kernel.diag(z).expand(exact.shape[:-1]))
+        return kzz, exact, (kzx if kzx.dim() == 3 else kzx.unsqueeze(-3))
 
     def projection(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A = Lz⁻¹ K_ZX of shape [..., Lb, M, N] and Lz: the whitened cross-covariance of eq. 12."""
@@ -309,8 +316,8 @@ class SparseVariationalGP(WhitenedGaussian):
             # backward, two [M, N] products fewer); forming S - I costs M³, cheap next to what it saves.
             # Without gradients and N < 2M (predicting a few points) the plain formula does less work.
             # The factor is taken without autograd: the fused terms send the gradient to K_ZZ directly.
-            kzz, kzx = self._kernel_blocks(x)  # [Lb, M, M] or [M, M]; [..., Lb, M, N]
-            chol = robust_cholesky(kzz.detach(), jitter=self.jitter, memory=self.jitter_memory)
+            kzz, factored, kzx = self._kernel_blocks(x)  # [Lb, M, M] or [M, M] (twice); [..., Lb, M, N]
+            chol = robust_cholesky(factored, jitter=self.jitter, memory=self.jitter_memory)
             mean, quad = whitened_marginal_terms(chol, kzx, self.q_mu, gram_minus_identity(r), kzz)  # [..., L, N]
             var = self.kernel.diag(x.unsqueeze(-3)) + quad
             out = Marginals(mean.transpose(-1, -2), var.transpose(-1, -2).clamp_min(1e-12))
