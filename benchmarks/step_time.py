@@ -6,6 +6,7 @@ Run from the repository root (GPyTorch is a dev-only dependency):
     python benchmarks/step_time.py                 # N=10000, D=8, B=512, M in {20,100,500}, float32/float64
     python benchmarks/step_time.py --repeats 50 --json results.json --device cuda
     python benchmarks/step_time.py --threads 1 --compile   # also the compiled step (flowgp.compiled)
+    python benchmarks/step_time.py --threads 1 --clock cpu # CPU time per step: for a loaded machine
 
 Every configuration builds the same sizes for all the models in the same process and reports the
 median step time over `--repeats` steps after warm-up (the models timed in alternating blocks of 10 steps),
@@ -45,13 +46,20 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def _time_interleaved(steps, repeats, warmup, device, block=10):
+def _clock(kind):
+    """time.perf_counter (wall) or time.process_time (CPU time of this process: with one thread, the step's
+    own cost, which time-slicing on a loaded machine does not inflate; on CUDA only wall time is meaningful)."""
+    return time.process_time if kind == "cpu" else time.perf_counter
+
+
+def _time_interleaved(steps, repeats, warmup, device, block=10, clock="wall"):
     """Median seconds per step of each closure in `steps`, timed in alternating blocks of `block` steps.
 
     Alternating blocks expose every model to the same drift in machine load and clock speed, so the
     ratios stay meaningful on a shared machine; within a block the model steps back to back as in
     training (warm caches), and the first step of each block is run untimed so the switch is not counted.
     """
+    now = _clock(clock)
     for step in steps.values():
         for _ in range(warmup):
             step()
@@ -61,10 +69,10 @@ def _time_interleaved(steps, repeats, warmup, device, block=10):
             step()
             for _ in range(min(block, repeats - len(times[name]))):
                 _sync(device)
-                start = time.perf_counter()
+                start = now()
                 step()
                 _sync(device)
-                times[name].append(time.perf_counter() - start)
+                times[name].append(now() - start)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -84,7 +92,7 @@ def essential_flops(m: int, b: int, d: int) -> float:
     return 6.0 * m * m * b + 2.0 * m ** 3 + 6.0 * m * b * d
 
 
-def gemm_rate(dtype, device, repeats=5, size=GEMM_SIZE) -> float:
+def gemm_rate(dtype, device, repeats=5, size=GEMM_SIZE, clock="wall") -> float:
     """FLOP/s of the best of `repeats` [size, size] x [size, size] matmuls (2·size³ FLOPs each)."""
     g = torch.Generator().manual_seed(0)
     a = torch.randn(size, size, generator=g, dtype=dtype).to(device)
@@ -92,12 +100,13 @@ def gemm_rate(dtype, device, repeats=5, size=GEMM_SIZE) -> float:
     out = torch.empty(size, size, dtype=dtype, device=device)
     torch.matmul(a, b, out=out)
     best = float("inf")
+    now = _clock(clock)
     for _ in range(repeats):
         _sync(device)
-        start = time.perf_counter()
+        start = now()
         torch.matmul(a, b, out=out)
         _sync(device)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, now() - start)
     return 2.0 * size ** 3 / best
 
 
@@ -163,8 +172,13 @@ def gpytorch_step(z, x, y, batch, lr=0.01, seed=0):
 
 
 def run(num_data=10_000, dim=8, batch=512, inducing=(20, 100, 500), dtypes=("float32", "float64"),
-        repeats=30, warmup=5, device="cpu", quadrature_points=20, peer=True, compiled=False, fit_steps=1000):
+        repeats=30, warmup=5, device="cpu", quadrature_points=20, peer=True, compiled=False, fit_steps=1000,
+        clock="wall"):
     device = torch.device(device)
+    if clock not in ("wall", "cpu"):
+        raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
+    if clock == "cpu" and device.type != "cpu":
+        raise ValueError("clock='cpu' times CPU work only; use clock='wall' on CUDA")
     if compiled:
         reason = compile_unavailable_reason(device)
         if reason is not None:
@@ -173,7 +187,7 @@ def run(num_data=10_000, dim=8, batch=512, inducing=(20, 100, 500), dtypes=("flo
     rows = []
     for dtype_name in dtypes:
         dtype = getattr(torch, dtype_name)
-        rate_before = gemm_rate(dtype, device)
+        rate_before = gemm_rate(dtype, device, clock=clock)
         dtype_rows = []
         g = torch.Generator().manual_seed(0)
         x = torch.randn(num_data, dim, generator=g, dtype=torch.float64)
@@ -200,7 +214,8 @@ def run(num_data=10_000, dim=8, batch=512, inducing=(20, 100, 500), dtypes=("flo
                     steps[f"{name}_compiled_ms"] = step
                     row[f"{name}_compile_s"] = step.compiler.compile_seconds
                     row[f"{name}_compile_failure"] = step.compiler.failure
-            row.update({k: 1e3 * v for k, v in _time_interleaved(steps, repeats, warmup, device).items()})
+            row["clock"] = clock
+            row.update({k: 1e3 * v for k, v in _time_interleaved(steps, repeats, warmup, device, clock=clock).items()})
             row["tgp_over_svgp"] = row["tgp_ms"] / row["svgp_ms"]
             if peer:
                 row["flowgp_over_gpytorch"] = row["svgp_ms"] / row["gpytorch_svgp_ms"]
@@ -213,7 +228,7 @@ def run(num_data=10_000, dim=8, batch=512, inducing=(20, 100, 500), dtypes=("flo
                 row["eager_fit_s"] = fit_steps * row["svgp_ms"] / 1e3
                 row["compiled_fit_s"] = row["svgp_compile_s"] + fit_steps * row["svgp_compiled_ms"] / 1e3
             dtype_rows.append(row)
-        rate = max(rate_before, gemm_rate(dtype, device))
+        rate = max(rate_before, gemm_rate(dtype, device, clock=clock))
         for row in dtype_rows:
             row["gemm_gflops"] = rate / 1e9
             row["limit_ms"] = 1e3 * row["essential_gflop"] * 1e9 / rate
@@ -256,13 +271,16 @@ def main():
     p.add_argument("--no-peer", action="store_true", help="skip GPyTorch")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's own)")
     p.add_argument("--compile", action="store_true", help="also time the compiled flowgp steps")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall time, or this process's CPU time (with --threads 1: robust to a loaded machine)")
     p.add_argument("--fit-steps", type=int, default=1000, help="fit length for the compiled end-to-end estimate")
     p.add_argument("--json", default=None, help="also write the rows to this JSON file")
     a = p.parse_args()
     if a.threads is not None:
         torch.set_num_threads(a.threads)
     rows = run(a.num_data, a.dim, a.batch, tuple(int(m) for m in a.inducing.split(",")), tuple(a.dtypes.split(",")),
-               a.repeats, a.warmup, a.device, peer=not a.no_peer, compiled=a.compile, fit_steps=a.fit_steps)
+               a.repeats, a.warmup, a.device, peer=not a.no_peer, compiled=a.compile, fit_steps=a.fit_steps,
+               clock=a.clock)
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(rows, fh, indent=2)

@@ -208,3 +208,30 @@ def test_gram_minus_identity_matches_autograd_and_gradcheck():
     w = torch.randn(2, 4, 4, generator=g)  # not symmetric: the backward must symmetrise it
     torch.testing.assert_close(torch.autograd.grad((w * got).sum(), r)[0], torch.autograd.grad((w * want).sum(), r)[0])
     assert torch.autograd.gradcheck(gram_minus_identity, (r,))
+
+
+@pytest.mark.parametrize("spec", ["rbf", "white+rbf", "matern32*linear", "periodic"])
+def test_training_marginals_match_the_plain_formula_in_value_and_gradient(spec):
+    # the training path (K_ZZ and K_ZX from one kernel call where the kernel allows it, gradient sent to K_ZZ
+    # directly) against autograd of A = Lz⁻¹ K_ZX, mean = Aᵀm, var = k_xx + Σ (RᵀA)² - Σ A²
+    g = torch.Generator().manual_seed(8)
+    z = torch.randn(6, 2, generator=g)
+    x = torch.randn(9, 2, generator=g)  # N < 2M: the fused path is taken because gradients are on
+    gp = SparseVariationalGP(make_kernel(spec, 2), z, num_outputs=2)
+    with torch.no_grad():
+        gp.q_mu.copy_(torch.randn(gp.q_mu.shape, generator=g))
+        gp.q_sqrt.copy_(0.3 * torch.randn(gp.q_sqrt.shape, generator=g))
+    params = [p for p in gp.parameters() if p.requires_grad]
+    mean, var = gp.marginals(x)
+    chol = torch.linalg.cholesky(gp.kernel(gp.inducing_points) + 1e-8 * torch.eye(6))
+    a = torch.linalg.solve_triangular(chol, gp.kernel(gp.inducing_points, x), upper=False)  # [M, N]
+    r = gp.q_sqrt_tril()
+    want_mean = (gp.q_mu @ a).mT
+    want_var = (gp.kernel.diag(x).unsqueeze(0) + (r.mT @ a).square().sum(-2) - a.square().sum(-2)).mT
+    torch.testing.assert_close(mean, want_mean, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(var, want_var, rtol=1e-9, atol=1e-10)
+    w1, w2 = torch.randn(mean.shape, generator=g), torch.randn(var.shape, generator=g)
+    got = torch.autograd.grad((w1 * mean + w2 * var).sum(), params, allow_unused=True)
+    want = torch.autograd.grad((w1 * want_mean + w2 * want_var).sum(), params, allow_unused=True)
+    for u, v in zip(got, want):
+        torch.testing.assert_close(u, v, rtol=1e-7, atol=1e-9)

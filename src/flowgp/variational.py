@@ -280,14 +280,15 @@ class SparseVariationalGP(WhitenedGaussian):
     def _kernel_blocks(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """K_ZZ, the matrix its Cholesky factor is taken of (detached), and K_ZX.
 
-        For x of shape [N, D] K_ZZ and K_ZX come from one kernel evaluation K(Z, [Z; X]) split in two: one
+        For x of shape [N, D] and a kernel whose cross formula covers K_ZZ (`cross_matches_self`: no White
+        term) K_ZZ and K_ZX come from one kernel evaluation K(Z, [Z; X]) split in two: one
         pass through the kernel's parameter transforms, centring and norms instead of two (the per-step
         overhead that dominates at small M). K_ZZ is then the cross-covariance formula's, whose diagonal is
         k(z, z) only to rounding (in float32 as large as the jitter); the factor is taken of a detached copy
         with the exact diagonal `kernel.diag(Z)`, and the gradient of the cross formula is exact to rounding.
         """
         z = self.inducing_points
-        if x.dim() != 2:
+        if x.dim() != 2 or not getattr(self.kernel, "cross_matches_self", False):
             kzz = self.kernel(z)
             return kzz, kzz.detach(), self.kernel(z, x.unsqueeze(-3))
         m = z.shape[-2]
