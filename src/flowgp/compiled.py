@@ -103,6 +103,8 @@ class CompiledObjective:
 
     Attributes:
         compile_seconds: wall time spent in the calls that compiled (forward, backward and that step).
+        compile_cpu_seconds: the CPU time of this process in those calls (compiler worker processes, which
+            build the C++ kernels, are not included).
         eager_calls: calls answered eagerly (other signatures, non-finite compiled losses, fallback).
         failure: None, or why compilation was abandoned (the objective is then plain eager).
     """
@@ -119,6 +121,7 @@ class CompiledObjective:
         self.backend = backend
         self.max_signatures = max_signatures
         self.compile_seconds = 0.0
+        self.compile_cpu_seconds = 0.0
         self.eager_calls = 0
         self.failure: str | None = None
         self._compiled = None
@@ -138,7 +141,7 @@ class CompiledObjective:
 
     def _first_call(self, args):
         """Compile forward and backward for a new signature; the loss of a fresh compiled evaluation."""
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         try:
             reason = compile_unavailable_reason(_device(args)) if self.backend == "inductor" else None
             if reason is not None:
@@ -155,6 +158,7 @@ class CompiledObjective:
             return self._compiled(*args)
         finally:
             self.compile_seconds += time.perf_counter() - start
+            self.compile_cpu_seconds += time.process_time() - cpu_start
 
     def _compiled_value(self, args):
         """The compiled loss, or None where this call is answered eagerly."""
