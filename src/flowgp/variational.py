@@ -63,13 +63,13 @@ class _WhitenedMarginalTerms(torch.autograd.Function):
         p = c @ a  # [..., L, M, N]
         quad = (a * p).sum(-2)
         mean = (q_mu.unsqueeze(-2) @ a).squeeze(-2)
-        ctx.save_for_backward(chol_inv, a, q_mu, c, p)
+        ctx.save_for_backward(chol_inv, a, q_mu, c, p, chol)
         ctx.kzx_shape = kzx.shape
         return mean, quad
 
     @staticmethod
     def backward(ctx, g_mean, g_quad):
-        chol_inv, a, q_mu, c, p = ctx.saved_tensors
+        chol_inv, a, q_mu, c, p, chol = ctx.saved_tensors
         g_mean, g_quad = _output_grads(g_mean, g_quad, p)
         need_chol, need_kzx, need_mu, need_c, need_kzz = (tuple(ctx.needs_input_grad) + (False,))[:5]
         need_chol = need_chol or need_kzz
@@ -89,7 +89,7 @@ class _WhitenedMarginalTerms(torch.autograd.Function):
             abar_at = q_mu.unsqueeze(-1) * a_gmean.unsqueeze(-2) + 2.0 * (c @ gram)  # Ā Aᵀ, [..., L, M, M]
             abar_at = abar_at.sum_to_size(chol_inv.shape)
             if need_kzz:  # Lzᵀ ∂F/∂Lz = -Ā Aᵀ
-                grad_kzz, grad_chol = -cholesky_gradient_to_matrix(chol_inv, abar_at), None
+                grad_kzz, grad_chol = -cholesky_gradient_to_matrix(chol_inv, abar_at, chol), None
             else:
                 grad_chol = -(chol_inv_t @ abar_at).tril()
         return (grad_chol, grad_kzx, grad_mu, grad_c, grad_kzz)[:len(ctx.needs_input_grad)]
@@ -115,12 +115,12 @@ class _KernelSpaceMarginalTerms(torch.autograd.Function):
         p = b @ kzx  # [..., L, M, N]
         quad = (kzx * p).sum(-2)
         mean = (w.unsqueeze(-2) @ kzx).squeeze(-2)
-        ctx.save_for_backward(x, kzx, q_mu, c, p, w, b)
+        ctx.save_for_backward(x, kzx, q_mu, c, p, w, b, chol)
         return mean, quad
 
     @staticmethod
     def backward(ctx, g_mean, g_quad):
-        x, kzx, q_mu, c, p, w, b = ctx.saved_tensors
+        x, kzx, q_mu, c, p, w, b, chol = ctx.saved_tensors
         g_mean, g_quad = _output_grads(g_mean, g_quad, p)
         need_chol, need_kzx, need_mu, need_c, need_kzz = (tuple(ctx.needs_input_grad) + (False,))[:5]
         grad_chol = grad_kzx = grad_mu = grad_c = grad_kzz = None
@@ -140,7 +140,7 @@ class _KernelSpaceMarginalTerms(torch.autograd.Function):
                 # Lzᵀ ∂F/∂Lz = -(2 C X G Xᵀ + m (X ḡ_w)ᵀ), each term summed to X's shape on its own
                 h = (2.0 * (c @ x_t)).sum_to_size(x.shape) + (
                     q_mu.unsqueeze(-1) * (x @ grad_w.unsqueeze(-1)).mT).sum_to_size(x.shape)
-                grad_kzz = -cholesky_gradient_to_matrix(x, h)
+                grad_kzz = -cholesky_gradient_to_matrix(x, h, chol)
             elif need_chol:
                 # b = Xᵀ C X and w = Xᵀ m give X's gradient 2 C X G + m ḡ_wᵀ, and X = L⁻¹ turns a gradient H
                 # into -Xᵀ H Xᵀ: -(2 B G Xᵀ + w (X ḡ_w)ᵀ) with the saved B, three [M, M] products fewer
