@@ -383,6 +383,9 @@ class WarpedLikelihood(Likelihood):
         if name == "flow":
             # the input-dependent stages, found once: walking the module tree every step is per-step overhead
             object.__setattr__(self, "_stages", tuple(input_dependent_flows(value)))
+            # whether the flow was found not affine: asking again costs every stage's parameter transforms
+            # each step (the quadrature then gives the same value as a closed form would, to rounding)
+            object.__setattr__(self, "_not_affine", False)
 
     # ------------------------------------------------------------------ input-dependent flows
     @property
@@ -417,10 +420,11 @@ class WarpedLikelihood(Likelihood):
 
     def _affine(self, mean, var, x):
         """(a + b·mean, b²·var) when G(f) = a + b f (then q(G(f₀)) is Gaussian), else None."""
-        if not self.closed_form_affine or self._stages:
+        if not self.closed_form_affine or self._stages or self._not_affine:
             return None
         coefficients = self.flow.affine_coefficients(x)
         if coefficients is None:
+            object.__setattr__(self, "_not_affine", True)
             return None
         a, b = coefficients
         return a + b * mean, b.square() * var
