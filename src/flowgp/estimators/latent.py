@@ -96,7 +96,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
     def _generator(self, device, seed=None):
         return self.generator(seed, device)
 
-    def _train(self, xt, yt):
+    def _train(self, xt, yt, callback=None):
         """The importance-weighted fit of supplement E.2: Adam (and natural-gradient steps on the last layer's
         q(u) with natgrad=True), every step size decayed by lr_decay every 1000 iterations, each iteration a
         fresh random subset of the rows."""
@@ -107,18 +107,22 @@ class LatentDeepGPRegressor(SVGPRegressor):
         sampler = ArrayBatches(xt, yt, batch, per_step=batch < n, seed=self.seed)
         return train(self.model_, sampler, steps=iterations, lr=self.lr, schedule=step_lr(1000, self.lr_decay),
                      natural_gradient=natgrad, seed=self.seed, verbose=self.verbose, desc=type(self).__name__,
-                     checkpoint_path=self.checkpoint_path())
+                     checkpoint_path=self.checkpoint_path(), callback=callback)
 
     # ----- public API --------------------------------------------------------------------------------
-    def fit(self, X, y):
-        """Fit on X [n_samples, n_features] and y [n_samples]; returns self."""
+    def fit(self, X, y, callback=None):
+        """Fit on X [n_samples, n_features] and y [n_samples]; returns self.
+
+        `callback(step, loss, model)` is passed to `flowgp.training.train` (called after every iteration, a
+        truthy return stops training), e.g. to record a learning curve (benchmarks/ldgp_learning_curve.py).
+        """
         self._check_params()
         X, y = self._training_data(X, y)
         xt = self.fit_input_scaling(X)
         self.y_shift_, self.y_scale_ = float(y.mean()), (float(y.std()) if y.std() > 0 else 1.0)
         yt = self.tensor((y - self.y_shift_) / self.y_scale_)[:, None]
         self.model_ = self._build(xt, yt)
-        self.history_ = self._train(xt, yt)
+        self.history_ = self._train(xt, yt, callback)
         return self
 
     # predict (the mean of the multimodal predictive over `num_samples_predict` z ~ p(z), and its std) and

@@ -304,7 +304,8 @@ class LatentDeepGP(nn.Module):
         which is D.23's w̃_j² G_jj when G is diagonal. The first term is what autograd of L_K brings to z_j (log q
         with φ held fixed); the rest is added by a zero-valued surrogate Σ_j sg(coef_j)·(z_j - sg(z_j)), so the
         returned value is L_K and the model's parameters keep the plain IW gradient. G is formed by K
-        vector-Jacobian products of log w w.r.t. z (only when z carries a gradient).
+        vector-Jacobian products of log w w.r.t. z (only when z carries a gradient and a hidden layer couples the
+        slots; a one-layer model has a diagonal G and uses D.23 through a gradient hook on z).
         """
         gradient = check_gradient(gradient)
         dreg = gradient == "dreg"
@@ -313,6 +314,11 @@ class LatentDeepGP(nn.Module):
         if dreg and z.requires_grad and torch.is_grad_enabled():
             k = log_w.shape[1]
             weights = torch.softmax(log_w.detach(), dim=1).unsqueeze(-1)  # w̃_k, [S, K, B, 1]
+            if len(self.layers) == 1 or k == 1:
+                # no sampled layer (or one slot): G is diagonal and c_j = w̃_j² G_jj, i.e. one more factor w̃_j
+                # on what autograd brings to z_j (eq. D.23 exactly), no Jacobian needed
+                z.register_hook(lambda g: g * weights)
+                return terms
             rows = [torch.autograd.grad(log_w[:, i].sum(), z, retain_graph=True)[0] for i in range(k)]
             jac = torch.stack(rows, 1)  # G_{k j}: [S, K (k), K (j), B, Q]
             pathwise = (weights.unsqueeze(2) * jac).sum(1)  # Σ_k w̃_k G_kj, [S, K, B, Q]
