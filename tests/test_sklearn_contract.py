@@ -72,3 +72,14 @@ def test_mc_dropout_predictions_do_not_depend_on_other_rows(name, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         getattr(checks, check)(name, est)
+
+
+@pytest.mark.parametrize("check", ["check_methods_sample_order_invariance", "check_methods_subset_invariance"])
+def test_latent_deep_gp_predictions_do_not_depend_on_other_rows(check):
+    """Prediction sample s uses one z_s ~ p(z) and one hidden-layer ε for every row (common random numbers), so
+    a row's prediction is the same whatever rows are predicted with it (per-row draws moved it by ~2e-3)."""
+    from flowgp import LatentDeepGPRegressor
+    est = LatentDeepGPRegressor(num_inducing=4, epochs=2, num_samples_predict=20, verbose=False, kmeans_restarts=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        getattr(checks, check)("LatentDeepGPRegressor", est)

@@ -128,10 +128,11 @@ class LatentDeepGPRegressor(SVGPRegressor):
     # predict (the mean of the multimodal predictive over `num_samples_predict` z ~ p(z), and its std) and
     # predict_quantiles (of the predictive Gaussian mixture) come from SVGPRegressor
     def _model_predict(self, x):
-        return self.model_.predict(x, int(self.num_samples_predict), self._generator(x.device))
+        return self.model_.predict(x, int(self.num_samples_predict), self._generator(x.device), common_noise=True)
 
     def _model_quantiles(self, x, probs):
-        return self.model_.predict_quantiles(x, probs, int(self.num_samples_predict), self._generator(x.device))
+        return self.model_.predict_quantiles(x, probs, int(self.num_samples_predict), self._generator(x.device),
+                                             common_noise=True)
 
     def _chunk_samples(self, quantiles: bool):
         # the model's predict sums over bounded chunks of samples itself; its quantiles hold all samples
@@ -145,7 +146,8 @@ class LatentDeepGPRegressor(SVGPRegressor):
         s = int(self.num_samples_predict) if num_samples is None else _positive_int(num_samples, "num_samples")
         with torch.no_grad():
             lpd = self.predict_in_chunks(
-                lambda x, y: self.model_.log_predictive_density(x, y, s, self._generator(x.device)), [xt, yt],
+                lambda x, y: self.model_.log_predictive_density(x, y, s, self._generator(x.device),
+                                                                common_noise=True), [xt, yt],
                 num_samples=s)
         return lpd.cpu().numpy() - math.log(self.y_scale_)
 

@@ -173,11 +173,18 @@ class ConcatProjectionLayer(nn.Module):
         var = (g_var @ self.mixing.square()).reshape(lead + (n, -1))
         return mean, var
 
-    def forward(self, h: torch.Tensor, generator: torch.Generator | None = None):
-        """(sample, mean, var), each [..., N, D_out]: g drawn independently per input, then projected."""
+    def forward(self, h: torch.Tensor, generator: torch.Generator | None = None, common_noise: bool = False):
+        """(sample, mean, var), each [..., N, D_out]: g drawn independently per input, then projected.
+
+        common_noise: the same ε for every one of the N inputs (per leading index and output), so that a point's
+        draw does not depend on the other points (common random numbers, as GPLayer.forward)."""
         lead, n = h.shape[:-2], h.shape[-2]
         g_mean, g_var = self.gp.marginals(h.reshape(-1, h.shape[-1]))
-        eps = torch.randn(g_mean.shape, dtype=g_mean.dtype, device=g_mean.device, generator=generator)
+        if common_noise:
+            eps = torch.randn(lead + (1, g_mean.shape[-1]), dtype=g_mean.dtype, device=g_mean.device,
+                              generator=generator).expand(lead + (n, g_mean.shape[-1])).reshape(g_mean.shape)
+        else:
+            eps = torch.randn(g_mean.shape, dtype=g_mean.dtype, device=g_mean.device, generator=generator)
         base = h @ self.passthrough
         sample = base + ((g_mean + g_var.sqrt() * eps) @ self.mixing).reshape(lead + (n, -1))
         mean = base + (g_mean @ self.mixing).reshape(lead + (n, -1))
@@ -242,11 +249,15 @@ class LatentDeepGP(nn.Module):
         """Σ_ℓ KL[q(u_ℓ) || p(u_ℓ)] over the layers."""
         return sum(layer.kl_divergence() for layer in self.layers)
 
-    def last_layer_marginals(self, h: torch.Tensor, generator=None):
+    def last_layer_marginals(self, h: torch.Tensor, generator=None, common_noise: bool = False):
         """Propagate inputs h [T, B, D + Q] by sampling through all but the last layer (marginal trick);
-        return the last layer's Gaussian marginals q(f⁽ᴸ⁾ | f⁽ᴸ⁻¹⁾) as (mean, var), each [T, B, L]."""
+        return the last layer's Gaussian marginals q(f⁽ᴸ⁾ | f⁽ᴸ⁻¹⁾) as (mean, var), each [T, B, L].
+        common_noise: every one of the B points uses the same hidden-layer ε (per T and output)."""
         for layer in self.layers[:-1]:
-            h, _, _ = layer(h, generator=generator)
+            if common_noise:
+                h, _, _ = layer(h, generator=generator, common_noise=True)
+            else:
+                h, _, _ = layer(h, generator=generator)
         _, mean, var = self.layers[-1](h, generator=generator)
         return mean, var
 
@@ -363,35 +374,40 @@ class LatentDeepGP(nn.Module):
         m = max(getattr(layer, "num_inducing", 128) for layer in self.layers)
         return max(1, _CHUNK_ELEMENTS // max(1, num_points * m))
 
-    def prior_marginals(self, x, num_samples: int, generator=None):
-        """Last-layer marginals with z ~ p(z) = N(0, I): yields (mean, var) chunks of shape [s, N, L]."""
+    def prior_marginals(self, x, num_samples: int, generator=None, common_noise: bool = False):
+        """Last-layer marginals with z ~ p(z) = N(0, I): yields (mean, var) chunks of shape [s, N, L].
+
+        common_noise: sample s uses the same z_s and hidden-layer ε for every row (common random numbers): each
+        row's estimate keeps its distribution, and a row's prediction no longer depends on the other rows."""
         x = self.validate(x)
         total = _check_positive_int(num_samples, "num_samples")
         chunk = self._chunk(x.shape[0])
         done = 0
         while done < total:
             s = min(chunk, total - done)
-            z = torch.randn((s, x.shape[0], self.latent_dim), dtype=x.dtype, device=x.device, generator=generator)
-            yield self.last_layer_marginals(torch.cat([x.expand(s, *x.shape), z], dim=-1), generator)
+            rows = 1 if common_noise else x.shape[0]
+            z = torch.randn((s, rows, self.latent_dim), dtype=x.dtype, device=x.device, generator=generator)
+            z = z.expand(s, x.shape[0], self.latent_dim)
+            yield self.last_layer_marginals(torch.cat([x.expand(s, *x.shape), z], dim=-1), generator, common_noise)
             done += s
 
-    def log_predictive_density(self, x, y, num_samples: int = 1000, generator=None) -> torch.Tensor:
+    def log_predictive_density(self, x, y, num_samples: int = 1000, generator=None, common_noise: bool = False) -> torch.Tensor:
         """log p(y*_n | x*_n) ≈ log (1/S) Σ_s p(y*_n | z_s, f⁽ᴸ⁻¹⁾_s), z_s ~ p(z) (supplement E.3), [N].
 
         The last layer is integrated exactly (N(y; μ_s, v_s + σ²)), a lower-variance form of E.3's estimator.
         """
         x, y = self.validate(x, y)
         parts = []
-        for mean, var in self.prior_marginals(x, num_samples, generator):
+        for mean, var in self.prior_marginals(x, num_samples, generator, common_noise):
             parts.append(self.likelihood.predictive_log_density(y, mean, var).sum(-1))  # [s, N]
         log_p = torch.cat(parts, 0)
         return torch.logsumexp(log_p, 0) - math.log(log_p.shape[0])
 
-    def predict(self, x, num_samples: int = 1000, generator=None):
+    def predict(self, x, num_samples: int = 1000, generator=None, common_noise: bool = False):
         """Mean and variance of the (mixture) predictive p(y* | x*), each [N, L]."""
         first = second = 0.0
         count = 0
-        for mean, var in self.prior_marginals(x, num_samples, generator):
+        for mean, var in self.prior_marginals(x, num_samples, generator, common_noise):
             y_mean, y_var = self.likelihood.predictive_moments(mean, var)
             first = first + y_mean.sum(0)
             second = second + (y_var + y_mean.square()).sum(0)
@@ -407,12 +423,12 @@ class LatentDeepGP(nn.Module):
             out.append(self.likelihood.sample(f, generator=generator))
         return torch.cat(out, 0)
 
-    def predict_quantiles(self, x, probs, num_samples: int = 1000, generator=None, iterations: int = 60):
+    def predict_quantiles(self, x, probs, num_samples: int = 1000, generator=None, iterations: int = 60, common_noise: bool = False):
         """Quantiles of the Gaussian-mixture predictive at `probs` by bisection of its CDF: [P, N, L]."""
         probs = check_probabilities(probs, x)
         with torch.no_grad():
             means, sds = [], []
-            for mean, var in self.prior_marginals(x, num_samples, generator):
+            for mean, var in self.prior_marginals(x, num_samples, generator, common_noise):
                 means.append(mean)
                 sds.append((var + self.likelihood.noise).sqrt())
             mean, sd = torch.cat(means, 0), torch.cat(sds, 0)  # [S, N, L]
