@@ -88,7 +88,7 @@ class _DeepMixin:
             # identity steps that *is* the DSVI posterior, so the flow stage only adds what the flow gains
             dsvi = self._build(xt, yt, posterior="gaussian")
             history += list(train(dsvi, xt, yt, epochs=warm_epochs, batch_size=self.batch_size, lr=self.lr,
-                                  fix_noise_fraction=fix_noise * self.epochs / warm_epochs, seed=self.seed,
+                                  fix_noise_fraction=min(1.0, fix_noise * self.epochs / warm_epochs), seed=self.seed,
                                   verbose=self.verbose, desc=type(self).__name__ + " (DSVI warm start)",
                                   checkpoint_path=self.checkpoint_path(".dsvi")))
             warm_start_from_gaussian(self.model_, dsvi)
