@@ -6,11 +6,14 @@ Run from the repository root (GPyTorch is a dev-only dependency):
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/dgp_step_time.py --rounds 3 --steps 10   # quicker
 
 Part 1 (synthetic, N=10000, D=8, B=512, M=100, one sample): median time of one training step (minibatch
-ELBO, backward, Adam update) of 2- and 3-layer flowgp DSVI ("dgpL") and CNF ("cnf-dgpL") deep GPs, GPyTorch's
+ELBO, backward, Adam update) of 2- and 3-layer flowgp DSVI ("dgpL"), flow-posterior ("cnf-dgpL": DSVI's Gaussian
+base + convolutional flow steps, one draw of U per point) and the CNF paper's ("cnf-paper-dgpL", one shared draw)
+deep GPs, GPyTorch's
 DeepGP with the same layers, widths (hidden width min(D, 16) = 8), M, batch and one likelihood sample, and
 flowgp's TGP (one SAL flow). The peers are interleaved: every round times every model for `--steps` steps and
 the reported value is the median over rounds of each round's median, which keeps slow drifts from load on a
-shared machine out of the ratios. Ratios printed: flowgp DGP / GPyTorch DGP, DGP / TGP.
+shared machine out of the ratios. Ratios printed: flowgp DGP / GPyTorch DGP, DGP / TGP, and the flow
+posteriors / DSVI (issue 20's targets: cnf-dgp3/dgp3 <= 1.5, dgp3/gpytorch-dgp3 <= 0.7).
 
 Part 2 (energy, TGP paper Fig. 11): training-step time (full batch of the 691 training points, M=100) and
 prediction time on the 77 test points (mean, variance and log density; the DGP with 100 samples, the TGP
@@ -134,7 +137,7 @@ def synthetic(args, device, dtype):
     # models are built from float64 data (no global default dtype) and then moved to the timed dtype
     x64, z64 = x.to(torch.float64), z.to(torch.float64)
     for layers in (2, 3):
-        for post, name in (("gaussian", "dgp"), ("cnf", "cnf-dgp")):
+        for post, name in (("gaussian", "dgp"), ("cnf", "cnf-dgp"), ("cnf-paper", "cnf-paper-dgp")):
             model = build_deep_gp(x64, 1, layers, inducing_points=z64, posterior=post, hidden_width=width)
             fns[f"{name}{layers}"] = flowgp_step(model.to(device, dtype), x, y, args.batch)
         if not args.no_peer:
@@ -148,7 +151,10 @@ def synthetic(args, device, dtype):
            "round_medians_ms": {k: [1e3 * t for t in v] for k, v in per.items()}}
     ratios = {}
     for layers in (2, 3):
-        for name in ("dgp", "cnf-dgp"):
+        # issue 20 targets: the flow posterior's step <= 1.5x DSVI's, DSVI's <= 0.7x GPyTorch's
+        ratios[f"cnf-dgp{layers}/dgp{layers}"] = med[f"cnf-dgp{layers}"] / med[f"dgp{layers}"]
+        ratios[f"cnf-paper-dgp{layers}/dgp{layers}"] = med[f"cnf-paper-dgp{layers}"] / med[f"dgp{layers}"]
+        for name in ("dgp", "cnf-dgp", "cnf-paper-dgp"):
             key = f"{name}{layers}"
             if f"gpytorch-dgp{layers}" in med:
                 ratios[f"{key}/gpytorch-dgp{layers}"] = med[key] / med[f"gpytorch-dgp{layers}"]

@@ -150,5 +150,46 @@ def tables(rows, models) -> list[str]:
     return out
 
 
+
+def side_by_side(new_path, baseline_path) -> list[str]:
+    """Issue 20: per split, the new `cnf-dgpL` rows of `new_path` next to `dgpL` (DSVI) and the paper's CNF
+    (`cnf-paper-dgpL`, or the pre-issue-20 `cnf-dgpL` rows of `baseline_path`, which are that design), for every
+    (dataset, split, L) the new posterior finished. Columns: standardised training ELBO per point, test NLL."""
+    def load(path):
+        with open(path) as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+
+    new = load(new_path)
+    base = load(baseline_path) if baseline_path else []
+    index = {}
+    for r in base:  # the baseline's cnf-dgpL rows are the paper's design
+        name = r["model"].replace("cnf-dgp", "cnf-paper-dgp") if r["model"].startswith("cnf-dgp") else r["model"]
+        index[(r["dataset"], r["split"], name)] = r
+    for r in new:
+        index[(r["dataset"], r["split"], r["model"])] = r
+    per_point = lambda r: standardised_elbo(r) / r["n_train"]  # noqa: E731
+    nll = lambda r: f"{r['nll']:.3f}"  # noqa: E731
+    out = ["| dataset | split | L | ELBO dgp | ELBO cnf (new) | ELBO cnf-paper | NLL dgp | NLL cnf (new) | NLL cnf-paper |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(new, key=lambda r: (r["dataset"], r["model"], r["split"])):
+        if not r["model"].startswith("cnf-dgp"):
+            continue
+        depth = r["model"][len("cnf-dgp"):]
+        dsvi = index.get((r["dataset"], r["split"], f"dgp{depth}"))
+        paper = index.get((r["dataset"], r["split"], f"cnf-paper-dgp{depth}"))
+        cell = lambda row, f: "—" if row is None else f(row)  # noqa: E731
+        out.append(f"| {r['dataset']} | {r['split']} | {depth} | {cell(dsvi, lambda x: f'{per_point(x):+.3f}')} | "
+                   f"{per_point(r):+.3f} | {cell(paper, lambda x: f'{per_point(x):+.3f}')} | "
+                   f"{cell(dsvi, nll)} | {r['nll']:.3f} | "
+                   f"{cell(paper, nll)} |")
+    return out
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if len(sys.argv) > 1 and sys.argv[1] == "--side-by-side":
+        # python benchmarks/dgp_uci_table.py --side-by-side NEW.jsonl [BASELINE.jsonl]
+        print("\n".join(side_by_side(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)))
+    else:
+        main()

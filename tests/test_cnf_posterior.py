@@ -138,7 +138,7 @@ def test_linear_flow_density_is_the_gaussian_pushforward(float64_default):
 
 def test_nonlinear_flow_log_prob_matches_sample_and_gradients_flow(float64_default):
     x, y = _toy()
-    model = build_deep_gp(x, 1, 3, num_inducing=6, hidden_width=2, posterior="cnf", kmeans_restarts=1)
+    model = build_deep_gp(x, 1, 3, num_inducing=6, hidden_width=2, posterior="cnf-paper", kmeans_restarts=1)
     post = model.posterior
     assert sum(post.dims) == 2 + 2 + 1
     _perturb(post.flow, 0.1, seed=7)
@@ -222,5 +222,5 @@ def test_free_base_ablation_samples_from_its_own_parameters(float64_default):
         ConvolutionalFlowPosterior(model.layers, base="mlp")
     with pytest.raises(ValueError, match="flow_base"):
         build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf", flow_base="mlp")
-    deep = build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf", flow_base="free")
+    deep = build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf-paper", flow_base="free")
     assert deep.posterior.base_kind == "free" and tuple(deep.posterior.base_mean.shape) == (5, 3)

@@ -14,7 +14,7 @@ def _data(n=80, seed=0):
     return X, y
 
 
-@pytest.mark.parametrize("posterior,flow_base", [("gaussian", "network"), ("cnf", "network"), ("cnf", "free")])
+@pytest.mark.parametrize("posterior,flow_base", [("gaussian", "network"), ("cnf", "network"), ("cnf-paper", "free")])
 def test_regressor_fits_predicts_and_round_trips(tmp_path, posterior, flow_base):
     X, y = _data()
     est = DeepGPRegressor(layers=2, posterior=posterior, flow_base=flow_base, num_inducing=12, epochs=300, lr=0.03,

@@ -244,7 +244,7 @@ def test_bad_input_is_refused(float64_default):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("posterior", ["gaussian", "cnf"])
+@pytest.mark.parametrize("posterior", ["gaussian", "cnf", "cnf-paper"])
 def test_cuda_elbo_and_predict(posterior):
     x, y = _toy(dtype=torch.float64)
     model = build_deep_gp(x.cuda(), 1, 2, num_inducing=5, posterior=posterior, kmeans_restarts=1)
@@ -256,7 +256,7 @@ def test_cuda_elbo_and_predict(posterior):
 
 
 # ----- one objective, explicit randomness and dtype (issue 19) ------------------------------------------
-@pytest.mark.parametrize("posterior", ["gaussian", "cnf", "flow-layerwise"])
+@pytest.mark.parametrize("posterior", ["gaussian", "cnf", "cnf-paper", "flow-layerwise"])
 def test_builder_and_elbo_leave_global_state_untouched(posterior):
     import numpy as np
 
@@ -274,7 +274,7 @@ def test_builder_randomness_comes_from_the_generator_or_the_seed():
     x, _ = _toy(n=30)
 
     def params(**kw):
-        model = build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf", **kw)
+        model = build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf-paper", **kw)
         return [p.detach().clone() for p in model.parameters()]
 
     same = params(seed=4, generator=torch.Generator().manual_seed(4))

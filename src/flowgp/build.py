@@ -144,6 +144,10 @@ class DeepGPConfig:
     quadrature_points: int = 20
     predict_quadrature_points: int = 100
     kmeans_restarts: int = 10
+    # issue 20: element-wise steps of posterior="cnf" ("entry" or "channel") and how U is drawn in the bound
+    # ("per-point", "shared"; None: "shared" for "cnf-paper", "per-point" for the other flows)
+    flow_elementwise: str = "entry"
+    draws: str | None = None
     inducing_points: Any = field(default=None, compare=False, repr=False)
 
 
@@ -337,6 +341,7 @@ def _build_deep(config: DeepGPConfig, x, y, *, generator=None):
         kmeans_restarts=config.kmeans_restarts, seed=_kmeans_seed(generator), inducing_points=inducing,
         learn_inducing=config.learn_inducing, flow_steps=int(config.flow_steps), flow_base=config.flow_base,
         quadrature_points=config.quadrature_points, predict_quadrature_points=config.predict_quadrature_points,
+        draws=config.draws, flow_elementwise=config.flow_elementwise,
         **_generator_kwarg(build_deep_gp, generator))
 
 

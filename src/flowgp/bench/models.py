@@ -192,6 +192,11 @@ def _builtins() -> list:
         *[NamedModel(f"{prefix}{n}", "DeepGPRegressor", "DeepGPClassifier", fixed={"layers": n, "posterior": posterior},
                      defaults=_DEEP_OPTIONS, description=f"{n}-layer deep GP, {posterior} q(U)")
           for prefix, posterior in (("dgp", "gaussian"), ("cnf-dgp", "cnf")) for n in range(2, 6)],
+        # issue 20: cnf-dgpL is the Gaussian-base flow (per-point draws); the paper's exact design (diagonal base
+        # from φ(Z), one shared draw of U) is cnf-paper-dgpL (the cnf-dgpL rows of results before issue 20)
+        *[NamedModel(f"cnf-paper-dgp{n}", "DeepGPRegressor", "DeepGPClassifier",
+                     fixed={"layers": n, "posterior": "cnf-paper"}, defaults=_DEEP_OPTIONS,
+                     description=f"{n}-layer deep GP, the CNF paper's q(U) (shared draws)") for n in range(2, 6)],
         # issue 7: latent-variable deep GPs with 1-4 layers, REG or DREG q(z) gradients (names in sorted order)
         *[NamedModel(f"ldgp{n}-{g}", "LatentDeepGPRegressor", fixed={"layers": n, "gradient": g},
                      defaults={"num_importance": 5, "num_samples_predict": 10000},

@@ -11,11 +11,21 @@ KL[q(V') || N(0, I)] and nothing else changes.
   upper) so that log|det dG/dV| = M·Σ log|s_k| (eq. 8), followed by an element-wise sinh-arcsinh step per
   channel (Table 1 of the TGP paper) so that the family is non-Gaussian. The base π(V_ℓ) = N(μ_ℓ, diag σ²_ℓ)
   takes [μ_ℓ, σ_ℓ] = φ_ℓ(Z_ℓ) from a separate two-layer network per layer (256 hidden units, leaky ReLU; eq. 9).
+* `GaussianConvolutionalFlowPosterior` (flowgp's default `posterior="cnf"`): the same convolutional steps
+  over a *full-covariance* whitened Gaussian base per layer and output, N(m_ℓd, R_ℓd R_ℓdᵀ) over the M
+  inducing values - DSVI's parameterisation, read from the layers' own q(v_ℓ) - so that with identity steps
+  (the initialisation) q(U) *is* the DSVI posterior. The KL splits into DSVI's closed form and a Monte Carlo
+  term of what the flow T changes (zero at the identity):
+      KL[q(U) || p(U)] = KL[q(V) || N(0, I)] - E_q(V)[log|det dT/dV|] - E_q(V)[log N(T(V); 0, I) - log N(V; 0, I)].
+  The paper's design (`ConvolutionalFlowPosterior`, diagonal base from φ(Z), one shared draw of U per step)
+  stays available as `posterior="cnf-paper"`.
 * `LayerwiseFlowPosterior` (the naive design of Fig. 1, an ablation): one flow g_ℓ: R^{M d_ℓ} → R^{M d_ℓ}
   per layer (a dense LU-parameterised linear map and element-wise sinh-arcsinh steps) with a free
   mean-field base, no coupling between layers and no dependence on Z.
 
-`sample(num_samples, inducing_inputs, generator)` returns ([v_ℓ of shape [S, d_ℓ, M]], log q(v) [S]).
+`sample(num_samples, inducing_inputs, generator)` returns ([v_ℓ of shape [S, d_ℓ, M]], log q(v) [S]) for the
+paper's and the layer-wise flows; the Gaussian-base flow's `draw(layers, num_draws, generator)` returns draws in
+the channels-first layout [d_ℓ, M, P] that the per-point bound uses, and its KL split in two.
 """
 from __future__ import annotations
 
@@ -28,10 +38,13 @@ from torch.nn import functional as F
 
 from ..flows import SinhArcsinh
 
-__all__ = ["LULinear", "ConvolutionalFlowPosterior", "LayerwiseFlowPosterior", "FLOW_BASES"]
+__all__ = ["LULinear", "ConvolutionalFlowPosterior", "GaussianConvolutionalFlowPosterior", "LayerwiseFlowPosterior",
+           "FLOW_BASES", "ELEMENTWISE_SHAPES"]
 
 #: bases π(V) of the convolutional flow: φ_ℓ(Z_ℓ) of eq. 9, or free parameters (ablation)
 FLOW_BASES = ("network", "free")
+#: parameter sharing of the Gaussian-base flow's element-wise steps: one (a, b) per channel (the paper's) or per entry
+ELEMENTWISE_SHAPES = ("channel", "entry")
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -105,6 +118,18 @@ class LULinear(nn.Module):
 
     def inverse(self, u: torch.Tensor) -> torch.Tensor:
         return torch.linalg.solve(self.weight(), u.unsqueeze(-1)).squeeze(-1)
+
+    def forward_channels_first(self, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(W v along the *first* axis, v [K, ...], and log|det W| of one K-vector).
+
+        The same 1×1 convolution as `forward` for tensors laid out [K, M, P] (channels, inducing points, draws):
+        one [K, K] x [K, M·P] product, no transposes. The log-determinant of the whole map is
+        (number of K-vectors)·log|det W| (eq. 8); the caller multiplies by M (it is the same for every draw).
+        """
+        if v.shape[0] != self.dim:
+            raise ValueError(f"v must have {self.dim} channels on its first axis, got shape {tuple(v.shape)}")
+        out = (self.weight() @ v.reshape(self.dim, -1)).reshape(v.shape)
+        return out, self.log_abs_det()
 
 
 class _FlowSteps(nn.Module):
@@ -272,6 +297,171 @@ class ConvolutionalFlowPosterior(nn.Module):
         _, logdet = self.flow(v0)
         mean, scale = self.base(inducing_inputs)
         return _base_log_prob((v0 - mean) / scale, scale) - logdet
+
+
+class _SinhArcsinhFunction(torch.autograd.Function):
+    """T(x) = sinh(b·asinh(x) - a) element-wise with the per-draw log-Jacobian Σ log T'(x), fused, hand-written backward.
+
+    x [K, M, P] (P draws), a and b broadcastable [K, M or 1, 1]. log T'(x) = log b + log cosh z - ½ log(1 + x²),
+    z = b·asinh(x) - a (TGP Table 1). The backward uses
+        ∂T/∂x = b cosh z / r,  ∂logT'/∂x = b tanh z / r - x / r²,  r = √(1 + x²),
+        ∂T/∂a = -cosh z,       ∂logT'/∂a = -tanh z,
+        ∂T/∂b = s cosh z,      ∂logT'/∂b = 1/b + s tanh z,   s = asinh x.
+    Autograd through torch.asinh / sinh / log-cosh costs several times more on the K·M·P entries of the per-point
+    draws (torch.asinh alone is slow on CPU; here asinh x = sign(x)·log(|x| + r), absolute error ~1e-16), and
+    the forward/backward use in-place passes where they can: the step is memory-bound.
+    """
+
+    @staticmethod
+    def forward(ctx, x, a, b):
+        r = (x * x).add_(1.0).sqrt_()
+        s = (x.abs() + r).log_().copysign_(x)  # asinh(x), absolute error ~1e-16
+        z = torch.addcmul(-a, b, s)
+        out, cosh = torch.sinh(z), torch.cosh(z)
+        q = cosh / r  # T'(x) / b
+        # Σ_entries log b: each (a, b) pair is shared by numel / (P·b.numel()) entries of a draw
+        shared = x.numel() // x.shape[-1] // b.numel()
+        logdet = q.log().sum((0, 1)) + shared * b.log().sum()
+        ctx.save_for_backward(x, s, r, cosh, q, out, a, b)
+        return out, logdet
+
+    @staticmethod
+    def backward(ctx, g_out, g_logdet):
+        x, s, r, cosh, q, out, a, b = ctx.saved_tensors
+        g_out = torch.zeros_like(x) if g_out is None else g_out
+        g_logdet = x.new_zeros(x.shape[-1]) if g_logdet is None else g_logdet
+        tanh = out / cosh
+        gl = g_logdet.reshape((1,) * (x.dim() - 1) + (-1,))
+        grad_x = grad_a = grad_b = None
+        if ctx.needs_input_grad[0]:
+            # b·(ḡ_T cosh z + ḡ_L tanh z)/r - ḡ_L x/r²
+            t = (tanh * b).sub_(x / r).div_(r).mul_(gl)
+            grad_x = (g_out * q).mul_(b).add_(t)
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            u = torch.addcmul(g_out * cosh, gl, tanh)  # ḡ_T cosh z + ḡ_L tanh z
+            if ctx.needs_input_grad[1]:
+                grad_a = -u.sum_to_size(a.shape)
+            if ctx.needs_input_grad[2]:
+                shared = x.numel() // x.shape[-1] // b.numel()
+                grad_b = (s * u).sum_to_size(b.shape) + shared * g_logdet.sum() / b
+        return grad_x, grad_a, grad_b
+
+
+class SinhArcsinhStep(nn.Module):
+    """Element-wise T(x) = sinh(b·asinh(x) - a) on [K, M, P] draws, b = exp(log_b); identity (a = 0, b = 1) at init.
+
+    `param_shape` [K, M, 1] gives each inducing value and channel its own (a, b); [K, 1, 1] one pair per channel.
+    `forward(x) -> (T(x), Σ log T'(x) per draw [P])`.
+    """
+
+    def __init__(self, param_shape, dtype: torch.dtype = torch.float64):
+        super().__init__()
+        self.a = nn.Parameter(torch.zeros(param_shape, dtype=dtype))
+        self.log_b = nn.Parameter(torch.zeros(param_shape, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return _SinhArcsinhFunction.apply(x, self.a, self.log_b.exp())
+
+    def inverse(self, y: torch.Tensor) -> torch.Tensor:
+        """x = sinh((asinh(y) + a) / b)."""
+        return torch.sinh((torch.asinh(y) + self.a) / self.log_b.exp())
+
+
+class GaussianConvolutionalFlowPosterior(nn.Module):
+    """q(U) = T_#N(m, R Rᵀ): DSVI's whitened Gaussian base per layer and output, then convolutional flow steps.
+
+    V_ℓd ~ N(m_ℓd, R_ℓd R_ℓdᵀ) over the M whitened inducing values of output d of layer ℓ (the layer's own
+    `q_mu`, `q_sqrt`: DSVI's parameterisation, so a fitted DSVI model is a valid starting point); the layers'
+    draws are stacked channels-first as a K × M tensor, K = Σd_ℓ, and pushed through `num_steps` steps, each
+    a 1×1 convolution W (K × K, LU-parameterised, coupling the layers' outputs: CNF-DGP Fig. 2, eq. 8) followed
+    by an element-wise sinh-arcsinh step (TGP Table 1) when `nonlinear`. Every step starts at the identity, so
+    at initialisation q(U) is exactly DSVI's Gaussian q(U).
+
+    The KL is split (see the module docstring): `gaussian_kl(layers)` is DSVI's closed form, and the flow's
+    correction per draw is c(V) = -log|det dT/dV| - [log N(T(V); 0, I) - log N(V; 0, I)] (= 0 when T = id),
+    so KL = gaussian_kl + E[c(V)].
+
+    Args:
+        layers: the deep GP's GPLayers (read for widths and M; their q(v) is the base, read at every draw).
+        num_steps: convolution steps (each followed by an element-wise step if `nonlinear`).
+        nonlinear: add the element-wise sinh-arcsinh steps.
+        elementwise: "entry" (default: one (a, b) pair per inducing value and channel, K·M pairs, so each
+            inducing value's marginal can be skewed or tailed on its own) or "channel" (one pair per channel,
+            the paper's parameter sharing).
+    """
+
+    #: DeepGP reads the base from its layers' q(v) (and keeps those parameters trainable)
+    gaussian_base = True
+
+    def __init__(self, layers: Sequence[nn.Module], num_steps: int = 2, nonlinear: bool = True,
+                 elementwise: str = "entry"):
+        super().__init__()
+        layers = list(layers)
+        self.dims, _, self.num_inducing = _check_layers(layers)
+        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+            raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}")
+        if elementwise not in ELEMENTWISE_SHAPES:
+            raise ValueError(f"elementwise must be one of {ELEMENTWISE_SHAPES}, got {elementwise!r}")
+        dtype = _layers_dtype(layers)
+        k = sum(self.dims)
+        self.linear = nn.ModuleList([LULinear(k, init="identity", dtype=dtype) for _ in range(num_steps)])
+        shape = (k, self.num_inducing, 1) if elementwise == "entry" else (k, 1, 1)
+        self.elementwise = nn.ModuleList([SinhArcsinhStep(shape, dtype) for _ in range(num_steps)]) \
+            if nonlinear else nn.ModuleList()
+
+    def gaussian_kl(self, layers: Sequence[nn.Module]) -> torch.Tensor:
+        """KL[q(V) || N(0, I)] of the Gaussian base in closed form (TGP appendix eq. 9), summed over layers."""
+        return sum(layer.kl_divergence() for layer in layers)
+
+    def base_draws(self, layers: Sequence[nn.Module], num_draws: int, generator=None) -> torch.Tensor:
+        """V = m + R ε for every layer and output, stacked channels-first: [K, M, P] (P = num_draws).
+
+        One [d_ℓ, M, M] x [d_ℓ, M, P] product per layer (a batched GEMM over the outputs).
+        """
+        layers = list(layers)
+        if [layer.output_dim for layer in layers] != self.dims:
+            raise ValueError(f"layers have widths {[layer.output_dim for layer in layers]}, the flow was built "
+                             f"for {self.dims}")
+        q_mu = layers[0].gp.q_mu
+        # standard normals drawn in float32 and widened: a float32 draw is still an exact N(0, 1) sample up to
+        # its rounding (2⁻²⁴ relative), and torch's CPU sampler is ~5x faster in float32 than in float64 for
+        # the K·M·P numbers the per-point draws need (lower precisions are drawn as they are)
+        draw_dtype = torch.float32 if q_mu.dtype == torch.float64 else q_mu.dtype
+        eps = torch.randn((sum(self.dims), self.num_inducing, int(num_draws)), dtype=draw_dtype,
+                          device=q_mu.device, generator=generator).to(q_mu.dtype)
+        parts = []
+        for layer, e in zip(layers, torch.split(eps, self.dims, dim=0)):
+            parts.append(torch.baddbmm(layer.gp.q_mu.unsqueeze(-1), layer.gp.q_sqrt_tril(), e))  # [d_ℓ, M, P]
+        return torch.cat(parts, 0)
+
+    def transform(self, v0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(T(V), log|det dT/dV| per draw [P]) for V [K, M, P] (channels-first)."""
+        m = v0.shape[1]
+        v = v0
+        logdet = v0.new_zeros(v0.shape[-1])
+        for i, lin in enumerate(self.linear):
+            v, ld = lin.forward_channels_first(v)
+            logdet = logdet + m * ld  # eq. 8: M·log|det W| for each draw
+            if len(self.elementwise):
+                v, ld = self.elementwise[i](v)
+                logdet = logdet + ld
+        return v, logdet
+
+    def draw(self, layers: Sequence[nn.Module], num_draws: int, generator=None):
+        """([v_ℓ [d_ℓ, M, P]], Gaussian KL (scalar), flow correction c(V) per draw [P]).
+
+        KL[q(U) || p(U)] = gaussian KL + E[c(V)]; an unbiased estimate averages c over the P draws.
+        """
+        v0 = self.base_draws(layers, num_draws, generator)
+        v, logdet = self.transform(v0)
+        # log N(T(V); 0, I) - log N(V; 0, I) = -½ Σ (T(V)² - V²): the constants cancel
+        correction = 0.5 * (v.square() - v0.square()).sum((0, 1)) - logdet
+        return list(torch.split(v, self.dims, dim=0)), self.gaussian_kl(layers), correction
+
+    def sample(self, num_samples: int, layers: Sequence[nn.Module], generator=None):
+        """([v_ℓ [S, d_ℓ, M]], KL estimate): S draws in the layout of the other posteriors' `sample`."""
+        vs, kl, correction = self.draw(layers, num_samples, generator)
+        return [v.permute(2, 0, 1) for v in vs], kl + correction.mean()
 
 
 class LayerwiseFlowPosterior(nn.Module):

@@ -6,9 +6,18 @@ through the layers with the marginal trick: only the per-point marginals q(f_ℓ
 (reparameterised), and the last layer's expectation is taken in closed form (Gaussian likelihood) or by
 Gauss-Hermite quadrature. q(U) is either Gaussian per layer (whitened, as in SVGP) or a normalizing-flow
 posterior over all layers' whitened inducing outputs (`flowgp.models.cnf_posterior`, CNF-DGP eqs. 5-9).
+
+Flow posteriors are sampled, and by default *per data point*: every point n (and each of its S samples)
+gets its own draw U⁽ⁿ⁾ of all layers' inducing outputs,
+    ELBO ≈ (N/B) Σ_n (1/S) Σ_s E[log p(y_n | f_L) | U⁽ⁿˢ⁾] - KL,
+which is as unbiased as one draw shared by the batch (each term's expectation is the same) but whose
+U-noise averages over the batch. It is cheap because the projection A = Lz⁻¹ K_ZX of a layer does not depend
+on U: point n's conditional mean is the dot product a_nᵀ v⁽ⁿ⁾ (`GPLayer.conditional_per_point`). The paper's
+estimator, one draw shared by the batch (CNF-DGP eq. 6), is `draws="shared"` (`posterior="cnf-paper"`).
 """
 from __future__ import annotations
 
+import copy
 import math
 from typing import Sequence
 
@@ -24,10 +33,17 @@ from ..variational import SparseVariationalGP
 from ._checks import as_inputs, as_targets
 from .cnf_posterior import FLOW_BASES
 
-__all__ = ["LinearMean", "GPLayer", "DeepGP", "build_deep_gp", "hidden_layer_width", "POSTERIORS"]
+__all__ = ["LinearMean", "GPLayer", "DeepGP", "build_deep_gp", "hidden_layer_width", "POSTERIORS", "DRAWS",
+           "warm_start_from_gaussian"]
 
-#: the variational families over the inducing outputs understood by `build_deep_gp`
-POSTERIORS = ("gaussian", "cnf", "flow-layerwise")
+#: the variational families over the inducing outputs understood by `build_deep_gp`: DSVI's Gaussian, the
+#: Gaussian-base convolutional flow (default flow), the paper's CNF (diagonal φ(Z) base, shared draws), the
+#: layer-wise flow of CNF-DGP Fig. 1
+POSTERIORS = ("gaussian", "cnf", "cnf-paper", "flow-layerwise")
+#: how a flow posterior's U is drawn in the bound: one draw per data point (and sample), or one for the batch
+DRAWS = ("per-point", "shared")
+#: below this many elements per Monte Carlo chunk the no-grad bound evaluates all samples at once
+_EVAL_CHUNK_ELEMENTS = 2 ** 24
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
@@ -150,6 +166,36 @@ class GPLayer(nn.Module):
         mean, var = self.gp.conditional(x, v)
         return mean, var
 
+    def conditional_per_point(self, x: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Marginals of p(f(x_p) | v⁽ᵖ⁾) with one whitened draw per point: mean, var [S, N, D_out].
+
+        x: [N, D_in] (shared by the S samples) or [S, N, D_in]; v: [D_out, M, P] channels-first with P = S·N
+        columns in sample-major order (column s·N + n is sample s of point n). Since A = Lz⁻¹ K_ZX does not
+        depend on v, mean_p = a_pᵀ v⁽ᵖ⁾ is a batched dot product and var_p = k_pp - a_pᵀ a_p is shared by all
+        draws of a point (TGP appendix eq. 12 with S = 0, one v per column).
+        """
+        if x.dim() not in (2, 3) or x.shape[-1] != self.input_dim:
+            raise ValueError(f"x must have shape [N, {self.input_dim}] or [S, N, {self.input_dim}], got {tuple(x.shape)}")
+        d_out, m = self.output_dim, self.num_inducing
+        if v.dim() != 3 or tuple(v.shape[:2]) != (d_out, m):
+            raise ValueError(f"v must have shape [{d_out}, {m}, P] (D_out, M, draws), got {tuple(v.shape)}")
+        n = x.shape[-2]
+        flat = x.reshape(-1, x.shape[-1])  # [Q, D_in], Q = N or S·N
+        q = flat.shape[0]
+        if v.shape[-1] % q or (x.dim() == 3 and v.shape[-1] != q):
+            raise ValueError(f"v has {v.shape[-1]} draws, not a multiple of the {q} points of x (S·N draws needed)")
+        reps = v.shape[-1] // q
+        a, _ = self.gp.projection(flat)  # [Lb, M, Q]
+        var = (self.gp.kernel.diag(flat.unsqueeze(-3)) - a.square().sum(-2)).clamp_min(1e-12)  # [Lb, Q]
+        mean = (a.unsqueeze(-2) * v.reshape(d_out, m, reps, q)).sum(-3)  # [D_out, reps, Q]
+        var = var.unsqueeze(-2).expand(d_out, reps, q)
+        s = v.shape[-1] // n
+        mean = mean.reshape(d_out, s, n).permute(1, 2, 0)
+        var = var.reshape(d_out, s, n).permute(1, 2, 0)
+        if self.gp.mean_function is not None:
+            mean = mean + self.gp.mean_function(x)
+        return mean, var
+
     def marginals(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """q(f(x)) marginals under the layer's Gaussian q(v), mean and var [..., N, D_out].
 
@@ -191,8 +237,12 @@ class DeepGP(nn.Module):
         layers: GPLayer sequence; layer ℓ's input width must equal layer ℓ-1's output width.
         likelihood: defaults to GaussianLikelihood(num_outputs = last layer's width).
         posterior: None for independent Gaussian q(U_ℓ) per layer (DSVI), or a flow posterior with
-            `sample(num_samples, inducing_inputs, generator) -> ([v_ℓ [S, D_ℓ, M]], log q [S])` (cnf_posterior module).
-        num_samples: S used by `elbo` when none is given (training).
+            `sample(num_samples, inducing_inputs, generator) -> ([v_ℓ [S, D_ℓ, M]], log q [S])` (cnf_posterior module),
+            or one with `gaussian_base = True` and `draw(layers, P, generator)` (the Gaussian-base flow, whose
+            base is the layers' own q(v), which then stay trainable).
+        num_samples: S used by `elbo` when none is given (training): samples per data point.
+        draws: "per-point" (default: an independent draw of U for every point and sample) or "shared" (one draw
+            per sample shared by the batch, the paper's eq. 6); flow posteriors only.
         quadrature_points: Gauss-Hermite points for non-Gaussian likelihood expectations.
         predict_quadrature_points: points for predictive densities under non-Gaussian likelihoods.
     """
@@ -205,8 +255,12 @@ class DeepGP(nn.Module):
         num_samples: int = 1,
         quadrature_points: int = 20,
         predict_quadrature_points: int = 100,
+        draws: str = "per-point",
     ):
         super().__init__()
+        if draws not in DRAWS:
+            raise ValueError(f"draws must be one of {DRAWS}, got {draws!r}")
+        self.draws = draws
         layers = list(layers)
         if not layers:
             raise ValueError("a DeepGP needs at least one layer")
@@ -222,7 +276,7 @@ class DeepGP(nn.Module):
             likelihood = GaussianLikelihood(num_outputs=layers[-1].output_dim).to(layers[-1].gp.q_mu.dtype)
         self.likelihood = likelihood
         self.posterior = posterior
-        if posterior is not None:
+        if posterior is not None and not getattr(posterior, "gaussian_base", False):
             # q(U) comes from the flow: the layers' own Gaussian q(v) is unused, so keep it out of the optimiser
             for layer in layers:
                 layer.gp.q_mu.requires_grad_(False)
@@ -263,10 +317,44 @@ class DeepGP(nn.Module):
         """
         if self.posterior is None:
             return None, sum(layer.kl_divergence() for layer in self.layers)
+        if getattr(self.posterior, "gaussian_base", False):
+            return self.posterior.sample(num_samples, self.layers, generator=generator)
         z = [layer.gp.inducing_points for layer in self.layers]
         vs, log_q = self.posterior.sample(num_samples, z, generator=generator)
         log_p = sum(-0.5 * (v.square() + _LOG_2PI).sum((-2, -1)) for v in vs)
         return vs, (log_q - log_p).mean()
+
+    def draw_inducing(self, num_draws: int, generator=None):
+        """P independent draws of all layers' whitened U from a flow posterior, for the per-point bound.
+
+        Returns ([v_ℓ [D_ℓ, M, P]] channels-first, KL part known in closed form (a scalar: the Gaussian base's
+        KL, or 0), per-draw Monte Carlo KL terms [P]); KL[q(U) || p(U)] = closed part + E[per-draw terms].
+        For the paper's and the layer-wise flows the per-draw term is log q(v) - log N(v; 0, I) (eq. 6).
+        """
+        if self.posterior is None:
+            raise ValueError("draw_inducing needs a flow posterior; the Gaussian q(U) is integrated in closed form")
+        num_draws = _positive_int(num_draws, "num_draws")
+        if getattr(self.posterior, "gaussian_base", False):
+            return self.posterior.draw(self.layers, num_draws, generator=generator)
+        z = [layer.gp.inducing_points for layer in self.layers]
+        vs, log_q = self.posterior.sample(num_draws, z, generator=generator)
+        log_p = sum(-0.5 * (v.square() + _LOG_2PI).sum((-2, -1)) for v in vs)
+        return [v.permute(1, 2, 0) for v in vs], log_q.new_zeros(()), log_q - log_p
+
+    def propagate_per_point(self, x: torch.Tensor, inducing, generator=None):
+        """[(sample, mean, var) per layer], each [S, N, D_ℓ], with one draw of U per point and sample.
+
+        `inducing`: [v_ℓ [D_ℓ, M, S·N]] from `draw_inducing(S·N)` (column s·N + n belongs to point n, sample s).
+        """
+        outs = []
+        h = x
+        for layer, v in zip(self.layers, inducing):
+            mean, var = layer.conditional_per_point(h, v)
+            eps = torch.randn(mean.shape, dtype=mean.dtype, device=mean.device, generator=generator)
+            sample = mean + var.sqrt() * eps
+            outs.append((sample, mean, var))
+            h = sample
+        return outs
 
     def propagate(self, x: torch.Tensor, num_samples: int = 1, generator=None, inducing=None,
                   common_noise: bool = False):
@@ -306,10 +394,33 @@ class DeepGP(nn.Module):
         """
         x, y = self.validate(x, y)
         num_samples = self.num_samples if num_samples is None else _positive_int(num_samples, "num_samples")
+        if self.posterior is not None and self.draws == "per-point":
+            return self._per_point_elbo(x, y, num_data, num_samples, generator)
         vs, kl = self.sample_inducing(num_samples, generator)
         _, mean, var = self.propagate(x, num_samples, generator, vs)[-1]
         ell = self.pointwise_expected_log_likelihood(y, mean, var).mean(0)  # [N] or [N, L]
         return minibatch_bound(ell, [kl], num_data, x.shape[0])
+
+    def _per_point_elbo(self, x, y, num_data, num_samples, generator):
+        """(N/B) Σ_n (1/S) Σ_s E[log p(y_n | f_L) | U⁽ⁿˢ⁾] - KL with an independent U per point and sample.
+
+        Without gradients (evaluation), the S samples are taken in chunks so that a many-sample estimate on
+        the whole training set stays within memory; the estimate is the same average.
+        """
+        width = sum(layer.output_dim for layer in self.layers) * self.layers[0].num_inducing
+        chunk = num_samples
+        if not torch.is_grad_enabled():
+            chunk = max(1, min(num_samples, _EVAL_CHUNK_ELEMENTS // max(1, width * x.shape[0])))
+        ell_sum, corr_sum, kl_closed, done = 0.0, 0.0, None, 0
+        while done < num_samples:
+            s = min(chunk, num_samples - done)
+            vs, kl_closed, corr = self.draw_inducing(s * x.shape[0], generator)
+            _, mean, var = self.propagate_per_point(x, vs, generator)[-1]
+            ell_sum = ell_sum + self.pointwise_expected_log_likelihood(y, mean, var).sum(0)
+            corr_sum = corr_sum + corr.sum()
+            done += s
+        kl = kl_closed + corr_sum / (num_samples * x.shape[0])
+        return minibatch_bound(ell_sum / num_samples, [kl], num_data, x.shape[0])
 
     # ----- prediction --------------------------------------------------------------------------------
     def predict_f_samples(self, x: torch.Tensor, num_samples: int = 100, generator=None, common_noise: bool = False):
@@ -411,6 +522,8 @@ def build_deep_gp(
     generator: torch.Generator | None = None,
     dtype: torch.dtype | None = None,
     device=None,
+    draws: str | None = None,
+    flow_elementwise: str = "entry",
 ) -> DeepGP:
     """A DeepGP initialised as in Salimbeni & Deisenroth / TGP appendix B.6.
 
@@ -419,15 +532,20 @@ def build_deep_gp(
     layer has y_dim GPs and zero mean. Every layer has the same M inducing inputs: k-means centres of X
     (best of `kmeans_restarts`, seeded by `seed`) pushed through the preceding mean projections, so that the
     inducing outputs of all layers stack into the M × 1 × Σd_ℓ tensor of the convolutional flow posterior.
-    `posterior` is "gaussian" (DSVI), "cnf" (CNF-DGP §III) or "flow-layerwise" (the naive flow of Fig. 1);
-    `flow_base` is the CNF base: "network" (eq. 9) or "free" (ablation).
+    `posterior` is "gaussian" (DSVI), "cnf" (the convolutional flow steps of CNF-DGP §III over DSVI's
+    full-covariance Gaussian base, identity at initialisation: `GaussianConvolutionalFlowPosterior`, with
+    `flow_elementwise` "entry" or "channel"), "cnf-paper" (the paper's exact design: diagonal base from φ(Z),
+    one draw of U shared by the batch) or "flow-layerwise" (the naive flow of Fig. 1); `flow_base` is the
+    paper CNF's base: "network" (eq. 9) or "free" (ablation), unused by the other posteriors. `draws`
+    ("per-point" or "shared") overrides how the bound draws U; by default "shared" for "cnf-paper" (the
+    paper's eq. 6) and "per-point" for the other flows.
 
     Randomness (the flow posterior's networks) comes from `generator` (a CPU generator), by default
     `torch.Generator().manual_seed(seed)`; torch's and NumPy's global RNGs are never touched. The model is
     built in x's dtype and moved to `dtype` / `device` at the end (default: x's).
     """
     from ..inducing import kmeans_inducing_points
-    from .cnf_posterior import ConvolutionalFlowPosterior, LayerwiseFlowPosterior
+    from .cnf_posterior import ConvolutionalFlowPosterior, GaussianConvolutionalFlowPosterior, LayerwiseFlowPosterior
 
     x = as_inputs(x)
     num_layers = _positive_int(num_layers, "num_layers")
@@ -436,6 +554,10 @@ def build_deep_gp(
         raise ValueError(f"posterior must be one of {POSTERIORS}, got {posterior!r}")
     if flow_base not in FLOW_BASES:
         raise ValueError(f"flow_base must be 'network' (CNF-DGP eq. 9) or 'free', got {flow_base!r}")
+    if draws is None:
+        draws = "shared" if posterior == "cnf-paper" else "per-point"
+    if draws not in DRAWS:
+        raise ValueError(f"draws must be one of {DRAWS} (or None for the posterior's default), got {draws!r}")
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     if generator is None:
@@ -466,11 +588,42 @@ def build_deep_gp(
     flow = None
     # the flow's parameters are drawn on the CPU in x's dtype (a CPU generator) and moved with the model below
     if posterior == "cnf":
+        flow = GaussianConvolutionalFlowPosterior(layers, num_steps=flow_steps, nonlinear=flow_nonlinear,
+                                                  elementwise=flow_elementwise)
+    elif posterior == "cnf-paper":
         flow = ConvolutionalFlowPosterior(layers, num_steps=flow_steps, nonlinear=flow_nonlinear,
                                           scale_init=math.sqrt(q_var_init), base=flow_base, generator=generator)
     elif posterior == "flow-layerwise":
         flow = LayerwiseFlowPosterior(layers, num_steps=flow_steps, nonlinear=flow_nonlinear,
                                       scale_init=math.sqrt(q_var_init), generator=generator)
     model = DeepGP(layers, likelihood, flow, num_samples=num_samples, quadrature_points=quadrature_points,
-                   predict_quadrature_points=predict_quadrature_points)
+                   predict_quadrature_points=predict_quadrature_points, draws=draws)
     return model.to(device=x.device if device is None else device, dtype=x.dtype if dtype is None else dtype)
+
+
+def warm_start_from_gaussian(model: DeepGP, gaussian_model: DeepGP) -> DeepGP:
+    """Start `model` (a Gaussian-base flow posterior, `posterior="cnf"`) from a fitted DSVI `gaussian_model`.
+
+    Copies every layer's state (kernel, inducing inputs Z, mean function, q(v) = the flow's Gaussian base) and
+    the likelihood's; the flow steps are left as they are (identity when fresh, so the warm-started model's
+    q(U) is then exactly the DSVI posterior). Both models must have the same layer shapes. Returns `model`.
+    """
+    if not isinstance(model, DeepGP) or not isinstance(gaussian_model, DeepGP):
+        raise TypeError("model and gaussian_model must both be DeepGP instances")
+    if gaussian_model.posterior is not None:
+        raise ValueError("gaussian_model must have the Gaussian (DSVI) posterior, posterior=None")
+    if not getattr(model.posterior, "gaussian_base", False):
+        raise ValueError("model must have a Gaussian-base flow posterior (posterior='cnf'); other flows do not "
+                         "contain the DSVI posterior")
+    if len(model.layers) != len(gaussian_model.layers):
+        raise ValueError(f"model has {len(model.layers)} layers, gaussian_model {len(gaussian_model.layers)}")
+    with torch.no_grad():
+        for i, (dst, src) in enumerate(zip(model.layers, gaussian_model.layers)):
+            dst_state, src_state = dst.state_dict(), src.state_dict()
+            if dst_state.keys() != src_state.keys() or any(
+                    dst_state[k].shape != src_state[k].shape for k in dst_state):
+                raise ValueError(f"layers[{i}] of the two models differ in structure or shapes")
+            dst.load_state_dict(src_state)
+            dst.gp.jitter_memory = copy.deepcopy(src.gp.jitter_memory)
+        model.likelihood.load_state_dict(gaussian_model.likelihood.state_dict())
+    return model

@@ -1,0 +1,245 @@
+"""The Gaussian-base convolutional flow posterior of deep GPs and per-point draws of U (issue 20).
+
+posterior="cnf": DSVI's whitened full-covariance Gaussian q(V) per layer and output, then the convolutional flow
+steps of CNF-DGP §III (identity at initialisation); KL = closed-form Gaussian KL + E[c(V)] with
+c(V) = -log|det dT/dV| - [log N(T(V); 0, I) - log N(V; 0, I)]. Per-point draws: an independent U per data point.
+"""
+import math
+
+import pytest
+import torch
+
+from flowgp.likelihoods import BernoulliLikelihood
+from flowgp.models.cnf_posterior import GaussianConvolutionalFlowPosterior, SinhArcsinhStep
+from flowgp.models.deep_gp import DeepGP, GPLayer, build_deep_gp, warm_start_from_gaussian
+from flowgp.training import train
+
+DT = torch.float64
+
+
+def _toy(n=24, d=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g, dtype=DT)
+    y = torch.sin(2 * x[:, :1]) + 0.1 * torch.randn(n, 1, generator=g, dtype=DT)
+    return x, y
+
+
+def _perturb(params, scale, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in params:
+            p.add_(scale * torch.randn(p.shape, generator=g, dtype=p.dtype))
+
+
+def _perturb_gaussian_q(model, seed=1):
+    """A DSVI-like q(v) far from the initial N(0, 1e-5 I): random means, lower factors with diagonal ~0.5."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for layer in model.layers:
+            q_mu, q_sqrt = layer.gp.q_mu, layer.gp.q_sqrt
+            q_mu.copy_(0.7 * torch.randn(q_mu.shape, generator=g, dtype=DT))
+            m = q_sqrt.shape[-1]
+            q_sqrt.copy_(0.5 * torch.eye(m, dtype=DT) + 0.1 * torch.randn(q_sqrt.shape, generator=g, dtype=DT))
+
+
+def _mc_mean(fn, reps, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        vals = torch.stack([fn(g) for _ in range(reps)])
+    return vals.mean(), vals.std() / math.sqrt(reps), vals.var()
+
+
+def test_per_point_draws_are_unbiased_and_less_noisy_than_a_shared_draw():
+    x, y = _toy()
+    model = build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf-paper", flow_base="free")
+    _perturb(model.posterior.parameters(), 0.1, seed=2)
+    with torch.no_grad():  # a base scale of ~0.7 (not the initial 3e-3), so that the U noise is what varies
+        model.posterior.base_raw_scale.fill_(0.0)
+    assert model.draws == "shared"  # the paper's estimator (eq. 6) is this posterior's default
+
+    def bound(draws):
+        model.draws = draws
+        return _mc_mean(lambda g: model.elbo(x, y, num_data=100, generator=g), 200, seed=3)
+
+    shared_mean, shared_se, shared_var = bound("shared")
+    point_mean, point_se, point_var = bound("per-point")
+    # same expectation (both unbiased for the same bound) within Monte Carlo error ...
+    assert abs(point_mean - shared_mean) < 4 * math.hypot(point_se, shared_se)
+    # ... but the per-point draws average the U noise over the batch
+    assert point_var < 0.5 * shared_var
+
+
+def test_identity_flow_kl_is_dsvi_closed_form_kl_and_the_bound_is_dsvi_in_expectation():
+    x, y = _toy()
+    dsvi = build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="gaussian")
+    _perturb_gaussian_q(dsvi)
+    flow = warm_start_from_gaussian(build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf"), dsvi)
+    assert flow.draws == "per-point" and isinstance(flow.posterior, GaussianConvolutionalFlowPosterior)
+    closed = sum(layer.kl_divergence() for layer in dsvi.layers)
+    vs, kl_gauss, correction = flow.draw_inducing(50, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(kl_gauss, closed, rtol=1e-13, atol=0)
+    assert correction.abs().max() < 1e-12  # the flow's Monte Carlo terms vanish at the identity
+    _, kl = flow.sample_inducing(7, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(kl, closed, rtol=1e-12, atol=0)
+    # the draws are the Gaussian base's: V = m + R ε
+    assert [tuple(v.shape) for v in vs] == [(2, 5, 50), (1, 5, 50)]
+    d_mean, d_se, _ = _mc_mean(lambda g: dsvi.elbo(x, y, num_samples=20, generator=g), 40, seed=4)
+    f_mean, f_se, _ = _mc_mean(lambda g: flow.elbo(x, y, num_samples=20, generator=g), 40, seed=5)
+    assert abs(d_mean - f_mean) < 4 * math.hypot(d_se, f_se)
+
+
+def test_linear_flow_kl_matches_the_dense_gaussian_kl():
+    """With only the 1×1 convolutions (nonlinear=False) q(U) is Gaussian over all K·M entries: the split KL
+    (closed form + Monte Carlo correction) must match KL[N(μ_U, Σ_U) || N(0, I)] computed densely."""
+    x, _ = _toy()
+    model = build_deep_gp(x, 1, 2, num_inducing=4, kmeans_restarts=1, posterior="cnf", flow_nonlinear=False)
+    _perturb_gaussian_q(model, seed=3)
+    post = model.posterior
+    _perturb(post.parameters(), 0.3, seed=4)
+    k, m = sum(post.dims), post.num_inducing
+    # dense moments of V (channels-first [K, M] flattened) and of U = (W ⊗ I_M) V
+    mu = torch.cat([layer.gp.q_mu for layer in model.layers], 0).reshape(-1)
+    blocks = [r @ r.mT for layer in model.layers for r in layer.gp.q_sqrt_tril()]
+    cov = torch.block_diag(*blocks)
+    w = torch.eye(k, dtype=DT)
+    for lin in post.linear:
+        w = lin.weight() @ w
+    big = torch.kron(w, torch.eye(m, dtype=DT))
+    mu_u, cov_u = big @ mu, big @ cov @ big.mT
+    dense = 0.5 * (torch.trace(cov_u) + mu_u @ mu_u - k * m - torch.logdet(cov_u))
+    with torch.no_grad():
+        _, kl_gauss, corr = model.draw_inducing(200_000, generator=torch.Generator().manual_seed(6))
+    se = corr.std() / math.sqrt(corr.numel())
+    assert abs(kl_gauss + corr.mean() - dense) < 4 * se + 1e-10
+
+
+def test_flow_log_determinant_matches_autograd_jacobian():
+    x, _ = _toy()
+    model = build_deep_gp(x, 1, 2, num_inducing=3, hidden_width=2, kmeans_restarts=1, posterior="cnf")
+    post = model.posterior
+    _perturb(post.parameters(), 0.3, seed=7)
+    k, m = sum(post.dims), post.num_inducing
+    v0 = torch.randn(k, m, 2, dtype=DT, generator=torch.Generator().manual_seed(8))
+    _, logdet = post.transform(v0)
+    for p in range(2):
+        jac = torch.autograd.functional.jacobian(
+            lambda t: post.transform(t.reshape(k, m, 1))[0].reshape(-1), v0[..., p].reshape(-1))
+        torch.testing.assert_close(logdet[p], torch.linalg.slogdet(jac)[1])
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 1), (3, 1, 1)])
+def test_sinh_arcsinh_step_gradients_forward_and_inverse(shape):
+    g = torch.Generator().manual_seed(9)
+    step = SinhArcsinhStep(shape)
+    _perturb(step.parameters(), 0.4, seed=10)
+    x = 2 * torch.randn(3, 4, 5, dtype=DT, generator=g)
+    out, logdet = step(x)
+    a, b = step.a, step.log_b.exp()
+    torch.testing.assert_close(out, torch.sinh(b * torch.asinh(x) - a))
+    dense = (torch.log(b * torch.cosh(b * torch.asinh(x) - a)) - 0.5 * torch.log1p(x * x)).sum((0, 1))
+    torch.testing.assert_close(logdet, dense)
+    torch.testing.assert_close(step.inverse(out), x)
+    xr = x.clone().requires_grad_()
+    assert torch.autograd.gradcheck(lambda t, a_, lb: step.forward.__func__(_With(a_, lb), t), (xr, step.a, step.log_b))
+
+
+class _With:
+    """Stand-in module holding given (a, log_b) so that gradcheck differentiates with respect to them."""
+
+    def __init__(self, a, log_b):
+        self.a, self.log_b = a, log_b
+
+
+def test_conditional_per_point_matches_shared_conditional():
+    x, _ = _toy(n=6)
+    layer = GPLayer(x[:4].clone(), 3, mean_weight=torch.randn(2, 3, dtype=DT, generator=torch.Generator().manual_seed(1)))
+    v = torch.randn(2, 3, 4, dtype=DT, generator=torch.Generator().manual_seed(2))  # [S, D_out, M]
+    ref_mean, ref_var = layer.conditional(x.expand(2, 6, 2), v)
+    cols = v.permute(1, 2, 0).unsqueeze(-1).expand(3, 4, 2, 6).reshape(3, 4, 12)  # sample-major columns
+    for inputs in (x, x.expand(2, 6, 2)):
+        mean, var = layer.conditional_per_point(inputs, cols)
+        torch.testing.assert_close(mean, ref_mean)
+        torch.testing.assert_close(var, ref_var)
+    with pytest.raises(ValueError, match="draws"):
+        layer.conditional_per_point(x, cols[..., :7])
+    with pytest.raises(ValueError, match="v must have shape"):
+        layer.conditional_per_point(x, cols[:2])
+
+
+def test_warm_start_and_bad_arguments():
+    x, y = _toy()
+    dsvi = build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1)
+    _perturb_gaussian_q(dsvi)
+    flow = build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf")
+    warm_start_from_gaussian(flow, dsvi)
+    for a, b in zip(dsvi.layers.parameters(), flow.layers.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert flow.layers[0].gp.q_sqrt.requires_grad  # the base is trained with the flow
+    with pytest.raises(ValueError, match="Gaussian-base"):
+        warm_start_from_gaussian(build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf-paper"),
+                                 dsvi)
+    with pytest.raises(ValueError, match="gaussian_model"):
+        warm_start_from_gaussian(flow, flow)
+    with pytest.raises(ValueError, match="layers"):
+        warm_start_from_gaussian(build_deep_gp(x, 1, 3, num_inducing=5, kmeans_restarts=1, posterior="cnf"), dsvi)
+    with pytest.raises(ValueError, match="draws"):
+        build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf", draws="each")
+    with pytest.raises(ValueError, match="elementwise"):
+        build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf", flow_elementwise="pixel")
+
+
+def skewed_step_toy(points_per_site=10, sites=6, variance=100.0, lengthscale=0.2, dtype=DT):
+    """A 2-layer deep GP of a step function seen through a probit likelihood (labels 1[x > 0]), `points_per_site`
+    labels at each of `sites` inducing inputs. Layer 1 is close to the identity (linear mean, kernel variance
+    1e-4); layer 2 has a broad prior (variance 100) and a short lengthscale, so its whitened inducing values are
+    nearly those of independent sites, each with posterior ∝ N(u; 0, σ²)·Φ(±u)^k: a one-sided, strongly skewed
+    distribution that no Gaussian fits well. Returns (x, y, make_model(flow: bool))."""
+    z = torch.linspace(-1, 1, sites, dtype=dtype)[:, None]
+    x = z.repeat_interleave(points_per_site, 0)
+    y = (x > 0).to(dtype)
+
+    def make(flow: bool, num_samples: int = 4) -> DeepGP:
+        first = GPLayer(z, 1, mean_weight=torch.eye(1, dtype=dtype), variance=1e-4, lengthscale=lengthscale,
+                        learn_inducing=False)
+        second = GPLayer(z, 1, variance=variance, lengthscale=lengthscale, learn_inducing=False)
+        post = GaussianConvolutionalFlowPosterior([first, second]) if flow else None
+        model = DeepGP([first, second], BernoulliLikelihood(), post, num_samples=num_samples)
+        for name, p in model.named_parameters():  # hyperparameters fixed: only the posterior families differ
+            if "kernel" in name:
+                p.requires_grad_(False)
+        return model
+
+    return x, y, make
+
+
+def test_flow_posterior_beats_dsvi_where_the_posterior_is_skewed():
+    x, y, make = skewed_step_toy()
+    evaluate = lambda m: _mc_mean(lambda g: m.elbo(x, y, num_samples=100, generator=g), 2, seed=11)[0]  # noqa: E731
+    dsvi = make(flow=False)
+    train(dsvi, x, y, epochs=150, lr=0.1, seed=0, verbose=False)
+    flow = warm_start_from_gaussian(make(flow=True), dsvi)
+    assert abs(evaluate(flow) - evaluate(dsvi)) < 0.15  # the warm-started flow is the DSVI posterior
+    train(flow, x, y, epochs=120, lr=0.03, seed=1, verbose=False)
+    train(dsvi, x, y, epochs=120, lr=0.02, seed=1, verbose=False)  # DSVI gets the same extra steps
+    dsvi_elbo, flow_elbo = evaluate(dsvi), evaluate(flow)
+    # measured (benchmarks/cnf_dgp_toy.py, same sizes): DSVI -6.68, flow -5.60 nats
+    assert flow_elbo > dsvi_elbo + 0.5
+
+
+def test_regressor_warm_start_trains_dsvi_then_the_flow_and_refuses_bad_values():
+    import numpy as np
+
+    from flowgp import DeepGPRegressor
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, size=(40, 2))
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.standard_normal(40)
+    est = DeepGPRegressor(layers=2, posterior="cnf", warm_start=0.5, num_inducing=6, epochs=20, lr=0.03,
+                          num_samples_predict=5, kmeans_restarts=1, verbose=False).fit(X, y)
+    assert len(est.history_) == 20 and np.isfinite(est.history_).all()  # 10 DSVI epochs, then 10 flow epochs
+    assert isinstance(est.model_.posterior, GaussianConvolutionalFlowPosterior)
+    assert np.isfinite(est.predict(X[:3])).all()
+    with pytest.raises(ValueError, match="warm_start"):
+        DeepGPRegressor(posterior="cnf", warm_start=1.0).fit(X, y)
+    with pytest.raises(ValueError, match="warm_start"):
+        DeepGPRegressor(posterior="cnf-paper", warm_start=0.5).fit(X, y)
