@@ -163,23 +163,44 @@ def gaussian_psi2_contract(mean, var, z, weight, amp1, lsq1, amp2=None, lsq2=Non
 class _BlockedExpContract(torch.autograd.Function):
     """t[n, P] = Σ_ij exp(la[n,P,i] + lb[n,P,j] - Σ_k κ[n,P,k] dz[P,k,i,j]) w[P,i,j], chunked over n.
 
-    la, lb [N, P, Mg]; kappa [N, P, Dx]; dz [P, Dx, Mg, Mg]; w [P, Mg, Mg]. The backward recomputes the
-    exponentials chunk by chunk (memory O(chunk · P · Mg²)) and returns the gradients of all five inputs.
-    Work buffers are laid out [P, chunk, Mg, Mg] so that every contraction is a batched matmul over P.
+    la, lb [N, P, Mg] (<= 0); kappa [N, P, Dx] (>= 0); dz [P, Dx, Mg, Mg] (>= 0); w [P, Mg, Mg]. The backward
+    recomputes the exponentials chunk by chunk (memory O(chunk · P · Mg²)) and returns the gradients of all five
+    inputs. Work buffers are laid out [P, chunk, ·, ·] so that every contraction is a batched matmul over P.
+
+    Every term is at most exp(la_i + lb_j), so rows i (columns j) whose la (lb) is below `_NEGLIGIBLE` for every
+    point and block of a chunk add less than e^-40 ≈ 4e-18 of |w| and are skipped: each chunk works on the
+    window of rows and columns that matter to it (with points sorted by input and inducing inputs sorted within
+    their groups, as `grouped_psi2_contract` does, that window is narrow once lengthscales are short).
     """
 
+    _NEGLIGIBLE = -40.0
     #: exponents are clamped here first: exp of a number below about -745 underflows through the slow subnormal
     #: path of the vectorised exp (6x slower), and exp(-700) ≈ 1e-304 is already 0 at the scale of any term
     _FLOOR = -700.0
 
     @staticmethod
-    def _exp_chunk(la, lb, kappa, dz, buf):
-        e = buf[:, :la.shape[0]]
-        torch.add(la.transpose(0, 1).unsqueeze(-1), lb.transpose(0, 1).unsqueeze(-2), out=e)
-        kap = kappa.transpose(0, 1)  # [P, n, Dx]
+    def _window(logf):
+        """(start, stop) of the indices whose log factor [nc, P, Mg] exceeds _NEGLIGIBLE somewhere."""
+        idx = (logf.amax((0, 1)) > _BlockedExpContract._NEGLIGIBLE).nonzero()
+        return (0, 0) if idx.numel() == 0 else (int(idx[0, 0]), int(idx[-1, 0]) + 1)
+
+    @staticmethod
+    def _exp_chunk(la, lb, kappa, dz, buf, win):
+        (i0, i1), (j0, j1) = win
+        p, nc = dz.shape[0], la.shape[0]
+        e = buf.view(-1)[:p * nc * (i1 - i0) * (j1 - j0)].view(p, nc, i1 - i0, j1 - j0)
+        torch.add(la[..., i0:i1].transpose(0, 1).unsqueeze(-1), lb[..., j0:j1].transpose(0, 1).unsqueeze(-2), out=e)
+        kap = kappa.transpose(0, 1)  # [P, nc, Dx]
         for k in range(dz.shape[1]):
-            e.addcmul_(kap[:, :, k, None, None], dz[:, k].unsqueeze(1), value=-1.0)
+            e.addcmul_(kap[:, :, k, None, None], dz[:, k, i0:i1, j0:j1].unsqueeze(1), value=-1.0)
         return e.clamp_(min=_BlockedExpContract._FLOOR).exp_()
+
+    @staticmethod
+    def _matvec(a, x, out):
+        """out[q] = a[q] @ x[q] for a [P, n, K], x [P, K] (one mv per block: bmm with a single column is
+        several times slower than mv on CPU)."""
+        for q in range(a.shape[0]):
+            out[q] = torch.mv(a[q], x[q])
 
     @staticmethod
     def _chunk_size(p, mg):
@@ -190,12 +211,19 @@ class _BlockedExpContract(torch.autograd.Function):
         n, p, mg = la.shape
         chunk = _BlockedExpContract._chunk_size(p, mg)
         buf = la.new_empty(p, min(chunk, n), mg, mg)
-        out = la.new_empty(p, n)
-        wf = w.reshape(p, mg * mg, 1)
+        out = la.new_zeros(p, n)
+        windows = []
         for s in range(0, n, chunk):
-            e = _BlockedExpContract._exp_chunk(la[s:s + chunk], lb[s:s + chunk], kappa[s:s + chunk], dz, buf)
-            torch.bmm(e.reshape(p, -1, mg * mg), wf, out=out[:, s:s + chunk].unsqueeze(-1))
+            sl = slice(s, s + chunk)
+            win = (_BlockedExpContract._window(la[sl]), _BlockedExpContract._window(lb[sl]))
+            windows.append(win)
+            (i0, i1), (j0, j1) = win
+            if i1 == i0 or j1 == j0:
+                continue
+            e = _BlockedExpContract._exp_chunk(la[sl], lb[sl], kappa[sl], dz, buf, win)
+            _BlockedExpContract._matvec(e.reshape(p, e.shape[1], -1), w[:, i0:i1, j0:j1].reshape(p, -1), out[:, sl])
         ctx.save_for_backward(la, lb, kappa, dz, w)
+        ctx.windows = windows
         return out.transpose(0, 1)
 
     @staticmethod
@@ -208,24 +236,29 @@ class _BlockedExpContract(torch.autograd.Function):
         dx = dz.shape[1]
         chunk = _BlockedExpContract._chunk_size(p, mg)
         buf = la.new_empty(p, min(chunk, n), mg, mg)
-        g_la, g_lb = la.new_empty(p, n, mg), lb.new_empty(p, n, mg)
-        g_kappa = kappa.new_empty(p, n, dx)
-        acc = la.new_zeros(p, 1 + dx, mg * mg)  # Σ_n g E_n and Σ_n g κ_k E_n
+        g_la, g_lb = la.new_zeros(p, n, mg), lb.new_zeros(p, n, mg)
+        g_kappa = kappa.new_zeros(p, n, dx)
+        acc = la.new_zeros(p, 1 + dx, mg, mg)  # Σ_n g E_n and Σ_n g κ_k E_n
         grad_t = grad.transpose(0, 1).contiguous()  # [P, N]
         coeff = torch.cat([grad_t.unsqueeze(-1), grad_t.unsqueeze(-1) * kappa.transpose(0, 1)], -1)  # [P, N, 1+Dx]
-        wdz = (w.unsqueeze(1) * dz).reshape(p, dx, mg * mg).transpose(1, 2)  # [P, Mg², Dx]
-        for s in range(0, n, chunk):
+        wdz = w.unsqueeze(1) * dz  # [P, Dx, Mg, Mg]
+        for s, win in zip(range(0, n, chunk), ctx.windows):
+            (i0, i1), (j0, j1) = win
+            if i1 == i0 or j1 == j0:
+                continue
             sl = slice(s, s + chunk)
-            e = _BlockedExpContract._exp_chunk(la[sl], lb[sl], kappa[sl], dz, buf)
-            flat = e.reshape(p, e.shape[1], mg * mg)
-            acc.baddbmm_(coeff[:, sl].transpose(1, 2), flat)
-            torch.bmm(flat, wdz, out=g_kappa[:, sl])
-            e.mul_(w.unsqueeze(1))
-            torch.sum(e, -1, out=g_la[:, sl])
-            torch.sum(e, -2, out=g_lb[:, sl])
+            e = _BlockedExpContract._exp_chunk(la[sl], lb[sl], kappa[sl], dz, buf, win)
+            nc, ri, cj = e.shape[1], i1 - i0, j1 - j0
+            flat = e.reshape(p, nc, ri * cj)
+            acc[:, :, i0:i1, j0:j1] += torch.bmm(coeff[:, sl].transpose(1, 2), flat).reshape(p, 1 + dx, ri, cj)
+            for k in range(dx):
+                _BlockedExpContract._matvec(flat, wdz[:, k, i0:i1, j0:j1].reshape(p, -1), g_kappa[:, sl, k])
+            e.mul_(w[:, i0:i1, j0:j1].unsqueeze(1))
+            g_la[:, sl, i0:i1] = e.sum(-1)
+            g_lb[:, sl, j0:j1] = e.sum(-2)
         g = grad_t.unsqueeze(-1)
-        g_w = acc[:, 0].reshape(p, mg, mg)
-        g_dz = -(w.unsqueeze(1) * acc[:, 1:].reshape(p, dx, mg, mg))
+        g_w = acc[:, 0]
+        g_dz = -(w.unsqueeze(1) * acc[:, 1:])
         return ((g * g_la).transpose(0, 1), (g * g_lb).transpose(0, 1), (-g * g_kappa).transpose(0, 1), g_dz, g_w)
 
 
@@ -246,6 +279,15 @@ def grouped_psi2_contract(mean, var, z, weight, amp, lsq) -> torch.Tensor:
     if amp.shape != (n, g) or lsq.shape != (n, g, dx):
         raise ValueError(f"amp must be [{n}, {g}] and lsq [{n}, {g}, {dx}], got {tuple(amp.shape)} and "
                          f"{tuple(lsq.shape)}")
+    # points sorted by (first) input and inducing inputs sorted within groups: a chunk of neighbouring points
+    # then only needs a contiguous window of rows and columns (see _BlockedExpContract); the sum is invariant
+    order = torch.argsort(mean[:, 0].detach())
+    inverse = torch.argsort(order)
+    mean, var, amp, lsq = mean[order], var[order], amp[order], lsq[order]
+    zorder = torch.argsort(z[..., 0].detach(), dim=1)  # [G, Mg]
+    z = torch.gather(z, 1, zorder.unsqueeze(-1).expand_as(z))
+    gi = torch.arange(g, device=z.device)
+    weight = weight[gi[:, None, None, None], zorder[:, :, None, None], gi[None, None, :, None], zorder[None, None]]
     rows, cols = torch.triu_indices(g, g, device=mean.device)  # blocks P = (p, q), p <= q
     a, b = lsq[:, rows], lsq[:, cols]  # [N, P, Dx]
     s = a + b
@@ -262,4 +304,4 @@ def grouped_psi2_contract(mean, var, z, weight, amp, lsq) -> torch.Tensor:
     w = wsym[rows, :, cols, :]  # [P, Mg, Mg]
     w = w * torch.where(rows == cols, 1.0, 2.0).to(w.dtype)[:, None, None]
     t = _BlockedExpContract.apply(la, lb, kappa, dz, w)
-    return (scale * t).sum(-1)
+    return (scale * t).sum(-1)[inverse]
