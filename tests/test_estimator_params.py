@@ -49,10 +49,11 @@ SIGNATURES = {
     "lr_decay=0.98, natgrad_lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.01, kmeans_restarts=10, "
     "learn_inducing=True, num_samples_predict=1000, verbose=True, checkpoint=None)",
     "AlignedMultiOutputGPRegressor": "(self, num_inducing=20, num_inducing_alignment=10, num_inducing_warping=10, "
-    "latent_processes=1, alignment='gp', warping='gp', num_outputs=None, batch_size=256, epochs=500, lr=0.01, "
+    "latent_processes=1, alignment='gp', warping='gp', num_outputs=None, batch_size='auto', epochs=500, lr=0.01, "
     "seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=0.3, alignment_variance=0.01, "
     "alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=0.001, "
-    "latent_noise=0.001, num_samples=200, verbose=True, checkpoint=None)",
+    "latent_noise=0.001, num_samples=200, verbose=True, checkpoint=None, natural_gradient=0.5, "
+    "natural_gradient_layers='all', tol=0.0001, patience=50, full_batch_max=2048)",
 }
 
 

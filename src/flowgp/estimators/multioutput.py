@@ -36,12 +36,14 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             `full_batch_max` rows (the step then follows the exact bound, which the minibatch noise otherwise
             keeps the extra layers from reaching), else in minibatches of 256; None: always the full batch.
         epochs, lr, seed, dtype, device, verbose: training (Adam on the bound, tqdm bar).
-        natural_gradient: None (Adam on everything) or γ: natural-gradient steps of size γ
+        natural_gradient: γ (default 0.5) or None (Adam on everything): natural-gradient steps of size γ
             (`flowgp.optim.NaturalGradient`, Salimbeni et al. 2018) on the Gaussian q(u) of the layers named in
-            `natural_gradient_layers` ("latent": the CP layer; "all": alignment and warping q(u) too), Adam on
-            the rest, both through `flowgp.training.train`.
+            `natural_gradient_layers` ("latent": the CP layer; "all", the default: alignment and warping q(u)
+            too), Adam on the rest, both through `flowgp.training.train`. On the four-site PM2.5 window of
+            docs/results/amogp/README.md, 60 full-batch epochs reach -ELBO/point 2.42 with γ = 0.5 on all
+            layers against 3.33 with Adam alone.
         tol, patience: plateau stop: training ends when the best per-point -ELBO improved by less than
-            tol·|best| over the last `patience` epochs (tol=None: run all epochs).
+            tol·|best| over the last `patience` epochs (default 1e-4 over 50; tol=None: run all epochs).
         noise: initial σ²_y (standardised units). lengthscale: initial CP auto-covariance lengthscale
             (standardised inputs). alignment_variance/lengthscale, warping_variance/lengthscale: SE inits.
         alignment_noise, latent_noise: initial σ²_a, σ²_f.
@@ -54,8 +56,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                  alignment="gp", warping="gp", num_outputs=None, batch_size="auto", epochs=500, lr=0.01, seed=0,
                  dtype="float64", device="cpu", noise=0.05, lengthscale=0.3, alignment_variance=0.01,
                  alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=1e-3,
-                 latent_noise=1e-3, num_samples=200, verbose=True, checkpoint=None, natural_gradient=None,
-                 natural_gradient_layers="latent", tol=None, patience=50, full_batch_max=2048):
+                 latent_noise=1e-3, num_samples=200, verbose=True, checkpoint=None, natural_gradient=0.5,
+                 natural_gradient_layers="all", tol=1e-4, patience=50, full_batch_max=2048):
         self._store_arguments(locals())
 
     # ----- helpers -------------------------------------------------------------------------------------

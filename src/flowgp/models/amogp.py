@@ -111,7 +111,9 @@ def _layer_moments(psi0, psi1, phi_w, alpha, cov, in_mean=None, in_var=None, xi=
     random input, `in_var` adds its variance and `xi` (Ξ, [B, M]) its covariance with the GP part.
     """
     psi_a = (psi1 * alpha).sum(-1)
-    psi_c = torch.einsum("...m,...mk,...k->...", psi1, cov, psi1)
+    # Ψ C Ψᵀ >= 0 (C is PSD); rounding in float32 can leave it slightly negative, which would make the next
+    # layer's input variance σ² + ΨCΨᵀ negative
+    psi_c = torch.einsum("...m,...mk,...k->...", psi1, cov, psi1).clamp_min(0.0)
     var = psi0 + phi_w - psi_a.square()
     mean = psi_a
     if in_mean is not None:
