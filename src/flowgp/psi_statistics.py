@@ -13,6 +13,8 @@ squared lengthscale λ may depend on the pair (n, i) (the CP kernel: λ = ℓ_d�
 
 (Eqs. 24-25 of the supplement write these with precisions 1/λ, printed as ℓ̂.) Φ is returned per data point,
 [..., N, M, M]; the bound sums it over the minibatch. Everything broadcasts over leading batch dimensions.
+The bound only needs Φ_n through tr(Φ_n W): `grouped_psi2_contract` computes that without per-point M x M
+blocks in autograd (the split of eq. 25's exponent is derived above `_BlockedExpContract`).
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import torch
 from .convolution import ConvolutionKernel
 
 __all__ = ["gaussian_psi1", "gaussian_psi2", "gaussian_psi_mean", "se_psi_statistics", "cp_psi_statistics",
-           "PsiStatistics"]
+           "gaussian_psi2_contract", "grouped_psi2_contract", "PsiStatistics"]
 
 class PsiStatistics(NamedTuple):
     psi0: torch.Tensor  # [..., N]       E[k(a_n, a_n)]
