@@ -361,3 +361,51 @@ def test_parameters_follow_the_inducing_inputs_dtype_and_old_files_load():
     fresh = AMOGP(z, z, z)
     fresh.load_state_dict(old)
     torch.testing.assert_close(fresh.elbo(x, y, out), model.elbo(x, y, out))
+
+
+@pytest.mark.parametrize("latents", [1, 2])
+def test_latent_layer_grouped_contract_equals_materialised_psi2(float64_default, latents):
+    """The CP layer's tr(Φ_n W) by groups (inducing inputs per output and latent) equals the contraction of
+    the materialised Ψ-statistics of flowgp.psi_statistics.cp_psi_statistics."""
+    from flowgp.psi_statistics import cp_psi_statistics
+
+    gen = torch.Generator().manual_seed(latents)
+    model = AMOGP(_z(3, 4), _z(3, 5) + 0.1 * torch.randn(3, 5, generator=gen), None, warping=False,
+                  latent_processes=latents, lengthscale=0.7)
+    with torch.no_grad():
+        model.kernel.raw_lengthscale.add_(0.3 * torch.randn(model.kernel.raw_lengthscale.shape, generator=gen))
+    _set_random_q(model.latent, gen)
+    post = model._posteriors()
+    out = torch.tensor([0, 2, 1, 1, 0, 2])
+    mean = torch.randn(6, generator=gen)
+    var = 0.3 * torch.rand(6, generator=gen)
+    m, v, pc = model._latent_layer(post, mean, var, out)
+    stats = cp_psi_statistics(model.kernel, mean[:, None], var[:, None], out, model.latent.z[0], model.latent_output)
+    alpha, cov, kinv, _ = post["f"]
+    w = alpha[0][:, None] * alpha[0][None, :] + cov[0] - kinv[0]
+    expected = stats.psi0 + torch.einsum("nij,ij->n", stats.psi2, w) - (stats.psi1 @ alpha[0]).square()
+    torch.testing.assert_close(m, stats.psi1 @ alpha[0])
+    torch.testing.assert_close(v, expected.clamp_min(0.0))
+
+
+def test_estimator_natural_gradient_full_batch_and_plateau_stop():
+    from flowgp import AlignedMultiOutputGPRegressor
+
+    rng = np.random.default_rng(0)
+    t = np.sort(rng.uniform(0, 6, 60))
+    X = np.concatenate([t, t])[:, None]
+    o = np.repeat([0, 1], 60)
+    y = np.concatenate([np.sin(t), np.sin(t + 0.3)]) + 0.05 * rng.standard_normal(120)
+    kw = dict(num_inducing=6, num_inducing_alignment=4, num_inducing_warping=4, epochs=40, lr=0.02, verbose=False,
+              warping="identity")
+    est = AlignedMultiOutputGPRegressor(natural_gradient=0.5, tol=None, **kw)
+    assert est.resolved_batch_size(120) is None and est.resolved_batch_size(10_000) == 256
+    est.fit(X, y, o)
+    adam = AlignedMultiOutputGPRegressor(natural_gradient=None, tol=None, **kw).fit(X, y, o)
+    assert est.history_[-1] < adam.history_[-1]  # natural gradients reach a better bound in the same steps
+    stopped = AlignedMultiOutputGPRegressor(natural_gradient=0.5, tol=1e6, patience=5, **{**kw, "epochs": 200})
+    assert len(stopped.fit(X, y, o).history_) == 10  # first window is the baseline, the second shows no gain
+    for bad in (dict(natural_gradient=2.0), dict(natural_gradient_layers="some"), dict(tol=-1.0),
+                dict(batch_size="full"), dict(patience=0)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            AlignedMultiOutputGPRegressor(**{**kw, **bad}).fit(X, y, o)

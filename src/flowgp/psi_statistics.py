@@ -13,6 +13,8 @@ squared lengthscale λ may depend on the pair (n, i) (the CP kernel: λ = ℓ_d�
 
 (Eqs. 24-25 of the supplement write these with precisions 1/λ, printed as ℓ̂.) Φ is returned per data point,
 [..., N, M, M]; the bound sums it over the minibatch. Everything broadcasts over leading batch dimensions.
+The bound only needs Φ_n through tr(Φ_n W): `grouped_psi2_contract` computes that without per-point M x M
+blocks in autograd (the split of eq. 25's exponent is derived above `_BlockedExpContract`).
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import torch
 from .convolution import ConvolutionKernel
 
 __all__ = ["gaussian_psi1", "gaussian_psi2", "gaussian_psi_mean", "se_psi_statistics", "cp_psi_statistics",
-           "PsiStatistics"]
+           "gaussian_psi2_contract", "grouped_psi2_contract", "PsiStatistics"]
 
 class PsiStatistics(NamedTuple):
     psi0: torch.Tensor  # [..., N]       E[k(a_n, a_n)]
@@ -139,3 +141,169 @@ def gaussian_psi2_contract(mean, var, z, weight, amp1, lsq1, amp2=None, lsq2=Non
     cv = c + var[:, None, None, :]  # [N, M, M, D]
     log_term = (0.5 * (c / cv).log() - 0.5 * (mean[:, None, None, :] - centre).square() / cv).sum(-1)
     return (torch.exp(log_term + const) * weight).sum((-1, -2))
+
+
+# ----- Φ contracted with a weight without per-point M x M blocks in autograd ---------------------------------
+#
+# For one input dimension, a point N(μ, v) and a pair of SE factors with squared lengthscales A (for z_i) and
+# B (for z_j), S = A + B, C = AB/S, m_ij = (B z_i + A z_j)/S (eq. 25), expanding (μ - m_ij)² around the two
+# inducing inputs gives, with e_i = μ - z_i and α = B/S, β = A/S (α + β = 1),
+#     (μ - m_ij)² = α e_i² + β e_j² - αβ (z_i - z_j)²,
+# so eq. 25's exponent -(z_i-z_j)²/(2S) - (μ-m_ij)²/(2(C+v)) splits into a row term, a column term and a term in
+# (z_i - z_j)² alone whose coefficient is the only coupling between the point and the pair:
+#     Φ_n,ij = c_i c_j sqrt(C/(C+v_n)) exp(-e_i² B/(2(AB + S v_n))) exp(-e_j² A/(2(AB + S v_n)))
+#              · exp(-(z_i - z_j)² v_n/(2(AB + S v_n)))                                   (per dimension).
+# With v_n = 0 the last factor is 1 and Φ_n = Ψ_nᵀΨ_n. When the inducing inputs come in groups with a
+# group-constant prefactor and lengthscale (the CP kernel: one group per output), everything but the last
+# factor's exp and the weight is a per-(point, block) or per-(point, row) quantity, and the heavy part is
+#     t_n,P = Σ_ij exp(la_n,P,i + lb_n,P,j - Σ_k κ_n,P,k dz_P,k,ij) w_P,ij       (block P = (p, q) of groups),
+# which `_BlockedExpContract` evaluates in chunks of points with a hand-written backward: one exp per
+# (point, i, j) and never an autograd graph over [N, M, M]. Φ and W are symmetric, so only the blocks p <= q
+# are evaluated (p < q twice).
+
+
+class _BlockedExpContract(torch.autograd.Function):
+    """t[n, P] = Σ_ij exp(la[n,P,i] + lb[n,P,j] - Σ_k κ[n,P,k] dz[P,k,i,j]) w[P,i,j], chunked over n.
+
+    la, lb [N, P, Mg] (<= 0); kappa [N, P, Dx] (>= 0); dz [P, Dx, Mg, Mg] (>= 0); w [P, Mg, Mg]. The backward
+    recomputes the exponentials chunk by chunk (memory O(chunk · P · Mg²)) and returns the gradients of all five
+    inputs. Work buffers are laid out [P, chunk, ·, ·] so that every contraction is a batched matmul over P.
+
+    Every term is at most exp(la_i + lb_j), so rows i (columns j) whose la (lb) is below `_NEGLIGIBLE` for every
+    point and block of a chunk add less than e^-40 ≈ 4e-18 of |w| and are skipped: each chunk works on the
+    window of rows and columns that matter to it (with points sorted by input and inducing inputs sorted within
+    their groups, as `grouped_psi2_contract` does, that window is narrow once lengthscales are short).
+    """
+
+    _NEGLIGIBLE = -40.0
+    #: exponents are clamped here first: exp of a number below about -745 underflows through the slow subnormal
+    #: path of the vectorised exp (6x slower), and exp(-700) ≈ 1e-304 is already 0 at the scale of any term
+    _FLOOR = -700.0
+
+    @staticmethod
+    def _window(logf):
+        """(start, stop) of the indices whose log factor [nc, P, Mg] exceeds _NEGLIGIBLE somewhere."""
+        idx = (logf.amax((0, 1)) > _BlockedExpContract._NEGLIGIBLE).nonzero()
+        return (0, 0) if idx.numel() == 0 else (int(idx[0, 0]), int(idx[-1, 0]) + 1)
+
+    @staticmethod
+    def _exp_chunk(la, lb, kappa, dz, buf, win):
+        (i0, i1), (j0, j1) = win
+        p, nc = dz.shape[0], la.shape[0]
+        e = buf.view(-1)[:p * nc * (i1 - i0) * (j1 - j0)].view(p, nc, i1 - i0, j1 - j0)
+        torch.add(la[..., i0:i1].transpose(0, 1).unsqueeze(-1), lb[..., j0:j1].transpose(0, 1).unsqueeze(-2), out=e)
+        kap = kappa.transpose(0, 1)  # [P, nc, Dx]
+        for k in range(dz.shape[1]):
+            e.addcmul_(kap[:, :, k, None, None], dz[:, k, i0:i1, j0:j1].unsqueeze(1), value=-1.0)
+        return e.clamp_(min=_BlockedExpContract._FLOOR).exp_()
+
+    @staticmethod
+    def _matvec(a, x, out):
+        """out[q] = a[q] @ x[q] for a [P, n, K], x [P, K] (one mv per block: bmm with a single column is
+        several times slower than mv on CPU)."""
+        for q in range(a.shape[0]):
+            out[q] = torch.mv(a[q], x[q])
+
+    @staticmethod
+    def _chunk_size(p, mg):
+        return max(1, min(256, (1 << 18) // max(1, p * mg * mg)))  # ~2 MiB of float64 per chunk
+
+    @staticmethod
+    def forward(ctx, la, lb, kappa, dz, w):
+        n, p, mg = la.shape
+        chunk = _BlockedExpContract._chunk_size(p, mg)
+        buf = la.new_empty(p, min(chunk, n), mg, mg)
+        out = la.new_zeros(p, n)
+        windows = []
+        for s in range(0, n, chunk):
+            sl = slice(s, s + chunk)
+            win = (_BlockedExpContract._window(la[sl]), _BlockedExpContract._window(lb[sl]))
+            windows.append(win)
+            (i0, i1), (j0, j1) = win
+            if i1 == i0 or j1 == j0:
+                continue
+            e = _BlockedExpContract._exp_chunk(la[sl], lb[sl], kappa[sl], dz, buf, win)
+            _BlockedExpContract._matvec(e.reshape(p, e.shape[1], -1), w[:, i0:i1, j0:j1].reshape(p, -1), out[:, sl])
+        ctx.save_for_backward(la, lb, kappa, dz, w)
+        ctx.windows = windows
+        return out.transpose(0, 1)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        # with E = exp(exponent) and G = Σ_n,P g_n,P t_n,P: ∂G/∂w = Σ_n g E_n, ∂G/∂dz_k = -w ∘ Σ_n g κ_k E_n,
+        # ∂G/∂κ_k = -g Σ_ij E (w ∘ dz_k), ∂G/∂la_i = g Σ_j E (w), ∂G/∂lb_j = g Σ_i E (w)
+        la, lb, kappa, dz, w = ctx.saved_tensors
+        n, p, mg = la.shape
+        dx = dz.shape[1]
+        chunk = _BlockedExpContract._chunk_size(p, mg)
+        buf = la.new_empty(p, min(chunk, n), mg, mg)
+        g_la, g_lb = la.new_zeros(p, n, mg), lb.new_zeros(p, n, mg)
+        g_kappa = kappa.new_zeros(p, n, dx)
+        acc = la.new_zeros(p, 1 + dx, mg, mg)  # Σ_n g E_n and Σ_n g κ_k E_n
+        grad_t = grad.transpose(0, 1).contiguous()  # [P, N]
+        coeff = torch.cat([grad_t.unsqueeze(-1), grad_t.unsqueeze(-1) * kappa.transpose(0, 1)], -1)  # [P, N, 1+Dx]
+        wdz = w.unsqueeze(1) * dz  # [P, Dx, Mg, Mg]
+        for s, win in zip(range(0, n, chunk), ctx.windows):
+            (i0, i1), (j0, j1) = win
+            if i1 == i0 or j1 == j0:
+                continue
+            sl = slice(s, s + chunk)
+            e = _BlockedExpContract._exp_chunk(la[sl], lb[sl], kappa[sl], dz, buf, win)
+            nc, ri, cj = e.shape[1], i1 - i0, j1 - j0
+            flat = e.reshape(p, nc, ri * cj)
+            acc[:, :, i0:i1, j0:j1] += torch.bmm(coeff[:, sl].transpose(1, 2), flat).reshape(p, 1 + dx, ri, cj)
+            for k in range(dx):
+                _BlockedExpContract._matvec(flat, wdz[:, k, i0:i1, j0:j1].reshape(p, -1), g_kappa[:, sl, k])
+            e.mul_(w[:, i0:i1, j0:j1].unsqueeze(1))
+            g_la[:, sl, i0:i1] = e.sum(-1)
+            g_lb[:, sl, j0:j1] = e.sum(-2)
+        g = grad_t.unsqueeze(-1)
+        g_w = acc[:, 0]
+        g_dz = -(w.unsqueeze(1) * acc[:, 1:])
+        return ((g * g_la).transpose(0, 1), (g * g_lb).transpose(0, 1), (-g * g_kappa).transpose(0, 1), g_dz, g_w)
+
+
+def grouped_psi2_contract(mean, var, z, weight, amp, lsq) -> torch.Tensor:
+    """Σ_ij Φ_n,ij W_ij [N] for SE-shaped kernels whose inducing inputs come in G groups of equal size Mg with
+    a prefactor and squared lengthscale constant over each group (they may depend on the point), eq. 25
+    contracted with W without materialising Φ_n (see the comment block above `_BlockedExpContract`).
+
+    mean, var [N, Dx] (moments of q(a_n)); z [G, Mg, Dx]; weight [G, Mg, G, Mg] (W over the G·Mg inducing
+    inputs; only its symmetric part matters since Φ_n is symmetric); amp [N, G] (c of point n with group g);
+    lsq [N, G, Dx] (λ of point n with group g). Equal to `gaussian_psi2_contract` on the ungrouped inputs.
+    """
+    _check_moments(mean, var)
+    n, dx = mean.shape
+    g, mg = z.shape[0], z.shape[1]
+    if weight.shape != (g, mg, g, mg):
+        raise ValueError(f"weight must have shape [{g}, {mg}, {g}, {mg}] to match z, got {tuple(weight.shape)}")
+    if amp.shape != (n, g) or lsq.shape != (n, g, dx):
+        raise ValueError(f"amp must be [{n}, {g}] and lsq [{n}, {g}, {dx}], got {tuple(amp.shape)} and "
+                         f"{tuple(lsq.shape)}")
+    # points sorted by (first) input and inducing inputs sorted within groups: a chunk of neighbouring points
+    # then only needs a contiguous window of rows and columns (see _BlockedExpContract); the sum is invariant
+    order = torch.argsort(mean[:, 0].detach())
+    inverse = torch.argsort(order)
+    mean, var, amp, lsq = mean[order], var[order], amp[order], lsq[order]
+    zorder = torch.argsort(z[..., 0].detach(), dim=1)  # [G, Mg]
+    z = torch.gather(z, 1, zorder.unsqueeze(-1).expand_as(z))
+    gi = torch.arange(g, device=z.device)
+    weight = weight[gi[:, None, None, None], zorder[:, :, None, None], gi[None, None, :, None], zorder[None, None]]
+    rows, cols = torch.triu_indices(g, g, device=mean.device)  # blocks P = (p, q), p <= q
+    a, b = lsq[:, rows], lsq[:, cols]  # [N, P, Dx]
+    s = a + b
+    v = var.unsqueeze(1)  # [N, 1, Dx]
+    denom = a * b + s * v  # AB + S v = S (C + v)
+    # per-(point, block) prefactor c_p c_q Π_k sqrt(C/(C+v)) = c_p c_q Π_k sqrt(AB/(AB + S v))
+    scale = amp[:, rows] * amp[:, cols] * torch.exp(0.5 * ((a * b).log() - denom.log()).sum(-1))
+    mu = mean[:, None, None, :]  # [N, 1, 1, Dx]
+    la = -0.5 * ((mu - z[rows].unsqueeze(0)).square() * (b / denom).unsqueeze(2)).sum(-1)  # [N, P, Mg]
+    lb = -0.5 * ((mu - z[cols].unsqueeze(0)).square() * (a / denom).unsqueeze(2)).sum(-1)
+    kappa = 0.5 * v / denom  # [N, P, Dx]
+    dz = (z[rows].unsqueeze(2) - z[cols].unsqueeze(1)).square().permute(0, 3, 1, 2)  # [P, Dx, Mg, Mg]
+    wsym = 0.5 * (weight + weight.permute(2, 3, 0, 1))
+    w = wsym[rows, :, cols, :]  # [P, Mg, Mg]
+    w = w * torch.where(rows == cols, 1.0, 2.0).to(w.dtype)[:, None, None]
+    t = _BlockedExpContract.apply(la, lb, kappa, dz, w)
+    return (scale * t).sum(-1)[inverse]

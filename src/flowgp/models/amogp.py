@@ -37,7 +37,7 @@ from ..convolution import ConvolutionKernel, check_output_index
 from ..kernels import LENGTHSCALE_CONSTRAINT, RBF, VARIANCE_CONSTRAINT, Scale
 from ..linalg import lower_inverse, robust_cholesky
 from ..objective import minibatch_bound
-from ..psi_statistics import gaussian_psi1, gaussian_psi2_contract, gaussian_psi_mean
+from ..psi_statistics import gaussian_psi1, gaussian_psi2_contract, gaussian_psi_mean, grouped_psi2_contract
 from ..variational import WhitenedGaussian
 
 __all__ = ["AMOGP", "InducingSet", "layer_curves"]
@@ -111,7 +111,9 @@ def _layer_moments(psi0, psi1, phi_w, alpha, cov, in_mean=None, in_var=None, xi=
     random input, `in_var` adds its variance and `xi` (Ξ, [B, M]) its covariance with the GP part.
     """
     psi_a = (psi1 * alpha).sum(-1)
-    psi_c = torch.einsum("...m,...mk,...k->...", psi1, cov, psi1)
+    # Ψ C Ψᵀ >= 0 (C is PSD); rounding in float32 can leave it slightly negative, which would make the next
+    # layer's input variance σ² + ΨCΨᵀ negative
+    psi_c = torch.einsum("...m,...mk,...k->...", psi1, cov, psi1).clamp_min(0.0)
     var = psi0 + phi_w - psi_a.square()
     mean = psi_a
     if in_mean is not None:
@@ -280,18 +282,17 @@ class AMOGP(nn.Module):
         if not bool(torch.any(var > 0)):
             phi_w = torch.einsum("bm,mk,bk->b", psi1, w, psi1)
         else:
-            order, inverse, runs = _by_output(out, self.num_outputs)
-            ms, vs, parts = m[order], v[order], []
-            r_count = self.kernel.latent_processes
-            for d, sl in runs:
-                a_d, l_d = self.kernel.pair_parameters(torch.tensor([d], device=out.device), zo)
-                part = 0.0
-                for r1 in range(r_count):
-                    for r2 in range(r_count):
-                        part = part + gaussian_psi2_contract(ms[sl], vs[sl], z, w, a_d[r1, 0], l_d[r1, 0],
-                                                             a_d[r2, 0], l_d[r2, 0])
-                parts.append(part)
-            phi_w = torch.cat(parts)[inverse]
+            # groups of inducing inputs with one prefactor and lengthscale each: (latent r, output p), so
+            # tr(Φ_n W) is evaluated without per-point M x M blocks (flowgp.psi_statistics.grouped_psi2_contract)
+            d, r_count = self.num_outputs, self.kernel.latent_processes
+            mg = z.shape[0] // d
+            g_amp, g_lsq = self.kernel.pair_parameters(out, torch.arange(d, device=out.device))  # [R, B, D(, 1)]
+            g_amp = g_amp.transpose(0, 1).reshape(out.shape[0], r_count * d)
+            g_lsq = g_lsq.transpose(0, 1).reshape(out.shape[0], r_count * d, 1)
+            zg = z.reshape(d, mg, 1).repeat(r_count, 1, 1)
+            wg = w.reshape(1, d, mg, 1, d, mg).repeat(r_count, 1, 1, r_count, 1, 1).reshape(
+                r_count * d, mg, r_count * d, mg)
+            phi_w = grouped_psi2_contract(m, v, zg, wg, g_amp, g_lsq)
         psi0 = self.kernel.variance.sum(-1)[out]
         return _layer_moments(psi0, psi1, phi_w, alpha[0], cov[0])
 

@@ -1,0 +1,143 @@
+"""AMO-GP training-step time against the MO-GP it extends (issue 27), side by side in one run.
+
+Setting of the issue: the four London sites of the shared PM2.5 file, 2019-03-01 00:00 + 21 days hourly
+(2 004 rows after dropping missing values), `AlignedMultiOutputGPRegressor(num_inducing=50)` (8 alignment and
+8 warping inducing points per site), float64, one torch thread. The MO-GP is the same estimator with
+`alignment="identity", warping="identity"` (the CP kernel alone). One step = bound on a batch, backward, Adam.
+
+Part 1: minibatch steps (`--batch`, default 256) and full-batch steps, the two models interleaved: every round
+times each model for `--steps` steps and the value reported is the median over rounds of each round's median,
+so slow drifts of the load on a shared machine do not enter the ratio. Printed: ms per step and the ratio
+AMO-GP / MO-GP (target of the issue: <= 3).
+
+Part 2 (`--fit-epochs`, default 0 = skipped): wall-clock time of the estimator's default fit
+(full batch, as `batch_size="auto"` picks for 2 004 rows) for that many epochs, with the plateau stop off.
+Without it, the time of a 1 500-epoch fit is extrapolated from the full-batch step time of part 1.
+
+    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/amogp_step_time.py
+    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/amogp_step_time.py --fit-epochs 1500
+
+`--lengthscale` sets the initial CP lengthscale (default 0.3, the estimator's default; hourly PM2.5 over three
+weeks wants about 0.05): the contraction skips inducing inputs out of reach of a chunk of points, so its cost
+falls as the lengthscale shrinks.
+
+Results go to docs/results/amogp/step_time.json (`--json`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from flowgp import AlignedMultiOutputGPRegressor
+from flowgp.bench.amogp import pm25_data
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / ".." / "shared" / "data" / "air_quality" / "london_aurn_pm25_hourly_2018_2019.csv"
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data", default=str(DATA))
+    p.add_argument("--start", default="2019-03-01 00:00:00")
+    p.add_argument("--days", type=int, default=21)
+    p.add_argument("--num-inducing", type=int, default=50)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--steps", type=int, default=6, help="minibatch steps per model and round")
+    p.add_argument("--full-steps", type=int, default=2, help="full-batch steps per model and round")
+    p.add_argument("--fit-epochs", type=int, default=0)
+    p.add_argument("--dtype", default="float64")
+    p.add_argument("--lengthscale", type=float, default=0.3,
+                   help="initial CP lengthscale (standardised time; 0.3 is the estimator's default)")
+    p.add_argument("--json", default=str(ROOT / "docs" / "results" / "amogp" / "step_time.json"))
+    return p.parse_args(argv)
+
+
+def data(args):
+    # holdout_hours=0: nothing held out, the whole window trains
+    (X, y, o), _, sites, _ = pm25_data(args.data, args.start, args.days, "eltham", 0)
+    return X, y, o
+
+
+def model_and_tensors(layers, X, y, o, args):
+    """A freshly initialised model (the estimator's own build, one epoch of fit to get it) and its tensors."""
+    est = AlignedMultiOutputGPRegressor(num_inducing=args.num_inducing, alignment=layers, warping=layers, epochs=1,
+                                        verbose=False, dtype=args.dtype, lengthscale=args.lengthscale)
+    est.fit(X, y, o)
+    xt, ot, _ = est.scaled_inputs(X, o)
+    yt = est.tensor((y - est.y_mean_[o]) / est.y_std_[o])
+    return est.model_, xt, yt, ot
+
+
+def time_steps(model, opt, xt, yt, ot, batches):
+    times = []
+    for idx in batches:
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = -model.elbo(xt[idx], yt[idx], ot[idx], num_data=xt.shape[0])
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main(argv=None):
+    args = parse(argv)
+    torch.set_num_threads(1)
+    X, y, o = data(args)
+    n = len(y)
+    models = {name: model_and_tensors(layers, X, y, o, args) for name, layers in
+              (("amogp", "gp"), ("mogp", "identity"))}
+    opts = {name: torch.optim.Adam(m[0].parameters(), lr=0.01) for name, m in models.items()}
+    gen = torch.Generator().manual_seed(0)
+    per_round = {(name, kind): [] for name in models for kind in ("minibatch", "full")}
+    for r in range(args.rounds):
+        for kind, count, size in (("minibatch", args.steps, args.batch), ("full", args.full_steps, n)):
+            if count == 0:  # --full-steps 0: minibatch steps only (e.g. for the slow pre-issue-27 code)
+                continue
+            batches = [torch.randperm(n, generator=gen)[:size] for _ in range(count)]
+            order = list(models) if r % 2 == 0 else list(models)[::-1]
+            for name in order:
+                model, xt, yt, ot = models[name]
+                per_round[(name, kind)].append(time_steps(model, opts[name], xt, yt, ot, batches))
+    res = {f"{name}_{kind}_ms": 1000 * statistics.median(v) for (name, kind), v in per_round.items() if v}
+    for kind in ("minibatch", "full") if args.full_steps else ("minibatch",):
+        res[f"ratio_{kind}"] = res[f"amogp_{kind}_ms"] / res[f"mogp_{kind}_ms"]
+        size = args.batch if kind == "minibatch" else n
+        print(f"{kind} (B={size}): AMO-GP {res[f'amogp_{kind}_ms']:.1f} ms, MO-GP {res[f'mogp_{kind}_ms']:.1f} ms, "
+              f"ratio {res[f'ratio_{kind}']:.2f}")
+    if args.full_steps:
+        res["extrapolated_1500_epoch_full_batch_fit_s"] = 1.5 * res["amogp_full_ms"]
+        print(f"1 500 full-batch epochs extrapolated: {res['extrapolated_1500_epoch_full_batch_fit_s']:.0f} s")
+    if args.fit_epochs:
+        t0 = time.perf_counter()
+        est = AlignedMultiOutputGPRegressor(num_inducing=args.num_inducing, epochs=args.fit_epochs, verbose=False,
+                                            dtype=args.dtype, lengthscale=args.lengthscale).fit(X, y, o)
+        res["fit_seconds"] = time.perf_counter() - t0
+        res["fit_epochs"] = len(est.history_)
+        print(f"fit of {len(est.history_)} epochs (batch {est.resolved_batch_size(n)}): {res['fit_seconds']:.0f} s")
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    out = {"setting": {"rows": n, "num_inducing": args.num_inducing, "batch": args.batch, "rounds": args.rounds,
+                       "steps": args.steps, "full_steps": args.full_steps, "dtype": args.dtype,
+                       "start": args.start, "days": args.days, "lengthscale": args.lengthscale},
+           "results": res, "machine": {"cpu": platform.processor() or platform.machine(), "threads": 1,
+                                       "loadavg_at_end": load, "torch": torch.__version__}}
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(out, indent=1))
+    print(f"load average at the end: {load} (machine shared with other jobs)")
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main()
