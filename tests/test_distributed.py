@@ -75,15 +75,19 @@ def _worker(rank, size, init_file, out_dir):
 def two_process_results():
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
+    # the single-process references first: the forked workers then inherit every module they import
+    singles = {kind: _fit(kind, world=World()) for kind in ("svgp", "tgp")}
     with tempfile.TemporaryDirectory() as tmp:
-        torch.multiprocessing.spawn(_worker, args=(2, os.path.join(tmp, "init"), tmp), nprocs=2, join=True)
+        # fork: the workers inherit the imported modules (spawn would re-import torch and flowgp in each)
+        torch.multiprocessing.start_processes(_worker, args=(2, os.path.join(tmp, "init"), tmp), nprocs=2,
+                                              join=True, start_method="fork")
         results = [torch.load(os.path.join(tmp, f"rank{r}.pt"), weights_only=False) for r in range(2)]
         checkpoint = os.path.join(tmp, "ckpt.pt")
         copy = os.path.join(tmp, "resume.pt")
         with open(checkpoint, "rb") as src, open(copy, "wb") as dst:
             dst.write(src.read())
         resumed = _fit("svgp", world=World(), checkpoint=copy)
-        yield results, resumed
+        yield results, resumed, singles
 
 
 def _assert_close(a: dict, b: dict, rtol=1e-8):
@@ -96,8 +100,8 @@ def _assert_close(a: dict, b: dict, rtol=1e-8):
 
 @pytest.mark.parametrize("kind", ["svgp", "tgp"])
 def test_two_processes_reproduce_one_process(two_process_results, kind):
-    results, _ = two_process_results
-    single, history = _fit(kind, world=World())
+    results, _, singles = two_process_results
+    single, history = singles[kind]
     for rank in range(2):
         params, hist = results[rank][kind]
         _assert_close(params, single)
@@ -108,8 +112,8 @@ def test_two_processes_reproduce_one_process(two_process_results, kind):
 
 
 def test_resume_two_process_checkpoint_with_one_process(two_process_results):
-    _, (resumed, history) = two_process_results
-    single, single_history = _fit("svgp", world=World())
+    _, (resumed, history), singles = two_process_results
+    single, single_history = singles["svgp"]
     _assert_close(resumed, single)
     np.testing.assert_allclose(history, single_history, rtol=1e-10)
 
