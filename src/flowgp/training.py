@@ -252,9 +252,10 @@ def train(
             initial value; inside an L-BFGS step such a trial point returns a large value with zero slope so
             the line search backs off.
         world: the flowgp.distributed.World to split every batch over (default: the initialised
-            torch.distributed group, else one process). A sampler passed as x is sharded with its
-            `shard(rank, world_size)`; a `loss=` hook must be a minibatch estimate of the same form as the bound
-            (rows' terms rescaled by N / B, with B = batch.step_size, minus global terms).
+            torch.distributed group for the model's bound, one process with a `loss=` hook). A sampler passed
+            as x is sharded with its `shard(rank, world_size)`. A `loss=` hook given a world must be a minibatch
+            estimate of the same form as the bound (rows' terms rescaled by N / B, with B = batch.step_size,
+            minus global terms).
 
     Returns:
         The history: with the default objective the mean negative ELBO per data point (mean over the epoch's
@@ -284,7 +285,10 @@ def train(
         sampler = x
     else:
         sampler = ArrayBatches(x, y, batch_size, seed=seed)
-    world = current_world() if world is None else world
+    if world is None:
+        # the model's bound is split over the initialised process group; a loss= hook (flow initialisation,
+        # auxiliary fits every rank repeats identically) runs locally unless a world is given
+        world = current_world() if loss is None else World()
     if not isinstance(world, World):
         raise TypeError(f"world must be a flowgp.distributed.World or None, got {type(world).__name__}")
     if world.distributed and getattr(sampler, "world_size", 1) != world.size:
