@@ -60,11 +60,21 @@ def _fit(kind, world=None, checkpoint=None, stop_at=None):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, history
 
 
+def _stream_fit(path):
+    """An estimator fitted on a .npy table streamed in blocks (flowgp.batches.BlockBatches)."""
+    from flowgp.estimators.regression import SVGPRegressor
+
+    est = SVGPRegressor(num_inducing=6, epochs=4, batch_size=BATCH, lr=0.03, verbose=False, kmeans_restarts=1,
+                        seed=2).fit(path)
+    return {k: v.detach().clone() for k, v in est.model_.state_dict().items()}
+
+
 def _worker(rank, size, init_file, out_dir):
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=size)
     try:
         results = {kind: _fit(kind) for kind in ("svgp", "tgp")}
+        results["stream"] = _stream_fit(os.path.join(out_dir, "table.npy"))
         results["interrupted"] = _fit("svgp", checkpoint=os.path.join(out_dir, "ckpt.pt"), stop_at=9)
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
@@ -78,6 +88,9 @@ def two_process_results():
     # the single-process references first: the forked workers then inherit every module they import
     singles = {kind: _fit(kind, world=World()) for kind in ("svgp", "tgp")}
     with tempfile.TemporaryDirectory() as tmp:
+        x, y = _data()
+        np.save(os.path.join(tmp, "table.npy"), torch.cat([x, y], 1).numpy())
+        singles["stream"] = _stream_fit(os.path.join(tmp, "table.npy"))
         # fork: the workers inherit the imported modules (spawn would re-import torch and flowgp in each)
         torch.multiprocessing.start_processes(_worker, args=(2, os.path.join(tmp, "init"), tmp), nprocs=2,
                                               join=True, start_method="fork")
@@ -109,6 +122,12 @@ def test_two_processes_reproduce_one_process(two_process_results, kind):
     # the parameters moved: the comparison is not between two untouched models
     start = {k: v for k, v in _model(kind).state_dict().items()}
     assert max((single[k] - start[k]).abs().max().item() for k in start) > 1e-3
+
+
+def test_two_processes_stream_a_table_as_one_process(two_process_results):
+    results, _, singles = two_process_results
+    for rank in range(2):
+        _assert_close(results[rank]["stream"], singles["stream"])
 
 
 def test_resume_two_process_checkpoint_with_one_process(two_process_results):
