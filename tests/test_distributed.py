@@ -1,6 +1,7 @@
 """Data-parallel training (flowgp.distributed): 2 gloo processes on the CPU reproduce one process.
 
-One spawn of 2 workers runs every 2-process case (SVGP, TGP, an interrupted run that leaves a checkpoint);
+One fork of 2 workers runs every 2-process case (SVGP, TGP, a 2-layer DSVI deep GP whose hidden-layer noise is
+drawn for the whole global batch and sliced, a streamed table, an interrupted run that leaves a checkpoint);
 the single-process references run in the test process. The equivalence is exact in exact arithmetic (the
 ranks' weighted bounds sum to the global batch's bound, see flowgp.distributed), so in float64 only the
 order of the sums differs: 1e-8 relative after 20 Adam steps.
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from flowgp.batches import ArrayBatches, Batch, BlockBatches
-from flowgp.build import SparseGPConfig, build
+from flowgp.build import DeepGPConfig, SparseGPConfig, build
 from flowgp.distributed import World, local_slice
 from flowgp.training import train
 
@@ -31,6 +32,9 @@ def _data():
 
 def _model(kind):
     x, y = _data()
+    if kind == "dsvi":  # 2 layers, Monte Carlo noise in the hidden layer (2 samples per row)
+        config = DeepGPConfig(layers=2, num_inducing=6, num_samples=2, kmeans_restarts=2)
+        return build(config, x, y, generator=torch.Generator().manual_seed(0))
     flow = "sal" if kind == "tgp" else "identity"
     config = SparseGPConfig(model=kind, num_inducing=8, flow=flow, quadrature_points=10, kmeans_restarts=2)
     model = build(config, x, y, generator=torch.Generator().manual_seed(0))
@@ -73,7 +77,7 @@ def _worker(rank, size, init_file, out_dir):
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=size)
     try:
-        results = {kind: _fit(kind) for kind in ("svgp", "tgp")}
+        results = {kind: _fit(kind) for kind in ("svgp", "tgp", "dsvi")}
         results["stream"] = _stream_fit(os.path.join(out_dir, "table.npy"))
         results["interrupted"] = _fit("svgp", checkpoint=os.path.join(out_dir, "ckpt.pt"), stop_at=9)
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
@@ -86,7 +90,7 @@ def two_process_results():
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
     # the single-process references first: the forked workers then inherit every module they import
-    singles = {kind: _fit(kind, world=World()) for kind in ("svgp", "tgp")}
+    singles = {kind: _fit(kind, world=World()) for kind in ("svgp", "tgp", "dsvi")}
     with tempfile.TemporaryDirectory() as tmp:
         x, y = _data()
         np.save(os.path.join(tmp, "table.npy"), torch.cat([x, y], 1).numpy())
@@ -111,7 +115,7 @@ def _assert_close(a: dict, b: dict, rtol=1e-8):
         assert err <= rtol, f"{k}: relative difference {err:.3g}"
 
 
-@pytest.mark.parametrize("kind", ["svgp", "tgp"])
+@pytest.mark.parametrize("kind", ["svgp", "tgp", "dsvi"])
 def test_two_processes_reproduce_one_process(two_process_results, kind):
     results, _, singles = two_process_results
     single, history = singles[kind]

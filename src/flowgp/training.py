@@ -157,6 +157,8 @@ def _elbo_objective(model, sampler, num_data: int, generator: torch.Generator):
     params = inspect.signature(elbo).parameters
     var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     pass_generator = "generator" in params
+    # where a model draws per-row noise, (offset, B) lets it draw for the whole global batch and keep its rows
+    pass_rows = "batch_rows" in params
     index_name = "indices" if "indices" in params else ("index" if "index" in params else None)
     extra_names = list(getattr(sampler, "extra", {}) or {})
     missing = [k for k in extra_names if k not in params and not var_kw]
@@ -169,6 +171,8 @@ def _elbo_objective(model, sampler, num_data: int, generator: torch.Generator):
             kwargs["generator"] = generator
         if index_name is not None:
             kwargs[index_name] = batch.index
+        if pass_rows:
+            kwargs["batch_rows"] = (int(getattr(batch, "offset", 0)), int(getattr(batch, "step_size", len(batch))))
         return -elbo(batch.x, batch.y, num_data=num_data, **kwargs)
 
     return objective
