@@ -136,3 +136,19 @@ def test_bad_tables_give_one_clear_error(tmp_path):
         open_table(npy, "y")
     with pytest.raises(TypeError, match=r"\(X, y\) pairs"):
         open_table(iter([np.zeros((2, 2))]))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_streamed_fit_and_prediction_on_cuda(tmp_path, dtype):
+    x, y = _data(300)
+    parquet, _, _ = _write_all(tmp_path, x, y, row_group=128)
+    kw = dict(num_inducing=8, epochs=3, batch_size=64, verbose=False, kmeans_restarts=1, dtype=dtype)
+    gpu = SVGPRegressor(device="cuda", **kw).fit(parquet, "y")
+    cpu = SVGPRegressor(device="cpu", **kw).fit(parquet, "y")
+    assert gpu.model_.gp.inducing_points.device.type == "cuda"
+    tol = 1e-3 if dtype == "float32" else 1e-8
+    np.testing.assert_allclose(gpu.predict(x[:20]), cpu.predict(x[:20]), rtol=tol, atol=tol)
+    summary = gpu.predict_to_file(parquet, tmp_path / "p.parquet", target="y", chunk_rows=100, verbose=False)
+    assert summary["rows"] == 300 and np.isfinite(summary["nll"])
