@@ -298,3 +298,15 @@ def test_predict_streams_to_parquet(tmp_path, capsys):
     table = pq.read_table(out)
     x = np.loadtxt(csv, delimiter=",", skiprows=1)[:, :2]
     np.testing.assert_allclose(table.column("mean").to_numpy(), flowgp.load(model).predict(x), rtol=1e-12)
+
+
+def test_nproc_launch_restores_the_signal_handlers(tmp_path):
+    # torch's elastic launcher installs handlers for SIGINT/SIGTERM; a Ctrl-C after `main([... --nproc 2])`
+    # must again raise KeyboardInterrupt in the caller
+    import signal
+
+    from flowgp import distributed
+
+    before = signal.getsignal(signal.SIGINT)
+    assert distributed.launch(["--version-that-does-not-exist"], 1) == 1  # a worker that fails at once
+    assert signal.getsignal(signal.SIGINT) is before

@@ -22,7 +22,9 @@ describes in the environment (gloo on CPU, NCCL on CUDA).
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import uuid
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -155,8 +157,16 @@ def launch(args: Sequence[str], nproc: int, module: str = "flowgp") -> int:
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
                           monitor_interval=0.1)
+    # the launcher installs its own handlers for these signals and leaves them behind: restore the caller's
+    names = [n for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT") if hasattr(signal, n)]
+    saved = {n: signal.getsignal(getattr(signal, n)) for n in names}
     try:
         elastic_launch(config, entrypoint=sys.executable)("-u", "-m", module, *args)
     except ChildFailedError:
         return 1
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for n, handler in saved.items():
+                if handler is not None:
+                    signal.signal(getattr(signal, n), handler)
     return 0
