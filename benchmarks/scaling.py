@@ -7,8 +7,10 @@
 
 `memory` runs `flowgp fit --data big.parquet --target y --model svgp --epochs 1 --batch-size 4096` and
 `flowgp predict --data big.parquet --out pred.parquet` under `/usr/bin/time -v` and records the maximum resident
-set size. `epochs` times one epoch (the `fit` command's wall time minus that of the same command with
---epochs 0, so start-up, the statistics pass and k-means are not counted) for every N and process count.
+set size. `epochs` times one epoch of the same fit (SVGPRegressor(num_inducing=100, batch_size=4096).fit(path,
+"y")) for every N and process count: the training loop's own time (`train_seconds_`, so imports, the statistics
+pass and k-means are not counted) on rank 0, the processes started by `python -m torch.distributed.run
+--standalone --nproc-per-node P` (what `torchrun` runs) with one thread each.
 Rows go to <dir>/results.jsonl as they land; a row already there is not measured again (resumable).
 The table: x ~ U(-2, 2)^8, y = sin(x0) + 0.5 cos(2 x1) + 0.1 x2 x3 + 0.1 ε, in row groups of 131 072 rows.
 """
@@ -98,19 +100,48 @@ def memory(rows_list, folder: Path) -> None:
             _record(results, {"kind": "predict_memory", "rows": rows, "peak_rss_mb": peak, "seconds": seconds})
 
 
+def worker(data: str) -> None:
+    """One process of the timed fit (under torch.distributed.run for several); rank 0 prints the timing."""
+    import torch
+
+    from flowgp import distributed
+    from flowgp.estimators.regression import SVGPRegressor
+
+    torch.set_num_threads(1)
+    # torch imports its compiler stack (seconds) when the first optimiser is built: not part of an epoch
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+    world = distributed.init_from_env()
+    try:
+        est = SVGPRegressor(num_inducing=100, batch_size=4096, epochs=1, verbose=False).fit(data, "y")
+        if world.is_main:
+            print(json.dumps({"train_seconds": est.train_seconds_, "world": world.size}), flush=True)
+    finally:
+        distributed.shutdown()
+
+
 def epochs(rows_list, nprocs, folder: Path) -> None:
     results = folder / "results.jsonl"
     have = {(r["kind"], r["rows"], r.get("nproc")) for r in _done(results)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for rows in rows_list:
         data = make(rows, folder / f"table_{rows}.parquet")
         for nproc in nprocs:
             if ("epoch", rows, nproc) in have:
                 continue
-            common = ["fit", "--data", str(data), *FIT, "--nproc", str(nproc), "--out", str(folder / "m.pt")]
-            base, _ = _flowgp(common + ["--epochs", "0"])
-            full, _ = _flowgp(common + ["--epochs", "1"])
-            _record(results, {"kind": "epoch", "rows": rows, "nproc": nproc, "epoch_seconds": full - base,
-                              "setup_seconds": base, "steps": -(-rows // 4096)})
+            cmd = [sys.executable, __file__, "worker", "--data", str(data)]
+            if nproc > 1:
+                cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+                       *cmd[1:]]
+            start = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            wall = time.perf_counter() - start
+            if proc.returncode:
+                raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+            line = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1]
+            timing = json.loads(line)
+            _record(results, {"kind": "epoch", "rows": rows, "nproc": nproc,
+                              "epoch_seconds": timing["train_seconds"], "command_seconds": wall,
+                              "steps": -(-rows // 4096)})
 
 
 def plot(folder: Path, out: str) -> None:
@@ -130,7 +161,7 @@ def plot(folder: Path, out: str) -> None:
         ax.loglog(n, ref["epoch_seconds"] * n / ref["rows"], "k:", label="linear in N")
     ax.set_xlabel("rows N")
     ax.set_ylabel("seconds per epoch")
-    ax.set_title("flowgp fit --model svgp, batch 4096, M = 100")
+    ax.set_title("SVGP streamed from Parquet, batch 4096, M = 100")
     ax.legend()
     fig.tight_layout()
     Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -151,12 +182,17 @@ def main(argv=None):
     p.add_argument("--rows", type=int, nargs="+", default=[10000, 100000, 1000000, 5000000])
     p.add_argument("--nproc", type=int, nargs="+", default=[1, 2])
     p.add_argument("--dir", required=True)
+    p = sub.add_parser("worker")
+    p.add_argument("--data", required=True)
     p = sub.add_parser("plot")
     p.add_argument("--dir", required=True)
     p.add_argument("--out", default="docs/results/scaling/scaling.png")
     args = parser.parse_args(argv)
     if args.command == "make":
         make(args.rows, args.out)
+        return
+    if args.command == "worker":
+        worker(args.data)
         return
     folder = Path(args.dir)
     folder.mkdir(parents=True, exist_ok=True)

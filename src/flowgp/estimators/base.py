@@ -8,6 +8,7 @@ state dict - never as a pickle).
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -216,10 +217,12 @@ class Estimator:
                 return self.tensor((x - self.x_mean_) / self.x_std_), self.tensor((y - shift) / scale)[:, None]
 
             sampler = BlockBatches(source, self.batch_size, transform, seed=int(self.seed), device=self.device)
+            start = time.perf_counter()
             self.history_ = train(self.model_, sampler, epochs=self.epochs, lr=self.lr,
                                   fix_noise_fraction=self.fix_noise_fraction, seed=self.seed,
                                   verbose=self.verbose, desc=type(self).__name__,
                                   checkpoint_path=self.checkpoint_path())
+            self.train_seconds_ = time.perf_counter() - start  # the training loop alone (benchmarks/scaling.py)
         finally:
             if source is not data:
                 source.close()
