@@ -310,3 +310,12 @@ def test_nproc_launch_restores_the_signal_handlers(tmp_path):
     before = signal.getsignal(signal.SIGINT)
     assert distributed.launch(["--version-that-does-not-exist"], 1) == 1  # a worker that fails at once
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_nproc_refuses_a_text_column_before_launching(tmp_path, capsys):
+    text = tmp_path / "text.csv"
+    text.write_text("u,v,target\n1,a,2\n3,b,4\n5,c,6\n")
+    assert main(["fit", "--data", str(text), "--target", "target", "--nproc", "2", "--quiet",
+                 "--out", str(tmp_path / "m.pt")]) == 2
+    err = capsys.readouterr().err
+    assert "column 'v'" in err and len(err.strip().splitlines()) == 1, err

@@ -370,7 +370,15 @@ def check_table(data, target=None, features: Optional[Sequence[str]] = None, *, 
             header = [h.strip() for h in next(csv.reader(fh), [])]
         if not header:
             raise ValueError(f"{name} {data} is empty; expected a header row naming the columns")
-        _select(header, target, features, name, path, target_flag)
+        chosen = _select(header, target, features, name, path, target_flag)
+        import pyarrow as pa
+        import pyarrow.dataset as ds
+
+        try:  # the column types pyarrow infers from the file's first block (later text is found when read)
+            schema = ds.dataset(str(path), format="csv").schema
+        except (pa.ArrowInvalid, OSError) as err:
+            raise ValueError(f"{name} {path}: not a readable CSV file ({str(err).splitlines()[0]})") from None
+        _numeric_columns(schema, chosen + ([target] if target is not None else []), name, path)
         return _count_lines(path) - 1
     raise ValueError(f"{name} {data}: unknown format {suffix!r}; use .csv, .parquet or .npy")
 
