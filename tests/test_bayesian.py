@@ -132,3 +132,17 @@ def test_bad_call_is_refused():
         net(torch.randn(3, 4))
     with pytest.raises(ValueError, match="num_samples"):
         net(torch.randn(3, 2), num_samples=0)
+
+
+def test_rows_share_masks_gives_one_dropout_network_per_sample():
+    """rows_share_masks=True: every row of a sample sees the same dropout mask, so identical rows give
+    identical outputs within a sample, while samples still differ; per-row masks make identical rows differ."""
+    net = BayesianMLP(3, 4, hidden=(16,), dropout=0.5, bayesian="mc_dropout", init_std=0.5,
+                      generator=torch.Generator().manual_seed(0)).double()
+    x = torch.ones(5, 3, dtype=torch.float64)
+    shared = net(x, num_samples=7, generator=torch.Generator().manual_seed(1), rows_share_masks=True)
+    assert shared.shape == (7, 5, 4)
+    assert torch.equal(shared, shared[:, :1].expand_as(shared))
+    assert not torch.allclose(shared[0], shared[1])
+    per_row = net(x, num_samples=7, generator=torch.Generator().manual_seed(1))
+    assert not torch.allclose(per_row[:, 0], per_row[:, 1])

@@ -391,11 +391,12 @@ class WarpedLikelihood(Likelihood):
             return sampling
         if sampling is not None:
             num, stochastic = sampling
-            return WeightSampling(num, bool(stochastic), generator)
+            return WeightSampling(num, bool(stochastic), generator, rows_share_draws=not train)
         if train:
             return WeightSampling(self.mc_samples_train, True, generator)
         if all(stage.network.stochastic_prediction for stage in self._stages):
-            return WeightSampling(self.mc_samples_predict, True, generator)
+            # predictions: each sample is one network for every row (row-order/subset invariant predictions)
+            return WeightSampling(self.mc_samples_predict, True, generator, rows_share_draws=True)
         return WeightSampling(1, False, generator)
 
     def _nodes(self, mean, var, x, num_points: int, sampling: WeightSampling):

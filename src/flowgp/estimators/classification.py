@@ -12,6 +12,8 @@ import dataclasses
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils import column_or_1d
+from sklearn.utils.multiclass import type_of_target
 
 from ..build import ClassificationConfig, build
 from ..flows import Flow, make_flow
@@ -41,6 +43,8 @@ def check_labels(y, n: int) -> np.ndarray:
     mix kinds (strings with numbers), which cannot be sorted into `classes_` - numpy's own message would be
     "'<' not supported", and a plain list such as ['a', 1] would otherwise silently turn 1 into the string '1'.
     """
+    if y is None:
+        raise ValueError("this classifier requires y to be passed, but the target y is None")
     if isinstance(y, torch.Tensor):
         y = y.detach().cpu().numpy()
     elif not isinstance(y, np.ndarray):
@@ -51,7 +55,7 @@ def check_labels(y, n: int) -> np.ndarray:
             check_label_kinds(items)
     y = np.asarray(y)
     if y.ndim == 2 and y.shape[1] == 1:
-        y = y[:, 0]
+        y = column_or_1d(y, warn=True)  # scikit-learn's DataConversionWarning: a column was passed for a 1-D y
     if y.ndim != 1:
         raise ValueError(f"y must be 1-D [n_samples] (one label per row), got shape {y.shape}")
     if len(y) != n:
@@ -74,6 +78,19 @@ def check_label_kinds(y) -> None:
         examples = " and ".join(f"{v!r} ({k})" for k, v in kinds.items())
         raise TypeError(f"y mixes labels of different kinds, e.g. {examples}, which cannot be sorted into classes; "
                         "give every label the same type, e.g. np.asarray(y).astype(str) or map them to integers")
+
+
+def training_classes(y: np.ndarray) -> np.ndarray:
+    """The classes a classifier is fitted to, from `check_labels` output: ValueError for a continuous target
+    (scikit-learn's "Unknown label type" wording) and for fewer than two classes."""
+    if y.dtype.kind == "f" and type_of_target(y) == "continuous":
+        raise ValueError("Unknown label type: continuous. y holds real values, not class labels; use a regressor "
+                         "(e.g. SVGPRegressor) or turn y into classes first (e.g. np.digitize)")
+    classes = label_classes(y)
+    if len(classes) < 2:
+        raise ValueError(f"y must hold at least two classes to train a classifier, got only one class: "
+                         f"{classes.tolist()}")
+    return classes
 
 
 def label_classes(y: np.ndarray) -> np.ndarray:
@@ -165,10 +182,7 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
         self.torch_dtype()  # a bad dtype fails here, before any work
         X = as_2d_float(X)
         y = check_labels(y, X.shape[0])
-        classes = label_classes(y)
-        if len(classes) < 2:
-            raise ValueError(f"y must hold at least two classes to train a classifier, got only {classes.tolist()}")
-        self.classes_ = classes
+        self.classes_ = training_classes(y)
         xt = self.fit_input_scaling(X)
         yt = self._encode(y, X.shape[0])
         # every draw of the fit comes from generators made from `seed`

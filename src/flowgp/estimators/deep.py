@@ -21,7 +21,8 @@ from ..models.deep_gp import POSTERIORS
 from ..training import train
 from ..build import resolve_dtype
 from .base import Estimator, as_2d_float
-from .classification import check_labels, label_classes
+from .chunking import chunk_rows, map_row_chunks
+from .classification import check_labels, training_classes
 from .regression import SVGPRegressor
 
 __all__ = ["DeepGPRegressor", "DeepGPClassifier"]
@@ -206,38 +207,53 @@ class DeepGPClassifier(_DeepMixin, Estimator, ClassifierMixin, BaseEstimator):
             raise ValueError(f"likelihood must be one of {_CLASS_LIKELIHOODS}, got {self.likelihood!r}")
         X = as_2d_float(X)
         y = check_labels(y, X.shape[0])
-        self.classes_ = label_classes(y)
-        if len(self.classes_) < 2:
-            raise ValueError(f"y must hold at least two classes, got only {self.classes_.tolist()}")
+        self.classes_ = training_classes(y)
         xt = self.fit_input_scaling(X)
         self._fit_model(xt, self._encode(y, X.shape[0]))
         return self
 
     def predict_proba(self, X):
-        """Class probabilities [n_samples, n_classes] averaged over `num_samples_predict` samples."""
+        """Class probabilities [n_samples, n_classes] averaged over `num_samples_predict` samples (in row chunks
+        of bounded memory; every row shares the draws, so its probabilities do not depend on the other rows)."""
         xt = self.scaled_inputs(X)
         with torch.no_grad():
-            mean, var = self.model_.predict_f_samples(xt, self.num_samples_predict, self._generator(xt.device))
-            lik = self.model_.likelihood
-            if isinstance(lik, BernoulliLikelihood):
-                p1 = lik.predictive_prob(mean, var).mean(0)[:, 0]
-                probs = torch.stack([1 - p1, p1], -1)
-            else:
-                probs = lik.predictive_probs(mean, var).mean(0)
-                # the robust max's class probabilities sum to one only up to its quadrature error (~1e-6)
-                probs = probs / probs.sum(-1, keepdim=True)
+            probs = self._map_chunks(self._chunk_proba, [xt])
         return probs.cpu().numpy().astype(np.float64)
+
+    def _map_chunks(self, function, tensors):
+        # rows per chunk from the [S, rows, layer width + M] temporaries of propagating S samples (as regressors)
+        layer_elements = sum(p.shape[-2] + p.shape[-1] for name, p in self.model_.named_parameters()
+                             if name.endswith("inducing_points"))
+        itemsize = torch.empty((), dtype=self.torch_dtype()).element_size()
+        rows = chunk_rows(int(self.num_samples_predict) * (layer_elements + 16), itemsize,
+                          getattr(self, "predict_memory", None))
+        return map_row_chunks(function, tensors, rows)
+
+    def _chunk_proba(self, x):
+        mean, var = self.model_.predict_f_samples(x, self.num_samples_predict, self._generator(x.device),
+                                                  common_noise=True)
+        lik = self.model_.likelihood
+        if isinstance(lik, BernoulliLikelihood):
+            p1 = lik.predictive_prob(mean, var).mean(0)[:, 0]
+            return torch.stack([1 - p1, p1], -1)
+        probs = lik.predictive_probs(mean, var).mean(0)
+        # the robust max's class probabilities sum to one only up to its quadrature error (~1e-6)
+        return probs / probs.sum(-1, keepdim=True)
 
     def predict(self, X):
         """Most probable class label per row."""
-        return self.classes_[self.predict_proba(X).argmax(1)]
+        probs = self.predict_proba(X)  # first: an unfitted estimator says so (NotFittedError), not AttributeError
+        return self.classes_[probs.argmax(1)]
 
     def log_predictive_density(self, X, y):
         """Per-point log p(y* | x*) (log-mean-exp over the samples)."""
         xt = self.scaled_inputs(X)
         yt = self._encode(y, xt.shape[0])
         with torch.no_grad():
-            lpd = self.model_.log_predictive_density(xt, yt, self.num_samples_predict, self._generator(xt.device))
+            lpd = self._map_chunks(
+                lambda x, y: self.model_.log_predictive_density(x, y, self.num_samples_predict,
+                                                                self._generator(x.device), common_noise=True),
+                [xt, yt])
         return lpd.reshape(xt.shape[0]).cpu().numpy()
 
     def elbo(self, X, y):

@@ -165,7 +165,8 @@ class InputDependentFlow(Flow):
             raise ValueError(f"x must be [..., N, {self.input_dim}] for this input-dependent flow, "
                              f"got shape {tuple(x.shape)}")
         mode = self.sampling_mode(sampling)
-        return self.network(x, num_samples=mode.num_samples, sample=mode.stochastic, generator=mode.generator)
+        return self.network(x, num_samples=mode.num_samples, sample=mode.stochastic, generator=mode.generator,
+                            rows_share_masks=mode.rows_share_draws)
 
     def params(self, x: Optional[Tensor] = None, *, sampling: Optional[WeightSampling] = None) -> dict:
         """Constrained parameters per input: each leaf [S, ..., N, k] (k = L or 1) or [..., N, k]."""

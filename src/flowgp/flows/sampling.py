@@ -23,16 +23,23 @@ class WeightSampling:
             `stochastic` is False.
         stochastic: draw W (dropout masks / q(W) samples) or use the deterministic network (no S dimension).
         generator: the torch.Generator every draw comes from (None: torch's global generator).
+        rows_share_draws: one dropout mask per sample shared by every row (a sampled network, as in MC dropout
+            read as sampling W) instead of a mask per sample and row. Each row's draws keep their distribution,
+            and a row's prediction no longer depends on which other rows are predicted with it, so predictions
+            use it; training keeps per-row masks (less gradient noise). q(W) draws are shared by rows anyway.
     """
 
     num_samples: int = 1
     stochastic: bool = True
     generator: Optional[torch.Generator] = None
+    rows_share_draws: bool = False
 
     def __post_init__(self):
         if isinstance(self.num_samples, bool) or int(self.num_samples) != self.num_samples or self.num_samples < 1:
             raise ValueError(f"num_samples must be a positive integer, got {self.num_samples!r}")
         object.__setattr__(self, "num_samples", int(self.num_samples))
+        if not isinstance(self.rows_share_draws, bool):
+            raise TypeError(f"rows_share_draws must be True or False, got {self.rows_share_draws!r}")
         if not isinstance(self.stochastic, bool):
             raise TypeError(f"stochastic must be True or False, got {self.stochastic!r}")
         if not self.stochastic and self.num_samples != 1:

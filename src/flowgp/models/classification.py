@@ -172,7 +172,8 @@ class TGPClassification(nn.Module):
         if not self.input_dependent:
             return None
         if train or all(s.network.stochastic_prediction for s in input_dependent_flows(self.flow)):
-            return WeightSampling(num_samples, True, generator)
+            # predictions: one network per sample for every row (row-order/subset invariant predictions)
+            return WeightSampling(num_samples, True, generator, rows_share_draws=not train)
         return WeightSampling(1, False, generator)
 
     def _warp_nodes(self, f, x, num_samples: int, train: bool, generator=None):
@@ -232,7 +233,8 @@ class TGPClassification(nn.Module):
             t = t.unsqueeze(1)  # [Q, 1, N, C] against the W draws [S]
             if sampling.generator is None:
                 sampling = WeightSampling(sampling.num_samples, sampling.stochastic,
-                                          torch.Generator(device=mean.device).manual_seed(0))
+                                          torch.Generator(device=mean.device).manual_seed(0),
+                                          sampling.rows_share_draws)
             state = sampling.generator.get_state()
         g = self.flow(t, x, validate=False, sampling=sampling)  # G_c(f_y) in column c
         g_y = torch.gather(g, -1, idx.expand(g.shape[:-1] + (1,)) if sampling is None else
@@ -305,7 +307,9 @@ class TGPClassification(nn.Module):
             return probs / probs.sum(-1, keepdim=True)  # remove the quadrature's tiny normalisation error
         if generator is None:
             generator = torch.Generator(device=mean.device).manual_seed(0)
-        eps = torch.randn((self.predict_samples,) + mean.shape, dtype=mean.dtype, device=mean.device,
+        # One set of S standard-normal draws shared by every row (common random numbers): a row's probabilities
+        # then do not depend on which other rows are predicted with it, nor on their order or the chunking.
+        eps = torch.randn((self.predict_samples, 1) + mean.shape[1:], dtype=mean.dtype, device=mean.device,
                           generator=generator)
         f = mean + var.sqrt() * eps
         g = self._warp_paired(f, x, False, generator)

@@ -1,0 +1,89 @@
+"""Peak memory of `predict` on 200 000 rows for every regression estimator (issue 23, "Scale").
+
+Run from the repository root:
+
+    OMP_NUM_THREADS=1 python benchmarks/predict_memory.py --rows 200000 --out docs/results/predict-memory
+
+Each estimator is fitted on 2 000 rows of an 8-feature synthetic problem with a short budget, then, in a fresh
+process (so the fit's allocations do not count), loaded and asked for `predict` (and `predict_interval` /
+`predict_quantiles` where it has one) on ROWS rows. The peak resident set size of that process (getrusage's
+ru_maxrss) and the time are written to OUT/predict_memory.json; the issue's bar is 2 GB.
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ESTIMATORS = {
+    "SVGPRegressor": dict(num_inducing=100),
+    "TGPRegressor": dict(num_inducing=100, flow="sal+softplus"),
+    "WarpedGPRegressor": dict(num_inducing=100),
+    "DeepGPRegressor": dict(layers=3, num_inducing=100),
+    "LatentDeepGPRegressor": dict(num_inducing=100),
+}
+
+
+def data(rows, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, 8))
+    y = np.sin(x[:, 0]) + 0.5 * x[:, 1] ** 2 + 0.1 * rng.normal(size=rows)
+    return x, np.exp(y / 2)  # positive targets so every flow of TGPRegressor applies
+
+
+def fit(name, path):
+    import flowgp
+    x, y = data(2000, 0)
+    est = getattr(flowgp, name)(epochs=20, verbose=False, kmeans_restarts=1, **ESTIMATORS[name]).fit(x, y)
+    est.save(path)
+
+
+def predict(name, path, rows):
+    import flowgp
+    est = getattr(flowgp, name).load(path)
+    x, _ = data(rows, 1)
+    start = time.perf_counter()
+    mean = est.predict(x)
+    calls = ["predict"]
+    if hasattr(est, "predict_interval"):
+        est.predict_interval(x)
+        calls.append("predict_interval")
+    elapsed = time.perf_counter() - start
+    assert mean.shape == (rows,) and np.isfinite(mean).all()
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(dict(estimator=name, rows=rows, calls=calls, peak_rss_mb=round(peak_mb, 1),
+                          seconds=round(elapsed, 1))))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--out", default="docs/results/predict-memory")
+    parser.add_argument("--estimators", default=",".join(ESTIMATORS))
+    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        mode, name, path = args.worker
+        fit(name, path) if mode == "fit" else predict(name, path, args.rows)
+        return
+    os.makedirs(args.out, exist_ok=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.estimators.split(","):
+            path = os.path.join(tmp, f"{name}.flowgp")
+            subprocess.run([sys.executable, __file__, "--worker", "fit", name, path], check=True)
+            out = subprocess.run([sys.executable, __file__, "--rows", str(args.rows), "--worker", "predict", name, path],
+                                 check=True, capture_output=True, text=True).stdout
+            rows.append(json.loads(out.strip().splitlines()[-1]))
+            print(rows[-1], flush=True)
+    with open(os.path.join(args.out, "predict_memory.json"), "w") as fh:
+        json.dump(rows, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
