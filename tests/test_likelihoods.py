@@ -271,3 +271,18 @@ def test_likelihood_registry_and_float64_parameters():
     finally:
         torch.set_default_dtype(previous)
     assert GaussianLikelihood(0.1, dtype=torch.float32).raw_noise.dtype == torch.float32
+
+
+def test_gaussian_log_prob_at_nodes_is_the_weighted_sum_of_log_probs():
+    g = torch.Generator().manual_seed(2)
+    lik = GaussianLikelihood(0.3, num_outputs=2, dtype=torch.float64)
+    y = torch.randn(7, 2, generator=g, dtype=torch.float64)
+    f = torch.randn(5, 7, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(5, 1, 1, generator=g, dtype=torch.float64)  # any weights, not only normalised ones
+    got = lik.log_prob_at_nodes(y, f, w)
+    want = Likelihood.log_prob_at_nodes(lik, y, f, w)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    dg = torch.autograd.grad(got.sum(), (f, lik.raw_noise))
+    dw = torch.autograd.grad(want.sum(), (f, lik.raw_noise))
+    for u, v in zip(dg, dw):
+        torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12)

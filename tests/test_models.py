@@ -264,7 +264,7 @@ def test_bayesian_prediction_is_the_eq20_mixture():
     model.eval()
     stage = model.flow.flows[0]
     draws = torch.randn(3, stage.num_raw, generator=torch.Generator().manual_seed(5))
-    stage.network.forward = lambda xx, num_samples=1, sample=True, generator=None: draws[:, None, :].expand(
+    stage.network.forward = lambda xx, num_samples=1, sample=True, generator=None, **kw: draws[:, None, :].expand(
         3, xx.shape[0], -1)
     with torch.no_grad():
         mean, var = model.predict(x)

@@ -160,3 +160,78 @@ def test_marginal_terms_float32_uses_the_a_space_form_and_agrees_with_float64():
     assert var64.min() > 0
     torch.testing.assert_close(quad32.double(), quad64, rtol=0, atol=2e-3)
     torch.testing.assert_close(mean32.double(), mean64, rtol=0, atol=2e-3)
+
+
+@pytest.mark.parametrize(
+    "kzz_shape, kzx_shape, num_outputs",
+    [((5, 5), (1, 5, 11), 1), ((3, 5, 5), (3, 5, 11), 3), ((5, 5), (2, 1, 5, 11), 3)],
+)
+@pytest.mark.parametrize("impl", [_WhitenedMarginalTerms.apply, _KernelSpaceMarginalTerms.apply],
+                         ids=["A-space", "kernel-space"])
+def test_fused_marginal_terms_send_the_gradient_to_kzz(kzz_shape, kzx_shape, num_outputs, impl):
+    # with K_ZZ given and its factor detached, the terms' gradient with respect to K_ZZ must be autograd's
+    # through the Cholesky factor (Lz⁻ᵀ Ψ(Ā Aᵀ) Lz⁻¹ replaces the factor's own backward)
+    g = torch.Generator().manual_seed(4)
+    b = torch.randn(kzz_shape, generator=g)
+    kzz = (b @ b.mT + 5 * torch.eye(5)).requires_grad_()
+    kzx = torch.randn(kzx_shape, generator=g, requires_grad=True)
+    q_mu = torch.randn(num_outputs, 5, generator=g, requires_grad=True)
+    r = torch.randn(num_outputs, 5, 5, generator=g)
+    c = (r @ r.mT - torch.eye(5)).requires_grad_()
+
+    def fused(k, kx, m, cc):
+        k = 0.5 * (k + k.mT)  # a symmetric K_ZZ, as every kernel matrix is
+        return impl(torch.linalg.cholesky(k.detach()), kx, m, 0.5 * (cc + cc.mT), k)
+
+    def plain(k, kx, m, cc):
+        return _autograd_marginal_terms(torch.linalg.cholesky(0.5 * (k + k.mT)), kx, m, 0.5 * (cc + cc.mT))
+
+    got, want = fused(kzz, kzx, q_mu, c), plain(kzz, kzx, q_mu, c)
+    weights = [torch.randn(t.shape, generator=g) for t in want]
+    grads_got = torch.autograd.grad(sum((w * t).sum() for w, t in zip(weights, got)), (kzz, kzx, q_mu, c))
+    grads_want = torch.autograd.grad(sum((w * t).sum() for w, t in zip(weights, want)), (kzz, kzx, q_mu, c))
+    for u, v in zip(grads_got, grads_want):
+        torch.testing.assert_close(u, v, rtol=1e-9, atol=1e-11)
+    assert torch.autograd.gradcheck(fused, (kzz, kzx, q_mu, c))
+    with pytest.raises(ValueError, match="detached"):
+        whitened_marginal_terms(torch.linalg.cholesky(kzz), kzx, q_mu, c, kzz)
+
+
+def test_gram_minus_identity_matches_autograd_and_gradcheck():
+    from flowgp.variational import gram_minus_identity
+
+    g = torch.Generator().manual_seed(6)
+    r = torch.randn(2, 4, 4, generator=g).tril().requires_grad_()
+    got = gram_minus_identity(r)
+    want = r @ r.mT - torch.eye(4)
+    torch.testing.assert_close(got, want)
+    w = torch.randn(2, 4, 4, generator=g)  # not symmetric: the backward must symmetrise it
+    torch.testing.assert_close(torch.autograd.grad((w * got).sum(), r)[0], torch.autograd.grad((w * want).sum(), r)[0])
+    assert torch.autograd.gradcheck(gram_minus_identity, (r,))
+
+
+@pytest.mark.parametrize("spec", ["rbf", "white+rbf", "matern32*linear", "periodic"])
+def test_training_marginals_match_the_plain_formula_in_value_and_gradient(spec):
+    # the training path (K_ZZ and K_ZX from one kernel call where the kernel allows it, gradient sent to K_ZZ
+    # directly) against autograd of A = Lz⁻¹ K_ZX, mean = Aᵀm, var = k_xx + Σ (RᵀA)² - Σ A²
+    g = torch.Generator().manual_seed(8)
+    z = torch.randn(6, 2, generator=g)
+    x = torch.randn(9, 2, generator=g)  # N < 2M: the fused path is taken because gradients are on
+    gp = SparseVariationalGP(make_kernel(spec, 2), z, num_outputs=2)
+    with torch.no_grad():
+        gp.q_mu.copy_(torch.randn(gp.q_mu.shape, generator=g))
+        gp.q_sqrt.copy_(0.3 * torch.randn(gp.q_sqrt.shape, generator=g))
+    params = [p for p in gp.parameters() if p.requires_grad]
+    mean, var = gp.marginals(x)
+    chol = torch.linalg.cholesky(gp.kernel(gp.inducing_points) + 1e-8 * torch.eye(6))
+    a = torch.linalg.solve_triangular(chol, gp.kernel(gp.inducing_points, x), upper=False)  # [M, N]
+    r = gp.q_sqrt_tril()
+    want_mean = (gp.q_mu @ a).mT
+    want_var = (gp.kernel.diag(x).unsqueeze(0) + (r.mT @ a).square().sum(-2) - a.square().sum(-2)).mT
+    torch.testing.assert_close(mean, want_mean, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(var, want_var, rtol=1e-9, atol=1e-10)
+    w1, w2 = torch.randn(mean.shape, generator=g), torch.randn(var.shape, generator=g)
+    got = torch.autograd.grad((w1 * mean + w2 * var).sum(), params, allow_unused=True)
+    want = torch.autograd.grad((w1 * want_mean + w2 * want_var).sum(), params, allow_unused=True)
+    for u, v in zip(got, want):
+        torch.testing.assert_close(u, v, rtol=1e-7, atol=1e-9)

@@ -153,6 +153,10 @@ class Kernel(nn.Module):
     """
 
     spec: str = "kernel"
+    #: whether the cross-covariance K(x1, x2) at x2 = x1 equals K(x1) up to rounding (no term that only the
+    #: self-covariance carries, such as White noise): sparse GPs then get K_ZZ and K_ZX from one evaluation
+    #: K(Z, [Z; X]). False unless a kernel states it.
+    cross_matches_self: bool = False
 
     def __init__(self, input_dim: int | None = None, batch_shape: Sequence[int] = (), dtype=torch.float64):
         super().__init__()
@@ -285,6 +289,8 @@ class Kernel(nn.Module):
 # ----------------------------------------------------------------------------------------------------
 class _Stationary(Kernel):
     """Unit-variance stationary kernel k(r) of the scaled distance r² = Σ_d (x_d - x'_d)² / ℓ_d²."""
+
+    cross_matches_self = True
 
     lengthscale = _positive_property("lengthscale", "Lengthscale ℓ, shape batch_shape + (1, D) or (1, 1).")
 
@@ -455,6 +461,7 @@ class Linear(_VarianceKernel):
     """Linear (dot product): k(x,x') = σ² x·x', R&W eq. 4.28 with Σ_p = σ² I."""
 
     spec = "linear"
+    cross_matches_self = True
 
     def _forward(self, x1, x2):
         var = self._param("variance", x1)
@@ -519,6 +526,10 @@ class Scale(Kernel):
     def spec(self) -> str:  # the amplitude does not change the covariance's shape
         return self.base.spec
 
+    @property
+    def cross_matches_self(self) -> bool:
+        return self.base.cross_matches_self
+
     def _forward(self, x1, x2):
         if isinstance(self.base, RBF):  # σ² folded into the exponent: one pass fewer over [N, M]
             return torch.exp(self.base._log_forward(x1, x2, self._param("variance", x1).log()))
@@ -551,6 +562,10 @@ class _Combination(Kernel):
             ) from err
         super().__init__(_common_input_dim(flat), batch)
         self.kernels = nn.ModuleList(flat)
+
+    @property
+    def cross_matches_self(self) -> bool:
+        return all(k.cross_matches_self for k in self.kernels)
 
     def _forward(self, x1, x2):
         out = self.kernels[0]._forward(x1, x2)

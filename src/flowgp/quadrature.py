@@ -33,6 +33,13 @@ def _gh_torch(num_points: int, dtype: torch.dtype, device: torch.device) -> tupl
     return nodes, weights
 
 
+@torch.compiler.assume_constant_result
+def _gh_floats(num_points: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    # the nodes as Python floats, which a compiled graph takes as constants (it cannot trace NumPy's hermgauss)
+    x, w = _gh_numpy(num_points)
+    return tuple(float(v) * math.sqrt(2.0) for v in x), tuple(float(v) for v in w)
+
+
 def gauss_hermite(num_points: int, dtype=torch.float64, device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Nodes z_q and normalised weights w_q with sum_q w_q h(z_q sqrt2) ~= E_{N(0,1)}[h]; returns (sqrt2*x, w).
 
@@ -40,6 +47,9 @@ def gauss_hermite(num_points: int, dtype=torch.float64, device=None) -> tuple[to
     """
     if isinstance(num_points, bool) or not isinstance(num_points, int) or num_points < 1:
         raise ValueError(f"num_points must be a positive integer, got {num_points!r}")
+    if torch.compiler.is_compiling():  # constants of the compiled graph (flowgp.compiled)
+        nodes, weights = _gh_floats(num_points)
+        return (torch.tensor(nodes, dtype=dtype, device=device), torch.tensor(weights, dtype=dtype, device=device))
     return _gh_torch(num_points, dtype, torch.device("cpu") if device is None else torch.device(device))
 
 

@@ -14,9 +14,9 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from .linalg import JitterMemory, lower_inverse, robust_cholesky
+from .linalg import JitterMemory, cholesky_gradient_to_matrix, identity, lower_inverse, robust_cholesky
 
-__all__ = ["SparseVariationalGP", "WhitenedGaussian", "Marginals", "gaussian_kl_whitened"]
+__all__ = ["SparseVariationalGP", "WhitenedGaussian", "Marginals", "gaussian_kl_whitened", "gram_minus_identity"]
 
 
 class Marginals(NamedTuple):
@@ -50,24 +50,29 @@ class _WhitenedMarginalTerms(torch.autograd.Function):
     G = Σ_n ḡ_n a_n a_nᵀ, which is also C's gradient. So the backward costs G and one product with Lz⁻ᵀ.
     Lz⁻¹ is formed explicitly (M³/3): on CPU an [M, M] x [M, N] GEMM runs about twice as fast as the
     triangular solve, and it returns a row-major A, which the solve does not.
+
+    With `kzz` given (K_ZZ, of which `chol` is the detached factor) the gradient goes to K_ZZ directly,
+    -Lz⁻ᵀ Ψ(Ā Aᵀ) Lz⁻¹ (`flowgp.linalg.cholesky_gradient_to_matrix`), instead of to the factor, whose own
+    backward would add a GEMM and two triangular solves.
     """
 
     @staticmethod
-    def forward(ctx, chol, kzx, q_mu, c):
+    def forward(ctx, chol, kzx, q_mu, c, kzz=None):
         chol_inv = lower_inverse(chol)
         a = chol_inv @ kzx  # [..., Lb, M, N]
         p = c @ a  # [..., L, M, N]
         quad = (a * p).sum(-2)
         mean = (q_mu.unsqueeze(-2) @ a).squeeze(-2)
-        ctx.save_for_backward(chol_inv, a, q_mu, c, p)
+        ctx.save_for_backward(chol_inv, a, q_mu, c, p, chol)
         ctx.kzx_shape = kzx.shape
         return mean, quad
 
     @staticmethod
     def backward(ctx, g_mean, g_quad):
-        chol_inv, a, q_mu, c, p = ctx.saved_tensors
+        chol_inv, a, q_mu, c, p, chol = ctx.saved_tensors
         g_mean, g_quad = _output_grads(g_mean, g_quad, p)
-        need_chol, need_kzx, need_mu, need_c = ctx.needs_input_grad
+        need_chol, need_kzx, need_mu, need_c, need_kzz = (tuple(ctx.needs_input_grad) + (False,))[:5]
+        need_chol = need_chol or need_kzz
         gram = (g_quad * a) @ a.mT if (need_c or need_chol) else None  # G, [..., L, M, M]
         a_gmean = (a @ g_mean.mT).squeeze(-1)  # A ḡ_mean, [..., L, M]
         grad_chol = grad_kzx = grad_mu = grad_c = None
@@ -79,10 +84,15 @@ class _WhitenedMarginalTerms(torch.autograd.Function):
         if need_kzx:
             grad_a = torch.addcmul(q_mu.unsqueeze(-1) * g_mean, g_quad, p, value=2.0).sum_to_size(a.shape)
             grad_kzx = (chol_inv_t @ grad_a).sum_to_size(ctx.kzx_shape)
+        grad_kzz = None
         if need_chol:
             abar_at = q_mu.unsqueeze(-1) * a_gmean.unsqueeze(-2) + 2.0 * (c @ gram)  # Ā Aᵀ, [..., L, M, M]
-            grad_chol = -(chol_inv_t @ abar_at.sum_to_size(chol_inv.shape)).tril()
-        return grad_chol, grad_kzx, grad_mu, grad_c
+            abar_at = abar_at.sum_to_size(chol_inv.shape)
+            if need_kzz:  # Lzᵀ ∂F/∂Lz = -Ā Aᵀ
+                grad_kzz, grad_chol = -cholesky_gradient_to_matrix(chol_inv, abar_at, chol), None
+            else:
+                grad_chol = -(chol_inv_t @ abar_at).tril()
+        return (grad_chol, grad_kzx, grad_mu, grad_c, grad_kzz)[:len(ctx.needs_input_grad)]
 
 
 class _KernelSpaceMarginalTerms(torch.autograd.Function):
@@ -92,11 +102,12 @@ class _KernelSpaceMarginalTerms(torch.autograd.Function):
     One [M, M] x [M, N] product forward (P = B K_ZX) and one backward (G = Σ_n ḡ_n k_n k_nᵀ, B's gradient);
     K_ZX's gradient w ḡ_mean + 2 ḡ ⊙ P is element-wise. Everything else is [M, M] work. That halves the
     dominant cost of `_WhitenedMarginalTerms`, at the price of a cancellation between kdiag and quad that is
-    ‖B‖·eps larger (‖B‖ ~ 1/λ_min(K_ZZ)), so it is used for float64 only.
+    ‖B‖·eps larger (‖B‖ ~ 1/λ_min(K_ZZ)), so it is used for float64 only. `kzz` as in
+    `_WhitenedMarginalTerms`.
     """
 
     @staticmethod
-    def forward(ctx, chol, kzx, q_mu, c):
+    def forward(ctx, chol, kzx, q_mu, c, kzz=None):
         x = lower_inverse(chol)  # Lz⁻¹
         w = (x.mT @ q_mu.unsqueeze(-1)).squeeze(-1)  # [..., L, M]
         b = x.mT @ c @ x  # [L, M, M]
@@ -104,46 +115,78 @@ class _KernelSpaceMarginalTerms(torch.autograd.Function):
         p = b @ kzx  # [..., L, M, N]
         quad = (kzx * p).sum(-2)
         mean = (w.unsqueeze(-2) @ kzx).squeeze(-2)
-        ctx.save_for_backward(x, kzx, q_mu, c, p, w, b)
+        ctx.save_for_backward(x, kzx, q_mu, c, p, w, b, chol)
         return mean, quad
 
     @staticmethod
     def backward(ctx, g_mean, g_quad):
-        x, kzx, q_mu, c, p, w, b = ctx.saved_tensors
+        x, kzx, q_mu, c, p, w, b, chol = ctx.saved_tensors
         g_mean, g_quad = _output_grads(g_mean, g_quad, p)
-        need_chol, need_kzx, need_mu, need_c = ctx.needs_input_grad
-        grad_chol = grad_kzx = grad_mu = grad_c = None
+        need_chol, need_kzx, need_mu, need_c, need_kzz = (tuple(ctx.needs_input_grad) + (False,))[:5]
+        grad_chol = grad_kzx = grad_mu = grad_c = grad_kzz = None
         if need_kzx:
             grad_kzx = torch.addcmul(w.unsqueeze(-1) * g_mean, g_quad, p, value=2.0).sum_to_size(kzx.shape)
         grad_w = (kzx @ g_mean.mT).squeeze(-1)  # [..., L, M]
         if need_mu:
             grad_mu = (x @ grad_w.unsqueeze(-1)).squeeze(-1).sum_to_size(q_mu.shape)
-        if need_c or need_chol:
+        if need_c or need_chol or need_kzz:
             # G = Σ_n ḡ_n k_n k_nᵀ (symmetric), summed over sample dims to B's shape
             gram = ((g_quad * kzx) @ kzx.mT).sum_to_size(torch.broadcast_shapes(x.shape, c.shape))
             t = gram @ x.mT  # G Xᵀ, shared by both gradients
+            x_t = x @ t if (need_c or need_kzz) else None
             if need_c:
-                grad_c = (x @ t).sum_to_size(c.shape)
-            if need_chol:
+                grad_c = x_t.sum_to_size(c.shape)
+            if need_kzz:
+                # Lzᵀ ∂F/∂Lz = -(2 C X G Xᵀ + m (X ḡ_w)ᵀ), each term summed to X's shape on its own
+                h = (2.0 * (c @ x_t)).sum_to_size(x.shape) + (
+                    q_mu.unsqueeze(-1) * (x @ grad_w.unsqueeze(-1)).mT).sum_to_size(x.shape)
+                grad_kzz = -cholesky_gradient_to_matrix(x, h, chol)
+            elif need_chol:
                 # b = Xᵀ C X and w = Xᵀ m give X's gradient 2 C X G + m ḡ_wᵀ, and X = L⁻¹ turns a gradient H
                 # into -Xᵀ H Xᵀ: -(2 B G Xᵀ + w (X ḡ_w)ᵀ) with the saved B, three [M, M] products fewer
                 # (each term summed on its own: adding them first would broadcast G's term over sample dims)
                 grad_x_term = (2.0 * (b @ t)).sum_to_size(x.shape)
                 mean_term = (w.unsqueeze(-1) * (x @ grad_w.unsqueeze(-1)).mT).sum_to_size(x.shape)
                 grad_chol = -(grad_x_term + mean_term).tril()
-        return grad_chol, grad_kzx, grad_mu, grad_c
+        return (grad_chol, grad_kzx, grad_mu, grad_c, grad_kzz)[:len(ctx.needs_input_grad)]
 
 
-def whitened_marginal_terms(chol: torch.Tensor, kzx: torch.Tensor, q_mu: torch.Tensor, c: torch.Tensor):
+def whitened_marginal_terms(chol: torch.Tensor, kzx: torch.Tensor, q_mu: torch.Tensor, c: torch.Tensor,
+                            kzz: torch.Tensor | None = None):
     """(mᵀA, diag(Aᵀ C A)) with A = Lz⁻¹ K_ZX: the whitened marginal mean and covariance correction (eq. 12).
 
     chol: Lz [Lb, M, M] or [M, M]; kzx: [..., Lb, M, N]; q_mu: m [L, M]; c: symmetric S - I [L, M, M].
-    Returns mean and quad, each [..., L, N]. float64 goes through B = Lz⁻ᵀ C Lz⁻¹ (half the [M, N] products);
-    lower precisions form A, whose rounding error does not grow with K_ZZ's condition number squared.
+    kzz: K_ZZ, when `chol` is its (detached) factor: the gradient then goes to K_ZZ without the Cholesky's
+    own backward. Returns mean and quad, each [..., L, N]. float64 goes through B = Lz⁻ᵀ C Lz⁻¹ (half the
+    [M, N] products); lower precisions form A, whose rounding error does not grow with K_ZZ's condition
+    number squared.
     """
-    if kzx.dtype == torch.float64:
-        return _KernelSpaceMarginalTerms.apply(chol, kzx, q_mu, c)
-    return _WhitenedMarginalTerms.apply(chol, kzx, q_mu, c)
+    if kzz is not None and chol.requires_grad:
+        raise ValueError("with kzz given, chol must be its detached factor (the gradient goes to kzz)")
+    # the kernel-space form trades two [M, N] products for about eight [M, M] ones: worth it from N >= 2M
+    if kzx.dtype == torch.float64 and kzx.shape[-1] >= 2 * kzx.shape[-2]:
+        return _KernelSpaceMarginalTerms.apply(chol, kzx, q_mu, c, kzz)
+    return _WhitenedMarginalTerms.apply(chol, kzx, q_mu, c, kzz)
+
+
+class _GramMinusIdentity(torch.autograd.Function):
+    """C = R Rᵀ - I with the backward (Ḡ + Ḡᵀ) R: one [M, M] product where autograd's matmul backward
+    spends two (one per operand)."""
+
+    @staticmethod
+    def forward(ctx, r):
+        ctx.save_for_backward(r)
+        return r @ r.mT - identity(r.shape[-1], r.dtype, r.device)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (r,) = ctx.saved_tensors
+        return (grad + grad.mT) @ r
+
+
+def gram_minus_identity(r: torch.Tensor) -> torch.Tensor:
+    """S - I = R Rᵀ - I for [..., M, M] R: the part of the whitened covariance q(v) adds to the prior's."""
+    return _GramMinusIdentity.apply(r)
 
 
 class WhitenedGaussian(nn.Module):
@@ -234,6 +277,29 @@ class SparseVariationalGP(WhitenedGaussian):
         kzz = self.kernel(self.inducing_points)  # [Lb, M, M] or [M, M]
         return robust_cholesky(kzz, jitter=self.jitter, memory=self.jitter_memory)
 
+    def _kernel_blocks(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """K_ZZ, the matrix its Cholesky factor is taken of (detached), and K_ZX.
+
+        For x of shape [N, D] and a kernel whose cross formula covers K_ZZ (`cross_matches_self`: no White
+        term) K_ZZ and K_ZX come from one kernel evaluation K(Z, [Z; X]) split in two: one
+        pass through the kernel's parameter transforms, centring and norms instead of two (the per-step
+        overhead that dominates at small M). K_ZZ is then the cross-covariance formula's, whose diagonal is
+        k(z, z) only to rounding (in float32 as large as the jitter); the factor is taken of a detached copy
+        with the exact diagonal `kernel.diag(Z)`, and the gradient of the cross formula is exact to rounding.
+        """
+        z = self.inducing_points
+        if x.dim() != 2 or not getattr(self.kernel, "cross_matches_self", False):
+            kzz = self.kernel(z)
+            return kzz, kzz.detach(), self.kernel(z, x.unsqueeze(-3))
+        m = z.shape[-2]
+        both = torch.cat([z, x.expand(z.shape[:-2] + x.shape)], dim=-2)  # [Lb?, M + N, D]
+        k = self.kernel(z, both)  # [Lb, M, M + N] or [M, M + N]
+        kzz, kzx = k[..., :m], k[..., m:]
+        with torch.no_grad():
+            exact = kzz.detach().clone()
+            exact.diagonal(dim1=-2, dim2=-1).copy_(self.kernel.diag(z).expand(exact.shape[:-1]))
+        return kzz, exact, (kzx if kzx.dim() == 3 else kzx.unsqueeze(-3))
+
     def projection(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A = Lz⁻¹ K_ZX of shape [..., Lb, M, N] and Lz: the whitened cross-covariance of eq. 12."""
         chol = self.kzz_cholesky()
@@ -245,13 +311,15 @@ class SparseVariationalGP(WhitenedGaussian):
         """q(f(x)) = ∫ p(f | u) q(u) du (appendix eq. 12): mean/var [..., N, L] (cov [..., L, N, N])."""
         r = self.q_sqrt_tril()
         num_inducing = r.shape[-1]
-        if not full_cov and x.shape[-2] >= 2 * num_inducing:
-            # N >= 2M (training minibatches): one fused solve / mean / quadratic form with a hand-written
-            # backward; forming S - I costs M³, cheap next to the [M, N] passes it saves
-            chol = self.kzz_cholesky()
-            kzx = self.kernel(self.inducing_points, x.unsqueeze(-3))  # [..., Lb, M, N]
-            eye = torch.eye(num_inducing, dtype=r.dtype, device=r.device)
-            mean, quad = whitened_marginal_terms(chol, kzx, self.q_mu, r @ r.mT - eye)  # [..., L, N]
+        if not full_cov and (x.shape[-2] >= 2 * num_inducing or torch.is_grad_enabled()):
+            # training steps (and N >= 2M): one fused solve / mean / quadratic form with a hand-written
+            # backward, which beats autograd of the plain formula at any N (no triangular solves in the
+            # backward, two [M, N] products fewer); forming S - I costs M³, cheap next to what it saves.
+            # Without gradients and N < 2M (predicting a few points) the plain formula does less work.
+            # The factor is taken without autograd: the fused terms send the gradient to K_ZZ directly.
+            kzz, factored, kzx = self._kernel_blocks(x)  # [Lb, M, M] or [M, M] (twice); [..., Lb, M, N]
+            chol = robust_cholesky(factored, jitter=self.jitter, memory=self.jitter_memory)
+            mean, quad = whitened_marginal_terms(chol, kzx, self.q_mu, gram_minus_identity(r), kzz)  # [..., L, N]
             var = self.kernel.diag(x.unsqueeze(-3)) + quad
             out = Marginals(mean.transpose(-1, -2), var.transpose(-1, -2).clamp_min(1e-12))
         else:
@@ -272,8 +340,7 @@ class SparseVariationalGP(WhitenedGaussian):
         """Aᵀ (S - I) A (its diagonal unless full_cov), the part of the covariance q(u) adds to K_XX."""
         if full_cov and a.shape[-1] >= 2 * a.shape[-2]:
             # N >= 2M: the M³ product S - I is cheap next to a second [N, M] x [M, N] product
-            eye = torch.eye(r.shape[-1], dtype=r.dtype, device=r.device)
-            return a.mT @ ((r @ r.mT - eye) @ a)
+            return a.mT @ (gram_minus_identity(r) @ a)
         # small N (prediction on a few points, M comparable to N): (RᵀA)ᵀ(RᵀA) - AᵀA, no M³ work
         ra = r.mT @ a
         return ra.mT @ ra - a.mT @ a if full_cov else ra.square().sum(-2) - a.square().sum(-2)

@@ -1,0 +1,193 @@
+"""A compiled training objective: `torch.compile` of a whole minibatch bound, its backward included.
+
+`CompiledObjective(objective, parameters)` wraps the training loop's objective (a callable of one minibatch
+returning the scalar loss -bound). Its first call for a batch signature (shapes, dtypes, device) compiles the
+forward and, through a throw-away `torch.autograd.grad`, the backward graph, so that every compilation happens
+in one place where a failure can be caught: then it warns once (`CompileFallbackWarning`) and stays eager.
+
+The compiled graph is the eager computation's first attempt, nothing else:
+
+- the K_ZZ Cholesky factor is taken once at the jitter level the eager path would start from
+  (`flowgp.linalg.robust_cholesky` under compilation), and a failed factorisation poisons the loss with NaN
+  instead of branching on the data inside the graph;
+- the input checks that read the data (NaN/inf) are skipped inside the graph for the same reason;
+
+so whenever the compiled loss is not finite the objective is evaluated again eagerly, which retries the
+Cholesky with growing jitter (and warns and remembers the level, the project's jitter policy), or raises the
+clear error about the data. Batches of another signature (an epoch's last, smaller batch) run eagerly rather
+than compile a second graph, unless `max_signatures` allows more.
+
+Compilation costs tens of seconds on a CPU (a C++ toolchain builds the kernels) and removes per-step
+dispatch overhead only (the arithmetic is the same), so it pays off for long fits at small M; the training
+loop's `compile=` is off by default. `compile_seconds` holds the time spent in compiling calls, reported
+separately from step times by `benchmarks/step_time.py`.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import warnings
+from typing import Callable, Iterable
+
+import torch
+
+__all__ = ["CompiledObjective", "CompileFallbackWarning", "compile_unavailable_reason"]
+
+
+class CompileFallbackWarning(RuntimeWarning):
+    """Emitted once when a compiled objective could not be built and the eager one is used instead."""
+
+
+def compile_unavailable_reason(device="cpu") -> str | None:
+    """None when `torch.compile` can build kernels for `device` here, else why not (a short sentence).
+
+    CPU kernels need a C++ compiler (`CXX` or c++/g++/clang++ on the PATH); CUDA kernels need Triton.
+    """
+    if not hasattr(torch, "compile") or not hasattr(torch, "compiler"):
+        return f"torch {torch.__version__} has no torch.compile"
+    kind = torch.device(device).type
+    if kind == "cpu":
+        candidates = [os.environ.get("CXX")] + ["c++", "g++", "clang++"]
+        if not any(c and shutil.which(c) for c in candidates):
+            return "no C++ compiler on the PATH (torch.compile builds CPU kernels with one); set CXX or install g++"
+    elif kind == "cuda":
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return "Triton is not installed (torch.compile builds CUDA kernels with it)"
+    return None
+
+
+def _signature(value):
+    """What a compiled graph is specialised on: shapes, dtypes and devices of the tensors in `value`."""
+    if isinstance(value, torch.Tensor):
+        return (tuple(value.shape), value.dtype, value.device.type, value.requires_grad)
+    if isinstance(value, (tuple, list)):
+        return tuple(_signature(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _signature(v)) for k, v in sorted(value.items()))
+    fields = getattr(value, "__dataclass_fields__", None)
+    if fields is not None:
+        return (type(value).__name__,) + tuple(_signature(getattr(value, name)) for name in fields)
+    return type(value).__name__
+
+
+def _device(value):
+    """The device of the first tensor found in `value` (the CPU when there is none)."""
+    if isinstance(value, torch.Tensor):
+        return value.device
+    items = value if isinstance(value, (tuple, list)) else (
+        value.values() if isinstance(value, dict) else
+        [getattr(value, name) for name in getattr(value, "__dataclass_fields__", ())])
+    for item in items:
+        found = _device(item)
+        if found is not None:
+            return found
+    return torch.device("cpu") if value is None or isinstance(value, (tuple, list)) else None
+
+
+class CompiledObjective:
+    """`objective(*args)` compiled with `torch.compile` (static shapes), with an eager fallback.
+
+    Args:
+        objective: callable(*args) -> scalar loss tensor (e.g. -model.elbo(x_b, y_b, num_data=N)).
+        parameters: the tensors the loss is differentiated against (the backward is compiled on the first
+            call, against these).
+        mode: `torch.compile` mode (None: the default).
+        backend: `torch.compile` backend ("inductor" builds fused kernels; "aot_eager" only traces forward
+            and backward into graphs, with no toolchain and no speed-up: for checks).
+        max_signatures: how many distinct batch signatures (shapes, dtypes, devices) get a graph of their
+            own; later ones run eagerly. A change of which parameters require gradients recompiles for an
+            admitted signature.
+
+    Attributes:
+        compile_seconds: wall time spent in the calls that compiled (forward, backward and that step).
+        compile_cpu_seconds: the CPU time of this process in those calls (compiler worker processes, which
+            build the C++ kernels, are not included).
+        eager_calls: calls answered eagerly (other signatures, non-finite compiled losses, fallback).
+        failure: None, or why compilation was abandoned (the objective is then plain eager).
+    """
+
+    def __init__(self, objective: Callable, parameters: Iterable[torch.Tensor], *, mode: str | None = None,
+                 backend: str = "inductor", max_signatures: int = 1):
+        if not callable(objective):
+            raise TypeError(f"objective must be callable, got {type(objective).__name__}")
+        if isinstance(max_signatures, bool) or not isinstance(max_signatures, int) or max_signatures < 0:
+            raise ValueError(f"max_signatures must be a non-negative integer, got {max_signatures!r}")
+        self.objective = objective
+        self.parameters = [p for p in parameters]
+        self.mode = mode
+        self.backend = backend
+        self.max_signatures = max_signatures
+        self.compile_seconds = 0.0
+        self.compile_cpu_seconds = 0.0
+        self.eager_calls = 0
+        self.failure: str | None = None
+        self._compiled = None
+        self._shapes: set = set()
+        self._signatures: set = set()
+
+    @property
+    def active(self) -> bool:
+        """Whether calls of a compiled signature still go through the compiled graph."""
+        return self.failure is None
+
+    def _abandon(self, reason: str) -> None:
+        self.failure = reason
+        self._compiled = None
+        warnings.warn(f"torch.compile of the training objective failed ({reason}); training continues eagerly "
+                      "with the same results", CompileFallbackWarning, stacklevel=3)
+
+    def _first_call(self, args):
+        """Compile forward and backward for a new signature; the loss of a fresh compiled evaluation."""
+        start, cpu_start = time.perf_counter(), time.process_time()
+        try:
+            reason = compile_unavailable_reason(_device(args)) if self.backend == "inductor" else None
+            if reason is not None:
+                raise RuntimeError(reason)
+            if self._compiled is None:
+                self._compiled = torch.compile(self.objective, dynamic=False, mode=self.mode,
+                                               backend=self.backend)
+            value = self._compiled(*args)
+            wanted = [p for p in self.parameters if p.requires_grad]
+            if value.requires_grad and wanted:
+                # compile the backward graph here, where a failure can still fall back (its gradients are
+                # discarded: the caller differentiates the value returned below)
+                torch.autograd.grad(value, wanted, allow_unused=True)
+            return self._compiled(*args)
+        finally:
+            self.compile_seconds += time.perf_counter() - start
+            self.compile_cpu_seconds += time.process_time() - cpu_start
+
+    def _compiled_value(self, args):
+        """The compiled loss, or None where this call is answered eagerly."""
+        shape = _signature(args)
+        # frozen parameters (e.g. the noise early in a fit) change the graph: a signature of their own,
+        # compiled for a batch shape already admitted
+        key = (shape, tuple(p.requires_grad for p in self.parameters))
+        if key in self._signatures:
+            return self._compiled(*args)
+        if shape not in self._shapes and len(self._shapes) >= self.max_signatures:
+            return None
+        value = self._first_call(args)
+        self._shapes.add(shape)
+        self._signatures.add(key)
+        return value
+
+    def __call__(self, *args):
+        if self.failure is None:
+            try:
+                value = self._compiled_value(args)
+            except Exception as err:  # a compiler failure (toolchain, unsupported op): eager from now on
+                value = self.objective(*args)  # a genuine error in the objective itself is raised here
+                self._abandon(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300])
+                self.eager_calls += 1
+                return value
+            if value is not None and bool(torch.isfinite(value).all()):
+                return value
+            # another batch signature, or a non-finite compiled loss (a failed Cholesky or bad data inside
+            # the graph): the eager path retries with jitter (warning and remembering the level) or raises
+            # the error that names the problem
+        self.eager_calls += 1
+        return self.objective(*args)
