@@ -17,13 +17,13 @@ SIGNATURES = {
     "WarpedGPRegressor": "(self, flow='sal', flow_init='identity', num_inducing=100, kernel='rbf', batch_size=None, "
     "epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, "
     "fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20, "
-    "predict_quadrature_points=100, verbose=True, checkpoint=None)",
+    "predict_quadrature_points=100, verbose=True, robust=True, checkpoint=None)",
     "TGPRegressor": "(self, flow='sal', flow_init='identity', num_inducing=100, kernel='rbf', batch_size=None, "
     "epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, "
     "fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20, "
     "predict_quadrature_points=100, verbose=True, input_dependent=False, hidden=(50,), activation='relu', "
     "dropout=0.25, bayesian='mc_dropout', mc_samples_train=1, mc_samples_predict=100, prior_precision=None, "
-    "flow_init_epochs=100, checkpoint=None)",
+    "flow_init_epochs=100, robust=True, checkpoint=None)",
     "SVGPClassifier": "(self, num_inducing=100, kernel='rbf', batch_size=None, epochs=1000, lr=0.01, seed=0, "
     "dtype='float64', device='cpu', lengthscale=1.0, period=1.0, likelihood='softmax', fix_variance_epochs=0, "
     "kmeans_restarts=10, learn_inducing=True, quadrature_points=20, mc_samples=20, predict_samples=256, "
@@ -33,7 +33,7 @@ SIGNATURES = {
     "likelihood='softmax', fix_variance_epochs=0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20, "
     "mc_samples=20, predict_samples=256, verbose=True, input_dependent=False, hidden=(50,), activation='relu', "
     "dropout=0.25, bayesian='mc_dropout', mc_samples_train=1, mc_samples_predict=100, prior_precision=None, "
-    "flow_init_epochs=100, checkpoint=None)",
+    "flow_init_epochs=100, robust=True, checkpoint=None)",
     "DeepGPRegressor": "(self, layers=3, posterior='gaussian', num_samples_train=1, num_samples_predict=100, "
     "hidden_width=None, flow_steps=2, flow_base='network', num_inducing=100, kernel='rbf', batch_size=None, "
     "epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, "

@@ -5,6 +5,10 @@
 - `init_random`: N(0, std²) perturbation of the raw parameters.
 - `init_input_dependent`: each network of an input-dependent flow taught the raw parameters θ̂ of its base
   (appendix B.4).
+- `init_affine`: G ≈ the affine map β + α·f on an interval (the identity when β = 0, α = 1); exact for flows
+  whose family holds that map with an affine stage (SAL).
+- `warm_start_from_svgp`: a TGP or v-WGP given a fitted SVGP's inducing inputs, kernel, q(u) and noise with the
+  flow at the map that makes it the SVGP (the robust fit of `flowgp.estimators` starts there).
 
 Optimisation runs on the raw parameters through `flowgp.training.train` with a `loss=` hook. Adam (as in the
 paper) is guarded (`nonfinite="backoff"`): a step whose loss or gradient is not finite is undone and the step
@@ -24,10 +28,11 @@ from torch import Tensor, nn
 
 from .batches import ArrayBatches
 from .flows.base import Flow
-from .flows.conditional import input_dependent_flows
+from .flows.conditional import input_dependent_flows, static_flow
 from .training import BestParameters, EarlyStop, train
 
-__all__ = ["init_identity", "init_from_data", "init_random", "init_input_dependent"]
+__all__ = ["init_identity", "init_affine", "init_from_data", "init_random", "init_input_dependent",
+           "warm_start_from_svgp"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _NUM_QUANTILES = 256
@@ -321,3 +326,96 @@ def init_input_dependent(flow: Flow, x: Tensor, epochs: int = 100, batch_size: i
             loss_value = (net(x, sample=False) - target).square().mean().item()
         final += loss_value / len(stages)
     return final
+
+
+def _set_affine_stage(flow: Flow, shift: float, scale: float) -> bool:
+    """Put β + α·f into the flow's last affine stage when every other stage is at the identity; True if done."""
+    stages = list(getattr(flow, "flows", [flow]))
+    probe = torch.linspace(-3.0, 3.0, 7, dtype=flow.dtype, device=flow.device)
+    for i in reversed(range(len(stages))):
+        stage = stages[i]
+        if getattr(stage, "name", None) != "affine" or tuple(stage.param_shape) not in ((),):
+            continue
+        others = stages[:i] + stages[i + 1:]
+        with torch.no_grad():
+            if not all(o.domain == "real" and torch.allclose(o(probe, validate=False), probe, rtol=0, atol=1e-12)
+                       for o in others):
+                return False
+            constraints = {spec.name: spec.constraint for spec in stage.param_specs}
+            stage.raw_a.copy_(torch.as_tensor(float(shift), dtype=torch.float64).to(stage.raw_a))
+            stage.raw_b.copy_(constraints["b"].inverse(torch.as_tensor(float(scale), dtype=torch.float64))
+                              .to(stage.raw_b))
+        return True
+    return False
+
+
+def init_affine(flow: Flow, shift: float = 0.0, scale: float = 1.0, low: float = -3.0, high: float = 3.0,
+                num_points: int = 500, steps: int = 2000, lr: float = 0.01) -> float:
+    """Fit G(f) ≈ β + α·f (β = `shift`, α = `scale` > 0) on [low, high]: minimise (1/N) Σ (G(f_n) - β - α f_n)².
+
+    The generalisation of appendix eq. 31 (β = 0, α = 1) used to start a flow-warped GP at a plain GP whose
+    targets were shifted and scaled differently: the flow starts at `init_identity`'s point; a flow whose
+    other stages are then at the identity and which ends in an affine stage (SAL) takes β, α there exactly;
+    any other flow is fitted by L-BFGS (then guarded Adam) on the grid. Returns the final mean squared error.
+    """
+    _check_flow(flow)
+    if not scale > 0:
+        raise ValueError(f"scale must be positive (a flow is increasing), got {scale}")
+    if not high > low:
+        raise ValueError(f"need low < high, got low={low}, high={high}")
+    init_identity(flow, low=min(low, -3.0), high=max(high, 3.0))
+    dtype, device = _dtype_device(flow)
+    x = torch.linspace(low, high, num_points, dtype=dtype, device=device)
+    x = x.reshape((num_points,) + (1,) * len(flow.param_shape))
+
+    def loss_fn():
+        return torch.mean((flow(x, validate=False) - (shift + scale * x)) ** 2)
+
+    if (shift == 0.0 and scale == 1.0) or _set_affine_stage(flow, shift, scale):
+        return _evaluate(loss_fn)
+    objective = _Objective(flow, loss_fn)
+    if not objective.trainable() or steps <= 0:
+        return _evaluate(loss_fn)
+    best = BestParameters()
+    _consider(objective, best)
+    if not _lbfgs(objective, best):
+        _adam(objective, best, steps, lr, window=100, rel_tol=1e-4, abs_tol=1e-12)
+        _lbfgs(objective, best)
+    return _evaluate(loss_fn)
+
+
+@torch.no_grad()
+def warm_start_from_svgp(model: nn.Module, svgp: nn.Module, shift: float = 0.0, scale: float = 1.0,
+                         low: float = -3.0, high: float = 3.0) -> float:
+    """Start a TGP (or v-WGP) at a fitted SVGP: inducing inputs, kernel, q(u) and noise copied, flow at β + α·f.
+
+    The SVGP was fitted to targets t; `model` sees t' = α t + β (β = `shift`, α = `scale`: the two estimators
+    scale y differently when the flow only takes positive values). For a TGP (flow G on the latent) G is set
+    to β + α·f on [low, high] (`init_affine`) and the noise to α²σ²: then p(t' | f₀) = N(α t + β; G(f₀), α²σ²)
+    is the SVGP's likelihood, and the TGP bound (appendix eq. 14) equals the SVGP's (up to the Jacobian log α
+    per point) wherever G is exactly affine. For a v-WGP (warping T of the targets) T is set to
+    (t' - β)/α, so that T(t') = t, and the noise is σ². Returns the mean squared error of the flow's fit on
+    the interval (0.0 when exact).
+    """
+    from .likelihoods import GaussianLikelihood, WarpedLikelihood
+
+    if not isinstance(getattr(svgp, "likelihood", None), GaussianLikelihood):
+        raise TypeError("warm_start_from_svgp needs an SVGP with a GaussianLikelihood to start from")
+    if not scale > 0:
+        raise ValueError(f"scale must be positive, got {scale}")
+    model.gp.load_state_dict(svgp.gp.state_dict())
+    likelihood = model.likelihood
+    if isinstance(likelihood, WarpedLikelihood):
+        if not isinstance(likelihood.base, GaussianLikelihood):
+            raise TypeError("warm_start_from_svgp needs a TGP with a Gaussian base likelihood")
+        likelihood.base.noise = svgp.likelihood.noise * scale ** 2
+        with torch.enable_grad():  # input-dependent stages: their bases here, the networks by init_input_dependent
+            return init_affine(static_flow(likelihood.flow), shift, scale, low, high)
+    flow = getattr(model, "flow", None)
+    if not isinstance(flow, Flow) or not isinstance(likelihood, GaussianLikelihood):
+        raise TypeError(f"warm_start_from_svgp starts a TGP or a WarpedGP, got {type(model).__name__}")
+    likelihood.noise = svgp.likelihood.noise
+    lo, hi = (max(shift + scale * low, 1e-6), shift + scale * high) if flow.domain == "positive" else \
+        (shift + scale * low, shift + scale * high)
+    with torch.enable_grad():
+        return init_affine(flow, -shift / scale, 1.0 / scale, lo, hi)

@@ -102,6 +102,11 @@ def fit_and_score(est, split, task: str = "regression") -> dict:
         row["train_elbo"] = float(est.elbo(split.x_train, split.y_train))
         if getattr(est, "y_scale_", None) is not None:
             row["y_scale"] = float(est.y_scale_)
+        # flow estimators fitted robustly (issue 24) carry the bound of the SVGP they were warm-started from:
+        # the TGP row's training bound next to the SVGP's (same units)
+        report = getattr(est, "fit_report_", None)
+        if isinstance(report, dict) and report.get("svgp_bound") is not None:
+            row["svgp_train_elbo"] = float(report["svgp_bound"]) * len(split.y_train)
     return row
 
 

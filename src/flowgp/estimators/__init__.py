@@ -7,7 +7,7 @@ One module per model family, all built on `base.Estimator`: each translates its 
 from __future__ import annotations
 
 from .base import Estimator
-from .regression import SVGPRegressor, TGPRegressor, WarpedGPRegressor
+from .regression import BoundBelowSVGPWarning, RobustFit, SVGPRegressor, TGPRegressor, WarpedGPRegressor
 from .classification import SVGPClassifier, TGPClassifier
 from .deep import DeepGPClassifier, DeepGPRegressor
 from .latent import LatentDeepGPRegressor

@@ -23,6 +23,7 @@ from ..training import train
 from .base import Estimator, InputDependentFlowOptions, as_2d_float
 from .chunking import map_row_chunks
 from ..initialisation import init_identity, init_input_dependent, init_random
+from .robust import DEFAULT_ROBUST_FIT, BestState, RobustFit, warn_below_svgp
 
 __all__ = ["SVGPClassifier", "TGPClassifier"]
 
@@ -178,33 +179,42 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
     # ----- public API --------------------------------------------------------------------------------
     def fit(self, X, y):
         """Fit on X [n_samples, n_features] and labels y [n_samples] (any sortable labels); returns self."""
+        xt, yt = self._training_data(X, y)
+        # every draw of the fit comes from generators made from `seed`
+        self.model_ = self._build(xt, yt)
+        self._initialise_flow(self.model_, self.generator(device="cpu"), xt)
+        self.history_ = self._train_model(self.model_, xt, yt, self.epochs)
+        return self
+
+    def _training_data(self, X, y):
+        """Checks, `classes_`, and the scaled inputs and encoded labels the model sees."""
         self._check_params()
         self.torch_dtype()  # a bad dtype fails here, before any work
         X = as_2d_float(X)
         y = check_labels(y, X.shape[0])
         self.classes_ = training_classes(y)
         xt = self.fit_input_scaling(X)
-        yt = self._encode(y, X.shape[0])
-        # every draw of the fit comes from generators made from `seed`
-        self.model_ = self._build(xt, yt)
-        self._initialise_flow(self.model_, self.generator(device="cpu"), xt)
-        frozen = min(self.fix_variance_epochs, self.epochs)
+        return xt, self._encode(y, X.shape[0])
+
+    def _train_model(self, model, xt, yt, epochs, suffix="", callback=None):
+        """The appendix B.6 schedule: S held for the first `fix_variance_epochs` epochs, then everything."""
+        frozen = min(self.fix_variance_epochs, epochs)
         kwargs = dict(batch_size=self.batch_size, lr=self.lr, seed=self.seed, verbose=self.verbose,
-                      desc=type(self).__name__)
-        self.history_ = []
+                      desc=type(self).__name__ + suffix, callback=callback)
+        history = []
         if frozen:
             # Stage 1 (appendix B.6): S held fixed; train() only optimises parameters that require grad.
-            self.model_.set_variance_trainable(False)
+            model.set_variance_trainable(False)
             try:
-                self.history_ += train(self.model_, xt, yt, epochs=frozen,
-                                       checkpoint_path=self.checkpoint_path(".stage1"), **kwargs)
+                history += train(model, xt, yt, epochs=frozen,
+                                 checkpoint_path=self.checkpoint_path(suffix + ".stage1"), **kwargs)
             finally:
-                self.model_.set_variance_trainable(True)
-        if self.epochs > frozen:
-            self.history_ += train(self.model_, xt, yt, epochs=self.epochs - frozen,
-                                   checkpoint_path=self.checkpoint_path(), **{**kwargs, "seed": self.seed + 1})
-        self.model_.eval()
-        return self
+                model.set_variance_trainable(True)
+        if epochs > frozen:
+            history += train(model, xt, yt, epochs=epochs - frozen, checkpoint_path=self.checkpoint_path(suffix),
+                             **{**kwargs, "seed": self.seed + 1})
+        model.eval()
+        return history
 
     _PREDICT_CHUNK = 2048  # rows per predictive evaluation: bounds the [samples, rows, classes] tensors
 
@@ -269,11 +279,69 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
                  likelihood="softmax", fix_variance_epochs=0, kmeans_restarts=10, learn_inducing=True,
                  quadrature_points=20, mc_samples=20, predict_samples=256, verbose=True, input_dependent=False,
                  hidden=(50,), activation="relu", dropout=0.25, bayesian="mc_dropout", mc_samples_train=1,
-                 mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, checkpoint=None):
+                 mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, robust=True,
+                 checkpoint=None):
         self._store_arguments(locals())
 
     def _input_dependence(self):
         return self.input_dependence()
+
+    # ----- the robust fit (issue 24; flowgp.estimators.robust) ---------------------------------------------
+    def fit(self, X, y):
+        """Fit on X [n_samples, n_features] and labels y [n_samples] (any sortable labels); returns self.
+
+        With `robust` (default) the SVGP classifier (the flow at the identity) is fitted first for
+        `RobustFit.svgp_epochs` of the epochs, the TGP classifier starts exactly there (its q(u), kernel and
+        inducing inputs, the flow at the identity) and trains for the rest, the state with the best
+        full-data bound is kept, and `BoundBelowSVGPWarning` says when the result ends below the SVGP's bound.
+        The SVGP stage and the flow stage use Adam (the likelihoods are not conjugate: no natural gradients).
+        """
+        options = self._robust_options()
+        if options is None:
+            return super().fit(X, y)
+        xt, yt = self._training_data(X, y)
+        n = xt.shape[0]
+
+        def bound(model):
+            with torch.no_grad():
+                return model.elbo(xt, yt, generator=self.generator(device=xt.device)).item()
+
+        # a step's loss is the full-data bound only for one full batch with the binary quadrature; otherwise
+        # the bound (Monte Carlo with the same draws every time for softmax / robust max) is taken every epoch
+        every = None if self.batch_size is None and len(self.classes_) == 2 else \
+            -(-n // (n if self.batch_size is None else int(self.batch_size)))
+        svgp = self._build(xt, yt, flow="identity", input_dependent=None)
+        svgp_epochs = int(round(options.svgp_epochs * self.epochs))
+        keeper = BestState(svgp, bound, every) if options.keep_best else None
+        self._train_model(svgp, xt, yt, svgp_epochs, ".svgp", keeper)
+        if keeper is not None:
+            keeper.finish(svgp)
+        svgp_bound = bound(svgp)
+        model = self._build(xt, yt)
+        self._initialise_flow(model, self.generator(device="cpu"), xt, init="identity")
+        model.gp.load_state_dict(svgp.gp.state_dict())
+        report = {"n": n, "svgp_bound": svgp_bound / n, "warm_start_bound": bound(model) / n}
+        keeper = BestState(model, bound, every) if options.keep_best and self.which_stages() is None else None
+        self.history_ = self._train_model(model, xt, yt, max(1, self.epochs - svgp_epochs) if self.epochs else 0,
+                                          "", keeper)
+        if keeper is not None:
+            keeper.finish(model)
+        self.model_ = model
+        report["bound"] = bound(model) / n
+        self.fit_report_ = report
+        self.svgp_ = svgp
+        warn_below_svgp(type(self).__name__, report["bound"], report["svgp_bound"], options.tolerance)
+        return self
+
+    def _robust_options(self):
+        if self.robust is False or self.robust is None:
+            return None
+        if self.robust is not True and not isinstance(self.robust, RobustFit):
+            raise TypeError(f"robust must be True (the default robust fit), False (a plain fit) or a "
+                            f"flowgp.estimators.RobustFit, got {type(self.robust).__name__}")
+        if self.flow_object().is_identity:  # the model is the SVGP classifier itself
+            return None
+        return DEFAULT_ROBUST_FIT if self.robust is True else self.robust
 
     def flow_object(self) -> Flow:
         """The flow as an object: the user's Flow itself (build trains a copy) or the one named by the spec."""
@@ -296,11 +364,12 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
         if self.which_stages() is not None:
             self.check_bayesian_options()
 
-    def _initialise_flow(self, model, generator, x_t):
+    def _initialise_flow(self, model, generator, x_t, init=None):
         input_dependent = self.which_stages() is not None
         flow = static_flow(model.flow) if input_dependent else model.flow
-        if any(True for _ in flow.parameters()) and self.flow_init != "none":
-            if self.flow_init == "identity":
+        init = self.flow_init if init is None else init
+        if any(True for _ in flow.parameters()) and init != "none":
+            if init == "identity":
                 init_identity(flow)
             else:
                 init_random(flow, generator=generator)

@@ -3,6 +3,16 @@
 They standardise inputs, standardise targets where the flow allows it (only rescale them where the
 flow's range or domain is the positive half-line, which a shift would break), train with Adam and
 undo the scaling on every output.
+
+The flow estimators (`TGPRegressor`, `WarpedGPRegressor`) fit robustly by default (`robust=True`,
+`RobustFit`): a TGP with the identity flow is the SVGP, so the best TGP is never worse than the best SVGP on
+its own bound, but a TGP trained from scratch often ends in a worse optimum (the flow compresses the data
+while the GP keeps a long lengthscale and a large noise; docs/results/tgp-robust). The robust fit therefore
+fits the SVGP first, starts the flow model exactly there (`flowgp.initialisation.warm_start_from_svgp`),
+refines the flow with the GP held, trains everything jointly until the bound's plateau, keeps the best state
+by the full-data bound, and warns (`BoundBelowSVGPWarning`) if the result still ends below the SVGP's bound.
+After such a fit `fit_report_` holds the bound per point after every stage and `svgp_` the SVGP stage's model
+(in the SVGP's own standardised units).
 """
 from __future__ import annotations
 
@@ -17,12 +27,15 @@ from ..build import SparseGPConfig, build
 from ..flows import Flow, make_flow
 from ..flows.conditional import static_flow, warping_curves
 from ..data_sources import is_table
+from ..optim import NaturalGradient
 from ..training import train
 from .base import Estimator, InputDependentFlowOptions, as_1d_float, as_2d_float
 from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, map_row_chunks
-from ..initialisation import init_from_data, init_identity, init_input_dependent, init_random
+from ..initialisation import (init_from_data, init_identity, init_input_dependent, init_random,
+                              warm_start_from_svgp)
+from .robust import DEFAULT_ROBUST_FIT, BestState, BoundBelowSVGPWarning, RobustFit, warn_below_svgp
 
-__all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor"]
+__all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor", "RobustFit", "BoundBelowSVGPWarning"]
 
 class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
     """Sparse variational GP regression (Hensman et al. 2013) with a scikit-learn interface.
@@ -147,12 +160,19 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             self.y_shift_, self.y_scale_ = float(y.mean()), y_std
         yt = self.tensor((y - self.y_shift_) / self.y_scale_)[:, None]
         self.torch_dtype()  # a bad dtype fails here, before any work
+        options = self._robust_options()
+        if options is not None:
+            return self._robust_fit(xt, yt, y, options)
         self.model_ = self._build(xt, yt)
         self._initialise_flow(self.model_, yt, self.generator(device="cpu"), x_t=xt)
         self.history_ = train(self.model_, xt, yt, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
                               fix_noise_fraction=self.fix_noise_fraction, seed=self.seed, verbose=self.verbose,
                               desc=type(self).__name__, checkpoint_path=self.checkpoint_path())
         return self
+
+    def _robust_options(self):
+        """The RobustFit of this fit, None for a plain one (the SVGP is fitted plainly)."""
+        return None
 
     def predict(self, X, return_std=False):
         """Predictive mean of y* (and its standard deviation with return_std=True)."""
@@ -229,10 +249,135 @@ class _FlowRegressor(SVGPRegressor):
     def __init__(self, flow="sal", flow_init="identity", num_inducing=100, kernel="rbf", batch_size=None,
                  epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05, lengthscale=1.0,
                  period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
-                 quadrature_points=20, predict_quadrature_points=100, verbose=True, checkpoint=None):
+                 quadrature_points=20, predict_quadrature_points=100, verbose=True, robust=True, checkpoint=None):
         self._store_arguments(locals())
 
     _FLOW_INITS = ("identity", "data", "random", "none")
+
+    # ----- the robust fit (module doc, RobustFit) --------------------------------------------------------------
+    def _robust_options(self):
+        if self.robust is False or self.robust is None:
+            return None
+        if self.robust is not True and not isinstance(self.robust, RobustFit):
+            raise TypeError(f"robust must be True (the default robust fit), False (a plain fit) or a "
+                            f"flowgp.estimators.RobustFit, got {type(self.robust).__name__}")
+        if self.flow_object().is_identity:  # the model is the SVGP itself: fitted exactly as SVGPRegressor
+            return None
+        if self.robust is True:
+            return DEFAULT_ROBUST_FIT
+        if isinstance(self.robust, RobustFit):
+            return self.robust
+        raise TypeError(f"robust must be True (the default robust fit), False (a plain fit) or a "
+                        f"flowgp.estimators.RobustFit, got {type(self.robust).__name__}")
+
+    def _full_bound(self, model, x, y) -> float:
+        """The bound on all of (x, y) in the units of y (deterministic flows: the training objective itself)."""
+        with torch.no_grad():
+            value = model.elbo(x, y, generator=self.generator(device=x.device)).item()
+        return value - x.shape[0] * math.log(self.y_scale_)
+
+    def _deterministic(self) -> bool:
+        return self._input_dependence() is None
+
+    def _train_stage(self, model, x, y, options, gamma, suffix, fix_noise_fraction, seed, early_stop=None,
+                     epochs=None, lr_scale=1.0):
+        """One stage of the robust fit: Adam (+ natural gradients on q(u)), plateau stop, best full-data bound."""
+        n = x.shape[0]
+        full_batch = self.batch_size is None or int(self.batch_size) >= n
+        keeper = None
+        if options.keep_best and self._deterministic():
+            def bound(m):
+                with torch.no_grad():
+                    return m.elbo(x, y, generator=self.generator(device=x.device)).item()
+            keeper = BestState(model, bound, None if full_batch else -(-n // int(self.batch_size)))
+        natural = NaturalGradient([model.gp], lr=gamma) if gamma else None
+        history = train(model, x, y, epochs=self.epochs if epochs is None else epochs, batch_size=self.batch_size,
+                        lr=self.lr * lr_scale, fix_noise_fraction=fix_noise_fraction, seed=seed, verbose=self.verbose,
+                        desc=type(self).__name__ + suffix, checkpoint_path=self.checkpoint_path(suffix),
+                        natural_gradient=natural, early_stop=early_stop, callback=keeper)
+        if keeper is not None:
+            keeper.finish(model)
+        model.eval()
+        return history
+
+    def _refine_flow(self, model, x, y) -> None:
+        """Maximise the full-data bound over the flow and the noise, the GP held (L-BFGS, guarded, best kept)."""
+        held = [p for p in model.gp.parameters() if p.requires_grad]
+
+        def lbfgs(params):
+            return torch.optim.LBFGS(params, lr=1.0, max_iter=200, line_search_fn="strong_wolfe",
+                                     tolerance_grad=1e-9, tolerance_change=1e-12, history_size=20)
+
+        for p in held:
+            p.requires_grad_(False)
+        try:
+            train(model, x, y, steps=1, optimizer=lbfgs, keep_best=True, nonfinite="backoff", verbose=False,
+                  seed=self.seed)
+        finally:
+            for p in held:
+                p.requires_grad_(True)
+        model.eval()
+
+    def _warm_range(self, svgp, x, ys):
+        """The interval (SVGP target units) on which the flow must reproduce the SVGP: TGP, where q(f) puts
+        its quadrature nodes at the training inputs; v-WGP, the targets themselves."""
+        with torch.no_grad():
+            mean, var = svgp.gp.marginals(x)
+        sd = var.clamp_min(0).sqrt()
+        low, high = float((mean - 4 * sd).min()), float((mean + 4 * sd).max())
+        return min(low, float(ys.min())), max(high, float(ys.max()))
+
+    def _robust_fit(self, xt, yt, y, options):
+        if self.flow_init not in self._FLOW_INITS:
+            raise ValueError(f"flow_init must be one of {self._FLOW_INITS}, got {self.flow_init!r}")
+        n = xt.shape[0]
+        svgp_shift, svgp_scale = float(y.mean()), self.y_scale_
+        report = {"n": n}
+        candidates = []  # (bound in y units, label, model, history)
+        svgp_bound = None
+        if options.warm_start:
+            ys = self.tensor((y - svgp_shift) / svgp_scale)[:, None]
+            svgp = self._build(xt, ys, model="svgp", flow="identity", input_dependent=None)
+            svgp_epochs = int(round(options.svgp_epochs * self.epochs))
+            flow_epochs = max(1, self.epochs - svgp_epochs) if self.epochs else 0
+            svgp_history = self._train_stage(svgp, xt, ys, options, options.svgp_natural_gradient, ".svgp",
+                                             self.fix_noise_fraction, self.seed, epochs=svgp_epochs)
+            with torch.no_grad():
+                svgp_value = svgp.elbo(xt, ys).item()
+            svgp_bound = svgp_value - n * math.log(svgp_scale)
+            report.update(svgp_bound=svgp_bound / n, svgp_epochs=len(svgp_history))
+            self.svgp_ = svgp
+            model = self._build(xt, yt)
+            shift = (svgp_shift - self.y_shift_) / self.y_scale_
+            low, high = self._warm_range(svgp, xt, ys)
+            warm_start_from_svgp(model, svgp, shift, svgp_scale / self.y_scale_, low, high)
+            if not self._deterministic():  # networks of input-dependent stages taught the warm-started bases
+                self._initialise_networks(model, xt, self.generator(device="cpu"))
+            report["warm_start_bound"] = self._full_bound(model, xt, yt) / n
+            if options.refine_flow and self._deterministic():
+                self._refine_flow(model, xt, yt)
+                report["refined_bound"] = self._full_bound(model, xt, yt) / n
+            history = self._train_stage(model, xt, yt, options, options.natural_gradient, "", 0.0, self.seed,
+                                        options.early_stop(), epochs=flow_epochs, lr_scale=options.flow_lr)
+            candidates.append((self._full_bound(model, xt, yt), "warm", model, history))
+        inits = list(options.restarts) if options.warm_start else [self.flow_init, *options.restarts]
+        for i, init in enumerate(inits):
+            model = self._build(xt, yt)
+            self._initialise_flow(model, yt, self.generator(device="cpu"), x_t=xt, init=init)
+            history = self._train_stage(model, xt, yt, options, options.natural_gradient, f".restart{i}",
+                                        self.fix_noise_fraction, self.seed, options.early_stop())
+            candidates.append((self._full_bound(model, xt, yt), init, model, history))
+        report["candidates"] = {label: bound / n for bound, label, _, _ in candidates}
+        report["epochs"] = {label: len(history) for _, label, _, history in candidates}
+        bound, label, self.model_, self.history_ = max(candidates, key=lambda c: c[0])
+        report.update(bound=bound / n, chosen=label)
+        self.fit_report_ = report
+        if svgp_bound is not None:
+            warn_below_svgp(type(self).__name__, bound / n, svgp_bound / n, options.tolerance)
+        return self
+
+    def _initialise_networks(self, model, x_t, generator) -> None:
+        """Input-dependent stages (TGP only): teach the networks their bases' current parameters."""
 
     def flow_object(self) -> Flow:
         """The flow as an object: the user's Flow itself (not copied; build trains a copy) or the flow built
@@ -243,17 +388,18 @@ class _FlowRegressor(SVGPRegressor):
             raise TypeError(f"flow must be a spec string such as 'sal+softplus' or a Flow, got {type(self.flow).__name__}")
         return make_flow(self.flow)
 
-    def _initialise_flow(self, model, y_t, generator, x_t=None):
-        self._initialise_static_flow(model.flow, y_t, generator)
+    def _initialise_flow(self, model, y_t, generator, x_t=None, init=None):
+        self._initialise_static_flow(model.flow, y_t, generator, init)
 
-    def _initialise_static_flow(self, flow, y_t, generator):
+    def _initialise_static_flow(self, flow, y_t, generator, init=None):
         if self.flow_init not in self._FLOW_INITS:
             raise ValueError(f"flow_init must be one of {self._FLOW_INITS}, got {self.flow_init!r}")
-        if not any(True for _ in flow.parameters()) or self.flow_init == "none":
+        init = self.flow_init if init is None else init
+        if not any(True for _ in flow.parameters()) or init == "none":
             return
-        if self.flow_init == "identity":
+        if init == "identity":
             init_identity(flow)
-        elif self.flow_init == "random":
+        elif init == "random":
             init_random(flow, generator=generator)
         else:
             init_from_data(flow, y_t[:, 0], direction=self._data_direction)
@@ -277,6 +423,11 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
     enter every ELBO evaluation in training. `prior_precision` is λ of p_λ(W) = N(0, λ⁻¹I) (None: 1e-5,
     the weight decay of appendix B.6, or 1 for "vb" as in B.6.3). After the usual flow initialisation
     the networks are fitted to output those parameters (appendix B.4) for `flow_init_epochs` epochs.
+
+    `robust` (default True): fit as `RobustFit` describes (SVGP warm start for half of `epochs`, flow
+    refinement, natural gradients on q(u), plateau stop, best full-data bound kept, a `BoundBelowSVGPWarning`
+    if the result still ends below the SVGP's bound); False: the plain fit from `flow_init`; or a `RobustFit`.
+    With the warm start `flow_init` is not used (the flow starts at the map that reproduces the SVGP).
     """
 
     _data_direction = "generative"
@@ -287,7 +438,8 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
                  period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
                  quadrature_points=20, predict_quadrature_points=100, verbose=True, input_dependent=False,
                  hidden=(50,), activation="relu", dropout=0.25, bayesian="mc_dropout", mc_samples_train=1,
-                 mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, checkpoint=None):
+                 mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, robust=True,
+                 checkpoint=None):
         self._store_arguments(locals())
 
     def _target_positive(self) -> bool:
@@ -321,11 +473,14 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
         out["f_grid"] = f.cpu().numpy()
         return out
 
-    def _initialise_flow(self, model, y_t, generator, x_t=None):
+    def _initialise_flow(self, model, y_t, generator, x_t=None, init=None):
         if self.which_stages() is None:
-            return super()._initialise_flow(model, y_t, generator, x_t)
+            return super()._initialise_flow(model, y_t, generator, x_t, init)
         # Appendix B.4: initialise the plain flow, then teach the networks its parameters.
-        self._initialise_static_flow(static_flow(model.flow), y_t, generator)
+        self._initialise_static_flow(static_flow(model.flow), y_t, generator, init)
+        self._initialise_networks(model, x_t, generator)
+
+    def _initialise_networks(self, model, x_t, generator) -> None:
         batch = x_t.shape[0] if self.batch_size is None else int(self.batch_size)
         init_input_dependent(model.flow, x_t, epochs=int(self.flow_init_epochs), batch_size=batch, lr=self.lr,
                              generator=generator)
@@ -335,7 +490,8 @@ class WarpedGPRegressor(_FlowRegressor):
     """Variational warped GP, v-WGP (paper §4.3): a sparse GP on T(y) with `flow` = T warping the targets.
 
     Targets must lie in T's domain (y > 0 for "log", "boxcox" keeps all reals); `flow_init="data"` fits T
-    so that T(y) is close to N(0, 1) (appendix B.2 in the normalizing direction).
+    so that T(y) is close to N(0, 1) (appendix B.2 in the normalizing direction). `robust` as in
+    TGPRegressor (the warm start sets T so that T(y) is the SVGP's standardised target).
     """
 
     _data_direction = "normalizing"

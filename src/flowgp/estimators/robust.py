@@ -1,0 +1,143 @@
+"""The robust fit of flow-warped GPs (issue 24): options, the best-state callback and the final check.
+
+A TGP (or v-WGP, TGP classifier) with the identity flow is the SVGP, so its best bound is never below the
+SVGP's; `RobustFit` says how a flow estimator makes its fitted bound end there too (warm start from a fitted
+SVGP, flow refinement, natural gradients on q(u), plateau stop, restarts, best state kept), `BestState` keeps
+the state with the best full-data bound during `flowgp.training.train`, and `warn_below_svgp` emits
+`BoundBelowSVGPWarning` when a fit still ends below the SVGP's bound. Measurements: docs/results/tgp-robust.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Optional
+
+from ..training import EarlyStop
+
+__all__ = ["RobustFit", "DEFAULT_ROBUST_FIT", "BestState", "BoundBelowSVGPWarning", "warn_below_svgp", "snapshot"]
+
+
+class BoundBelowSVGPWarning(UserWarning):
+    """A flow-warped GP's fitted training bound ended below the bound of the SVGP it contains."""
+
+
+@dataclass(frozen=True)
+class RobustFit:
+    """How a flow estimator fits so that its training bound does not end below the SVGP's (`robust=`).
+
+    warm_start: fit an SVGP with the same settings first and start the flow model exactly at it
+        (`flowgp.initialisation.warm_start_from_svgp`: inducing inputs, kernel, q(u), noise; flow at the
+        map that makes it that SVGP). False: the flow model starts from `flow_init` as without `robust`.
+    refine_flow: at the warm start, maximise the bound over the flow and the noise alone (GP held) by L-BFGS
+        on the full data before the joint training (this is what moves a positive flow, which can only
+        approximate the shifted identity, above the SVGP's bound).
+    natural_gradient: γ of natural-gradient steps on q(u) (Salimbeni et al. 2018) in the flow model's
+        training, Adam on the rest; None: Adam on everything. Adam on q(u) lags behind a changing warp and
+        makes the bound oscillate by ~0.1 per point between epochs; γ = 0.1 keeps q(u) with it (ablation in
+        docs/results/tgp-robust).
+    svgp_natural_gradient: γ for q(u) in the SVGP stage; the Gaussian likelihood is conjugate, so γ = 1 puts
+        q(u) at its optimum for the current hyperparameters at every step (None: Adam).
+    flow_lr: the flow model's Adam step as a multiple of `lr` (from the warm start a smaller step keeps the
+        bound from oscillating: at lr = 0.01 it jumps by up to 0.5 per point between epochs on air quality).
+    svgp_epochs: the share of `epochs` spent on the SVGP stage; the flow model trains for the rest (at least
+        one epoch), so a robust fit takes the same number of steps as a plain one.
+    plateau: (window, rel_tol) of `flowgp.training.EarlyStop` for the flow model's training: stop once the
+        bound improved by less than rel_tol·|bound| over `window` epochs (its epochs stay the maximum); None:
+        all of them. The SVGP stage always runs all of its epochs.
+    restarts: flow initialisations ("identity", "data", "random") trained from scratch besides the warm
+        start (without it: besides `flow_init`), the state with the best training bound kept (never chosen
+        on test data).
+    keep_best: keep the state with the best full-data bound seen (full batch: every step; minibatches: once
+        per epoch), not the last one.
+    tolerance: per-point slack of the final check against the SVGP's bound (the warning).
+    """
+
+    warm_start: bool = True
+    refine_flow: bool = True
+    natural_gradient: Optional[float] = 0.1
+    svgp_natural_gradient: Optional[float] = 1.0
+    flow_lr: float = 0.5
+    svgp_epochs: float = 0.5
+    plateau: Optional[tuple] = (100, 1e-4)
+    restarts: tuple = ()
+    keep_best: bool = True
+    tolerance: float = 0.005
+
+    def __post_init__(self):
+        for name in ("natural_gradient", "svgp_natural_gradient"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and value > 0):
+                raise ValueError(f"RobustFit.{name} must be None or a positive step size, got {value!r}")
+        if not self.flow_lr > 0:
+            raise ValueError(f"RobustFit.flow_lr must be positive, got {self.flow_lr!r}")
+        if not 0 < self.svgp_epochs <= 1:
+            raise ValueError(f"RobustFit.svgp_epochs is a share of epochs in (0, 1], got {self.svgp_epochs!r}")
+        if self.plateau is not None:
+            EarlyStop(*self.plateau)  # validates window and rel_tol
+        for init in self.restarts:
+            if init not in ("identity", "data", "random"):
+                raise ValueError(f"RobustFit.restarts holds flow initialisations 'identity', 'data' or 'random', "
+                                 f"got {init!r}")
+        if not self.tolerance >= 0:
+            raise ValueError(f"RobustFit.tolerance must be non-negative, got {self.tolerance!r}")
+
+    def early_stop(self) -> Optional[EarlyStop]:
+        return None if self.plateau is None else EarlyStop(*self.plateau)
+
+
+#: the default robust procedure (`robust=True`)
+DEFAULT_ROBUST_FIT = RobustFit()
+
+
+def snapshot(model) -> dict:
+    return {name: value.detach().clone() for name, value in model.state_dict().items()}
+
+
+class BestState:
+    """A `train` callback keeping the model state with the best full-data bound (`RobustFit.keep_best`).
+
+    Full batch (`every` None): a step's loss is -bound at the state the step started from, so that state is
+    remembered one step late at no extra cost. Minibatches: `bound(model)` is evaluated every `every` steps.
+    `finish` also weighs the final state (which the loop never evaluates) and loads the best one.
+    """
+
+    def __init__(self, model, bound, every=None):
+        self.bound, self.every = bound, every
+        self.value, self.state = -math.inf, None
+        self.previous = snapshot(model) if every is None else None
+        if every is not None:
+            self.consider(model)
+
+    def consider(self, model) -> None:
+        value = self.bound(model)
+        if value > self.value:
+            self.value, self.state = value, snapshot(model)
+
+    def __call__(self, step, loss, model):
+        if self.every is None:
+            if math.isfinite(loss) and -loss > self.value:
+                self.value, self.state = -loss, self.previous
+            self.previous = snapshot(model)
+        elif (step + 1) % self.every == 0:
+            self.consider(model)
+        return False
+
+    def finish(self, model) -> None:
+        self.consider(model)
+        if self.state is not None:
+            model.load_state_dict(self.state)
+
+
+def warn_below_svgp(name: str, bound: float, svgp_bound: float, tolerance: float, stacklevel: int = 4) -> bool:
+    """Warn (BoundBelowSVGPWarning) when the per-point `bound` is below `svgp_bound` - `tolerance`; returns
+    whether it warned."""
+    if bound >= svgp_bound - tolerance:
+        return False
+    warnings.warn(
+        f"{name}: the fitted training bound per point, {bound:.4f}, is below the SVGP's on the same data, "
+        f"{svgp_bound:.4f} (tolerance {tolerance}); the flow model contains that SVGP, so this is an optimisation "
+        "failure. Try more epochs, a smaller lr, robust=RobustFit(restarts=('data',)), another flow, or "
+        "robust=RobustFit(natural_gradient=0.03); fit_report_ has the bound after every stage.",
+        BoundBelowSVGPWarning, stacklevel=stacklevel)
+    return True
