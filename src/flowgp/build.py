@@ -163,6 +163,10 @@ class LatentDeepGPConfig:
     gradient: str = "dreg"
     learn_inducing: bool = True
     kmeans_restarts: int = 10
+    hidden_layer: str = "pca"
+    q_var_init: float = 1e-5
+    hidden_q_var_init: float | None = None
+    learn_hidden_variance: bool = True
 
 
 @dataclass(frozen=True)
@@ -346,7 +350,8 @@ def _build_latent(config: LatentDeepGPConfig, x, y, *, generator=None):
         amortized=bool(config.amortized), hidden_width=int(config.hidden_width), kernel=config.kernel,
         noise=config.noise, num_importance=int(config.num_importance), gradient=config.gradient,
         kmeans_restarts=config.kmeans_restarts, learn_inducing=config.learn_inducing, seed=_kmeans_seed(generator),
-        **_generator_kwarg(build_latent_deep_gp, generator))
+        hidden_layer=config.hidden_layer, q_var_init=config.q_var_init, hidden_q_var_init=config.hidden_q_var_init,
+        learn_hidden_variance=config.learn_hidden_variance, **_generator_kwarg(build_latent_deep_gp, generator))
 
 
 def _build_amogp(config: AMOGPConfig, x, y, *, generator=None, output=None):

@@ -137,7 +137,15 @@ def _budget_latent(preset, num_inducing, seed, num_data, task):
     # hidden width 5; the preset gives the budget, minibatch, Adam step and k-means restarts.
     common = _common(preset, num_inducing, seed, num_data)
     keep = ("num_inducing", "seed", "verbose", "epochs", "batch_size", "lr", "kmeans_restarts")
-    return {**{k: common[k] for k in keep}, "noise": 0.01}
+    kwargs = {**{k: common[k] for k in keep}, "noise": 0.01}
+    if preset.name == "reference":
+        # issue 25: supplement E.2 and the authors' run script (experiments/run_conditional_density_estimation.py
+        # in hughsalimbeni/DGPs_with_IWVI): hidden layers = fixed projection of 5 GPs + the inputs, natural
+        # gradients (0.01) on the last layer's q(u) whose S starts at I, hidden q_sqrt scaled by 1e-5 (S = 1e-10 I),
+        # hidden kernel variances fixed at 1; Adam 0.005 and both steps x0.98 per 1000 iterations
+        kwargs.update(hidden_layer="concat", natgrad=True, natgrad_lr=0.01, lr_decay=0.98, q_var_init=1.0,
+                      hidden_q_var_init=1e-10, learn_hidden_variance=False)
+    return kwargs
 
 
 def budget_rule(entry):
@@ -186,7 +194,7 @@ def _builtins() -> list:
           for prefix, posterior in (("dgp", "gaussian"), ("cnf-dgp", "cnf")) for n in range(2, 6)],
         # issue 7: latent-variable deep GPs with 1-4 layers, REG or DREG q(z) gradients (names in sorted order)
         *[NamedModel(f"ldgp{n}-{g}", "LatentDeepGPRegressor", fixed={"layers": n, "gradient": g},
-                     defaults={"num_importance": 5, "num_samples_predict": 1000},
+                     defaults={"num_importance": 5, "num_samples_predict": 10000},
                      description=f"{n}-layer latent-variable deep GP, IWVI with {g}")
           for n in range(1, 5) for g in ("dreg", "reg")],
         # the CLI's deep models, depth and q(U) family / q(z) gradient as options (`flowgp fit --model dgp --layers 3`)
@@ -194,7 +202,7 @@ def _builtins() -> list:
                    defaults={"layers": 2, "posterior": "gaussian", **_DEEP_OPTIONS},
                    description="deep GP, depth and q(U) family as options"),
         NamedModel("ldgp", "LatentDeepGPRegressor",
-                   defaults={"layers": 2, "num_importance": 5, "gradient": "dreg", "num_samples_predict": 1000},
+                   defaults={"layers": 2, "num_importance": 5, "gradient": "dreg", "num_samples_predict": 10000},
                    description="latent-variable deep GP, depth as an option"),
     ]
     # issue 8: AMO-GP and its ablations (alignment / warping layers); the bench trains "minibatch" models in

@@ -30,7 +30,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--models", default="svgp,tgp", help="comma-separated model names (flowgp.bench.models)")
     parser.add_argument("--splits", default="0-9", help="split numbers, e.g. '0-9' or '0,3,5'")
     parser.add_argument("--inducing", default="100", help="numbers of inducing points, e.g. '5,100'")
-    parser.add_argument("--preset", default="quick", help="training budget: paper, quick or tiny")
+    parser.add_argument("--preset", default="quick",
+                        help="training budget: paper, quick, tiny or reference (DGP-IWVI Table 1 protocol and splits)")
     parser.add_argument("--epochs", type=int, default=None, help="override the preset's epochs")
     parser.add_argument("--seed", type=int, default=0, help="base seed (split i uses seed + i)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (one torch thread each)")
@@ -53,9 +54,30 @@ def _dataset_task(name: str, data_dir=None) -> str:
                      ", another folder under uci/, or csv:PATH:TARGET")
 
 
-def load_split(dataset: str, split: int, data_dir=None, seed: int = 0):
-    """The train/test Split `split` of a bench dataset name (see the module docstring)."""
+def reference_split(dataset: str, split: int, data_dir=None):
+    """Split `split` made as the DGP-IWVI/DREG authors' benchmark code makes it (hughsalimbeni/bayesian_benchmarks,
+    `data.Dataset.__init__` with BASE_SEED = 0): the row indices 0..N-1 shuffled by NumPy's legacy Mersenne
+    Twister seeded with `split` (np.random.seed(split); np.random.shuffle), the first int(0.9 N) for training
+    and the rest (10 %) for testing. Any split number >= 0 is valid (the paper uses 20). A local
+    RandomState: the global NumPy RNG is not touched."""
+    from ..data import Split, load_uci
+
+    if isinstance(split, bool) or not isinstance(split, (int, np.integer)) or split < 0:
+        raise ValueError(f"split must be an integer >= 0, got {split!r}")
+    x, y = load_uci(dataset, data_dir)
+    ind = np.arange(len(y))
+    np.random.RandomState(int(split)).shuffle(ind)
+    n = int(len(y) * 0.9)
+    return Split(x[ind[:n]], y[ind[:n]], x[ind[n:]], y[ind[n:]], f"uci/{dataset} bayesian_benchmarks split {split}")
+
+
+def load_split(dataset: str, split: int, data_dir=None, seed: int = 0, protocol: str = "standard"):
+    """The train/test Split `split` of a bench dataset name (see the module docstring); protocol "reference"
+    gives a UCI set's split as the DGP-IWVI authors make it (`reference_split`)."""
     from ..data import CLASSIFICATION_DATASETS, Split, classification_split, load_csv, uci_split
+
+    if protocol == "reference" and not dataset.startswith("csv:") and dataset not in CLASSIFICATION_DATASETS:
+        return reference_split(dataset, split, data_dir)
 
     if dataset.startswith("csv:"):
         parts = dataset[4:].rsplit(":", 1)
@@ -78,7 +100,8 @@ def _work(job: dict) -> dict:
     from .presets import get_preset
     from .runner import fit_and_score
 
-    split = load_split(job["dataset"], job["split"], job["data_dir"], job["seed"] - job["split"])
+    split = load_split(job["dataset"], job["split"], job["data_dir"], job["seed"] - job["split"],
+                       protocol="reference" if job["preset_name"] == "reference" else "standard")
     preset = get_preset(job["preset_name"], epochs=job["epochs_override"])
     n = len(split.y_train)
     m = min(job["num_inducing"], n)
@@ -112,7 +135,9 @@ def build_jobs(args) -> list[dict]:
             raise ValueError(f"models {bad} do not handle {task} (dataset '{ds}')")
         if ds == "avila" and splits != [0]:
             raise ValueError("avila has one official train/test split; pass --splits 0")
-        load_split(ds, splits[0], args.data_dir, args.seed)  # fail fast on missing/malformed files
+        # fail fast on missing/malformed files
+        load_split(ds, splits[0], args.data_dir, args.seed,
+                   protocol="reference" if args.preset == "reference" else "standard")
         for split in splits:
             for model in models:
                 for m in inducing:

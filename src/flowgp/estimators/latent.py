@@ -14,7 +14,7 @@ import torch
 
 from ..batches import ArrayBatches
 from ..build import LatentDeepGPConfig, build, resolve_dtype
-from ..models.latent_deep_gp import check_gradient, check_num_importance
+from ..models.latent_deep_gp import HIDDEN_LAYERS, check_gradient, check_num_importance
 from ..optim import NaturalGradient
 from ..training import step_lr, train
 from .regression import SVGPRegressor
@@ -39,16 +39,22 @@ class LatentDeepGPRegressor(SVGPRegressor):
         natgrad: natural-gradient steps on the last layer's q(u) (step `natgrad_lr`), Adam for the rest.
         epochs: passes over the data (iterations = epochs × ceil(N / batch_size)); lr: Adam step (E.2: 0.005),
             decayed by `lr_decay` every 1000 iterations.
-        num_samples_predict: samples of z ~ p(z) for predictions and test log-likelihoods (E.3 uses 10000).
+        num_samples_predict: samples of z ~ p(z) for predictions and test log-likelihoods (E.3: 10000, the
+            default), drawn in chunks of bounded memory.
         noise: initial likelihood variance (E.2: 0.01). Other arguments as SVGPRegressor.
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped.
+        hidden_layer: "pca" (hidden_width GPs with a fixed PCA mean) or "concat" (supplement E.2: a fixed
+            projection of hidden_width GPs added to the observed inputs, `ConcatProjectionLayer`).
+        q_var_init / hidden_q_var_init: initial whitened S = value·I of the last / hidden layers (None: q_var_init;
+            the reference run script: 1 and 1e-10). learn_hidden_variance: train the hidden kernels' variances.
     """
 
     def __init__(self, layers=2, latent_dim=1, num_importance=5, gradient="dreg", amortized=True, natgrad=False,
                  hidden_width=5, num_inducing=128, kernel="rbf", batch_size=None, epochs=1000, lr=0.005,
                  lr_decay=0.98, natgrad_lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.01,
-                 kmeans_restarts=10, learn_inducing=True, num_samples_predict=1000, verbose=True, checkpoint=None):
+                 kmeans_restarts=10, learn_inducing=True, num_samples_predict=10000, verbose=True, checkpoint=None,
+                 hidden_layer="pca", q_var_init=1e-5, hidden_q_var_init=None, learn_hidden_variance=True):
         self._store_arguments(locals())
 
     # ----- checks and construction ---------------------------------------------------------------------
@@ -63,6 +69,8 @@ class LatentDeepGPRegressor(SVGPRegressor):
         check_gradient(self.gradient)
         for name in ("hidden_width", "num_inducing", "num_samples_predict"):
             _positive_int(getattr(self, name), name)
+        if self.hidden_layer not in HIDDEN_LAYERS:
+            raise ValueError(f"hidden_layer must be one of {HIDDEN_LAYERS}, got {self.hidden_layer!r}")
         if not isinstance(self.kernel, str):
             raise TypeError(f"kernel must be a kernel name such as 'rbf', got {type(self.kernel).__name__}")
         resolve_dtype(self.dtype)
@@ -75,7 +83,10 @@ class LatentDeepGPRegressor(SVGPRegressor):
             layers=int(self.layers), latent_dim=int(self.latent_dim), num_inducing=int(self.num_inducing),
             amortized=bool(self.amortized), hidden_width=int(self.hidden_width), kernel=self.kernel,
             noise=self.noise, num_importance=int(self.num_importance), gradient=self.gradient,
-            learn_inducing=self.learn_inducing, kmeans_restarts=self.kmeans_restarts)
+            learn_inducing=self.learn_inducing, kmeans_restarts=self.kmeans_restarts,
+            hidden_layer=self.hidden_layer, q_var_init=float(self.q_var_init),
+            hidden_q_var_init=None if self.hidden_q_var_init is None else float(self.hidden_q_var_init),
+            learn_hidden_variance=bool(self.learn_hidden_variance))
         return dataclasses.replace(config, **overrides)
 
     def _build(self, x, y=None, **overrides):
@@ -85,7 +96,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
     def _generator(self, device, seed=None):
         return self.generator(seed, device)
 
-    def _train(self, xt, yt):
+    def _train(self, xt, yt, callback=None):
         """The importance-weighted fit of supplement E.2: Adam (and natural-gradient steps on the last layer's
         q(u) with natgrad=True), every step size decayed by lr_decay every 1000 iterations, each iteration a
         fresh random subset of the rows."""
@@ -96,18 +107,22 @@ class LatentDeepGPRegressor(SVGPRegressor):
         sampler = ArrayBatches(xt, yt, batch, per_step=batch < n, seed=self.seed)
         return train(self.model_, sampler, steps=iterations, lr=self.lr, schedule=step_lr(1000, self.lr_decay),
                      natural_gradient=natgrad, seed=self.seed, verbose=self.verbose, desc=type(self).__name__,
-                     checkpoint_path=self.checkpoint_path())
+                     checkpoint_path=self.checkpoint_path(), callback=callback)
 
     # ----- public API --------------------------------------------------------------------------------
-    def fit(self, X, y):
-        """Fit on X [n_samples, n_features] and y [n_samples]; returns self."""
+    def fit(self, X, y, callback=None):
+        """Fit on X [n_samples, n_features] and y [n_samples]; returns self.
+
+        `callback(step, loss, model)` is passed to `flowgp.training.train` (called after every iteration, a
+        truthy return stops training), e.g. to record a learning curve (benchmarks/ldgp_learning_curve.py).
+        """
         self._check_params()
         X, y = self._training_data(X, y)
         xt = self.fit_input_scaling(X)
         self.y_shift_, self.y_scale_ = float(y.mean()), (float(y.std()) if y.std() > 0 else 1.0)
         yt = self.tensor((y - self.y_shift_) / self.y_scale_)[:, None]
         self.model_ = self._build(xt, yt)
-        self.history_ = self._train(xt, yt)
+        self.history_ = self._train(xt, yt, callback)
         return self
 
     # predict (the mean of the multimodal predictive over `num_samples_predict` z ~ p(z), and its std) and

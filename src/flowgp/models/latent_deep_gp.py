@@ -14,8 +14,27 @@ gradient reaching z_k by w̃_k (detached): autograd of L_K already carries w̃_k
 is the only path from φ into log w. Model, kernel and layer parameters never pass through z, so they
 keep the usual IW gradient Σ_k w̃_k ∇ log w_k, and the returned value is L_K itself in both cases.
 
-Layers follow the flowgp deep-GP layer protocol (`flowgp.models.deep_gp.GPLayer`):
-`layer(h [S, N, D_in], generator=None) -> (sample, mean, var)`, each [S, N, D_out], and `layer.kl_divergence()`.
+Joint draws over the K importance samples. Inside log (1/K) Σ_k w_{n,k} the K values f⁽¹⁾(x_n, z_{n,k}) are one
+function evaluated at K inputs, so eq. A.9's expectation over f⁽¹⁾_{1:K} is over their *joint* law: for each point
+and output a K × K Gaussian with covariance (whitened, A = Lz⁻¹ K_ZX over the K inputs, q(v) = N(m, R Rᵀ))
+
+    Σ = K_XX - AᵀA + (RᵀA)ᵀ(RᵀA),     mean = Aᵀm (+ the layer's mean function),
+
+drawn as mean + chol(Σ) ε (`joint_gp_sample`, batched over points and outputs, Cholesky with the project's growing
+jitter, `flowgp.linalg.robust_cholesky`), as the authors' implementation does (`full_cov=True` over the sample
+axis). Every sampled (hidden) layer is drawn jointly over K; the last layer only enters through its per-input
+marginals (closed-form expectation). Points are independent of each other: the bound is a sum over n of
+expectations that each see one point's K inputs. Drawing the K slots independently from their marginals (the
+former implementation) makes log-mean-exp over k estimate log E[F p/q] instead of E[log (1/K) Σ F p/q] and can
+exceed log p(y) (tests/test_ldgp_validity.py measures it).
+
+Test log-likelihoods (supplement E.3) draw f at each (x*, z_s) from its marginal: each term N(y*; ...) is then an
+unbiased estimate of p(y* | x*) and their mean is too, whatever the correlation between terms.
+
+Layers: `flowgp.models.deep_gp.GPLayer` (D_out GPs with a fixed linear mean) or `ConcatProjectionLayer`
+(supplement E.2 / the reference code's hidden layer: a fixed projection of a few GPs plus the observed inputs).
+Both give `layer(h [S, N, D_in], generator=None) -> (sample, mean, var)`, `layer.marginals(h)`, `layer.gp`
+(a `SparseVariationalGP`) and `layer.kl_divergence()`.
 """
 from __future__ import annotations
 
@@ -27,14 +46,18 @@ from torch import nn
 
 from ..encoders import AmortizedLatentEncoder, FreeLatent, normal_log_prob
 from ..likelihoods import GaussianLikelihood, Likelihood
+from ..linalg import JitterMemory, robust_cholesky
 from ..objective import minibatch_bound
 from ..prediction import check_probabilities, gaussian_mixture_quantiles
 from ._checks import as_inputs, as_targets
 
-__all__ = ["LatentDeepGP", "build_latent_deep_gp", "GRADIENT_ESTIMATORS",
-           "check_num_importance", "check_gradient"]
+__all__ = ["LatentDeepGP", "ConcatProjectionLayer", "build_latent_deep_gp", "joint_gp_sample",
+           "GRADIENT_ESTIMATORS", "HIDDEN_LAYERS", "check_num_importance", "check_gradient"]
 
 GRADIENT_ESTIMATORS = ("reg", "dreg")
+#: hidden-layer structures of `build_latent_deep_gp`: "pca" (GPs with a fixed PCA linear mean, the DSVI layer)
+#: and "concat" (supplement E.2: a fixed projection of 5 GPs concatenated with the layer's observed inputs)
+HIDDEN_LAYERS = ("pca", "concat")
 #: cap on (samples × points × inducing) elements per chunk in prediction and diagnostics
 _CHUNK_ELEMENTS = 2_000_000
 
@@ -57,6 +80,113 @@ def _check_positive_int(value, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return value
+
+
+def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = None,
+                    memory: JitterMemory | None = None) -> torch.Tensor:
+    """One joint draw of a sparse GP's outputs over the second-to-last axis of h: [..., K, D] -> [..., K, L].
+
+    For every leading index (a point, an outer sample) the K values f(h_1..h_K) of each output l are drawn from
+    q(f) = N(Aᵀm_l (+ mean function), K_HH - AᵀA + (R_lᵀA)ᵀ(R_lᵀA)) with A = Lz⁻¹ K_ZH (TGP appendix eq. 12 with
+    the full K × K covariance; the DGP-IWVI bound A.9 needs it over the importance samples). `gp` is a
+    `flowgp.variational.SparseVariationalGP`; only its public API is used (projection, kernel, q_mu,
+    q_sqrt_tril, mean_function). The K × K factorisations go through `robust_cholesky` (growing jitter,
+    remembered in `memory`). Differentiable in h and in every parameter (reparameterised draw).
+    """
+    if h.dim() < 2:
+        raise ValueError(f"h must have shape [..., K, D], got {tuple(h.shape)}")
+    lead, k, d = h.shape[:-2], h.shape[-2], h.shape[-1]
+    groups = h.reshape(-1, k, d)  # [G, K, D]
+    g = groups.shape[0]
+    num_out = gp.num_outputs
+    a, _ = gp.projection(groups.reshape(g * k, d))  # [Lb, M, G K] (Lb = 1 for a kernel shared by the outputs)
+    if a.dim() == 2:
+        a = a.unsqueeze(0)
+    m = a.shape[-2]
+    a_out = a.expand(num_out, m, g * k)
+    r = gp.q_sqrt_tril()  # [L, M, M]
+    mean = (gp.q_mu.unsqueeze(-2) @ a_out).squeeze(-2).reshape(num_out, g, k)  # [L, G, K]
+    ra = (r.mT @ a_out).reshape(num_out, m, g, k)
+    a4 = a.reshape(a.shape[0], m, g, k)
+    # K × K blocks per point: (RᵀA)ᵀ(RᵀA) - AᵀA, [L, G, K, K]
+    correction = torch.einsum("lmgk,lmgj->lgkj", ra, ra) - torch.einsum("lmgk,lmgj->lgkj", a4, a4)
+    kxx = gp.kernel(groups.unsqueeze(-3))  # [G, Lb, K, K]
+    cov = kxx.movedim(-3, 0) + correction
+    cov = 0.5 * (cov + cov.mT)
+    chol = robust_cholesky(cov, memory=memory)
+    eps = torch.randn(chol.shape[:-1] + (1,), dtype=chol.dtype, device=chol.device, generator=generator)
+    draw = mean + (chol @ eps).squeeze(-1)  # [L, G, K]
+    out = draw.permute(1, 2, 0).reshape(lead + (k, num_out))
+    if gp.mean_function is not None:
+        out = out + gp.mean_function(h)
+    return out
+
+
+class ConcatProjectionLayer(nn.Module):
+    """Hidden layer of supplement E.2 (and the reference code's `G5` layer): f(h) = h P + g(h) W.
+
+    g = (g_1..g_J) are J independent GPs sharing one RBF-ARD kernel (`gp`, a SparseVariationalGP with J
+    outputs), W [J, D_out] is a fixed projection (the first principal directions of the data) and P [D_in, D_out]
+    the fixed identity on the observed input columns (the latent columns are dropped): "a linear projection of
+    five independent GPs concatenated with their inputs", [g, h] [W; P]. Neither P nor W is trained.
+
+    Protocol of the latent deep GP's layers: forward(h, generator) -> (sample, mean, var) with independent
+    draws per input (marginal trick), marginals(h) -> (mean, var) of each output, joint_sample(h [..., K, D_in])
+    drawing g jointly over the K axis (`joint_gp_sample`), kl_divergence().
+    """
+
+    def __init__(self, gp, mixing: torch.Tensor, passthrough: torch.Tensor):
+        super().__init__()
+        if mixing.dim() != 2 or mixing.shape[0] != gp.num_outputs:
+            raise ValueError(f"mixing must have shape [J, D_out] with J = {gp.num_outputs} GPs, "
+                             f"got {tuple(mixing.shape)}")
+        d_in = gp.inducing_points.shape[-1]
+        if tuple(passthrough.shape) != (d_in, mixing.shape[1]):
+            raise ValueError(f"passthrough must have shape [D_in, D_out] = [{d_in}, {mixing.shape[1]}], "
+                             f"got {tuple(passthrough.shape)}")
+        self.gp = gp
+        self.register_buffer("mixing", mixing.detach().clone())
+        self.register_buffer("passthrough", passthrough.detach().clone())
+        # the K × K factorisations of the joint draws: a level that once needed more jitter is kept
+        self.joint_jitter = JitterMemory()
+
+    @property
+    def input_dim(self) -> int:
+        return self.passthrough.shape[0]
+
+    @property
+    def output_dim(self) -> int:
+        return self.passthrough.shape[1]
+
+    @property
+    def num_inducing(self) -> int:
+        return self.gp.num_inducing
+
+    def kl_divergence(self) -> torch.Tensor:
+        return self.gp.kl_divergence()
+
+    def marginals(self, h: torch.Tensor):
+        """Mean and variance of each output, [..., N, D_out]: h P + m_g W and Σ_j v_j W_j² (g independent)."""
+        lead, n = h.shape[:-2], h.shape[-2]
+        g_mean, g_var = self.gp.marginals(h.reshape(-1, h.shape[-1]))
+        mean = h @ self.passthrough + (g_mean @ self.mixing).reshape(lead + (n, -1))
+        var = (g_var @ self.mixing.square()).reshape(lead + (n, -1))
+        return mean, var
+
+    def forward(self, h: torch.Tensor, generator: torch.Generator | None = None):
+        """(sample, mean, var), each [..., N, D_out]: g drawn independently per input, then projected."""
+        lead, n = h.shape[:-2], h.shape[-2]
+        g_mean, g_var = self.gp.marginals(h.reshape(-1, h.shape[-1]))
+        eps = torch.randn(g_mean.shape, dtype=g_mean.dtype, device=g_mean.device, generator=generator)
+        base = h @ self.passthrough
+        sample = base + ((g_mean + g_var.sqrt() * eps) @ self.mixing).reshape(lead + (n, -1))
+        mean = base + (g_mean @ self.mixing).reshape(lead + (n, -1))
+        var = (g_var @ self.mixing.square()).reshape(lead + (n, -1))
+        return sample, mean, var
+
+    def joint_sample(self, h: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """A draw of f over the K axis of h [..., K, D_in] jointly (each g_j by `joint_gp_sample`): [..., K, D_out]."""
+        return h @ self.passthrough + joint_gp_sample(self.gp, h, generator, self.joint_jitter) @ self.mixing
 
 
 class LatentDeepGP(nn.Module):
@@ -84,6 +214,8 @@ class LatentDeepGP(nn.Module):
         self.likelihood = likelihood
         self.num_importance = check_num_importance(num_importance)
         self.gradient = check_gradient(gradient)
+        # the K × K factorisations of the joint first-layer draws (GPLayer hidden layers)
+        self.joint_jitter = JitterMemory()
 
     # ----- sizes -------------------------------------------------------------------------------------
     @property
@@ -122,10 +254,25 @@ class LatentDeepGP(nn.Module):
         """(μ, σ) of q(z_n) for the batch, each [B, Q]."""
         return self.qz(x, y, indices)
 
+    def joint_hidden_sample(self, layer, h: torch.Tensor, generator=None) -> torch.Tensor:
+        """Draw of a hidden layer at h [..., K, D_in], jointly over the K axis (see the module docstring)."""
+        if hasattr(layer, "joint_sample"):
+            return layer.joint_sample(h, generator)
+        return joint_gp_sample(layer.gp, h, generator, self.joint_jitter)
+
+    def joint_last_layer_marginals(self, h: torch.Tensor, generator=None):
+        """Inputs h [S, B, K, D + Q]: every hidden layer drawn jointly over the K axis (per outer sample, point and
+        output), then the last layer's per-input marginals (mean, var), each [S, B, K, L]."""
+        for layer in self.layers[:-1]:
+            h = self.joint_hidden_sample(layer, h, generator)
+        return self.layers[-1].marginals(h)
+
     def log_weights(self, x, y, num_importance: int, num_samples: int = 1, indices=None, q_params=None,
                     detach_q: bool = False, generator: torch.Generator | None = None):
         """log w_{s,k,n} of eq. C.16 for S outer × K importance samples: returns (log_w [S, K, B], z [S, K, B, Q]).
 
+        The hidden layers' values at the K inputs (x_n, z_{s,k,n}) are drawn jointly over k (eq. A.9's
+        expectation over f⁽¹⁾_{1:K}); outer samples and points are independent.
         `q_params` overrides (μ, σ) with tensors broadcasting to [S, B, Q] (used to take per-sample gradients);
         `detach_q` evaluates log q(z) with μ, σ held fixed (the DREG form, eq. D.23).
         """
@@ -137,23 +284,48 @@ class LatentDeepGP(nn.Module):
         std = std.expand(s, b, q).unsqueeze(1)
         eps = torch.randn((s, k, b, q), dtype=x.dtype, device=x.device, generator=generator)
         z = mean + std * eps  # reparameterised (eq. C.13)
-        h = torch.cat([x.expand(s * k, b, x.shape[-1]), z.reshape(s * k, b, q)], dim=-1)
-        f_mean, f_var = self.last_layer_marginals(h, generator)
-        ell = self.likelihood.expected_log_prob(y, f_mean, f_var).sum(-1).reshape(s, k, b)
+        h = torch.cat([x.expand(s, k, b, x.shape[-1]), z], dim=-1).transpose(1, 2)  # [S, B, K, D + Q]
+        f_mean, f_var = self.joint_last_layer_marginals(h, generator)
+        ell = self.likelihood.expected_log_prob(y.unsqueeze(-2), f_mean, f_var).sum(-1).transpose(1, 2)  # [S, K, B]
         log_q = normal_log_prob(z, mean.detach(), std.detach()) if detach_q else normal_log_prob(z, mean, std)
         return ell + normal_log_prob(z) - log_q, z
 
     def iw_terms(self, x, y, num_importance: int, gradient: str = "reg", num_samples: int = 1, indices=None,
                  q_params=None, generator=None) -> torch.Tensor:
-        """Per-sample, per-point log (1/K) Σ_k w_k, [S, B], whose gradient is the chosen estimator for q(z)."""
+        """Per-sample, per-point log (1/K) Σ_k w_k, [S, B], whose gradient is the chosen estimator for q(z).
+
+        "dreg" with joint draws: eq. D.23 assumes log w_k depends on z_k alone, but the joint first layer makes
+        log w_k depend on every z_j of its point (G_kj = ∂log w_k/∂z_j ≠ 0 for k ≠ j, through the K × K
+        Cholesky). Tucker et al.'s identity E[w̃_k ∇_φ log q(z_k)] = E[(dw̃_k/dz_k) ∂z_k/∂φ] then gives the
+        unbiased doubly reparameterised gradient at z_j
+
+            c_j = Σ_k w̃_k G_kj - w̃_j G_jj + w̃_j Σ_k w̃_k G_kj,
+
+        which is D.23's w̃_j² G_jj when G is diagonal. The first term is what autograd of L_K brings to z_j (log q
+        with φ held fixed); the rest is added by a zero-valued surrogate Σ_j sg(coef_j)·(z_j - sg(z_j)), so the
+        returned value is L_K and the model's parameters keep the plain IW gradient. G is formed by K
+        vector-Jacobian products of log w w.r.t. z (only when z carries a gradient and a hidden layer couples the
+        slots; a one-layer model has a diagonal G and uses D.23 through a gradient hook on z).
+        """
         gradient = check_gradient(gradient)
         dreg = gradient == "dreg"
         log_w, z = self.log_weights(x, y, num_importance, num_samples, indices, q_params, dreg, generator)
-        if dreg and z.requires_grad:
+        terms = torch.logsumexp(log_w, dim=1) - math.log(log_w.shape[1])
+        if dreg and z.requires_grad and torch.is_grad_enabled():
+            k = log_w.shape[1]
             weights = torch.softmax(log_w.detach(), dim=1).unsqueeze(-1)  # w̃_k, [S, K, B, 1]
-            # autograd brings w̃_k ∂log w_k/∂z_k to z_k; one more factor w̃_k gives eq. D.23
-            z.register_hook(lambda g: g * weights)
-        return torch.logsumexp(log_w, dim=1) - math.log(log_w.shape[1])
+            if len(self.layers) == 1 or k == 1:
+                # no sampled layer (or one slot): G is diagonal and c_j = w̃_j² G_jj, i.e. one more factor w̃_j
+                # on what autograd brings to z_j (eq. D.23 exactly), no Jacobian needed
+                z.register_hook(lambda g: g * weights)
+                return terms
+            rows = [torch.autograd.grad(log_w[:, i].sum(), z, retain_graph=True)[0] for i in range(k)]
+            jac = torch.stack(rows, 1)  # G_{k j}: [S, K (k), K (j), B, Q]
+            pathwise = (weights.unsqueeze(2) * jac).sum(1)  # Σ_k w̃_k G_kj, [S, K, B, Q]
+            own = torch.diagonal(jac, dim1=1, dim2=2).movedim(-1, 1)  # G_jj, [S, K, B, Q]
+            coef = (weights * (pathwise - own)).detach()
+            terms = terms + (coef * (z - z.detach())).sum((1, -1))
+        return terms
 
     # ----- objectives ---------------------------------------------------------------------------------
     def elbo(self, x, y, num_data: int | None = None, indices=None, num_importance: int | None = None,
@@ -264,6 +436,9 @@ def build_latent_deep_gp(
     q_var_init: float = 1e-5,
     kmeans_restarts: int = 10,
     learn_inducing: bool = True,
+    hidden_layer: str = "pca",
+    hidden_q_var_init: float | None = None,
+    learn_hidden_variance: bool = True,
     seed: int = 0,
     generator: torch.Generator | None = None,
     dtype: torch.dtype | None = None,
@@ -272,15 +447,28 @@ def build_latent_deep_gp(
     """A LatentDeepGP initialised as in supplement E.2.
 
     RBF-ARD kernels with lengthscales √D_in; M inducing inputs per layer from k-means of x (all of x when
-    M ≥ N), the latent columns drawn from N(0, 1); hidden layers of `hidden_width` GPs with a fixed linear
-    mean (first principal directions of the layer input, identity/zero-padded when widening); a zero-mean
-    last layer; Gaussian likelihood with variance `noise` (0.01); q(z) amortized by the E.2 network or free.
+    M ≥ N), the latent columns drawn from N(0, 1); a zero-mean last layer; Gaussian likelihood with variance
+    `noise` (0.01); q(z) amortized by the E.2 network or free. Hidden layers (`hidden_layer`):
+
+    - "pca": `hidden_width` GPs with a fixed linear mean (first principal directions of the layer input,
+      identity/zero-padded when widening) and a White(`white_variance`) term;
+    - "concat" (E.2 and the reference code's `G5` layer): `ConcatProjectionLayer`, `hidden_width` GPs sharing
+      one RBF-ARD kernel (+ White(`white_variance`), which plays GPflow's 1e-6 jitter) mixed by the first
+      principal directions of x [hidden_width, D] and added to the observed inputs (identity on x, the latent
+      columns dropped), output width D; the next layer's inducing inputs are the k-means centres again.
+
+    `q_var_init` is the last layer's initial S = q_var_init·I (whitened), `hidden_q_var_init` the hidden
+    layers' (default q_var_init; the reference run script scales the hidden q_sqrt by 1e-5, i.e. 1e-10).
+    `learn_hidden_variance=False` holds the hidden kernels' variances (RBF 1, White) fixed, as the reference
+    run script does.
 
     Every draw (the latent columns and the encoder's Glorot initialisation) comes from `generator` (a CPU
     generator), by default `torch.Generator().manual_seed(seed)` (`seed` also seeds k-means); torch's and
     NumPy's global RNGs are never touched. The model is built in x's dtype and moved to `dtype` / `device` at the end (default: x's).
     """
     from ..inducing import kmeans_inducing_points
+    from ..kernels import Sum, White, make_kernel
+    from ..variational import SparseVariationalGP
     from .deep_gp import GPLayer, linear_mean_weight
 
     x = as_inputs(x)
@@ -292,9 +480,14 @@ def build_latent_deep_gp(
         raise TypeError(f"latent_dim must be an int, got {type(latent_dim).__name__}")
     if latent_dim < 1:
         raise ValueError(f"latent_dim must be >= 1 (the latent input's dimension), got {latent_dim}")
+    if hidden_layer not in HIDDEN_LAYERS:
+        raise ValueError(f"hidden_layer must be one of {HIDDEN_LAYERS}, got {hidden_layer!r}")
     check_num_importance(num_importance)
     check_gradient(gradient)
     hidden_width = _check_positive_int(hidden_width, "hidden_width")
+    hidden_q_var_init = q_var_init if hidden_q_var_init is None else float(hidden_q_var_init)
+    if not hidden_q_var_init > 0 or not q_var_init > 0:
+        raise ValueError(f"q_var_init and hidden_q_var_init must be > 0, got {q_var_init}, {hidden_q_var_init}")
     n, d = x.shape
     y_dim = y.shape[1]
     if generator is not None and not isinstance(generator, torch.Generator):
@@ -310,11 +503,31 @@ def build_latent_deep_gp(
     for ell in range(num_layers):
         last = ell == num_layers - 1
         d_in = x_run.shape[1]
+        if not last and hidden_layer == "concat":
+            kern = make_kernel(kernel, d_in, lengthscale=math.sqrt(d_in), dtype=x.dtype)
+            kern = Sum(kern, White(d_in, variance=white_variance, dtype=x.dtype))
+            if not learn_hidden_variance:
+                for name, param in kern.named_parameters():
+                    if name.endswith("raw_variance"):
+                        param.requires_grad_(False)
+            gp = SparseVariationalGP(kern, z_run, hidden_width, None, hidden_q_var_init, learn_inducing)
+            xc = x - x.mean(0)
+            mixing = linear_mean_weight(xc, min(hidden_width, d)).mT  # [J', D] principal directions
+            if mixing.shape[0] < hidden_width:  # fewer data dimensions than GPs: the extra GPs get zero weight
+                mixing = torch.cat([mixing, mixing.new_zeros(hidden_width - mixing.shape[0], d)], 0)
+            passthrough = torch.eye(d_in, d, dtype=x.dtype, device=x.device)  # x kept, latent columns dropped
+            layers.append(ConcatProjectionLayer(gp, mixing, passthrough).to(device=x.device, dtype=x.dtype))
+            x_run, z_run = x, z_x.to(x.device)
+            continue
         d_out = y_dim if last else hidden_width
         weight = None if last else linear_mean_weight(x_run - x_run.mean(0), d_out)
         layer = GPLayer(z_run, d_out, kernel=kernel, mean_weight=weight,
                         white_variance=None if last else white_variance, lengthscale=math.sqrt(d_in),
-                        q_var_init=q_var_init, learn_inducing=learn_inducing)
+                        q_var_init=q_var_init if last else hidden_q_var_init, learn_inducing=learn_inducing)
+        if not last and not learn_hidden_variance:
+            for name, param in layer.named_parameters():
+                if name.endswith("raw_variance"):
+                    param.requires_grad_(False)
         layers.append(layer.to(device=x.device, dtype=x.dtype))
         if not last:
             x_run, z_run = x_run @ weight, z_run @ weight

@@ -1,0 +1,106 @@
+"""Learning curve of the reference-preset latent deep GP: standardised test log-likelihood vs iterations (issue 25).
+
+Fits one model of `flowgp bench uci --preset reference` (default ldgp2-dreg on wine-red, the authors' split 0)
+for `--iterations` iterations and, at each of `--at` iterations, scores the test set as supplement E.3 does
+(`--samples` draws of z ~ p(z) per test point, chunked): one JSON line per milestone in OUT/curve.jsonl
+(iterations, test_ll_std = mean log p(y*) + log y_scale, nll in y units, train bound per point, seconds).
+Training checkpoints to OUT/<model>-<dataset>-<split>.ckpt every 100 iterations, so an interrupted run resumes
+(milestones already in the JSONL are not scored again); the budget (`--iterations`) must stay the same for a
+resume. OUT/curve.png plots the curve.
+
+    PYTHONPATH=src python benchmarks/ldgp_learning_curve.py --out docs/results/ldgp-uci-reference/curve \\
+        --model ldgp2-dreg --dataset wine-red --split 0 --iterations 3000 --at 300,1000,2000,3000
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def _rows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5.5, 3.6))
+    ax = fig.add_subplot(1, 1, 1)
+    for model in sorted({r["model"] for r in rows}):
+        pts = sorted((r["iterations"], r["test_ll_std"]) for r in rows if r["model"] == model)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=model)
+    ax.set_xlabel("iterations")
+    ax.set_ylabel("test log-likelihood (standardised)")
+    ax.set_xscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    from flowgp.bench.models import make_estimator
+    from flowgp.bench.presets import get_preset
+    from flowgp.bench.uci import load_split
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--model", default="ldgp2-dreg")
+    parser.add_argument("--dataset", default="wine-red")
+    parser.add_argument("--split", type=int, default=0)
+    parser.add_argument("--iterations", type=int, default=3000)
+    parser.add_argument("--at", default="300,1000,2000,3000", help="comma-separated iterations to score at")
+    parser.add_argument("--samples", type=int, default=10000, help="z samples per test point (E.3: 10000)")
+    parser.add_argument("--inducing", type=int, default=128)
+    parser.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows_path = out / "curve.jsonl"
+    done = {r["iterations"] for r in _rows(rows_path) if r["model"] == args.model and r["dataset"] == args.dataset
+            and r["split"] == args.split}
+    split = load_split(args.dataset, args.split, args.data_dir, protocol="reference")
+    n = len(split.y_train)
+    preset = get_preset("reference")
+    per_epoch = math.ceil(n / preset.batch_for(n))
+    epochs = math.ceil(args.iterations / per_epoch)
+    est = make_estimator(args.model, get_preset("reference", epochs=epochs), args.inducing, args.split, n)
+    est.set_params(num_samples_predict=args.samples, verbose=False,
+                   checkpoint=str(out / f"{args.model}-{args.dataset}-{args.split}.ckpt"))
+    milestones = sorted({int(v) for v in args.at.split(",")} | {epochs * per_epoch})
+    start = time.perf_counter()
+
+    def score(step, loss, model):
+        iterations = step + 1
+        if iterations not in milestones or iterations in done:
+            return False
+        t0 = time.perf_counter()
+        lpd = est.log_predictive_density(split.x_test, split.y_test)
+        row = {"model": args.model, "dataset": args.dataset, "split": args.split, "iterations": iterations,
+               "test_ll_std": float(lpd.mean() + math.log(est.y_scale_)), "nll": float(-lpd.mean()),
+               "y_scale": float(est.y_scale_), "train_neg_bound_per_point": float(loss) / n,
+               "samples": args.samples, "num_inducing": args.inducing,
+               "score_seconds": time.perf_counter() - t0, "elapsed_seconds": time.perf_counter() - start}
+        with rows_path.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        done.add(iterations)
+        print(json.dumps(row), flush=True)
+        return False
+
+    est.fit(split.x_train, split.y_train, callback=score)
+    plot(_rows(rows_path), out / "curve.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
