@@ -235,3 +235,87 @@ def test_demo_shows_one_progress_line_per_fit_on_stderr(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path / "file")]) == 2
     err = capsys.readouterr().err
     assert "is a file" in err and "[ 1/" not in err
+
+
+def test_fit_nproc_2_saves_the_model_of_nproc_1(tmp_path, capsys):
+    """issue 21: `flowgp fit --nproc 2` (two gloo workers started by torch's elastic launcher, each taking half
+    of every global batch) saves a model whose predictions agree with the one-process fit to 1e-6."""
+    import torch
+
+    import flowgp
+
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        import pytest
+
+        pytest.skip("torch.distributed with gloo is not available")
+    csv = _sine_csv(tmp_path / "d.csv", 48, 4)
+    common = ["fit", "--data", str(csv), "--target", "target", "--model", "tgp", "--epochs", "2", "--batch-size",
+              "16", "--num-inducing", "5", "--quiet"]
+    assert main(common + ["--nproc", "1", "--out", str(tmp_path / "one.pt")]) == 0
+    assert main(common + ["--nproc", "2", "--out", str(tmp_path / "two.pt"),
+                          "--checkpoint", str(tmp_path / "two.ckpt")]) == 0
+    one, two = flowgp.load(tmp_path / "one.pt"), flowgp.load(tmp_path / "two.pt")
+    grid = np.linspace(-2, 2, 9)[:, None].repeat(2, 1)
+    a, b = one.predict(grid), two.predict(grid)
+    assert np.max(np.abs(a - b)) <= 1e-6 * np.max(np.abs(a))
+    assert np.max(np.abs(a - one.predict(grid[::-1])[::-1])) == 0  # (the comparison is of real predictions)
+    assert (tmp_path / "two.ckpt").exists() and not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+
+
+def test_fit_bad_data_gives_one_line_naming_the_argument(tmp_path, capsys):
+    csv = _sine_csv(tmp_path / "d.csv", 20, 0)
+    text = tmp_path / "text.csv"
+    text.write_text("u,v,target\n1,a,2\n3,b,4\n")
+    ckpt = tmp_path / "fit.ckpt"
+    cases = [
+        (["--data", str(csv), "--target", "nope"], "--target: target column 'nope'"),
+        (["--data", str(tmp_path / "missing.parquet"), "--target", "target"], "--data"),
+        (["--data", str(text), "--target", "target"], "column 'v'"),
+        (["--data", str(csv), "--target", "target", "--nproc", "4", "--batch-size", "2"], "--nproc 4"),
+        (["--data", str(csv), "--target", "target", "--nproc", "30"], "--nproc 30"),
+    ]
+    for args, message in cases:
+        assert main(["fit", *args, "--epochs", "2", "--quiet", "--checkpoint", str(ckpt),
+                     "--out", str(tmp_path / "m.pt")]) == 2, args
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "m.pt").exists() and not ckpt.exists()
+    assert not any(p.name.startswith(".") for p in tmp_path.iterdir())
+
+
+def test_predict_streams_to_parquet(tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    import flowgp
+
+    csv = _sine_csv(tmp_path / "d.csv", 30, 0)
+    model = tmp_path / "m.pt"
+    assert main(["fit", "--data", str(csv), "--target", "target", "--model", "svgp", "--epochs", "2",
+                 "--num-inducing", "4", "--quiet", "--out", str(model)]) == 0
+    out = tmp_path / "p.parquet"
+    assert main(["predict", "--model", str(model), "--data", str(csv), "--out", str(out), "--chunk-rows", "7",
+                 "--quiet"]) == 0
+    table = pq.read_table(out)
+    x = np.loadtxt(csv, delimiter=",", skiprows=1)[:, :2]
+    np.testing.assert_allclose(table.column("mean").to_numpy(), flowgp.load(model).predict(x), rtol=1e-12)
+
+
+def test_nproc_launch_restores_the_signal_handlers(tmp_path):
+    # torch's elastic launcher installs handlers for SIGINT/SIGTERM; a Ctrl-C after `main([... --nproc 2])`
+    # must again raise KeyboardInterrupt in the caller
+    import signal
+
+    from flowgp import distributed
+
+    before = signal.getsignal(signal.SIGINT)
+    assert distributed.launch(["--version-that-does-not-exist"], 1) == 1  # a worker that fails at once
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_nproc_refuses_a_text_column_before_launching(tmp_path, capsys):
+    text = tmp_path / "text.csv"
+    text.write_text("u,v,target\n1,a,2\n3,b,4\n5,c,6\n")
+    assert main(["fit", "--data", str(text), "--target", "target", "--nproc", "2", "--quiet",
+                 "--out", str(tmp_path / "m.pt")]) == 2
+    err = capsys.readouterr().err
+    assert "column 'v'" in err and len(err.strip().splitlines()) == 1, err

@@ -6,6 +6,11 @@ gradient reduction. A sampler has `num_data` (N, for the N/B rescaling of the bo
 `steps_per_epoch`, `device`, iteration over the remaining batches of the current epoch, and
 `state_dict()` / `load_state_dict()` that let a resumed run continue in the middle of an epoch with exactly
 the rows the uninterrupted run would have used.
+
+Data parallelism (`flowgp.distributed`): `shard(rank, world_size)` makes a sampler yield, at every step, only
+rank's part (`flowgp.distributed.local_slice`) of the same global batch every rank draws from the same
+generator. The global batches, the sampler's state and hence its checkpoints do not depend on the world size:
+a run checkpointed with 2 processes resumes with 1 on exactly the same rows.
 """
 from __future__ import annotations
 
@@ -16,21 +21,53 @@ from typing import Iterator, Mapping, Optional
 import torch
 from torch import Tensor
 
-__all__ = ["Batch", "ArrayBatches"]
+__all__ = ["Batch", "ArrayBatches", "BlockBatches"]
 
 
 @dataclass(frozen=True)
 class Batch:
     """One minibatch: inputs x [B, ...], targets y [B, ...] (or None), `index` [B] the rows it holds in the
-    data set (long, on the data's device), and `extra` named tensors of the same rows (e.g. an output index)."""
+    data set (long, on the data's device), and `extra` named tensors of the same rows (e.g. an output index).
+
+    In a data-parallel run a Batch holds one rank's part of a global batch: `global_size` is the number of
+    rows of that global batch and `offset` the position of this part's first row in it (None / 0: the batch
+    is the whole step)."""
 
     x: Tensor
     y: Optional[Tensor]
     index: Tensor
     extra: Mapping[str, Tensor] = field(default_factory=dict)
+    global_size: Optional[int] = None
+    offset: int = 0
+
+    @property
+    def step_size(self) -> int:
+        """Rows of the whole step across ranks (B of the N / B rescaling)."""
+        return self.x.shape[0] if self.global_size is None else int(self.global_size)
 
     def __len__(self) -> int:
         return self.x.shape[0]
+
+
+def _part(rows: int, rank: int, world_size: int) -> slice:
+    # flowgp.distributed.local_slice, written here too because batches sits below distributed in the layers
+    return slice(rows * rank // world_size, rows * (rank + 1) // world_size)
+
+
+def check_shard(rank, world_size, batch_size: int) -> tuple[int, int]:
+    """(rank, world_size) checked against a sampler's global batch size; ValueError naming the fix."""
+    for name, value in (("rank", rank), ("world_size", world_size)):
+        if isinstance(value, bool) or int(value) != value:
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+    rank, world_size = int(rank), int(world_size)
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank must lie in [0, world_size) and world_size >= 1, got rank={rank}, "
+                         f"world_size={world_size}")
+    if world_size > batch_size:
+        raise ValueError(f"the world size {world_size} (--nproc / torchrun processes) is larger than the batch size "
+                         f"{batch_size}: every process needs rows of each batch; use batch_size >= {world_size} "
+                         "or fewer processes")
+    return rank, world_size
 
 
 def _rows(name: str, t, n: Optional[int]) -> Tensor:
@@ -87,6 +124,12 @@ class ArrayBatches:
         self._epoch_start = self.generator.get_state()
         self._position = 0
         self._order: Optional[Tensor] = None
+        self.rank, self.world_size = 0, 1
+
+    def shard(self, rank: int, world_size: int) -> "ArrayBatches":
+        """Yield only `rank`'s part of every global batch (see the module doc); returns self."""
+        self.rank, self.world_size = check_shard(rank, world_size, self.batch_size)
+        return self
 
     # ----- sizes ----------------------------------------------------------------------------------------
     @property
@@ -111,6 +154,14 @@ class ArrayBatches:
         return torch.randperm(self.num_data, generator=self.generator).to(self.device)
 
     def _batch(self, rows: Optional[Tensor], start: int, stop: int) -> Batch:
+        if self.world_size > 1:
+            part = _part(stop - start, self.rank, self.world_size)
+            local = rows[part] if rows is not None else None
+            b = self._batch_local(local, start + part.start, start + part.stop)
+            return Batch(b.x, b.y, b.index, b.extra, global_size=stop - start, offset=part.start)
+        return self._batch_local(rows, start, stop)
+
+    def _batch_local(self, rows: Optional[Tensor], start: int, stop: int) -> Batch:
         if rows is None:  # rows in data order: slices are views, the full batch is the data itself
             if start == 0 and stop == self.num_data:
                 index = torch.arange(self.num_data, device=self.device)
@@ -171,4 +222,134 @@ class ArrayBatches:
                 self._permutation()
         elif self.shuffle:
             self._order = self._permutation()
+        self._position = position
+
+
+class BlockBatches:
+    """Minibatches streamed from a table too large for memory, read block by block.
+
+    The rows are reached through `source` (e.g. `flowgp.data_sources.NpySource` or `ParquetSource`): its
+    `num_rows`, its `blocks` - a list of (start, stop) row ranges it reads efficiently (Parquet row groups,
+    slices of a memory-mapped array) - and `read(start, stop) -> (X, y)` numpy arrays. Every epoch visits
+    the blocks in a random order and each block's rows in a random order (a two-level shuffle: the usual
+    compromise between a full permutation, which needs random row access, and the file order); consecutive
+    `batch_size` rows of that order form the global batches. `transform(X, y) -> (x, y)` turns the raw rows
+    of one batch into the model's tensors (the estimators standardise there).
+
+    Memory: one block, one batch and the block's permutation, whatever the number of rows. With
+    `shard(rank, world_size)` every rank reads every block (the order comes from the shared generator) but
+    transforms only its own part of each global batch.
+
+    The state is the generator's state at the start of the epoch and the number of batches taken: loading it
+    redraws the epoch's orders and skips the blocks already consumed without reading them.
+    """
+
+    def __init__(self, source, batch_size: Optional[int], transform, *, generator: Optional[torch.Generator] = None,
+                 seed: int = 0, device=None):
+        for attr in ("num_rows", "blocks", "read"):
+            if not hasattr(source, attr):
+                raise TypeError(f"source must have num_rows, blocks and read(start, stop) (a flowgp.data_sources "
+                                f"source), got {type(source).__name__}")
+        n = int(source.num_rows)
+        if n < 1:
+            raise ValueError("the data source holds no rows")
+        self.source = source
+        self.transform = transform
+        if batch_size is None:
+            batch = n
+        elif isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
+        else:
+            batch = min(int(batch_size), n)
+        self.batch_size = batch
+        self.blocks = [(int(a), int(b)) for a, b in source.blocks]
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        self.generator = generator if generator is not None else torch.Generator().manual_seed(int(seed))
+        self._epoch_start = self.generator.get_state()
+        self._position = 0
+        self._device = torch.device("cpu") if device is None else torch.device(device)
+        self.rank, self.world_size = 0, 1
+        self.extra: dict = {}
+
+    def shard(self, rank: int, world_size: int) -> "BlockBatches":
+        """Yield only `rank`'s part of every global batch; returns self."""
+        self.rank, self.world_size = check_shard(rank, world_size, self.batch_size)
+        return self
+
+    @property
+    def num_data(self) -> int:
+        return int(self.source.num_rows)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(self.num_data / self.batch_size)
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    def _emit(self, xs, ys, idx, count: int) -> Batch:
+        """The batch of the first `count` pending rows (this rank's part of it)."""
+        import numpy as np
+
+        x_all = np.concatenate(xs) if len(xs) > 1 else xs[0]
+        y_all = np.concatenate(ys) if len(ys) > 1 else ys[0]
+        i_all = np.concatenate(idx) if len(idx) > 1 else idx[0]
+        part = _part(count, self.rank, self.world_size) if self.world_size > 1 else slice(0, count)
+        x, y = self.transform(x_all[part], y_all[part])
+        index = torch.as_tensor(i_all[part], dtype=torch.long, device=self._device)
+        rest = (x_all[count:], y_all[count:], i_all[count:])
+        batch = Batch(x, y, index, {}, global_size=count if self.world_size > 1 else None, offset=part.start)
+        return batch, rest
+
+    def __iter__(self) -> Iterator[Batch]:
+        """The remaining batches of the current epoch (see the class doc)."""
+        skip_rows = self._position * self.batch_size
+        g = self.generator
+        g.set_state(self._epoch_start)
+        order = torch.randperm(len(self.blocks), generator=g).tolist()
+        xs, ys, idx, pending, seen = [], [], [], 0, 0
+        for b in order:
+            start, stop = self.blocks[b]
+            perm = torch.randperm(stop - start, generator=g).numpy()
+            first, seen = seen, seen + (stop - start)
+            if seen <= skip_rows:
+                continue  # consumed before the checkpoint: its order is drawn (to keep the stream) but not read
+            x, y = self.source.read(start, stop)
+            drop = max(0, skip_rows - first)
+            perm = perm[drop:]
+            xs.append(x[perm]), ys.append(y[perm]), idx.append(perm + start)
+            pending += len(perm)
+            del x, y
+            while pending >= self.batch_size:
+                batch, (rx, ry, ri) = self._emit(xs, ys, idx, self.batch_size)
+                xs, ys, idx, pending = [rx], [ry], [ri], pending - self.batch_size
+                self._position += 1
+                yield batch
+        if pending:
+            batch, _ = self._emit(xs, ys, idx, pending)
+            self._position += 1
+            yield batch
+        self._position = 0
+        self._epoch_start = self.generator.get_state()
+
+    def state_dict(self) -> dict:
+        return {"generator": self._epoch_start.clone(), "position": int(self._position),
+                "num_data": self.num_data, "batch_size": self.batch_size, "blocks": len(self.blocks)}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        for key, have in (("num_data", self.num_data), ("batch_size", self.batch_size), ("blocks", len(self.blocks))):
+            if key in state and state[key] != have:
+                raise ValueError(f"the sampler state was saved with {key}={state[key]!r} but this sampler has "
+                                 f"{key}={have!r}; use the same data and batch size to resume")
+        position = int(state["position"])
+        if not 0 <= position <= self.steps_per_epoch:
+            raise ValueError(f"sampler state position {position} outside [0, {self.steps_per_epoch}]")
+        self._epoch_start = state["generator"].cpu().clone()
+        self.generator.set_state(self._epoch_start)
         self._position = position

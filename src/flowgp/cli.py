@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import inspect
 import json
 import os
@@ -193,8 +192,41 @@ def _check_device(name: str) -> None:
         raise ValueError(f"--device {name}: flowgp fits on cpu, cuda or mps")
 
 
-def _fit(args) -> None:
-    from .data import load_csv
+def _table_features(args):
+    return [f.strip() for f in args.features.split(",")] if args.features else None
+
+
+def _check_data(args, nproc: int) -> None:
+    """Cheap checks of --data before workers are launched: the path, the target and feature columns, the column
+    types (from the header / schema, without reading the rows) and, where the row count is known without a
+    pass (Parquet, .npy), that every process gets rows of each batch."""
+    from .data_sources import check_table
+
+    rows = check_table(args.data, args.target, _table_features(args), name="--data", target_flag="--target")
+    if nproc > 1:
+        batch = args.batch_size if args.batch_size is not None else rows
+        if batch is not None and nproc > min(batch, rows if rows is not None else batch):
+            raise ValueError(f"--nproc {nproc} is larger than the {min(batch, rows or batch)} rows of each batch "
+                             "(--batch-size, or the data's rows for full batches): use fewer processes")
+
+
+def _without_nproc(argv) -> list:
+    out, skip = [], False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a == "--nproc":
+            skip = True
+            continue
+        if a.startswith("--nproc="):
+            continue
+        out.append(a)
+    return out
+
+
+def _fit(args, argv) -> int:
+    from . import distributed
 
     # everything that can be checked without data is checked before the data are read and the model trained
     entry = _models().get(args.model)
@@ -213,49 +245,85 @@ def _fit(args) -> None:
         if "checkpoint" not in entry.estimator_class()().get_params():
             raise ValueError(f"--checkpoint: {entry.regressor} of this flowgp version cannot resume a fit")
         options["checkpoint"] = args.checkpoint
-    features = args.features.split(",") if args.features else None
-    x, y, names = load_csv(args.csv, args.target, features)
-    est = _estimator(args.model, kernel=args.kernel, num_inducing=args.num_inducing, epochs=args.epochs,
-                     batch_size=args.batch_size, lr=args.lr, seed=args.seed, dtype=args.dtype, device=args.device,
-                     verbose=not args.quiet, **options)
-    est.fit(x, y)
-    est.feature_names_ = names
-    path = est.save(args.out)
-    Path(str(path) + ".json").write_text(json.dumps({"features": names, "target": args.target,
-                                                     "model": args.model}, indent=2) + "\n")
-    print(f"saved {type(est).__name__} to {path} (features: {', '.join(names)})")
+    nproc = args.nproc
+    if isinstance(nproc, bool) or nproc < 1:
+        raise ValueError(f"--nproc must be a positive integer, got {nproc}")
+    launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if nproc > 1 and launched:
+        raise ValueError("--nproc: this process is already one of several started by torchrun; drop --nproc")
+    _check_data(args, nproc)
+    if nproc > 1:
+        # torch's elastic launcher starts nproc copies of this command (without --nproc); they find each other
+        # through the environment it sets, as under torchrun
+        return distributed.launch(_without_nproc(argv), nproc)
+    device = args.device
+    if launched and torch_device_type(device) == "cuda" and ":" not in device:
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    world = distributed.init_from_env(device)
+    try:
+        est = _estimator(args.model, kernel=args.kernel, num_inducing=args.num_inducing, epochs=args.epochs,
+                         batch_size=args.batch_size, lr=args.lr, seed=args.seed, dtype=args.dtype, device=device,
+                         verbose=not args.quiet and world.is_main, **options)
+        features = _table_features(args)
+        if getattr(est, "supports_streaming", lambda: False)():
+            est.fit_stream(args.data, args.target, features=features)
+            names = est.feature_names_
+        else:  # families without a streamed fit read the table into memory
+            from .data_sources import open_table
+
+            source = open_table(args.data, args.target, features, name="--data", target_flag="--target")
+            try:
+                x, y = source.read(0, source.num_rows)
+                names = list(source.feature_names)
+            finally:
+                source.close()
+            est.fit(x, y)
+        est.feature_names_ = names
+        if world.is_main:
+            path = est.save(args.out)
+            Path(str(path) + ".json").write_text(json.dumps({"features": names, "target": args.target,
+                                                             "model": args.model}, indent=2) + "\n")
+            print(f"saved {type(est).__name__} to {path} (features: {', '.join(names)})")
+        distributed.barrier(world)
+    finally:
+        distributed.shutdown()
+    return 0
+
+
+def torch_device_type(name: str) -> str:
+    import torch
+
+    return torch.device(name).type
 
 
 def _predict(args) -> None:
     from . import estimators
-    from .data import load_csv
+    from .data_sources import check_table
 
     _check_output_path(args.out, "--out")
     est = estimators.load(args.model)
     meta_path = Path(str(args.model) + ".json")
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
-    features = meta["features"] if meta else None
+    features = meta["features"] if meta else getattr(est, "feature_names_", None)
     if args.target is not None:
-        # asked for by name: a missing column is an error (load_csv raises), never silently unscored
+        # asked for by name: a missing column is an error, never silently unscored
         target = args.target
     else:
-        # the training target, scored only when the CSV has it
+        # the training target, scored only when the table has it
         target = meta["target"] if meta else None
-        if target is not None and Path(args.csv).is_file():
-            with open(args.csv, newline="") as fh:
-                header = [h.strip() for h in next(csv.reader(fh), [])]
-            target = target if target in header else None
-    x, y, _ = load_csv(args.csv, target, features)
-    mean, std = est.predict(x, return_std=True)
-    lower, upper = est.predict_interval(x, args.level)
-    out = Path(args.out)
-    with out.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["mean", "std", "lower", "upper"])
-        writer.writerows(zip(mean, std, lower, upper))
-    print(f"wrote {len(mean)} predictions to {out}")
-    if y is not None:
-        print(json.dumps(_evaluate(est, x, y)))
+        if target is not None:
+            try:
+                check_table(args.data, target, features, name="--data")
+            except ValueError:
+                target = None
+    if str(args.data).endswith(".npy"):
+        features = None
+    check_table(args.data, target, features, name="--data", target_flag="--target")
+    summary = est.predict_to_file(args.data, args.out, level=args.level, target=target, features=features,
+                                  chunk_rows=args.chunk_rows, verbose=not args.quiet)
+    print(f"wrote {summary.pop('rows')} predictions to {args.out}")
+    if summary:
+        print(json.dumps(summary))
 
 
 def main(argv=None) -> int:
@@ -269,9 +337,10 @@ def main(argv=None) -> int:
     p_demo.add_argument("--threads", type=int, default=1,
                         help="torch threads for the fits (default 1: fastest for its small matrices)")
     p_demo.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p_fit = sub.add_parser("fit", help="fit a model to a CSV file and save it")
-    p_fit.add_argument("--csv", required=True)
-    p_fit.add_argument("--target", required=True, help="name of the target column")
+    p_fit = sub.add_parser("fit", help="fit a model to a table (CSV, Parquet, .npy) and save it")
+    p_fit.add_argument("--data", "--csv", dest="data", required=True, metavar="PATH",
+                       help="training table: .csv, .parquet (or a folder of them) or .npy, streamed in chunks")
+    p_fit.add_argument("--target", required=True, help="name of the target column (.npy: its index, e.g. -1)")
     p_fit.add_argument("--features", default=None, help="comma-separated feature columns (default: all others)")
     p_fit.add_argument("--model", default="tgp", choices=_csv_models(), metavar="MODEL",
                        help="a named model of flowgp.registry.MODELS: " + ", ".join(_csv_models()))
@@ -297,16 +366,22 @@ def main(argv=None) -> int:
     p_fit.add_argument("--checkpoint", default=None, metavar="PATH",
                        help="training checkpoint: resume from it when it exists (an interrupted fit continues "
                             "where it stopped), written while training")
-    p_pred = sub.add_parser("predict", help="predict a CSV file with a saved model")
+    p_fit.add_argument("--nproc", type=int, default=1,
+                       help="train data-parallel in this many processes on this machine (torch's elastic "
+                            "launcher; for several machines run `torchrun ... -m flowgp fit ...` instead)")
+    p_pred = sub.add_parser("predict", help="predict a table (CSV, Parquet, .npy) with a saved model, in chunks")
     p_pred.add_argument("--model", required=True)
-    p_pred.add_argument("--csv", required=True)
+    p_pred.add_argument("--data", "--csv", dest="data", required=True, metavar="PATH")
     p_pred.add_argument("--target", default=None, help="target column to score against, if present")
     p_pred.add_argument("--level", type=float, default=0.95)
-    p_pred.add_argument("--out", default="predictions.csv")
+    p_pred.add_argument("--out", default="predictions.csv", help="a .csv or .parquet file, written as rows are predicted")
+    p_pred.add_argument("--chunk-rows", type=int, default=65536, help="rows predicted at once (bounds the memory)")
+    p_pred.add_argument("--quiet", action="store_true", help="no progress bar")
     p_bench = sub.add_parser("bench", help="run the TGP paper's benchmarks (uci, airquality, rainfall, timing, report)")
     from .bench.cli import add_bench_parser, run_bench
 
     add_bench_parser(p_bench)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.command == "bench":
         return run_bench(args)
@@ -315,11 +390,12 @@ def main(argv=None) -> int:
             demo(args.out, args.json, args.epochs, args.seed, threads=args.threads,
                  progress=None if args.quiet else sys.stderr)
         elif args.command == "fit":
-            _fit(args)
+            return _fit(args, argv)
         else:
             _predict(args)
     except (ValueError, TypeError, FileNotFoundError) as err:
-        print(f"flowgp {args.command}: error: {err}", file=sys.stderr)
+        message = " ".join(str(err).split())  # one line, whatever the message held
+        print(f"flowgp {args.command}: error: {message}", file=sys.stderr)
         return 2
     return 0
 

@@ -19,6 +19,12 @@ schedule, early stopping on a plateau, a per-step callback, a progress bar and r
   taken. They are written every `checkpoint_every` budget units (epochs or steps), when the run ends, and on
   KeyboardInterrupt, always at a completed-step boundary: while a checkpointed run is in the main thread, a
   first Ctrl-C is held until the current step is done (a second one interrupts at once, without saving).
+- Data parallelism (`flowgp.distributed`): inside an initialised torch.distributed process group (torchrun,
+  `flowgp fit --nproc N`) every rank takes its part of the same global batch (the sampler is sharded), weights
+  its bound by its share of the rows so that the summed gradients are the single-process gradient of the
+  global batch, all-reduces the gradients and the loss, and takes the same step. Rank 0 alone writes the
+  checkpoints and shows the progress bar; a checkpoint holds no trace of the world size, so a run resumes with
+  any number of processes on the same trajectory.
 """
 from __future__ import annotations
 
@@ -37,6 +43,7 @@ from tqdm.auto import tqdm
 from .batches import ArrayBatches, Batch
 from .checkpoint import atomic_save, safe_load
 from .compiled import CompiledObjective
+from .distributed import World, all_reduce_gradients, all_reduce_sum, barrier, broadcast_module, current_world
 from .linalg import JitterMemory
 from .optim import NaturalGradient
 
@@ -151,6 +158,8 @@ def _elbo_objective(model, sampler, num_data: int, generator: torch.Generator):
     params = inspect.signature(elbo).parameters
     var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     pass_generator = "generator" in params
+    # where a model draws per-row noise, (offset, B) lets it draw for the whole global batch and keep its rows
+    pass_rows = "batch_rows" in params
     index_name = "indices" if "indices" in params else ("index" if "index" in params else None)
     extra_names = list(getattr(sampler, "extra", {}) or {})
     missing = [k for k in extra_names if k not in params and not var_kw]
@@ -163,6 +172,8 @@ def _elbo_objective(model, sampler, num_data: int, generator: torch.Generator):
             kwargs["generator"] = generator
         if index_name is not None:
             kwargs[index_name] = batch.index
+        if pass_rows:
+            kwargs["batch_rows"] = (int(getattr(batch, "offset", 0)), int(getattr(batch, "step_size", len(batch))))
         return -elbo(batch.x, batch.y, num_data=num_data, **kwargs)
 
     return objective
@@ -210,6 +221,7 @@ def train(
     generator: Optional[torch.Generator] = None,
     keep_best=False,
     nonfinite: str = "raise",
+    world: Optional[World] = None,
     compile: bool = False,
 ) -> list:
     """Minimise -model.elbo (or `loss`) over minibatches; returns the history (see the module doc).
@@ -245,6 +257,11 @@ def train(
             with keep_best), every step size is halved, and the run stops once one falls below 1e-4 of its
             initial value; inside an L-BFGS step such a trial point returns a large value with zero slope so
             the line search backs off.
+        world: the flowgp.distributed.World to split every batch over (default: the initialised
+            torch.distributed group for the model's bound, one process with a `loss=` hook). A sampler passed
+            as x is sharded with its `shard(rank, world_size)`. A `loss=` hook given a world must be a minibatch
+            estimate of the same form as the bound (rows' terms rescaled by N / B, with B = batch.step_size,
+            minus global terms).
         compile: evaluate the objective through flowgp.compiled.CompiledObjective (torch.compile of the
             whole bound and its backward; eager fallback with a warning when it cannot compile). Compiling
             takes seconds to a minute on a CPU and only removes per-step overhead: worth it for long fits.
@@ -277,6 +294,17 @@ def train(
         sampler = x
     else:
         sampler = ArrayBatches(x, y, batch_size, seed=seed)
+    if world is None:
+        # the model's bound is split over the initialised process group; a loss= hook (flow initialisation,
+        # auxiliary fits every rank repeats identically) runs locally unless a world is given
+        world = current_world() if loss is None else World()
+    if not isinstance(world, World):
+        raise TypeError(f"world must be a flowgp.distributed.World or None, got {type(world).__name__}")
+    if world.distributed and getattr(sampler, "world_size", 1) != world.size:
+        if not hasattr(sampler, "shard"):
+            raise TypeError(f"{type(sampler).__name__} has no shard(rank, world_size): it cannot be split over "
+                            f"{world.size} processes")
+        sampler.shard(world.rank, world.size)
     backoff = nonfinite == "backoff"
     n = int(sampler.num_data)
     per_epoch = int(sampler.steps_per_epoch)
@@ -357,11 +385,16 @@ def train(
         finished = bool(state["finished"])
         if best is not None and state["best"] is not None:
             best.load_state_dict(state["best"])
+    # every rank starts from rank 0's parameters (as DistributedDataParallel does)
+    broadcast_module(model, world)
     min_lrs = [[_MIN_LR_FRACTION * v for v in group] for group in initial_lrs]
     penalty = 1e6 * (1.0 + abs(best.loss)) if best is not None and math.isfinite(best.loss) else 1e10
 
     def save(done: bool):
         if path is None:
+            return
+        if not world.is_main:
+            barrier(world)  # the others wait until rank 0's file is in place
             return
         atomic_save({
             "format": CHECKPOINT_FORMAT, "version": _CHECKPOINT_VERSION, "config": config,
@@ -371,6 +404,7 @@ def train(
             "epoch_sum": epoch_sum, "epoch_count": epoch_count, "early_stop": dict(stop),
             "initial_lrs": initial_lrs, "finished": done, "best": None if best is None else best.state_dict(),
         }, path)
+        barrier(world)
 
     if finished:
         model.eval()
@@ -389,10 +423,13 @@ def train(
                 o.zero_grad(set_to_none=True)
             evaluations[0] += 1
             try:
-                value = objective(batch)
-                if not bool(torch.isfinite(value)):
-                    raise _NonFinite(value.item())
-                value.backward()
+                if world.distributed:
+                    value = distributed_evaluation(batch)
+                else:
+                    value = objective(batch)
+                    if not bool(torch.isfinite(value)):
+                        raise _NonFinite(value.item())
+                    value.backward()
                 if backoff and not _grads_finite(tracked):
                     raise _NonFinite(value.item())
             except _NonFinite as err:
@@ -412,6 +449,30 @@ def train(
             if first[0] is None:
                 first[0] = v
             return value
+
+        def distributed_evaluation(batch):
+            """This rank's share of the global batch's loss, backpropagated; gradients and loss summed over
+            ranks. Every rank reaches the same decision (a non-finite sum fails everywhere)."""
+            error = None
+            local = None
+            if len(batch):
+                try:
+                    local = objective(batch) * (len(batch) / batch.step_size)
+                except RuntimeError as err:
+                    error = err
+            reference = tracked[0]
+            mine = (local.detach() if local is not None else
+                    torch.tensor(math.nan if error is not None else 0.0, dtype=reference.dtype,
+                                 device=reference.device)).reshape(())
+            total = all_reduce_sum(mine.to(torch.float64), world)
+            if not bool(torch.isfinite(total)):
+                if error is not None and not backoff:
+                    raise error
+                raise _NonFinite(total.item())
+            if local is not None:
+                local.backward()
+            all_reduce_gradients(tracked, world)
+            return total.to(reference.dtype)
 
         def fail():
             if evaluations[0] == 1:
@@ -470,7 +531,7 @@ def train(
         previous_handler = signal.signal(signal.SIGINT, hold_interrupt)
     model.train()
     done_units = step if unit == "steps" else step // per_epoch
-    bar = tqdm(total=budget, initial=done_units, desc=desc, disable=not verbose, leave=False)
+    bar = tqdm(total=budget, initial=done_units, desc=desc, disable=not (verbose and world.is_main), leave=False)
     halt = False
     try:
         while step < total and not halt:

@@ -8,6 +8,7 @@ state dict - never as a pickle).
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -163,6 +164,121 @@ class Estimator:
             raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
                              f"{self.n_features_in_} features as input")
         return self.tensor((X - self.x_mean_) / self.x_std_)
+
+    # ----- streamed data (flowgp.data_sources) ---------------------------------------------------------------
+    def supports_streaming(self) -> bool:
+        """Whether `fit_stream` trains this estimator as its `fit` does: the class that defines the `fit` in use
+        declares STREAMED_FIT = True (the sparse GP regressors; families with their own fit do not)."""
+        for klass in type(self).__mro__:
+            if "fit" in vars(klass):
+                return bool(vars(klass).get("STREAMED_FIT", False))
+        return False
+
+    def fit_stream(self, data, target=None, *, features=None, sample_size: int = 10000):
+        """Fit on a table streamed in chunks: a path (.csv, .parquet, .npy), an iterator of (X, y) chunks or a
+        flowgp.data_sources source; `target` names the target column (an index for .npy, default the last).
+
+        One streaming pass (`flowgp.data_sources.scan`) gives the standardisation of X and y and a uniform
+        reservoir sample of at most `sample_size` rows, from which the model is built (k-means inducing inputs,
+        flow initialisation); training then reads the table block by block (`flowgp.batches.BlockBatches`),
+        so memory follows the batch size, the number of inducing points and `sample_size`, not the number
+        of rows. Inside a torch.distributed group every rank takes its part of each global batch (see
+        flowgp.training). Regression estimators only (they define `_build`, `_check_targets`, ...).
+        """
+        from ..batches import BlockBatches
+        from ..data_sources import open_table, scan
+        from ..training import train
+
+        if not self.supports_streaming():
+            raise TypeError(f"{type(self).__name__} cannot be fitted on a streamed table yet; load the data as arrays")
+        sample_size = positive_int(sample_size, "sample_size")
+        source = open_table(data, target, features)
+        try:
+            stats = scan(source, sample_size, seed=int(self.seed))
+            if stats.sample_y is None:
+                raise ValueError("target: the table has no target column; name it with target=")
+            if stats.num_rows < 2:
+                raise ValueError(f"need at least 2 training points, got n_samples = {stats.num_rows}")
+            self._check_targets(np.array([stats.y_min, stats.y_max]))
+            self.n_features_in_ = len(source.feature_names)
+            self.feature_names_ = list(source.feature_names)
+            self.x_mean_ = stats.x_mean
+            self.x_std_ = np.where(stats.x_std > 0, stats.x_std, 1.0)
+            y_std = stats.y_std if stats.y_std > 0 else 1.0
+            self.y_shift_, self.y_scale_ = (0.0, y_std) if self._target_positive() else (stats.y_mean, y_std)
+            shift, scale = self.y_shift_, self.y_scale_
+            xs = self.tensor((stats.sample_x - self.x_mean_) / self.x_std_)
+            ys = self.tensor((stats.sample_y - shift) / scale)[:, None]
+            self.model_ = self._build(xs, ys)
+            self._initialise_flow(self.model_, ys, self.generator(device="cpu"), x_t=xs)
+            del xs, ys, stats
+
+            def transform(x, y):
+                return self.tensor((x - self.x_mean_) / self.x_std_), self.tensor((y - shift) / scale)[:, None]
+
+            sampler = BlockBatches(source, self.batch_size, transform, seed=int(self.seed), device=self.device)
+            start = time.perf_counter()
+            self.history_ = train(self.model_, sampler, epochs=self.epochs, lr=self.lr,
+                                  fix_noise_fraction=self.fix_noise_fraction, seed=self.seed,
+                                  verbose=self.verbose, desc=type(self).__name__,
+                                  checkpoint_path=self.checkpoint_path())
+            self.train_seconds_ = time.perf_counter() - start  # the training loop alone (benchmarks/scaling.py)
+        finally:
+            if source is not data:
+                source.close()
+        return self
+
+    def predict_to_file(self, data, path, *, level: float = 0.95, target=None, features=None,
+                        chunk_rows: int = 65536, verbose: bool = True) -> dict:
+        """Predict a table chunk by chunk and append the rows (mean, std, lower, upper of the central `level`
+        interval) to `path` (CSV, or Parquet for .parquet/.pq) as they are computed; memory is bounded by
+        `chunk_rows`. The file is written under a temporary name and renamed into place at the end.
+
+        `data`: as for `fit_stream` (features: default the ones the model was fitted on, when known). With a
+        `target` column the summary also scores the predictions. Returns {"rows": n} plus, with a target,
+        "nll" (mean negative log predictive density), "rmse" and the interval's coverage.
+        """
+        from tqdm.auto import tqdm
+
+        from ..data_sources import open_table, table_writer
+
+        self.check_fitted()
+        if not 0 < level < 1:
+            raise ValueError(f"level must lie in (0, 1), got {level}")
+        chunk_rows = positive_int(chunk_rows, "chunk_rows")
+        if features is None and isinstance(data, (str, Path)) and not str(data).endswith(".npy"):
+            features = getattr(self, "feature_names_", None)
+        if target is None and isinstance(data, (str, Path)) and str(data).endswith(".npy") and Path(data).exists():
+            if np.load(data, mmap_mode="r").shape[-1] == self.n_features_in_:
+                target = False
+        source = open_table(data, target, features)
+        writer = table_writer(path, ["mean", "std", "lower", "upper"])
+        totals = {"rows": 0, "lpd": 0.0, "se": 0.0, "inside": 0}
+        ok = False
+        bar = tqdm(total=source.num_rows, desc="predict", unit="rows", disable=not verbose, leave=False)
+        try:
+            for x, y in source.chunks(chunk_rows):
+                mean, std = self.predict(x, return_std=True)
+                lower, upper = self.predict_interval(x, level)
+                writer.write(np.column_stack([mean, std, lower, upper]))
+                totals["rows"] += len(x)
+                if y is not None:
+                    totals["lpd"] += float(np.sum(self.log_predictive_density(x, y)))
+                    totals["se"] += float(np.sum((y - mean) ** 2))
+                    totals["inside"] += int(np.sum((y >= lower) & (y <= upper)))
+                bar.update(len(x))
+            ok = True
+        finally:
+            bar.close()
+            writer.close(ok)
+            if source is not data:
+                source.close()
+        n = totals["rows"]
+        out = {"rows": n}
+        if source.target_name is not None and n:
+            out.update({"nll": -totals["lpd"] / n, "rmse": float(np.sqrt(totals["se"] / n)),
+                        f"coverage{round(100 * level):d}": totals["inside"] / n})
+        return out
 
     # ----- save / load -------------------------------------------------------------------------------------
     def _saved_objects(self) -> tuple[dict, dict]:

@@ -26,6 +26,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from ..build import SparseGPConfig, build
 from ..flows import Flow, make_flow
 from ..flows.conditional import static_flow, warping_curves
+from ..data_sources import is_table
 from ..optim import NaturalGradient
 from ..training import train
 from .base import Estimator, InputDependentFlowOptions, as_1d_float, as_2d_float
@@ -140,8 +141,15 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         return map_row_chunks(function, tensors, rows, dim)
 
     # ----- public API --------------------------------------------------------------------------------
-    def fit(self, X, y):
-        """Fit on X [n_samples, n_features] and y [n_samples]; returns self."""
+    #: `fit` streams tables (paths, iterators of chunks) through Estimator.fit_stream
+    STREAMED_FIT = True
+
+    def fit(self, X, y=None):
+        """Fit on X [n_samples, n_features] and y [n_samples]; returns self. X may instead be a table streamed in
+        chunks - a path (.csv, .parquet, .npy) with y the target column, or an iterator of (X, y) chunks with y
+        None - see `fit_stream`."""
+        if is_table(X):
+            return self.fit_stream(X, y)
         X, y = self._training_data(X, y)
         self._check_targets(y)
         xt = self.fit_input_scaling(X)

@@ -208,7 +208,7 @@ class GPLayer(nn.Module):
 
     def forward(
         self, x: torch.Tensor, v: torch.Tensor | None = None, generator: torch.Generator | None = None,
-        num_samples: int | None = None, common_noise: bool = False,
+        num_samples: int | None = None, common_noise: bool = False, batch_rows: tuple[int, int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(sample, mean, var) of f(x), each [S, N, D_out], for x [S, N, D_in] (or [N, D_in] with num_samples).
 
@@ -217,6 +217,8 @@ class GPLayer(nn.Module):
         those of p(f | v), as needed by a non-Gaussian q(U). With common_noise every point uses the same ε
         (per sample and output): each point's draws keep their distribution, and a point's prediction no longer
         depends on which other points are predicted with it (common random numbers).
+        `batch_rows` = (offset, B): these N rows are rows offset..offset+N of a global batch of B split over
+        processes; ε is drawn for all B rows and sliced, so a row's draw does not depend on the split.
         """
         if x.dim() < 2 or x.shape[-1] != self.input_dim:
             raise ValueError(f"x must have shape [S, N, {self.input_dim}] or [N, {self.input_dim}], got {tuple(x.shape)}")
@@ -225,7 +227,13 @@ class GPLayer(nn.Module):
         if num_samples is not None and mean.dim() == 2:
             shape = (int(num_samples),) + tuple(shape)
         noise_shape = tuple(shape[:-2]) + (1, shape[-1]) if common_noise else shape
-        eps = torch.randn(noise_shape, dtype=mean.dtype, device=mean.device, generator=generator)
+        if batch_rows is not None and not common_noise:
+            offset, rows = int(batch_rows[0]), int(batch_rows[1])
+            full = torch.randn(tuple(shape[:-2]) + (rows, shape[-1]), dtype=mean.dtype, device=mean.device,
+                               generator=generator)
+            eps = full[..., offset:offset + shape[-2], :]
+        else:
+            eps = torch.randn(noise_shape, dtype=mean.dtype, device=mean.device, generator=generator)
         sample = mean + var.sqrt() * eps
         return sample, mean.expand(shape), var.expand(shape)
 
@@ -357,7 +365,7 @@ class DeepGP(nn.Module):
         return outs
 
     def propagate(self, x: torch.Tensor, num_samples: int = 1, generator=None, inducing=None,
-                  common_noise: bool = False):
+                  common_noise: bool = False, batch_rows=None):
         """[(sample, mean, var) per layer], each [S, N, D_ℓ]: S samples pushed through the layers.
 
         `inducing` is a list of whitened v_ℓ [S, D_ℓ, M] (flow posterior samples); None uses each layer's
@@ -369,7 +377,8 @@ class DeepGP(nn.Module):
         h = x
         for i, layer in enumerate(self.layers):
             v = None if inducing is None else inducing[i]
-            sample, mean, var = layer(h, v=v, generator=generator, num_samples=num_samples, common_noise=common_noise)
+            sample, mean, var = layer(h, v=v, generator=generator, num_samples=num_samples, common_noise=common_noise,
+                                      batch_rows=batch_rows)
             outs.append((sample, mean, var))
             h = sample
         return outs
@@ -386,18 +395,20 @@ class DeepGP(nn.Module):
         return ell.reshape(ell.shape[0], -1).sum(-1)
 
     def elbo(self, x: torch.Tensor, y: torch.Tensor, num_data: int | None = None,
-             num_samples: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+             num_samples: int | None = None, generator: torch.Generator | None = None,
+             batch_rows: tuple[int, int] | None = None) -> torch.Tensor:
         """Minibatch ELBO (CNF-DGP eq. 3 / eq. 6): (N/B)·Σ_batch (1/S) Σ_s E[log p(y_n | f_L)] - KL.
 
         Assembled by `flowgp.objective.minibatch_bound`; every Monte Carlo draw (hidden layers, flow q(U))
-        comes from `generator` (torch's global RNG when None).
+        comes from `generator` (torch's global RNG when None). `batch_rows` (offset, B): x is part of a global
+        batch of B rows split over processes (see GPLayer.forward; passed by flowgp.training).
         """
         x, y = self.validate(x, y)
         num_samples = self.num_samples if num_samples is None else _positive_int(num_samples, "num_samples")
         if self.posterior is not None and self.draws == "per-point":
             return self._per_point_elbo(x, y, num_data, num_samples, generator)
         vs, kl = self.sample_inducing(num_samples, generator)
-        _, mean, var = self.propagate(x, num_samples, generator, vs)[-1]
+        _, mean, var = self.propagate(x, num_samples, generator, vs, batch_rows=batch_rows)[-1]
         ell = self.pointwise_expected_log_likelihood(y, mean, var).mean(0)  # [N] or [N, L]
         return minibatch_bound(ell, [kl], num_data, x.shape[0])
 

@@ -1,0 +1,154 @@
+"""Streamed tables (flowgp.data_sources): readers, the one-pass statistics, fits and predictions in chunks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from flowgp.data_sources import ArraySource, check_table, open_table, scan  # noqa: E402
+from flowgp.estimators.regression import SVGPRegressor  # noqa: E402
+
+
+def _data(n=300, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-2, 2, (n, 2))
+    y = np.sin(2 * x[:, 0]) + 0.1 * rng.standard_normal(n)
+    return x, y
+
+
+def _write_all(tmp_path, x, y, row_group=None):
+    table = pa.table({"a": x[:, 0], "b": x[:, 1], "y": y})
+    pq.write_table(table, tmp_path / "d.parquet", row_group_size=row_group)
+    with open(tmp_path / "d.csv", "w") as fh:
+        fh.write("a,b,y\n" + "\n".join(f"{p!r},{q!r},{t!r}" for (p, q), t in zip(x.tolist(), y.tolist())) + "\n")
+    np.save(tmp_path / "d.npy", np.column_stack([x, y]))
+    return tmp_path / "d.parquet", tmp_path / "d.csv", tmp_path / "d.npy"
+
+
+def test_every_format_reads_the_same_rows(tmp_path):
+    x, y = _data(250)
+    for path in _write_all(tmp_path, x, y, row_group=64):
+        source = open_table(path, "y" if path.suffix != ".npy" else -1)
+        try:
+            assert source.num_rows == 250
+            parts = [source.read(a, b) for a, b in source.blocks]
+            np.testing.assert_array_equal(np.concatenate([p[0] for p in parts]), x)
+            np.testing.assert_array_equal(np.concatenate([p[1] for p in parts]), y)
+            xs, ys = zip(*source.chunks(100))
+            np.testing.assert_array_equal(np.concatenate(xs), x)
+            a, b = source.read(60, 70)  # a range across a block boundary
+            np.testing.assert_array_equal(a, x[60:70])
+        finally:
+            source.close()
+
+
+def test_scan_moments_and_a_uniform_reservoir():
+    x, y = _data(1000)
+    source = ArraySource(np.column_stack([x, y]), 2, ["a", "b"], "y", block_rows=97)
+    stats = scan(source, sample_size=50, seed=1, chunk_rows=37)
+    np.testing.assert_allclose(stats.x_mean, x.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(stats.x_std, x.std(0), rtol=1e-12)
+    assert stats.y_mean == pytest.approx(y.mean(), rel=1e-12) and stats.y_std == pytest.approx(y.std(), rel=1e-12)
+    assert (stats.y_min, stats.y_max) == (y.min(), y.max())
+    # the sample consists of real rows, without repeats, and does not depend on the chunking
+    assert len(stats.sample_x) == 50 and len({tuple(r) for r in stats.sample_x}) == 50
+    rows = {tuple(r): i for i, r in enumerate(x)}
+    assert all(tuple(r) in rows for r in stats.sample_x)
+    again = scan(source, sample_size=50, seed=1, chunk_rows=200)
+    np.testing.assert_array_equal(again.sample_x, stats.sample_x)
+    # each row is kept with probability S / N = 1/4: over 400 seeds the count of a row is Binomial(400, 1/4)
+    small = ArraySource(np.column_stack([np.arange(8.0), np.zeros(8)]), 1, ["i"], "y")
+    counts = np.zeros(8)
+    for seed in range(400):
+        counts[scan(small, sample_size=2, seed=seed, chunk_rows=3).sample_x[:, 0].astype(int)] += 1
+    assert np.all(np.abs(counts - 100) < 5 * np.sqrt(400 * 0.25 * 0.75)), counts
+
+
+def test_scan_names_the_row_with_a_missing_value():
+    a = np.column_stack([np.arange(5.0), np.arange(5.0)])
+    a[3, 0] = np.nan
+    with pytest.raises(ValueError, match="row 3"):
+        scan(ArraySource(a, 1, ["a"], "y"))
+
+
+def test_a_fit_is_the_same_from_every_format_and_from_chunks(tmp_path):
+    x, y = _data(300)
+    paths = _write_all(tmp_path, x, y)
+    kw = dict(num_inducing=8, epochs=3, batch_size=64, verbose=False, kmeans_restarts=2)
+    fits = [SVGPRegressor(**kw).fit(p, "y" if p.suffix != ".npy" else None) for p in paths]
+    fits.append(SVGPRegressor(**kw).fit(iter([(x[:120], y[:120]), (x[120:], y[120:])])))
+    grid = np.linspace(-2, 2, 7)[:, None].repeat(2, 1)
+    reference = fits[0].predict(grid)
+    for est in fits[1:]:
+        np.testing.assert_allclose(est.predict(grid), reference, rtol=1e-10)
+    assert fits[0].feature_names_ == ["a", "b"]
+
+
+def test_a_streamed_fit_learns_the_function(tmp_path):
+    x, y = _data(400, seed=2)
+    np.save(tmp_path / "d.npy", np.column_stack([x, y]))
+    est = SVGPRegressor(num_inducing=12, epochs=15, batch_size=100, lr=0.05, verbose=False,
+                        kmeans_restarts=2).fit(tmp_path / "d.npy")
+    xt, yt = _data(200, seed=5)
+    rmse = np.sqrt(np.mean((est.predict(xt) - np.sin(2 * xt[:, 0])) ** 2))
+    assert rmse < 0.15, rmse  # the noise std is 0.1; predicting the mean alone gives ~0.7
+
+
+def test_predict_to_file_matches_predict_and_scores(tmp_path):
+    x, y = _data(150)
+    parquet, csv, _ = _write_all(tmp_path, x, y)
+    est = SVGPRegressor(num_inducing=6, epochs=2, batch_size=50, verbose=False, kmeans_restarts=1).fit(parquet, "y")
+    mean, std = est.predict(x, return_std=True)
+    lower, upper = est.predict_interval(x, 0.9)
+    for out in (tmp_path / "p.parquet", tmp_path / "p.csv"):
+        summary = est.predict_to_file(csv, out, level=0.9, target="y", chunk_rows=40, verbose=False)
+        got = (pq.read_table(out) if out.suffix == ".parquet" else
+               pa.csv.read_csv(out) if hasattr(pa, "csv") else None)
+        if got is None:
+            import pyarrow.csv as pcsv
+            got = pcsv.read_csv(out)
+        for name, want in (("mean", mean), ("std", std), ("lower", lower), ("upper", upper)):
+            np.testing.assert_allclose(got.column(name).to_numpy(), want, rtol=1e-12)
+        assert summary["rows"] == 150
+        assert summary["rmse"] == pytest.approx(np.sqrt(np.mean((y - mean) ** 2)), rel=1e-10)
+        assert summary["coverage90"] == pytest.approx(np.mean((y >= lower) & (y <= upper)))
+        assert summary["nll"] == pytest.approx(-np.mean(est.log_predictive_density(x, y)), rel=1e-10)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_bad_tables_give_one_clear_error(tmp_path):
+    x, y = _data(20)
+    parquet, csv, npy = _write_all(tmp_path, x, y)
+    with pytest.raises(ValueError, match="target column 'nope'"):
+        open_table(parquet, "nope")
+    with pytest.raises(ValueError, match="no such file"):
+        check_table(tmp_path / "missing.parquet", "y")
+    text = tmp_path / "t.csv"
+    text.write_text("a,b,y\n1,x,2\n3,y,4\n")
+    with pytest.raises(ValueError, match="column 'b'"):
+        open_table(text, "y")
+    pq.write_table(pa.table({"a": [1.0, 2.0], "s": ["u", "v"], "y": [0.0, 1.0]}), tmp_path / "t.parquet")
+    with pytest.raises(ValueError, match="column 's'"):
+        check_table(tmp_path / "t.parquet", "y")
+    with pytest.raises(ValueError, match="column index"):
+        open_table(npy, "y")
+    with pytest.raises(TypeError, match=r"\(X, y\) pairs"):
+        open_table(iter([np.zeros((2, 2))]))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_streamed_fit_and_prediction_on_cuda(tmp_path, dtype):
+    x, y = _data(300)
+    parquet, _, _ = _write_all(tmp_path, x, y, row_group=128)
+    kw = dict(num_inducing=8, epochs=3, batch_size=64, verbose=False, kmeans_restarts=1, dtype=dtype)
+    gpu = SVGPRegressor(device="cuda", **kw).fit(parquet, "y")
+    cpu = SVGPRegressor(device="cpu", **kw).fit(parquet, "y")
+    assert gpu.model_.gp.inducing_points.device.type == "cuda"
+    tol = 1e-3 if dtype == "float32" else 1e-8
+    np.testing.assert_allclose(gpu.predict(x[:20]), cpu.predict(x[:20]), rtol=tol, atol=tol)
+    summary = gpu.predict_to_file(parquet, tmp_path / "p.parquet", target="y", chunk_rows=100, verbose=False)
+    assert summary["rows"] == 300 and np.isfinite(summary["nll"])
