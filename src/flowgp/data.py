@@ -30,6 +30,32 @@ def make_tanh_sine(num_points: int = 150, noise_std: float = 0.05, seed: int = 0
     return x[:, None], y
 
 
+def select_columns(header, target: str | None, features, label: str, target_prefix: str = "") -> list[str]:
+    """The feature columns of a table whose columns are `header` (all of them but the target when `features` is
+    None), with a ValueError naming `label` (the file) and the fix for duplicate column names, a missing target,
+    a target also listed as a feature, a feature listed twice or absent, and no feature left.
+    `target_prefix` goes before the missing-target message (e.g. the command-line flag that named it)."""
+    header = list(header)
+    duplicated = sorted({h for h in header if header.count(h) > 1})
+    if duplicated:
+        # a name that means two columns cannot select one of them: refuse rather than silently take the first
+        raise ValueError(f"{label} has duplicate column names {duplicated}; give every column a unique name")
+    if target is not None and target not in header:
+        raise ValueError(f"{target_prefix}target column '{target}' is not in {label}; columns are {header}")
+    features = [h for h in header if h != target] if features is None else list(features)
+    if target is not None and target in features:
+        raise ValueError(f"the target column '{target}' is also listed as a feature; drop it from the features")
+    repeated = sorted({f for f in features if features.count(f) > 1})
+    if repeated:
+        raise ValueError(f"feature columns {repeated} are listed more than once; name each feature once")
+    unknown = [f for f in features if f not in header]
+    if unknown:
+        raise ValueError(f"feature columns {unknown} are not in {label}; columns are {header}")
+    if not features:
+        raise ValueError(f"{label} has no feature columns besides the target '{target}'")
+    return features
+
+
 def load_csv(path, target: str | None, features: list[str] | None = None):
     """Read a numeric CSV with a header; returns (X [N, D], y [N] or None when target is None, feature names).
 
@@ -47,25 +73,7 @@ def load_csv(path, target: str | None, features: list[str] | None = None):
         except StopIteration:
             raise ValueError(f"{path} is empty; expected a header row naming the columns") from None
         rows = [row for row in reader if any(cell.strip() for cell in row)]
-    duplicated = sorted({h for h in header if header.count(h) > 1})
-    if duplicated:
-        # a name that means two columns cannot select one of them: refuse rather than silently take the first
-        raise ValueError(f"{path.name} has duplicate column names {duplicated}; give every column a unique name")
-    if target is not None and target not in header:
-        raise ValueError(f"target column '{target}' is not in {path.name}; columns are {header}")
-    if features is None:
-        features = [h for h in header if h != target]
-    features = list(features)
-    if target is not None and target in features:
-        raise ValueError(f"the target column '{target}' is also listed as a feature; drop it from the features")
-    repeated = sorted({f for f in features if features.count(f) > 1})
-    if repeated:
-        raise ValueError(f"feature columns {repeated} are listed more than once; name each feature once")
-    unknown = [f for f in features if f not in header]
-    if unknown:
-        raise ValueError(f"feature columns {unknown} are not in {path.name}; columns are {header}")
-    if not features:
-        raise ValueError(f"{path.name} has no feature columns besides the target '{target}'")
+    features = select_columns(header, target, features, path.name)
     cols = [header.index(f) for f in features] + ([header.index(target)] if target is not None else [])
     if not rows:
         raise ValueError(f"{path.name} has a header but no data rows")

@@ -26,6 +26,8 @@ from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
+from .data import select_columns
+
 __all__ = ["check_table", "table_writer", "ArraySource", "ParquetSource", "open_table", "is_table", "scan", "TableStats", "BLOCK_ROWS",
            "write_table"]
 
@@ -96,27 +98,9 @@ def _numeric_columns(schema, columns, name, path):
                              "numeric columns with --features")
 
 
-def _select(all_columns, target, features, name, path, target_flag="target"):
-    """The feature columns, checked (messages as in flowgp.data.load_csv)."""
-    label = Path(str(path)).name
-    duplicated = sorted({h for h in all_columns if list(all_columns).count(h) > 1})
-    if duplicated:
-        raise ValueError(f"{label} has duplicate column names {duplicated}; give every column a unique name")
-    if target is not None and target not in all_columns:
-        raise ValueError(f"{target_flag}: target column '{target}' is not in {label}; columns are "
-                         f"{list(all_columns)}")
-    features = [c for c in all_columns if c != target] if features is None else list(features)
-    if target is not None and target in features:
-        raise ValueError(f"the target column '{target}' is also listed as a feature; drop it from the features")
-    repeated = sorted({f for f in features if features.count(f) > 1})
-    if repeated:
-        raise ValueError(f"feature columns {repeated} are listed more than once; name each feature once")
-    unknown = [f for f in features if f not in all_columns]
-    if unknown:
-        raise ValueError(f"feature columns {unknown} are not in {label}; columns are {list(all_columns)}")
-    if not features:
-        raise ValueError(f"{label} has no feature columns besides the target '{target}'")
-    return features
+def _select(all_columns, target, features, path, target_flag="target"):
+    """The feature columns, checked by flowgp.data.select_columns (the same messages as load_csv)."""
+    return select_columns(all_columns, target, features, Path(str(path)).name, f"{target_flag}: ")
 
 
 def _to_matrix(table, columns) -> np.ndarray:
@@ -137,7 +121,7 @@ class ParquetSource:
         self.path = str(path)
         self.dataset = ds.dataset(self.path, format="parquet")
         schema = self.dataset.schema
-        self.feature_names = _select(schema.names, target, features, name, path, target_flag)
+        self.feature_names = _select(schema.names, target, features, path, target_flag)
         self.target_name = target
         _numeric_columns(schema, self.feature_names + ([target] if target is not None else []), name, path)
         self.files = [pq.ParquetFile(f) for f in self.dataset.files]
@@ -225,13 +209,13 @@ def _spool_csv(path, target, features, name, target_flag="target") -> ArraySourc
         header = [h.strip() for h in next(csv.reader(fh), [])]
     if not header:
         raise ValueError(f"{name} {path} is empty; expected a header row naming the columns")
-    _select(header, target, features, name, path, target_flag)  # named before pyarrow reads the file
+    _select(header, target, features, path, target_flag)  # named before pyarrow reads the file
     try:
         dataset = ds.dataset(str(path), format="csv")
         schema = dataset.schema
     except (pa.ArrowInvalid, OSError) as err:
         raise ValueError(f"{name} {path}: not a readable CSV file ({str(err).splitlines()[0]})") from None
-    feature_names = _select(schema.names, target, features, name, path, target_flag)
+    feature_names = _select(schema.names, target, features, path, target_flag)
     columns = feature_names + ([target] if target is not None else [])
     _numeric_columns(schema, columns, name, path)
     spool = _Spool()
@@ -370,7 +354,7 @@ def check_table(data, target=None, features: Optional[Sequence[str]] = None, *, 
             header = [h.strip() for h in next(csv.reader(fh), [])]
         if not header:
             raise ValueError(f"{name} {data} is empty; expected a header row naming the columns")
-        chosen = _select(header, target, features, name, path, target_flag)
+        chosen = _select(header, target, features, path, target_flag)
         import pyarrow as pa
         import pyarrow.dataset as ds
 
