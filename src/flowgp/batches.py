@@ -80,6 +80,22 @@ def _rows(name: str, t, n: Optional[int]) -> Tensor:
     return t
 
 
+def _checked_batch_size(batch_size, n: int) -> int:
+    """Rows per batch: batch_size capped at n (None: all n), ValueError unless a positive integer or None."""
+    if batch_size is None:
+        return n
+    if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
+    return min(int(batch_size), n)
+
+
+def _checked_generator(generator, seed: int) -> torch.Generator:
+    """The sampler's generator: `generator`, or a new one seeded with `seed` (TypeError for anything else)."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    return generator if generator is not None else torch.Generator().manual_seed(int(seed))
+
+
 class ArrayBatches:
     """Minibatches of in-memory tensors, reshuffled every epoch by a torch.Generator.
 
@@ -107,20 +123,13 @@ class ArrayBatches:
         self.x = x
         self.y = None if y is None else _rows("y", y, n)
         self.extra = {str(k): _rows(f"extra[{k!r}]", v, n) for k, v in dict(extra or {}).items()}
-        if batch_size is None:
-            batch = n
-        elif isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
-        else:
-            batch = min(int(batch_size), n)
+        batch = _checked_batch_size(batch_size, n)
         self.batch_size = batch
         self.per_step = bool(per_step)
         self.shuffle = (batch < n or self.per_step) if shuffle is None else bool(shuffle)
         if self.per_step and not self.shuffle:
             raise ValueError("per_step=True draws random subsets; it cannot be combined with shuffle=False")
-        if generator is not None and not isinstance(generator, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-        self.generator = generator if generator is not None else torch.Generator().manual_seed(int(seed))
+        self.generator = _checked_generator(generator, seed)
         self._epoch_start = self.generator.get_state()
         self._position = 0
         self._order: Optional[Tensor] = None
@@ -255,17 +264,10 @@ class BlockBatches:
             raise ValueError("the data source holds no rows")
         self.source = source
         self.transform = transform
-        if batch_size is None:
-            batch = n
-        elif isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
-        else:
-            batch = min(int(batch_size), n)
+        batch = _checked_batch_size(batch_size, n)
         self.batch_size = batch
         self.blocks = [(int(a), int(b)) for a, b in source.blocks]
-        if generator is not None and not isinstance(generator, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-        self.generator = generator if generator is not None else torch.Generator().manual_seed(int(seed))
+        self.generator = _checked_generator(generator, seed)
         self._epoch_start = self.generator.get_state()
         self._position = 0
         self._device = torch.device("cpu") if device is None else torch.device(device)
