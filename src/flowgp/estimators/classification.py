@@ -23,7 +23,7 @@ from ..training import train
 from .base import Estimator, InputDependentFlowOptions, as_2d_float
 from .chunking import map_row_chunks
 from ..initialisation import init_identity, init_input_dependent, init_random
-from .robust import DEFAULT_ROBUST_FIT, BestState, RobustFit, warn_below_svgp
+from .robust import BestState, resolve_robust, warn_below_svgp
 
 __all__ = ["SVGPClassifier", "TGPClassifier"]
 
@@ -334,14 +334,8 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
         return self
 
     def _robust_options(self):
-        if self.robust is False or self.robust is None:
-            return None
-        if self.robust is not True and not isinstance(self.robust, RobustFit):
-            raise TypeError(f"robust must be True (the default robust fit), False (a plain fit) or a "
-                            f"flowgp.estimators.RobustFit, got {type(self.robust).__name__}")
-        if self.flow_object().is_identity:  # the model is the SVGP classifier itself
-            return None
-        return DEFAULT_ROBUST_FIT if self.robust is True else self.robust
+        # an identity flow: the model is the SVGP classifier itself
+        return resolve_robust(self.robust, self.flow_object().is_identity)
 
     def flow_object(self) -> Flow:
         """The flow as an object: the user's Flow itself (build trains a copy) or the one named by the spec."""

@@ -30,10 +30,10 @@ from ..data_sources import is_table
 from ..optim import NaturalGradient
 from ..training import train
 from .base import Estimator, InputDependentFlowOptions, as_1d_float, as_2d_float
-from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, map_row_chunks
+from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, inducing_row_elements, map_row_chunks
 from ..initialisation import (init_from_data, init_identity, init_input_dependent, init_random,
                               warm_start_from_svgp)
-from .robust import DEFAULT_ROBUST_FIT, BestState, BoundBelowSVGPWarning, RobustFit, warn_below_svgp
+from .robust import BestState, BoundBelowSVGPWarning, RobustFit, resolve_robust, warn_below_svgp
 
 __all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor", "RobustFit", "BoundBelowSVGPWarning"]
 
@@ -128,8 +128,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         every layer's M inducing inputs and the quadrature or mixture grid of `num_probs` quantiles."""
         if num_samples is None:
             num_samples = int(getattr(self, "mc_samples_predict", 1)) if self._input_dependence() is not None else 1
-        shapes = [p.shape for name, p in self.model_.named_parameters() if name.endswith("inducing_points")]
-        layer_elements = sum(shape[-2] + shape[-1] for shape in shapes) if shapes else 1
+        layer_elements = inducing_row_elements(self.model_)
         grid = int(getattr(self, "predict_quadrature_points", 1) or 1) * (int(num_probs) + 1)
         return int(num_samples) * (layer_elements + grid + 16)
 
@@ -256,19 +255,8 @@ class _FlowRegressor(SVGPRegressor):
 
     # ----- the robust fit (module doc, RobustFit) --------------------------------------------------------------
     def _robust_options(self):
-        if self.robust is False or self.robust is None:
-            return None
-        if self.robust is not True and not isinstance(self.robust, RobustFit):
-            raise TypeError(f"robust must be True (the default robust fit), False (a plain fit) or a "
-                            f"flowgp.estimators.RobustFit, got {type(self.robust).__name__}")
-        if self.flow_object().is_identity:  # the model is the SVGP itself: fitted exactly as SVGPRegressor
-            return None
-        if self.robust is True:
-            return DEFAULT_ROBUST_FIT
-        if isinstance(self.robust, RobustFit):
-            return self.robust
-        raise TypeError(f"robust must be True (the default robust fit), False (a plain fit) or a "
-                        f"flowgp.estimators.RobustFit, got {type(self.robust).__name__}")
+        # an identity flow: the model is the SVGP itself, fitted exactly as SVGPRegressor
+        return resolve_robust(self.robust, self.flow_object().is_identity)
 
     def _full_bound(self, model, x, y) -> float:
         """The bound on all of (x, y) in the units of y (deterministic flows: the training objective itself)."""

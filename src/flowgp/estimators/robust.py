@@ -15,7 +15,8 @@ from typing import Optional
 
 from ..training import EarlyStop
 
-__all__ = ["RobustFit", "DEFAULT_ROBUST_FIT", "BestState", "BoundBelowSVGPWarning", "warn_below_svgp", "snapshot"]
+__all__ = ["RobustFit", "DEFAULT_ROBUST_FIT", "BestState", "BoundBelowSVGPWarning", "warn_below_svgp", "snapshot",
+           "resolve_robust"]
 
 
 class BoundBelowSVGPWarning(UserWarning):
@@ -88,6 +89,19 @@ class RobustFit:
 
 #: the default robust procedure (`robust=True`)
 DEFAULT_ROBUST_FIT = RobustFit()
+
+
+def resolve_robust(robust, flow_is_identity: bool) -> Optional[RobustFit]:
+    """The RobustFit an estimator's `robust=` parameter asks for: None for a plain fit (False/None, or an identity
+    flow, whose model is the SVGP itself), DEFAULT_ROBUST_FIT for True; TypeError for anything else."""
+    if robust is False or robust is None:
+        return None
+    if robust is not True and not isinstance(robust, RobustFit):
+        raise TypeError(f"robust must be True (the default robust fit), False (a plain fit) or a "
+                        f"flowgp.estimators.RobustFit, got {type(robust).__name__}")
+    if flow_is_identity:
+        return None
+    return DEFAULT_ROBUST_FIT if robust is True else robust
 
 
 def snapshot(model) -> dict:
