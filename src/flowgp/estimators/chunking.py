@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 import torch
 
-__all__ = ["PREDICT_MEMORY_BYTES", "chunk_rows", "map_row_chunks"]
+__all__ = ["PREDICT_MEMORY_BYTES", "chunk_rows", "map_row_chunks", "inducing_row_elements"]
 
 #: default working-memory budget of one prediction call (bytes); an estimator's `predict_memory` overrides it
 PREDICT_MEMORY_BYTES = 256 * 2**20
@@ -28,6 +28,13 @@ def chunk_rows(row_elements: int, itemsize: int = 8, budget: int | None = None) 
         raise ValueError(f"the prediction memory budget must be a positive number of bytes, got {budget!r}")
     per_row = max(1, int(row_elements)) * max(1, int(itemsize)) * _TEMPORARIES
     return max(1, budget // per_row)
+
+
+def inducing_row_elements(model) -> int:
+    """Floats one row (one sample) of a prediction holds for the projections onto every layer's inducing inputs:
+    the sum of M + D over the model's `inducing_points` parameters [..., M, D] (at least 1)."""
+    shapes = [p.shape for name, p in model.named_parameters() if name.endswith("inducing_points")]
+    return sum(shape[-2] + shape[-1] for shape in shapes) if shapes else 1
 
 
 def map_row_chunks(function: Callable, tensors: Sequence[torch.Tensor], rows: int, dim: int = 0):

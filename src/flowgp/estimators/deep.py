@@ -23,7 +23,7 @@ from ..models.deep_gp import POSTERIORS, warm_start_from_gaussian
 from ..training import train
 from ..build import resolve_dtype
 from .base import Estimator, as_2d_float
-from .chunking import chunk_rows, map_row_chunks
+from .chunking import chunk_rows, inducing_row_elements, map_row_chunks
 from .classification import check_labels, training_classes
 from .regression import SVGPRegressor
 
@@ -255,8 +255,7 @@ class DeepGPClassifier(_DeepMixin, Estimator, ClassifierMixin, BaseEstimator):
 
     def _map_chunks(self, function, tensors):
         # rows per chunk from the [S, rows, layer width + M] temporaries of propagating S samples (as regressors)
-        layer_elements = sum(p.shape[-2] + p.shape[-1] for name, p in self.model_.named_parameters()
-                             if name.endswith("inducing_points"))
+        layer_elements = inducing_row_elements(self.model_)
         itemsize = torch.empty((), dtype=self.torch_dtype()).element_size()
         rows = chunk_rows(int(self.num_samples_predict) * (layer_elements + 16), itemsize,
                           getattr(self, "predict_memory", None))
