@@ -17,6 +17,15 @@ def _random_q(gp, generator):
         gp.q_sqrt.diagonal(dim1=-2, dim2=-1).abs_().add_(0.2)
 
 
+def assert_same_gradients(got, want, inputs, generator, rtol=1e-9, atol=1e-11):
+    """Gradients of two tuples of outputs w.r.t. `inputs` agree, under the same random output weights."""
+    weights = [torch.randn(t.shape, generator=generator) for t in want]
+    grads_got = torch.autograd.grad(sum((w * t).sum() for w, t in zip(weights, got)), inputs)
+    grads_want = torch.autograd.grad(sum((w * t).sum() for w, t in zip(weights, want)), inputs)
+    for u, v in zip(grads_got, grads_want):
+        torch.testing.assert_close(u, v, rtol=rtol, atol=atol)
+
+
 @pytest.mark.parametrize("num_points", [9, 23])  # both evaluation orders (N < 2M and N >= 2M)
 def test_marginals_match_dense_formula(num_points):
     g = torch.Generator().manual_seed(0)
@@ -72,11 +81,7 @@ def test_fused_marginal_terms_match_autograd_and_gradcheck(chol_shape, kzx_shape
     got, want = fused(chol, kzx, q_mu, c), plain(chol, kzx, q_mu, c)
     for u, v in zip(got, want):
         torch.testing.assert_close(u, v, rtol=1e-10, atol=1e-12)
-    weights = [torch.randn(t.shape, generator=g) for t in want]
-    grads_got = torch.autograd.grad(sum((w * t).sum() for w, t in zip(weights, got)), (chol, kzx, q_mu, c))
-    grads_want = torch.autograd.grad(sum((w * t).sum() for w, t in zip(weights, want)), (chol, kzx, q_mu, c))
-    for u, v in zip(grads_got, grads_want):
-        torch.testing.assert_close(u, v, rtol=1e-9, atol=1e-11)
+    assert_same_gradients(got, want, (chol, kzx, q_mu, c), g)
     assert torch.autograd.gradcheck(fused, (chol, kzx, q_mu, c))
     # only one output used: the other's gradient is taken as zero
     (gm,) = torch.autograd.grad(fused(chol, kzx, q_mu, c)[0].sum(), (q_mu,))
@@ -187,11 +192,7 @@ def test_fused_marginal_terms_send_the_gradient_to_kzz(kzz_shape, kzx_shape, num
         return _autograd_marginal_terms(torch.linalg.cholesky(0.5 * (k + k.mT)), kx, m, 0.5 * (cc + cc.mT))
 
     got, want = fused(kzz, kzx, q_mu, c), plain(kzz, kzx, q_mu, c)
-    weights = [torch.randn(t.shape, generator=g) for t in want]
-    grads_got = torch.autograd.grad(sum((w * t).sum() for w, t in zip(weights, got)), (kzz, kzx, q_mu, c))
-    grads_want = torch.autograd.grad(sum((w * t).sum() for w, t in zip(weights, want)), (kzz, kzx, q_mu, c))
-    for u, v in zip(grads_got, grads_want):
-        torch.testing.assert_close(u, v, rtol=1e-9, atol=1e-11)
+    assert_same_gradients(got, want, (kzz, kzx, q_mu, c), g)
     assert torch.autograd.gradcheck(fused, (kzz, kzx, q_mu, c))
     with pytest.raises(ValueError, match="detached"):
         whitened_marginal_terms(torch.linalg.cholesky(kzz), kzx, q_mu, c, kzz)

@@ -57,7 +57,7 @@ def _dataset_task(name: str, data_dir=None) -> str:
 def reference_split(dataset: str, split: int, data_dir=None):
     """Split `split` made as the DGP-IWVI/DREG authors' benchmark code makes it (hughsalimbeni/bayesian_benchmarks,
     `data.Dataset.__init__` with BASE_SEED = 0): the row indices 0..N-1 shuffled by NumPy's legacy Mersenne
-    Twister seeded with `split` (np.random.seed(split); np.random.shuffle), the first int(0.9 N) for training
+    Twister seeded with `split` (their code seeds NumPy's global generator and shuffles), the first int(0.9 N) for training
     and the rest (10 %) for testing. Any split number >= 0 is valid (the paper uses 20). A local
     RandomState: the global NumPy RNG is not touched."""
     from ..data import Split, load_uci

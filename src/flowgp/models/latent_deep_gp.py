@@ -254,10 +254,7 @@ class LatentDeepGP(nn.Module):
         return the last layer's Gaussian marginals q(f⁽ᴸ⁾ | f⁽ᴸ⁻¹⁾) as (mean, var), each [T, B, L].
         common_noise: every one of the B points uses the same hidden-layer ε (per T and output)."""
         for layer in self.layers[:-1]:
-            if common_noise:
-                h, _, _ = layer(h, generator=generator, common_noise=True)
-            else:
-                h, _, _ = layer(h, generator=generator)
+            h, _, _ = layer(h, generator=generator, common_noise=common_noise)
         _, mean, var = self.layers[-1](h, generator=generator)
         return mean, var
 
