@@ -216,6 +216,9 @@ def test_chunk_helpers():
     calls.clear()
     map_row_chunks(f, [a, b], 10)
     assert calls == [10]  # one call when everything fits
+    # rows on dim 1 of the output (quantiles [P, N]): chunks land in their own columns, last chunk short
+    q = map_row_chunks(lambda x: torch.stack([x, 2 * x]), [a], 3, dim=1)
+    torch.testing.assert_close(q, torch.stack([a, 2 * a]))
 
 
 _PEAK_SCRIPT = r"""

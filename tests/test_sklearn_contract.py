@@ -83,3 +83,72 @@ def test_latent_deep_gp_predictions_do_not_depend_on_other_rows(check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         getattr(checks, check)("LatentDeepGPRegressor", est)
+
+
+# ----- the multi-output estimator: fit(X, y, output) -------------------------------------------------------
+#: scikit-learn's checks that run on AlignedMultiOutputGPRegressor as it is (none calls fit or predict)
+MULTIOUTPUT_APPLICABLE = ["check_estimator_cloneable", "check_estimator_repr", "check_no_attributes_set_in_init",
+                          "check_do_not_raise_errors_in_init_or_set_params", "check_mixin_order",
+                          "check_parameters_default_constructible", "check_get_params_invariance",
+                          "check_set_params", "check_non_transformer_estimators_n_iter"]
+
+
+@pytest.mark.parametrize("check", MULTIOUTPUT_APPLICABLE)
+def test_multioutput_checks_that_apply(check):
+    """The other checks of `check_estimator` cannot apply to AlignedMultiOutputGPRegressor: they call fit(X, y)
+    and predict(X) without the per-row series index `output` the model needs (a row's series cannot be guessed),
+    on toy data with several features where AMO-GP is a model of one input (time). Their input-contract parts
+    are asserted with `output` given in test_multioutput_input_contract below."""
+    from flowgp import AlignedMultiOutputGPRegressor
+
+    getattr(checks, check)("AlignedMultiOutputGPRegressor", AlignedMultiOutputGPRegressor(epochs=2, verbose=False))
+
+
+def test_multioutput_input_contract():
+    """scikit-learn's input contract with fit(X, y, output): the messages of check_estimators_unfitted,
+    check_estimators_empty_data_messages, check_estimators_nan_inf, check_estimator_sparse_*,
+    check_complex_data, check_regressors_train (length mismatch), check_supervised_y_2d, check_fit2d_predict1d,
+    check_requires_y_none and check_n_features_in, plus the output index's own checks."""
+    import numpy as np
+    import scipy.sparse as sp
+    from sklearn.exceptions import DataConversionWarning, NotFittedError
+
+    from flowgp import AlignedMultiOutputGPRegressor
+
+    x = np.linspace(0, 1, 12)[:, None]
+    y, o = np.sin(6 * x[:, 0]), np.arange(12) % 2
+
+    def est():
+        return AlignedMultiOutputGPRegressor(epochs=2, verbose=False, num_samples=10)
+
+    with pytest.raises(NotFittedError, match=r"fit\(X, y, output\)"):
+        est().predict(x, o)
+    with pytest.raises(ValueError, match="0 sample"):
+        est().fit(np.empty((0, 1)), np.empty(0), np.empty(0))
+    bad = x.copy()
+    bad[0] = np.nan
+    with pytest.raises(ValueError, match="NaN or inf"):
+        est().fit(bad, y, o)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        est().fit(x, np.where(o == 0, np.inf, y), o)
+    with pytest.raises(TypeError, match="[Ss]parse"):
+        est().fit(sp.csr_matrix(x), y, o)
+    with pytest.raises(ValueError, match="Complex data not supported"):
+        est().fit(x + 1j, y, o)
+    with pytest.raises(ValueError, match="y has 11 values but X has 12 rows"):
+        est().fit(x, y[:-1], o)
+    with pytest.raises(ValueError, match="requires y to be passed"):
+        est().fit(x, None, o)
+    with pytest.raises(ValueError, match="Reshape your data"):
+        est().fit(x[:, 0], y, o)
+    with pytest.raises(ValueError, match="output is required"):
+        est().fit(x, y, None)
+    with pytest.raises(ValueError, match="integer series indices"):
+        est().fit(x, y, o + 0.5)
+    with pytest.warns(DataConversionWarning):
+        fitted = est().fit(x, y[:, None], o)
+    assert fitted.n_features_in_ == 1
+    with pytest.raises(ValueError, match="exactly one feature"):
+        fitted.predict(np.hstack([x, x]), o)
+    with pytest.raises(ValueError, match=r"0\.\.1"):
+        fitted.predict(x, o + 5)

@@ -8,6 +8,7 @@ state dict - never as a pickle).
 """
 from __future__ import annotations
 
+import inspect
 import time
 from pathlib import Path
 
@@ -136,7 +137,8 @@ class Estimator:
     def check_fitted(self) -> None:
         """RuntimeError unless `fit` has run."""
         if not hasattr(self, "model_"):
-            raise NotFittedYet(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
+            arguments = ", ".join(list(inspect.signature(self.fit).parameters)[:3])  # fit(X, y) or fit(X, y, output)
+            raise NotFittedYet(f"this {type(self).__name__} is not fitted yet; call fit({arguments}) first")
 
     def checkpoint_path(self, suffix: str = "") -> str | None:
         """The `checkpoint` parameter as a path (None: no checkpoint); `suffix` names a separate training stage."""
