@@ -40,8 +40,8 @@ VARIANTS = {
     # issue 20: the Gaussian-base flow (DSVI's q(U) + convolutional steps, one draw of U per point)
     "gcnf": ("cnf-dgp", {}),
     "gcnf-channel": ("cnf-dgp", {"flow_elementwise": "channel"}),
-    "gcnf-warm50": ("cnf-dgp", {"warm_start": 0.5}),
-    "gcnf-warm80": ("cnf-dgp", {"warm_start": 0.8}),
+    "gcnf-warm50": ("cnf-dgp", {"dsvi_warmup": 0.5}),
+    "gcnf-warm80": ("cnf-dgp", {"dsvi_warmup": 0.8}),
 }
 
 

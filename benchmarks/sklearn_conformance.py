@@ -20,8 +20,10 @@ import flowgp
 
 SETTINGS = {
     "SVGPRegressor": dict(num_inducing=8, epochs=150),
-    "TGPRegressor": dict(num_inducing=8, epochs=150),
-    "WarpedGPRegressor": dict(num_inducing=8, epochs=150),
+    # the flow models learn check_regressors_train's toy problem (R^2 > 0.5) more slowly than the SVGP: at 150
+    # epochs R^2 is 0.45 (TGP, robust or plain fit) against the SVGP's 0.63; at 400, 0.76 (a budget matter)
+    "TGPRegressor": dict(num_inducing=8, epochs=400),
+    "WarpedGPRegressor": dict(num_inducing=8, epochs=400),
     "SVGPClassifier": dict(num_inducing=8, epochs=150),
     "TGPClassifier": dict(num_inducing=8, epochs=150),
     "DeepGPRegressor": dict(layers=2, num_inducing=8, epochs=150, num_samples_predict=20),

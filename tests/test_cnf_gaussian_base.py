@@ -234,12 +234,12 @@ def test_regressor_warm_start_trains_dsvi_then_the_flow_and_refuses_bad_values()
     rng = np.random.default_rng(0)
     X = rng.uniform(-2, 2, size=(40, 2))
     y = np.sin(2 * X[:, 0]) + 0.1 * rng.standard_normal(40)
-    est = DeepGPRegressor(layers=2, posterior="cnf", warm_start=0.5, num_inducing=6, epochs=20, lr=0.03,
+    est = DeepGPRegressor(layers=2, posterior="cnf", dsvi_warmup=0.5, num_inducing=6, epochs=20, lr=0.03,
                           num_samples_predict=5, kmeans_restarts=1, verbose=False).fit(X, y)
     assert len(est.history_) == 20 and np.isfinite(est.history_).all()  # 10 DSVI epochs, then 10 flow epochs
     assert isinstance(est.model_.posterior, GaussianConvolutionalFlowPosterior)
     assert np.isfinite(est.predict(X[:3])).all()
-    with pytest.raises(ValueError, match="warm_start"):
-        DeepGPRegressor(posterior="cnf", warm_start=1.0).fit(X, y)
-    with pytest.raises(ValueError, match="warm_start"):
-        DeepGPRegressor(posterior="cnf-paper", warm_start=0.5).fit(X, y)
+    with pytest.raises(ValueError, match="dsvi_warmup"):
+        DeepGPRegressor(posterior="cnf", dsvi_warmup=1.0).fit(X, y)
+    with pytest.raises(ValueError, match="dsvi_warmup"):
+        DeepGPRegressor(posterior="cnf-paper", dsvi_warmup=0.5).fit(X, y)

@@ -152,3 +152,19 @@ def test_multioutput_input_contract():
         fitted.predict(np.hstack([x, x]), o)
     with pytest.raises(ValueError, match=r"0\.\.1"):
         fitted.predict(x, o + 5)
+
+
+@pytest.mark.parametrize("check", ["check_n_features_in", "check_fit_check_is_fitted"])
+@pytest.mark.parametrize("name", ["DeepGPRegressor", "DeepGPClassifier"])
+def test_deep_estimators_take_sklearn_warm_start_setting(name, check):
+    """scikit-learn's checks set `warm_start=False` on an estimator that has a parameter of that name (its
+    meaning there: reuse the previous fit); the deep estimators' DSVI warm-up fraction was named so and refused
+    False. It is `dsvi_warmup` now, and these checks fit."""
+    import flowgp
+
+    est = getattr(flowgp, name)(layers=2, num_inducing=4, epochs=2, num_samples_predict=5, verbose=False,
+                                kmeans_restarts=1)
+    assert "warm_start" not in est.get_params()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        getattr(checks, check)(name, est)

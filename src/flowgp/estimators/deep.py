@@ -2,7 +2,7 @@
 
 `posterior="gaussian"` is the doubly-stochastic DGP of Salimbeni & Deisenroth (2017); "cnf" the convolutional
 flow steps of Yu et al. (2021, §III) over DSVI's full-covariance Gaussian base (identity at initialisation, so
-it starts as DSVI's posterior; one draw of U per data point; `warm_start` trains the DSVI model first);
+it starts as DSVI's posterior; one draw of U per data point; `dsvi_warmup` trains the DSVI model first);
 "cnf-paper" the paper's exact design (diagonal base from φ(Z), one draw of U shared by the batch);
 "flow-layerwise" the naive layer-wise flow (their Fig. 1). Inputs (and regression targets) are standardised as in the other estimators. Prediction uses
 `num_samples_predict` samples drawn from a generator seeded with `seed`, so predictions are reproducible.
@@ -45,11 +45,11 @@ class _DeepMixin:
             raise ValueError(f"flow_base must be 'network' (CNF-DGP eq. 9) or 'free', got {self.flow_base!r}")
         if self.flow_elementwise not in ELEMENTWISE_SHAPES:
             raise ValueError(f"flow_elementwise must be one of {ELEMENTWISE_SHAPES}, got {self.flow_elementwise!r}")
-        warm = self.warm_start
+        warm = self.dsvi_warmup
         if isinstance(warm, bool) or not isinstance(warm, (int, float, np.integer, np.floating)) or not 0 <= warm < 1:
-            raise ValueError(f"warm_start must be a fraction in [0, 1) of the epochs trained as DSVI first, got {warm!r}")
+            raise ValueError(f"dsvi_warmup must be a fraction in [0, 1) of the epochs trained as DSVI first, got {warm!r}")
         if warm > 0 and self.posterior != "cnf":
-            raise ValueError(f"warm_start > 0 needs posterior='cnf' (the flow over DSVI's Gaussian base), "
+            raise ValueError(f"dsvi_warmup > 0 needs posterior='cnf' (the flow over DSVI's Gaussian base), "
                              f"got posterior={self.posterior!r}")
         for name in ("layers", "num_samples_train", "num_samples_predict", "flow_steps"):
             value = getattr(self, name)
@@ -81,7 +81,7 @@ class _DeepMixin:
     def _fit_model(self, xt, yt):
         # every draw (flow-posterior networks, Monte Carlo samples) comes from generators made from `seed`
         self.model_ = self._build(xt, yt)
-        warm_epochs = int(round(float(self.warm_start) * self.epochs))
+        warm_epochs = int(round(float(self.dsvi_warmup) * self.epochs))
         history = []
         fix_noise = getattr(self, "fix_noise_fraction", 0.0)
         if warm_epochs > 0:
@@ -126,7 +126,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         flow_steps: 1×1-convolution (or dense) steps of the flow posteriors, each with a sinh-arcsinh step.
         flow_base: the "cnf-paper" base π(V): "network" (φ_ℓ(Z_ℓ), CNF-DGP eq. 9) or "free" (ablation).
         flow_elementwise: "entry" or "channel": parameter sharing of the "cnf" posterior's sinh-arcsinh steps.
-        warm_start: fraction of `epochs` trained as DSVI first ("cnf" only); the flow then starts from the
+        dsvi_warmup: fraction of `epochs` trained as DSVI first ("cnf" only); the flow then starts from the
             fitted DSVI posterior (`flowgp.models.deep_gp.warm_start_from_gaussian`) for the remaining epochs.
         Other arguments as SVGPRegressor (num_inducing = M per layer, shared by all layers).
     """
@@ -136,7 +136,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
                  batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05,
                  lengthscale=1.0, period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
                  quadrature_points=20, predict_quadrature_points=100, verbose=True, checkpoint=None,
-                 flow_elementwise="entry", warm_start=0.0):
+                 flow_elementwise="entry", dsvi_warmup=0.0):
         self._store_arguments(locals())
 
     def _likelihood_name(self):
@@ -213,7 +213,7 @@ class DeepGPClassifier(_DeepMixin, Estimator, ClassifierMixin, BaseEstimator):
                  kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu",
                  lengthscale=1.0, period=1.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
                  predict_quadrature_points=100, verbose=True, checkpoint=None, flow_elementwise="entry",
-                 warm_start=0.0):
+                 dsvi_warmup=0.0):
         self._store_arguments(locals())
 
     def _likelihood_name(self):
