@@ -1,54 +1,63 @@
-"""scikit-learn's own conformance checks on the input contract (issue 23, "The scikit-learn contract").
+"""scikit-learn's conformance suite on every public estimator (issue 23, "The scikit-learn contract").
 
-The full `check_estimator` passes for SVGPRegressor with a budget that fits (num_inducing=8, epochs=150: 0 of
-52 checks fail, about 5 minutes on 2 cores, too slow for the suite); these are the input-handling checks that
-failed before, run on every regressor with a tiny budget.
+`parametrize_with_checks` runs every check of `check_estimator` on each estimator with a tiny budget (4 inducing
+points, 3 epochs), so the suite stays fast. `check_regressors_train` (R^2 > 0.5 on a toy problem) and
+`check_classifiers_train` (accuracy > 0.83) measure learning and cannot pass at that budget (the deep GP
+classifier's does): they are expected to fail here, strictly (an unexpected pass fails the test, so the list
+stays true), and `benchmarks/sklearn_conformance.py` runs every check at 150-400 epochs, where all pass
+(docs/results/sklearn-conformance/summary.md). The multi-output estimator's `fit(X, y, output)` is covered at
+the end of this file.
 """
 import warnings
 
 import pytest
 from sklearn.utils import estimator_checks as checks
+from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from flowgp import SVGPRegressor, TGPRegressor, WarpedGPRegressor
+import flowgp
 
-CHECKS = ["check_estimators_unfitted", "check_n_features_in_after_fitting", "check_complex_data",
-          "check_dtype_object", "check_estimators_empty_data_messages", "check_estimator_sparse_array",
-          "check_estimator_sparse_matrix", "check_supervised_y_2d", "check_fit2d_1sample",
-          "check_fit2d_predict1d", "check_requires_y_none"]
-ESTIMATORS = [SVGPRegressor, TGPRegressor, WarpedGPRegressor]
+TINY = dict(num_inducing=4, epochs=3, verbose=False, kmeans_restarts=1)
+ESTIMATORS = [flowgp.SVGPRegressor(**TINY), flowgp.TGPRegressor(**TINY), flowgp.WarpedGPRegressor(**TINY),
+              flowgp.SVGPClassifier(**TINY), flowgp.TGPClassifier(**TINY),
+              flowgp.DeepGPRegressor(layers=2, num_samples_predict=5, **TINY),
+              flowgp.DeepGPClassifier(layers=2, num_samples_predict=5, **TINY),
+              flowgp.LatentDeepGPRegressor(num_samples_predict=10, **TINY)]
+_BUDGET = "learning at the suite's 3-epoch budget; passes at the conformance benchmark's (module doc)"
 
 
-@pytest.mark.parametrize("check", CHECKS)
-@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
-def test_input_contract_of_scikit_learn(cls, check):
-    est = cls(num_inducing=4, epochs=2, verbose=False, kmeans_restarts=1)
+def _expected_failures(estimator):
+    if isinstance(estimator, flowgp.DeepGPClassifier):
+        return {}
+    return {"check_regressors_train": _BUDGET, "check_classifiers_train": _BUDGET}
+
+
+@parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failures, xfail_strict=True)
+def test_check_estimator(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        getattr(checks, check)(cls.__name__, est)
+        check(estimator)
 
 
-CLASSIFIER_CHECKS = ["check_classifiers_regression_target", "check_supervised_y_2d", "check_fit2d_1sample",
-                     "check_requires_y_none", "check_classifiers_one_label", "check_estimators_unfitted",
-                     "check_methods_sample_order_invariance", "check_methods_subset_invariance"]
+def test_warped_gp_on_tied_targets_fits_and_a_degenerate_warping_raises_instead_of_predicting_nan():
+    """scikit-learn's checks fit integer targets. The v-WGP bound's Jacobian term grows without bound on tied
+    targets, and the robust fit's L-BFGS flow refinement drove the warping to a step: NaN predictions after 3
+    epochs, inf/NaN losses at 400 (5 checks failed). The refinement now runs only after an inexact warm start,
+    and a warping that still degenerates gives FloatingPointError, not NaN."""
+    import numpy as np
+    import torch
+    from sklearn.datasets import make_blobs
 
-
-def _classifier(name):
-    import flowgp
-    kwargs = dict(num_inducing=4, epochs=2, verbose=False, kmeans_restarts=1)
-    if name == "DeepGPClassifier":
-        kwargs.update(layers=2, num_samples_predict=5)
-    return getattr(flowgp, name)(**kwargs)
-
-
-@pytest.mark.parametrize("check", CLASSIFIER_CHECKS)
-@pytest.mark.parametrize("name", ["SVGPClassifier", "TGPClassifier", "DeepGPClassifier"])
-def test_classifier_contract_of_scikit_learn(name, check):
-    """Continuous targets, column y, one sample/one class and y=None get scikit-learn's messages; Monte Carlo
-    predictive probabilities use draws shared by every row, so a row's prediction does not depend on the order
-    or the subset of the rows predicted with it (all failed before: 6 of scikit-learn's checks per classifier)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        getattr(checks, check)(name, _classifier(name))
+    X, y = make_blobs(n_samples=30, centers=[[0, 0, 0], [1, 1, 1]], random_state=0, cluster_std=0.1)
+    est = flowgp.WarpedGPRegressor(**TINY).fit(X, y)
+    assert "refined_bound" not in est.fit_report_  # SAL starts exactly at the SVGP: nothing to refine
+    assert np.isfinite(est.predict(X)).all()
+    with torch.no_grad():  # the step-like warping and z-noise (variance ~720) that refinement reached
+        sal, affine = est.model_.flow.flows
+        sal.raw_b.fill_(805.0)
+        affine.raw_b.fill_(-705.0)
+        est.model_.likelihood.raw_noise.fill_(720.0)
+    with pytest.raises(FloatingPointError, match="non-finite mean .*few distinct values"):
+        est.predict(X)
 
 
 @pytest.mark.parametrize("check", ["check_methods_sample_order_invariance", "check_methods_subset_invariance"])

@@ -114,13 +114,24 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
 
     def _in_target_units(self, mean, var=None):
         """Model-space predictive mean [N, 1] (and variance) back in the units of y, as numpy arrays."""
-        mean = mean[:, 0].cpu().numpy() * self.y_scale_ + self.y_shift_
+        mean = self._finite(mean[:, 0].cpu().numpy() * self.y_scale_ + self.y_shift_, "mean")
         if var is None:
             return mean
-        return mean, np.sqrt(var[:, 0].cpu().numpy()) * self.y_scale_
+        return mean, self._finite(np.sqrt(var[:, 0].cpu().numpy()) * self.y_scale_, "standard deviation")
 
     def _quantiles_in_target_units(self, q):
-        return q[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_
+        return self._finite(q[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_, "quantiles")
+
+    def _finite(self, values: np.ndarray, what: str) -> np.ndarray:
+        """`values`, or a FloatingPointError naming the cause instead of NaN or inf predictions."""
+        bad = ~np.isfinite(values)
+        if bad.any():
+            raise FloatingPointError(
+                f"{type(self).__name__} predicted a non-finite {what} for {int(bad.sum())} of {bad.size} values: "
+                f"the fitted model is numerically degenerate. With a warping this is usually a fit to targets with "
+                f"few distinct values (the warped likelihood grows without bound as the warping becomes a step); "
+                f"fit SVGPRegressor or TGPRegressor, or a classifier for labels")
+        return values
 
     def prediction_row_elements(self, num_probs: int = 1, num_samples: int | None = None) -> int:
         """A generous estimate of the floats one row of a prediction holds at once: per sample (Monte Carlo
@@ -267,6 +278,10 @@ class _FlowRegressor(SVGPRegressor):
     def _deterministic(self) -> bool:
         return self._input_dependence() is None
 
+    def _refine_after(self, report) -> bool:
+        """Whether the flow refinement runs after this warm start (`report` has both bounds per point)."""
+        return True
+
     def _train_stage(self, model, x, y, options, gamma, suffix, fix_noise_fraction, seed, early_stop=None,
                      epochs=None, lr_scale=1.0):
         """One stage of the robust fit: Adam (+ natural gradients on q(u)), plateau stop, best full-data bound."""
@@ -342,7 +357,7 @@ class _FlowRegressor(SVGPRegressor):
             if not self._deterministic():  # networks of input-dependent stages taught the warm-started bases
                 self._initialise_networks(model, xt, self.generator(device="cpu"))
             report["warm_start_bound"] = self._full_bound(model, xt, yt) / n
-            if options.refine_flow and self._deterministic():
+            if options.refine_flow and self._deterministic() and self._refine_after(report):
                 self._refine_flow(model, xt, yt)
                 report["refined_bound"] = self._full_bound(model, xt, yt) / n
             history = self._train_stage(model, xt, yt, options, options.natural_gradient, "", 0.0, self.seed,
@@ -484,6 +499,13 @@ class WarpedGPRegressor(_FlowRegressor):
 
     _data_direction = "normalizing"
     _MODEL = "wgp"
+
+    def _refine_after(self, report) -> bool:
+        # Refinement only lifts an inexact warm start (positive-domain warpings such as log+sal) to the SVGP's
+        # bound; a real-line warping starts exactly there. It is unconstrained L-BFGS on the flow, and the
+        # v-WGP bound's Jacobian term sum_i log T'(y_i) grows without bound on tied targets (a step-like T):
+        # on scikit-learn's integer targets it drove T to a step in one run and the losses to inf/NaN after it.
+        return report["warm_start_bound"] < report["svgp_bound"] - 1e-6
 
     def _target_positive(self) -> bool:
         return self.flow_object().domain == "positive"
