@@ -211,3 +211,24 @@ def test_tgp_with_a_positive_flow_refuses_non_positive_targets(flow):
         est.fit(X, y)
     assert np.isfinite(TGPRegressor(flow=flow, num_inducing=4, epochs=2, verbose=False)
                        .fit(X, y + 10.0).predict(X[:3])).all()  # positive targets still fit
+
+
+@pytest.mark.parametrize("name", ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor", "DeepGPRegressor",
+                                  "LatentDeepGPRegressor"])
+def test_quantile_levels_outside_zero_one_are_refused_by_every_regressor(name):
+    """Issue 23: predict_quantiles(X, [1.5]) returned NaN for SVGP and v-WGP; every estimator now refuses a
+    level outside (0, 1) (NaN included) with the levels in the message, and predict_interval a bad `level`."""
+    import flowgp
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (30, 2))
+    y = np.exp(np.sin(2 * X[:, 0]))  # positive: every flow applies
+    kwargs = dict(num_samples_predict=5) if "Deep" in name else {}
+    est = getattr(flowgp, name)(num_inducing=4, epochs=2, verbose=False, kmeans_restarts=1, **kwargs).fit(X, y)
+    for levels in ([1.5], [0.0, 0.5], [0.5, 1.0], [-0.1], [float("nan")]):
+        with pytest.raises(ValueError, match=r"\(0, 1\)"):
+            est.predict_quantiles(X[:3], levels)
+    for level in (0.0, 1.0, 1.5):
+        with pytest.raises(ValueError, match=r"\(0, 1\)"):
+            est.predict_interval(X[:3], level)
+    assert np.isfinite(est.predict_quantiles(X[:3], [0.1, 0.9])).all()

@@ -23,3 +23,10 @@ def test_the_quick_start_says_how_long_the_demo_takes():
     quick = _section("Quick start")
     assert "flowgp demo" in quick
     assert re.search(r"takes about \d+ (seconds|minutes?)", quick) and "progress" in quick
+
+
+def test_gitignore_covers_every_virtual_environment_the_readme_creates():
+    # the README's two set-ups create .venv and .venv-test; .gitignore missed the second (issue 23)
+    venvs = re.findall(r"-m venv (\S+)", README.read_text())
+    ignored = {line.strip().strip("/") for line in (README.parent / ".gitignore").read_text().splitlines()}
+    assert venvs and all(v.strip("/") in ignored for v in venvs), (venvs, sorted(ignored))

@@ -68,3 +68,35 @@ def test_a_pickle_that_would_run_code_is_refused_without_unsafe_advice(tmp_path)
     with pytest.raises(ValueError, match="refused without running them") as info:
         flowgp.load(target)
     assert "weights_only=False" not in str(info.value)
+
+
+def _tensor_data_offsets(path):
+    """Byte offset of each stored tensor's data in a saved file (torch's zip entries '<archive>/data/<key>')."""
+    import struct
+    import zipfile
+
+    raw = path.read_bytes()
+    offsets = []
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            if "/data/" in info.filename and info.file_size >= 8:
+                name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26:info.header_offset + 30])
+                offsets.append((info.filename, info.header_offset + 30 + name_len + extra_len))
+    return offsets
+
+
+def test_sign_bit_flip_of_every_saved_tensor_is_refused(saved, tmp_path):
+    """The issue's case: flipping the sign bit of the first value of each of a saved TGP's tensors loaded all of
+    them without a word and moved predictions by up to 1.99; every one must now be refused as corrupted."""
+    path = saved[0]
+    data = path.read_bytes()
+    offsets = _tensor_data_offsets(path)
+    assert len(offsets) >= 10  # kernel, inducing inputs, q(u), noise, flow: the issue counted 12
+    for name, offset in offsets:
+        damaged = bytearray(data)
+        damaged[offset + 7] ^= 0x80  # little-endian float64: the sign bit is the top bit of the 8th byte
+        target = tmp_path / "flipped.pt"
+        target.write_bytes(bytes(damaged))
+        with pytest.raises(ValueError, match="corrupted") as err:
+            flowgp.load(target)
+        assert "weights_only=False" not in str(err.value), name
