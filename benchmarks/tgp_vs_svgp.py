@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-VARIANTS = ("svgp", "tgp-plain", "tgp-plain-fixnoise", "tgp", "tgp-nowarm", "tgp-norefine", "tgp-noplateau", "tgp-nokeep", "tgp-adam",
+VARIANTS = ("svgp", "svgp-ng", "tgp-plain", "tgp-plain-fixnoise", "tgp", "tgp-nowarm", "tgp-norefine", "tgp-noplateau", "tgp-nokeep", "tgp-adam",
             "tgp-lr1", "tgp-restart-data")
 TOLERANCE = 0.005
 
@@ -60,6 +60,8 @@ def make(variant: str, flow: str, flow_init: str, m: int, epochs: int, seed: int
     common = dict(num_inducing=m, epochs=epochs, seed=seed, verbose=False, batch_size=batch_size)
     if variant == "svgp":
         return SVGPRegressor(**common)
+    if variant == "svgp-ng":  # natural gradients (γ = 1) on q(u): converges where Adam lags at large M
+        return SVGPRegressor(natural_gradient=1.0, **common)
     if variant == "tgp-plain":
         return TGPRegressor(flow=flow, flow_init=flow_init, robust=False, **common)
     if variant == "tgp-plain-fixnoise":  # the paper's schedule (appendix B.5): noise held for 60 % of the steps

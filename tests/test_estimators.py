@@ -232,3 +232,20 @@ def test_quantile_levels_outside_zero_one_are_refused_by_every_regressor(name):
         with pytest.raises(ValueError, match=r"\(0, 1\)"):
             est.predict_interval(X[:3], level)
     assert np.isfinite(est.predict_quantiles(X[:3], [0.1, 0.9])).all()
+
+
+def test_svgp_natural_gradient_fits_many_inducing_points_where_adam_lags():
+    """natural_gradient=1.0: the exact q(u) update of the Gaussian likelihood every step, so with M = N the
+    bound after 30 epochs is far above Adam's (Adam moves M + M(M+1)/2 variational numbers at lr)."""
+    from flowgp import SVGPRegressor
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (60, 1))
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.standard_normal(60)
+    common = dict(num_inducing=60, epochs=30, verbose=False, kmeans_restarts=1)
+    adam = SVGPRegressor(**common).fit(X, y)
+    natural = SVGPRegressor(natural_gradient=1.0, **common).fit(X, y)
+    assert natural.elbo(X, y) > adam.elbo(X, y) + 20
+    for bad in (0.0, 1.5, True, "1"):
+        with pytest.raises(ValueError, match="natural_gradient"):
+            SVGPRegressor(natural_gradient=bad, **common).fit(X, y)
