@@ -18,6 +18,7 @@ from ..models.amogp import layer_curves
 from ..optim import NaturalGradient
 from ..training import EarlyStop, train
 from .base import Estimator, as_1d_float, as_2d_float
+from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, map_row_chunks
 
 __all__ = ["AlignedMultiOutputGPRegressor"]
 
@@ -187,10 +188,24 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             return mean
         return mean, np.sqrt(var.cpu().numpy()) * self.y_std_[o]
 
-    def _samples(self, xt, ot, seed):
-        generator = torch.Generator(device=xt.device).manual_seed(self.seed if seed is None else seed)
+    #: working-memory budget (bytes) of one Monte Carlo prediction call (see flowgp.estimators.chunking)
+    predict_memory = PREDICT_MEMORY_BYTES
+
+    def _in_sample_chunks(self, function, tensors, seed):
+        """function(generator, *chunk) over row chunks sized for `num_samples` draws of every layer's inducing
+        projections; the generator is replayed per chunk and draws are common to the rows (`common_noise`), so
+        each row's result is the same whatever rows are predicted with it or however they are chunked."""
+        itemsize = torch.empty((), dtype=self.torch_dtype()).element_size()
+        # per sample and row: [M] projections onto each layer's inducing inputs and their temporaries
+        layers = int(self.num_inducing) + int(self.num_inducing_alignment) + int(self.num_inducing_warping)
+        rows = chunk_rows(int(self.num_samples) * (4 * layers + 16), itemsize, self.predict_memory)
+
+        def run(*chunk):
+            generator = torch.Generator(device=chunk[0].device).manual_seed(self.seed if seed is None else seed)
+            return function(generator, *chunk)
+
         with torch.no_grad():
-            return self.model_.sample(xt, ot, int(self.num_samples), generator=generator)
+            return map_row_chunks(run, tensors, rows, dim=-1)
 
     def predict_interval(self, X, output, level=0.95, method="gaussian", seed=None):
         """Central predictive interval (lower, upper): "gaussian" from the propagated Gaussian, "samples" from
@@ -206,11 +221,14 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             return mean - h * std, mean + h * std
         if method != "samples":
             raise ValueError(f"method must be 'gaussian' or 'samples', got {method!r}")
-        smp = self._samples(xt, ot, seed)
-        gen = torch.Generator(device=xt.device).manual_seed(1 + (self.seed if seed is None else seed))
-        draws = smp["y_mean"] + smp["y_var"].sqrt() * torch.randn(smp["y_mean"].shape, generator=gen,
-                                                                  dtype=xt.dtype, device=xt.device)
-        q = torch.quantile(draws, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=xt.dtype), dim=0)
+        probs = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=xt.dtype, device=xt.device)
+
+        def chunk_quantiles(generator, x, out):
+            smp = self.model_.sample(x, out, int(self.num_samples), generator, common_noise=True)
+            eps = torch.randn(smp["y_mean"].shape[:-1] + (1,), generator=generator, dtype=x.dtype, device=x.device)
+            return torch.quantile(smp["y_mean"] + smp["y_var"].sqrt() * eps, probs, dim=0)
+
+        q = self._in_sample_chunks(chunk_quantiles, [xt, ot], seed)
         q = q.cpu().numpy() * self.y_std_[o] + self.y_mean_[o]
         return q[0], q[1]
 
@@ -220,9 +238,10 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         xt, ot, o = self.scaled_inputs(X, output)
         y = as_1d_float(y, xt.shape[0])
         yt = self.tensor((y - self.y_mean_[o]) / self.y_std_[o])
-        generator = torch.Generator(device=xt.device).manual_seed(self.seed if seed is None else seed)
-        with torch.no_grad():
-            lpd = self.model_.log_predictive_density(xt, yt, ot, int(self.num_samples), generator, method=method)
+        lpd = self._in_sample_chunks(
+            lambda generator, x, y, out: self.model_.log_predictive_density(x, y, out, int(self.num_samples), generator,
+                                                                            method=method, common_noise=True),
+            [xt, yt, ot], seed)
         return lpd.cpu().numpy() - np.log(self.y_std_[o])
 
     def score(self, X, y, output, sample_weight=None):

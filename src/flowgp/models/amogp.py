@@ -408,15 +408,21 @@ class AMOGP(nn.Module):
             return f[:, 0], torch.zeros_like(f[:, 0])
         return self._warping_layer(self._posteriors(), f[:, 0], torch.zeros_like(f[:, 0]), out)[:2]
 
-    def sample(self, x, output, num_samples: int = 100, generator=None):
+    def sample(self, x, output, num_samples: int = 100, generator=None, common_noise: bool = False):
         """Samples through the hierarchy (u ~ q(u) per sample, then each layer's conditional at the sampled
         inputs, marginally per point). Returns a dict of [S, N] tensors: a, f, g (noise-free warped value)
-        (without the offset b_d) and y_mean, y_var (the Gaussian of y* given the sampled f and u_g)."""
+        (without the offset b_d) and y_mean, y_var (the Gaussian of y* given the sampled f and u_g).
+
+        common_noise: every point uses the same standard-normal draw per sample and layer (common random
+        numbers): each point's samples keep their distribution, and a point's samples no longer depend on
+        which other points are drawn with it, so rows can be predicted in chunks with the generator replayed."""
         x, output = self.validate(x, output)
         post = self._posteriors()
         s, n = int(num_samples), x.shape[0]
 
         def draw(shape):
+            if common_noise:
+                shape = shape[:-1] + (1,)
             return torch.randn(shape, dtype=x.dtype, device=x.device, generator=generator)
 
         if self.alignment:
@@ -450,7 +456,8 @@ class AMOGP(nn.Module):
         return {"a": a, "f": f, "g": g, "y_mean": g_mean + self.offset[output],
                 "y_var": cond.clamp_min(0) + self.noise[output]}
 
-    def log_predictive_density(self, x, y, output, num_samples: int = 200, generator=None, method: str = "mc"):
+    def log_predictive_density(self, x, y, output, num_samples: int = 200, generator=None, method: str = "mc",
+                               common_noise: bool = False):
         """Per-point log p(y* | x*), [N]: "mc" averages the conditional Gaussians of `sample` (log-mean-exp),
         "gaussian" uses the moment-matched Gaussian of `predict_y`."""
         x, output, y = self.validate(x, output, y)
@@ -459,7 +466,7 @@ class AMOGP(nn.Module):
             return -0.5 * (torch.log(2 * math.pi * var) + (y - mean).square() / var)
         if method != "mc":
             raise ValueError(f"method must be 'mc' or 'gaussian', got {method!r}")
-        smp = self.sample(x, output, num_samples, generator)
+        smp = self.sample(x, output, num_samples, generator, common_noise)
         logp = -0.5 * (torch.log(2 * math.pi * smp["y_var"]) + (y - smp["y_mean"]).square() / smp["y_var"])
         return torch.logsumexp(logp, 0) - math.log(num_samples)
 
