@@ -26,7 +26,10 @@ ESTIMATORS = {
     "WarpedGPRegressor": dict(num_inducing=100),
     "DeepGPRegressor": dict(layers=3, num_inducing=100),
     "LatentDeepGPRegressor": dict(num_inducing=100),
+    # fit(X, y, output): 1-D inputs, 3 series; predict_interval by Monte Carlo through the hierarchy
+    "AlignedMultiOutputGPRegressor": dict(),
 }
+MULTI_OUTPUT = "AlignedMultiOutputGPRegressor"
 #: Monte Carlo samples per prediction of the deep estimators where --num-samples-predict overrides the default
 DEEP = ("DeepGPRegressor", "LatentDeepGPRegressor")
 
@@ -38,10 +41,21 @@ def data(rows, seed):
     return x, np.exp(y / 2)  # positive targets so every flow of TGPRegressor applies
 
 
+def series(rows, seed):
+    """Three series on one time axis for the multi-output estimator: (x [rows, 1], y, output)."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 10, (rows, 1))
+    output = np.arange(rows) % 3
+    return x, np.sin(x[:, 0] + output) + 0.1 * rng.normal(size=rows), output
+
+
 def fit(name, path):
     import flowgp
-    x, y = data(2000, 0)
-    est = getattr(flowgp, name)(epochs=20, verbose=False, kmeans_restarts=1, **ESTIMATORS[name]).fit(x, y)
+    if name == MULTI_OUTPUT:
+        est = flowgp.AlignedMultiOutputGPRegressor(epochs=20, verbose=False).fit(*series(2000, 0))
+    else:
+        x, y = data(2000, 0)
+        est = getattr(flowgp, name)(epochs=20, verbose=False, kmeans_restarts=1, **ESTIMATORS[name]).fit(x, y)
     est.save(path)
 
 
@@ -51,13 +65,19 @@ def predict(name, path, rows, num_samples=None):
     if num_samples and name in DEEP:
         # rows per chunk shrink as 1/S (estimators.chunking), so the peak does not depend on S; the time does
         est.num_samples_predict = num_samples
-    x, _ = data(rows, 1)
     start = time.perf_counter()
-    mean = est.predict(x)
-    calls = ["predict"]
-    if hasattr(est, "predict_interval"):
-        est.predict_interval(x)
-        calls.append("predict_interval")
+    if name == MULTI_OUTPUT:
+        x, _, output = series(rows, 1)
+        mean = est.predict(x, output)
+        est.predict_interval(x, output, method="samples")
+        calls = ["predict", "predict_interval(method='samples')"]
+    else:
+        x, _ = data(rows, 1)
+        mean = est.predict(x)
+        calls = ["predict"]
+        if hasattr(est, "predict_interval"):
+            est.predict_interval(x)
+            calls.append("predict_interval")
     elapsed = time.perf_counter() - start
     assert mean.shape == (rows,) and np.isfinite(mean).all()
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
