@@ -249,3 +249,25 @@ def test_svgp_natural_gradient_fits_many_inducing_points_where_adam_lags():
     for bad in (0.0, 1.5, True, "1"):
         with pytest.raises(ValueError, match="natural_gradient"):
             SVGPRegressor(natural_gradient=bad, **common).fit(X, y)
+
+
+def test_deep_gp_files_saved_with_the_old_warm_start_name_still_load(tmp_path):
+    """The deep estimators' `warm_start` became `dsvi_warmup` (scikit-learn reserves the name); a file saved
+    before the rename stores params['warm_start'] and must load, with the value moved to the new name."""
+    from flowgp import DeepGPRegressor
+    from flowgp.checkpoint import atomic_save, safe_load
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (20, 2))
+    y = np.sin(2 * X[:, 0])
+    est = DeepGPRegressor(layers=2, num_inducing=4, epochs=2, num_samples_predict=5, verbose=False,
+                          kmeans_restarts=1).fit(X, y)
+    path = tmp_path / "new.pt"
+    est.save(path)
+    state = safe_load(path)
+    state["params"]["warm_start"] = state["params"].pop("dsvi_warmup")  # the file an older version wrote
+    old = tmp_path / "old.pt"
+    atomic_save(state, old)
+    loaded = DeepGPRegressor.load(old)
+    assert loaded.dsvi_warmup == est.dsvi_warmup and "warm_start" not in loaded.get_params()
+    np.testing.assert_array_equal(loaded.predict(X), est.predict(X))

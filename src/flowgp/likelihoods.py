@@ -70,7 +70,7 @@ class Likelihood(nn.Module):
         return log_expectation_exp(lambda f: self.log_prob(y, f), mean, var, num_points)
 
     def predictive_quantiles(self, mean, var, probs, num_points: int = 100) -> torch.Tensor:
-        """Quantiles [P, ...] of ∫ p(y | f) N(f; mean, var) df: the quadrature mixture inverted by bisection."""
+        """Quantiles [P, ...] of ∫ p(y | f) N(f; mean, var) df: the quadrature mixture inverted (flowgp.prediction.mixture_quantiles)."""
         probs = check_probabilities(probs, mean)
         with torch.no_grad():
             f, w = gh_points(mean, var, num_points)
@@ -341,7 +341,7 @@ class WarpedLikelihood(Likelihood):
         closed_form_affine: use the exact expectations when G is affine (same value, no quadrature).
         mc_samples_train: W draws per ELL evaluation in training mode (input-dependent flows).
         mc_samples_predict: W draws in predictions when every network predicts stochastically.
-        mixture_quantile_points: nodes per W draw for quantiles with S > 1 draws: the bisection costs S·Q per
+        mixture_quantile_points: nodes per W draw for quantiles with S > 1 draws: the quantile solver costs S·Q per
             point and step, and the Monte Carlo error over W dominates the quadrature error of 20 nodes.
 
     Every method that evaluates the density takes keyword `x` (the inputs, needed by input-dependent
@@ -497,7 +497,7 @@ class WarpedLikelihood(Likelihood):
 
     def predictive_quantiles(self, mean, var, probs, num_points: int = 100, *, x=None, sampling=None,
                              generator=None):
-        """Quantiles [P, ...] of the predictive mixture Σ_{q,s} (w_q / S) base(y* | G_s(f_q)) by bisection."""
+        """Quantiles [P, ...] of the predictive mixture Σ_{q,s} (w_q / S) base(y* | G_s(f_q)) (flowgp.prediction.mixture_quantiles)."""
         if not self._stages:
             return flow_mixture_quantiles(self.flow, self.base, mean, var, probs, x, num_points)
         probs = check_probabilities(probs, mean)

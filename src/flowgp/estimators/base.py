@@ -137,7 +137,10 @@ class Estimator:
     def check_fitted(self) -> None:
         """RuntimeError unless `fit` has run."""
         if not hasattr(self, "model_"):
-            arguments = ", ".join(list(inspect.signature(self.fit).parameters)[:3])  # fit(X, y) or fit(X, y, output)
+            # the arguments fit needs: fit(X, y), or fit(X, y, output) for the multi-output estimator
+            needed = [name for name, p in inspect.signature(self.fit).parameters.items()
+                      if p.default is inspect.Parameter.empty or name == "y"]
+            arguments = ", ".join(needed)
             raise NotFittedYet(f"this {type(self).__name__} is not fitted yet; call fit({arguments}) first")
 
     def checkpoint_path(self, suffix: str = "") -> str | None:
@@ -340,7 +343,8 @@ class Estimator:
         target = cls._subclass_named(state.get("class"))
         if target is None:
             raise ValueError(f"{path} holds a {state.get('class')}, not a {cls.__name__}")
-        params = dict(state["params"])
+        params = {_RENAMED_PARAMETERS.get((target.__name__, name), name): value
+                  for name, value in state["params"].items()}
         if device is not None:
             params["device"] = device
         objects = {name: _flow_from_saved(saved) for name, saved in state.get("records", {}).items()}
@@ -353,6 +357,12 @@ class Estimator:
         est.model_.load_state_dict(state["model"])
         est.model_.eval()
         return est
+
+
+#: (class, old name) -> new name of constructor parameters renamed since files were first saved, so that
+#: older files keep loading (the deep GPs' DSVI warm-up fraction was `warm_start`, which scikit-learn reserves)
+_RENAMED_PARAMETERS = {("DeepGPRegressor", "warm_start"): "dsvi_warmup",
+                       ("DeepGPClassifier", "warm_start"): "dsvi_warmup"}
 
 
 class InputDependentFlowOptions:

@@ -145,7 +145,8 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         if num_samples is None:
             num_samples = int(getattr(self, "mc_samples_predict", 1)) if self._input_dependence() is not None else 1
         layer_elements = inducing_row_elements(self.model_)
-        grid = int(getattr(self, "predict_quadrature_points", 1) or 1) * (int(num_probs) + 1)
+        # the quantile solver holds a CDF and a density tensor per probability
+        grid = int(getattr(self, "predict_quadrature_points", 1) or 1) * (2 * int(num_probs) + 1)
         return int(num_samples) * (layer_elements + grid + 16)
 
     def predict_in_chunks(self, function, tensors, num_probs: int = 1, num_samples: int | None = None, dim: int = 0):
@@ -175,6 +176,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             self.y_shift_, self.y_scale_ = float(y.mean()), y_std
         yt = self.tensor((y - self.y_shift_) / self.y_scale_)[:, None]
         self.torch_dtype()  # a bad dtype fails here, before any work
+        self._natural_gradient_step()  # and a bad natural_gradient
         options = self._robust_options()
         if options is not None:
             return self._robust_fit(xt, yt, y, options)
@@ -189,12 +191,18 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
     def _natural_gradient(self):
         """The NaturalGradient on q(u) of a plain fit (`natural_gradient`), or None (the flow estimators have
         no such parameter: their robust fit sets its own)."""
+        gamma = self._natural_gradient_step()
+        return None if gamma is None else NaturalGradient([self.model_.gp], lr=gamma)
+
+    def _natural_gradient_step(self):
+        """`natural_gradient` checked: None or a float in (0, 1] (ValueError otherwise)."""
         gamma = getattr(self, "natural_gradient", None)
         if gamma is None:
             return None
-        if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.floating)) or not 0 < gamma <= 1:
+        if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.integer, np.floating)) \
+                or not 0 < gamma <= 1:
             raise ValueError(f"natural_gradient must be None or a step size in (0, 1], got {gamma!r}")
-        return NaturalGradient([self.model_.gp], lr=float(gamma))
+        return float(gamma)
 
     def _robust_options(self):
         """The RobustFit of this fit, None for a plain one (the SVGP is fitted plainly)."""
@@ -517,10 +525,12 @@ class WarpedGPRegressor(_FlowRegressor):
     _MODEL = "wgp"
 
     def _refine_after(self, report) -> bool:
-        # Refinement only lifts an inexact warm start (positive-domain warpings such as log+sal) to the SVGP's
-        # bound; a real-line warping starts exactly there. It is unconstrained L-BFGS on the flow, and the
-        # v-WGP bound's Jacobian term sum_i log T'(y_i) grows without bound on tied targets (a step-like T):
-        # on scikit-learn's integer targets it drove T to a step in one run and the losses to inf/NaN after it.
+        # For the v-WGP the refinement runs only where the warm start is inexact (positive-domain warpings such
+        # as log+sal start below the SVGP's bound); a real-line warping (the default sal) starts exactly there
+        # and goes straight to the joint stage. Refinement is unconstrained L-BFGS on the flow, and the v-WGP
+        # bound's Jacobian term sum_i log T'(y_i) grows without bound on tied targets (a step-like T): on
+        # scikit-learn's integer targets it drove T to a step in one run and the losses to inf/NaN after it.
+        # (For the TGP, whose bound has no such term, refinement also lifts exact starts above the SVGP's.)
         return report["warm_start_bound"] < report["svgp_bound"] - 1e-6
 
     def _target_positive(self) -> bool:

@@ -466,7 +466,7 @@ class DeepGP(nn.Module):
 
     def predict_quantiles(self, x: torch.Tensor, probs, num_samples: int = 100, generator=None,
                           iterations: int = 80, common_noise: bool = False) -> torch.Tensor:
-        """Quantiles [P, N, L] of the Gaussian mixture p(y*) = (1/S) Σ_s N(m_s, v_s + σ²), by bisection."""
+        """Quantiles [P, N, L] of the Gaussian mixture p(y*) = (1/S) Σ_s N(m_s, v_s + σ²) (flowgp.prediction.mixture_quantiles)."""
         mean, var = self.predict_f_samples(x, num_samples, generator, common_noise)
         if not hasattr(self.likelihood, "predictive_moments"):
             raise TypeError(f"{type(self.likelihood).__name__} has no predictive_moments; quantiles need one")

@@ -420,8 +420,8 @@ class LatentDeepGP(nn.Module):
             out.append(self.likelihood.sample(f, generator=generator))
         return torch.cat(out, 0)
 
-    def predict_quantiles(self, x, probs, num_samples: int = 1000, generator=None, iterations: int = 60, common_noise: bool = False):
-        """Quantiles of the Gaussian-mixture predictive at `probs` by bisection of its CDF: [P, N, L]."""
+    def predict_quantiles(self, x, probs, num_samples: int = 1000, generator=None, iterations: int = 80, common_noise: bool = False):
+        """Quantiles of the Gaussian-mixture predictive at `probs` (safeguarded Newton on its CDF, flowgp.prediction.mixture_quantiles): [P, N, L]."""
         probs = check_probabilities(probs, x)
         with torch.no_grad():
             means, sds = [], []
