@@ -3,7 +3,7 @@ of 512 or full batch, after the same number of steps (issue 24: the robust TGP f
 quick preset). Run from the repository root: `python benchmarks/svgp_minibatch_budget.py`; prints
 steps/2 (minibatch epochs), γ, batch size, bound per point.
 """
-import json, numpy as np, flowgp
+import flowgp
 from flowgp.data import uci_split
 d = uci_split("energy", 0)
 x, y = d.x_train, d.y_train; n = len(y)
