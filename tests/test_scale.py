@@ -254,3 +254,35 @@ def test_deep_gp_prediction_peak_memory_is_bounded():
     assert out.returncode == 0, out.stderr
     grown_mb = float(out.stdout.strip().splitlines()[-1])
     assert grown_mb < 80, f"prediction raised the peak resident memory by {grown_mb:.0f} MB"
+
+
+@pytest.mark.parametrize("name, likelihood, classes", [("SVGPClassifier", None, 2), ("SVGPClassifier", "softmax", 3),
+                                                       ("TGPClassifier", None, 2)])
+def test_classifier_prediction_chunks_follow_predict_memory(name, likelihood, classes, monkeypatch):
+    """The classifiers sized chunks as a fixed 2 048 rows; they now follow `predict_memory` as the regressors do,
+    and the probabilities do not depend on the chunking (draws shared by every row)."""
+    import flowgp
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-2, 2, (40, 2))
+    y = np.digitize(x[:, 0], np.linspace(-2, 2, classes + 1)[1:-1])
+    kwargs = dict(num_inducing=5, epochs=3, verbose=False, kmeans_restarts=1)
+    if likelihood:
+        kwargs["likelihood"] = likelihood
+    est = getattr(flowgp, name)(**kwargs).fit(x, y)
+    seen = []
+    original = est.model_.predict_proba
+
+    def spy(x, *args, **kwargs):
+        seen.append(x.shape[0])
+        return original(x, *args, **kwargs)
+
+    monkeypatch.setattr(est.model_, "predict_proba", spy)
+    whole, lpd = est.predict_proba(x), est.log_predictive_density(x, y)
+    assert seen == [40, 40]  # the default budget holds these rows at once
+    est.predict_memory = 1
+    seen.clear()
+    chunked = est.predict_proba(x)
+    assert seen == [1] * 40
+    np.testing.assert_allclose(chunked, whole, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(est.log_predictive_density(x, y), lpd, rtol=1e-12, atol=1e-14)

@@ -21,7 +21,7 @@ from ..flows.conditional import static_flow
 from ..models.classification import CLASSIFICATION_LIKELIHOODS
 from ..training import train
 from .base import Estimator, InputDependentFlowOptions, as_2d_float
-from .chunking import map_row_chunks
+from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, inducing_row_elements, map_row_chunks
 from ..initialisation import init_identity, init_input_dependent, init_random
 from .robust import BestState, resolve_robust, warn_below_svgp
 
@@ -216,14 +216,25 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
         model.eval()
         return history
 
-    _PREDICT_CHUNK = 2048  # rows per predictive evaluation: bounds the [samples, rows, classes] tensors
+    #: working-memory budget (bytes) of one prediction call: rows are predicted in chunks that fit in it (as the
+    #: regressors; predictions do not depend on it: every row shares the draws)
+    predict_memory = PREDICT_MEMORY_BYTES
+
+    def _predict_rows(self) -> int:
+        """Rows per chunk: per row the projections onto the inducing inputs and the larger of the multiclass
+        [samples, classes] draws and the binary flow's [quadrature nodes, W draws] grid."""
+        model = self.model_
+        grid = max(int(model.predict_samples) * int(model.num_classes),
+                   int(model.predict_quadrature_points) * int(model.mc_samples_predict))
+        itemsize = torch.empty((), dtype=self.torch_dtype()).element_size()
+        return chunk_rows(inducing_row_elements(model) + grid + 16, itemsize, self.predict_memory)
 
     def predict_proba(self, X):
         """Class probabilities [n_samples, n_classes], columns ordered as `classes_`; rows sum to one."""
         xt = self.scaled_inputs(X)
         with torch.no_grad():
             probs = map_row_chunks(lambda x: self.model_.predict_proba(x, generator=self.generator(device=x.device)),
-                                   [xt], self._PREDICT_CHUNK)
+                                   [xt], self._predict_rows())
         return probs.cpu().numpy().astype(np.float64)
 
     def predict(self, X):
@@ -238,7 +249,7 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
         with torch.no_grad():
             out = map_row_chunks(
                 lambda x, t: self.model_.log_predictive_density(x, t, generator=self.generator(device=x.device)),
-                [xt, yt], self._PREDICT_CHUNK)
+                [xt, yt], self._predict_rows())
         return out.cpu().numpy()
 
     def elbo(self, X, y):
