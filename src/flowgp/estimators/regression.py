@@ -400,7 +400,8 @@ class _FlowRegressor(SVGPRegressor):
         report.update(bound=bound / n, chosen=label)
         self.fit_report_ = report
         if svgp_bound is not None:
-            warn_below_svgp(type(self).__name__, bound / n, svgp_bound / n, options.tolerance)
+            warn_below_svgp(type(self).__name__, bound / n, svgp_bound / n, options.tolerance,
+                            start=report.get("refined_bound", report.get("warm_start_bound")))
         return self
 
     def _initialise_networks(self, model, x_t, generator) -> None:

@@ -144,15 +144,24 @@ class BestState:
             model.load_state_dict(self.state)
 
 
-def warn_below_svgp(name: str, bound: float, svgp_bound: float, tolerance: float, stacklevel: int = 4) -> bool:
+def warn_below_svgp(name: str, bound: float, svgp_bound: float, tolerance: float, stacklevel: int = 4,
+                    start: float | None = None) -> bool:
     """Warn (BoundBelowSVGPWarning) when the per-point `bound` is below `svgp_bound` - `tolerance`; returns
-    whether it warned."""
+    whether it warned. `start`: the flow model's bound at its warm start (after refinement); a start below the
+    SVGP's means the flow family cannot reproduce the SVGP (e.g. a bare 'log' or 'softplus', with no affine
+    stage), so a lower final bound may be the model's, and the message says so instead of blaming the optimiser."""
     if bound >= svgp_bound - tolerance:
         return False
+    if start is not None and start < svgp_bound - tolerance:
+        cause = (f"this flow cannot reproduce that SVGP (its closest start, {start:.4f}, is below it), so the lower "
+                 "bound may be the model's rather than the optimiser's; a flow ending in an affine stage (e.g. "
+                 "'sal', 'log+sal', 'sal+softplus') contains the SVGP. Otherwise try")
+    else:
+        cause = "the flow model contains that SVGP, so this is an optimisation failure. Try"
     warnings.warn(
         f"{name}: the fitted training bound per point, {bound:.4f}, is below the SVGP's on the same data, "
-        f"{svgp_bound:.4f} (tolerance {tolerance}); the flow model contains that SVGP, so this is an optimisation "
-        "failure. Try more epochs, a smaller lr, robust=RobustFit(restarts=('data',)), another flow, or "
-        "robust=RobustFit(natural_gradient=0.03); fit_report_ has the bound after every stage.",
+        f"{svgp_bound:.4f} (tolerance {tolerance}); {cause} more epochs, a smaller lr, "
+        "robust=RobustFit(restarts=('data',)), another flow, or robust=RobustFit(natural_gradient=0.03); "
+        "fit_report_ has the bound after every stage.",
         BoundBelowSVGPWarning, stacklevel=stacklevel)
     return True
