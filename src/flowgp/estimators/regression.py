@@ -367,7 +367,9 @@ class _FlowRegressor(SVGPRegressor):
             svgp = self._build(xt, ys, model="svgp", flow="identity", input_dependent=None)
             svgp_epochs = int(round(options.svgp_epochs * self.epochs))
             flow_epochs = max(1, self.epochs - svgp_epochs) if self.epochs else 0
-            svgp_history = self._train_stage(svgp, xt, ys, options, options.svgp_natural_gradient, ".svgp",
+            full_batch = self.batch_size is None or int(self.batch_size) >= n
+            svgp_gamma = options.svgp_natural_gradient if full_batch else options.svgp_natural_gradient_minibatch
+            svgp_history = self._train_stage(svgp, xt, ys, options, svgp_gamma, ".svgp",
                                              self.fix_noise_fraction, self.seed, epochs=svgp_epochs)
             with torch.no_grad():
                 svgp_value = svgp.elbo(xt, ys).item()
