@@ -247,7 +247,8 @@ def train(
             step size included) and stepped after every step, e.g. step_lr(1000, 0.98).
         early_stop: an EarlyStop on the history.
         callback: callback(step, loss, model) after every step (step: 0-based index, loss: the step's loss
-            value, non-finite for a step skipped in backoff mode); a truthy return value stops the run.
+            value, non-finite for a step skipped in backoff mode); a truthy return value stops the run. A callback
+            with state_dict()/load_state_dict() has its state saved in the checkpoints and restored on resume.
         loss: loss(model, batch, num_data, generator) -> scalar tensor to minimise instead of -elbo.
         generator: the model's Monte Carlo generator (default: new, seeded with seed + 1, on the data's device).
         keep_best: True or a BestParameters: remember the trainable parameters at the lowest loss evaluated
@@ -385,6 +386,8 @@ def train(
         finished = bool(state["finished"])
         if best is not None and state["best"] is not None:
             best.load_state_dict(state["best"])
+        if hasattr(callback, "load_state_dict") and state.get("callback") is not None:
+            callback.load_state_dict(state["callback"])
     # every rank starts from rank 0's parameters (as DistributedDataParallel does)
     broadcast_module(model, world)
     min_lrs = [[_MIN_LR_FRACTION * v for v in group] for group in initial_lrs]
@@ -403,6 +406,8 @@ def train(
             "generator": generator.get_state(), "history": list(history), "step": step,
             "epoch_sum": epoch_sum, "epoch_count": epoch_count, "early_stop": dict(stop),
             "initial_lrs": initial_lrs, "finished": done, "best": None if best is None else best.state_dict(),
+            # a callback with state (e.g. the robust fit's best state seen) resumes with the run
+            "callback": callback.state_dict() if hasattr(callback, "state_dict") else None,
         }, path)
         barrier(world)
 

@@ -33,7 +33,7 @@ from .base import Estimator, InputDependentFlowOptions, as_1d_float, as_2d_float
 from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, inducing_row_elements, map_row_chunks
 from ..initialisation import (init_from_data, init_identity, init_input_dependent, init_random,
                               warm_start_from_svgp)
-from .robust import BestState, BoundBelowSVGPWarning, RobustFit, resolve_robust, warn_below_svgp
+from .robust import BestState, BoundBelowSVGPWarning, FitRows, RobustFit, resolve_robust, warn_below_svgp
 
 __all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor", "RobustFit", "BoundBelowSVGPWarning"]
 
@@ -179,7 +179,8 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         self._natural_gradient_step()  # and a bad natural_gradient
         options = self._robust_options()
         if options is not None:
-            return self._robust_fit(xt, yt, y, options)
+            rows = FitRows(xt, yt, xt.shape[0], float(y.mean()), (float(y.min()), float(y.max())))
+            return self._robust_fit(rows, options)
         self.model_ = self._build(xt, yt)
         self._initialise_flow(self.model_, yt, self.generator(device="cpu"), x_t=xt)
         self.history_ = train(self.model_, xt, yt, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
@@ -187,6 +188,17 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                               desc=type(self).__name__, checkpoint_path=self.checkpoint_path(),
                               natural_gradient=self._natural_gradient())
         return self
+
+    def _train_on_stream(self, xs, ys, stream, stats) -> None:
+        """The training of `fit_stream`: the model built and initialised from the sample (xs, ys), then trained
+        on the whole table through `stream(shift, scale)` (a flowgp.batches sampler); `stats` is the scan's
+        summary (flowgp.data_sources.scan)."""
+        self.model_ = self._build(xs, ys)
+        self._initialise_flow(self.model_, ys, self.generator(device="cpu"), x_t=xs)
+        self.history_ = train(self.model_, stream(self.y_shift_, self.y_scale_), epochs=self.epochs, lr=self.lr,
+                              fix_noise_fraction=self.fix_noise_fraction, seed=self.seed, verbose=self.verbose,
+                              desc=type(self).__name__, checkpoint_path=self.checkpoint_path(),
+                              natural_gradient=self._natural_gradient())
 
     def _natural_gradient(self):
         """The NaturalGradient on q(u) of a plain fit (`natural_gradient`), or None (the flow estimators have
@@ -293,11 +305,22 @@ class _FlowRegressor(SVGPRegressor):
         # an identity flow: the model is the SVGP itself, fitted exactly as SVGPRegressor
         return resolve_robust(self.robust, self.flow_object().is_identity)
 
-    def _full_bound(self, model, x, y) -> float:
-        """The bound on all of (x, y) in the units of y (deterministic flows: the training objective itself)."""
+    def _train_on_stream(self, xs, ys, stream, stats) -> None:
+        options = self._robust_options()
+        if options is None:
+            return super()._train_on_stream(xs, ys, stream, stats)
+        # the robust fit as in memory: bounds on the reservoir sample (an estimate of the table's), training
+        # stages reading the whole table
+        self._robust_fit(FitRows(xs, ys, int(stats.num_rows), float(stats.y_mean),
+                                 (float(stats.y_min), float(stats.y_max)), stream), options)
+
+    def _full_bound(self, model, rows: FitRows, y=None) -> float:
+        """The bound on the training set in the units of y (deterministic flows: the training objective itself);
+        from a sample of a streamed table, its estimate. `y`: targets other than rows.y (the SVGP stage's)."""
+        y = rows.y if y is None else y
         with torch.no_grad():
-            value = model.elbo(x, y, generator=self.generator(device=x.device)).item()
-        return value - x.shape[0] * math.log(self.y_scale_)
+            value = model.elbo(rows.x, y, num_data=rows.num_rows, generator=self.generator(device=rows.x.device))
+        return value.item() - rows.num_rows * math.log(self.y_scale_)
 
     def _deterministic(self) -> bool:
         return self._input_dependence() is None
@@ -306,19 +329,27 @@ class _FlowRegressor(SVGPRegressor):
         """Whether the flow refinement runs after this warm start (`report` has both bounds per point)."""
         return True
 
-    def _train_stage(self, model, x, y, options, gamma, suffix, fix_noise_fraction, seed, early_stop=None,
-                     epochs=None, lr_scale=1.0):
-        """One stage of the robust fit: Adam (+ natural gradients on q(u)), plateau stop, best full-data bound."""
-        n = x.shape[0]
-        full_batch = self.batch_size is None or int(self.batch_size) >= n
+    def _train_stage(self, model, rows: FitRows, shift, options, gamma, suffix, fix_noise_fraction, seed,
+                     early_stop=None, epochs=None, lr_scale=1.0):
+        """One stage of the robust fit: Adam (+ natural gradients on q(u)), plateau stop, best bound kept.
+        `shift`: the raw targets' shift of this stage's standardisation (the scale is always y_scale_)."""
+        n = rows.num_rows
+        y = rows.y + (self.y_shift_ - shift) / self.y_scale_
+        batch = n if self.batch_size is None else min(int(self.batch_size), n)
         keeper = None
         if options.keep_best and self._deterministic():
             def bound(m):
                 with torch.no_grad():
-                    return m.elbo(x, y, generator=self.generator(device=x.device)).item()
-            keeper = BestState(model, bound, None if full_batch else -(-n // int(self.batch_size)))
+                    return m.elbo(rows.x, y, num_data=n, generator=self.generator(device=rows.x.device)).item()
+            # full batch in memory: the loss is the bound itself; otherwise the bound once per epoch
+            every = None if rows.stream is None and batch == n else -(-n // batch)
+            keeper = BestState(model, bound, every)
         natural = NaturalGradient([model.gp], lr=gamma) if gamma else None
-        history = train(model, x, y, epochs=self.epochs if epochs is None else epochs, batch_size=self.batch_size,
+        if rows.stream is None:
+            data = dict(x=rows.x, y=y, batch_size=self.batch_size)
+        else:
+            data = dict(x=rows.stream(shift, self.y_scale_))
+        history = train(model, **data, epochs=self.epochs if epochs is None else epochs,
                         lr=self.lr * lr_scale, fix_noise_fraction=fix_noise_fraction, seed=seed, verbose=self.verbose,
                         desc=type(self).__name__ + suffix, checkpoint_path=self.checkpoint_path(suffix),
                         natural_gradient=natural, early_stop=early_stop, callback=keeper)
@@ -328,7 +359,9 @@ class _FlowRegressor(SVGPRegressor):
         return history
 
     def _refine_flow(self, model, x, y) -> None:
-        """Maximise the full-data bound over the flow and the noise, the GP held (L-BFGS, guarded, best kept)."""
+        """Maximise the bound over the flow and the noise, the GP held (L-BFGS, guarded, best kept). On a sample
+        of a streamed table: the GP (and so the KL) held, the sample's bound has the same maximiser in
+        expectation as the table's."""
         held = [p for p in model.gp.parameters() if p.requires_grad]
 
         def lbfgs(params):
@@ -345,59 +378,64 @@ class _FlowRegressor(SVGPRegressor):
                 p.requires_grad_(True)
         model.eval()
 
-    def _warm_range(self, svgp, x, ys):
+    def _warm_range(self, svgp, x, ys, y_range):
         """The interval (SVGP target units) on which the flow must reproduce the SVGP: TGP, where q(f) puts
-        its quadrature nodes at the training inputs; v-WGP, the targets themselves."""
+        its quadrature nodes at the training inputs; v-WGP, the targets themselves (`y_range`, the raw
+        targets' range, covers the rows a streamed fit's sample misses)."""
         with torch.no_grad():
             mean, var = svgp.gp.marginals(x)
         sd = var.clamp_min(0).sqrt()
         low, high = float((mean - 4 * sd).min()), float((mean + 4 * sd).max())
-        return min(low, float(ys.min())), max(high, float(ys.max()))
+        return min(low, float(ys.min()), y_range[0]), max(high, float(ys.max()), y_range[1])
 
-    def _robust_fit(self, xt, yt, y, options):
+    def _robust_fit(self, rows: FitRows, options):
         if self.flow_init not in self._FLOW_INITS:
             raise ValueError(f"flow_init must be one of {self._FLOW_INITS}, got {self.flow_init!r}")
-        n = xt.shape[0]
-        svgp_shift, svgp_scale = float(y.mean()), self.y_scale_
+        n = rows.num_rows
         report = {"n": n}
         candidates = []  # (bound in y units, label, model, history)
         svgp_bound = None
         if options.warm_start:
-            ys = self.tensor((y - svgp_shift) / svgp_scale)[:, None]
-            svgp = self._build(xt, ys, model="svgp", flow="identity", input_dependent=None)
+            # the SVGP in its own standardisation (shift by the targets' mean even where the flow's is 0)
+            svgp_shift, svgp_scale = rows.svgp_shift, self.y_scale_
+            ys = rows.y + (self.y_shift_ - svgp_shift) / svgp_scale
+            svgp = self._build(rows.x, ys, model="svgp", flow="identity", input_dependent=None)
             svgp_epochs = int(round(options.svgp_epochs * self.epochs))
             flow_epochs = max(1, self.epochs - svgp_epochs) if self.epochs else 0
+            # (a streamed table read whole every step is full batch too: exact gradients)
             full_batch = self.batch_size is None or int(self.batch_size) >= n
             svgp_gamma = options.svgp_natural_gradient if full_batch else options.svgp_natural_gradient_minibatch
-            svgp_history = self._train_stage(svgp, xt, ys, options, svgp_gamma, ".svgp",
+            svgp_history = self._train_stage(svgp, rows, svgp_shift, options, svgp_gamma, ".svgp",
                                              self.fix_noise_fraction, self.seed, epochs=svgp_epochs)
-            with torch.no_grad():
-                svgp_value = svgp.elbo(xt, ys).item()
-            svgp_bound = svgp_value - n * math.log(svgp_scale)
+            svgp_bound = self._full_bound(svgp, rows, ys)
             report.update(svgp_bound=svgp_bound / n, svgp_epochs=len(svgp_history))
             self.svgp_ = svgp
-            model = self._build(xt, yt)
+            model = self._build(rows.x, rows.y)
             shift = (svgp_shift - self.y_shift_) / self.y_scale_
-            low, high = self._warm_range(svgp, xt, ys)
+            y_range = tuple((v - svgp_shift) / svgp_scale for v in rows.y_range)
+            low, high = self._warm_range(svgp, rows.x, ys, y_range)
             warm_start_from_svgp(model, svgp, shift, svgp_scale / self.y_scale_, low, high)
             if not self._deterministic():  # networks of input-dependent stages taught the warm-started bases
-                self._initialise_networks(model, xt, self.generator(device="cpu"))
-            report["warm_start_bound"] = self._full_bound(model, xt, yt) / n
+                self._initialise_networks(model, rows.x, self.generator(device="cpu"))
+            report["warm_start_bound"] = self._full_bound(model, rows) / n
             if options.refine_flow and self._deterministic() and self._refine_after(report):
-                self._refine_flow(model, xt, yt)
-                report["refined_bound"] = self._full_bound(model, xt, yt) / n
-            history = self._train_stage(model, xt, yt, options, options.natural_gradient, "", 0.0, self.seed,
-                                        options.early_stop(), epochs=flow_epochs, lr_scale=options.flow_lr)
-            candidates.append((self._full_bound(model, xt, yt), "warm", model, history))
+                self._refine_flow(model, rows.x, rows.y)
+                report["refined_bound"] = self._full_bound(model, rows) / n
+            history = self._train_stage(model, rows, self.y_shift_, options, options.natural_gradient, "", 0.0,
+                                        self.seed, options.early_stop(), epochs=flow_epochs,
+                                        lr_scale=options.flow_lr)
+            candidates.append((self._full_bound(model, rows), "warm", model, history))
         inits = list(options.restarts) if options.warm_start else [self.flow_init, *options.restarts]
         for i, init in enumerate(inits):
-            model = self._build(xt, yt)
-            self._initialise_flow(model, yt, self.generator(device="cpu"), x_t=xt, init=init)
-            history = self._train_stage(model, xt, yt, options, options.natural_gradient, f".restart{i}",
-                                        self.fix_noise_fraction, self.seed, options.early_stop())
-            candidates.append((self._full_bound(model, xt, yt), init, model, history))
+            model = self._build(rows.x, rows.y)
+            self._initialise_flow(model, rows.y, self.generator(device="cpu"), x_t=rows.x, init=init)
+            history = self._train_stage(model, rows, self.y_shift_, options, options.natural_gradient,
+                                        f".restart{i}", self.fix_noise_fraction, self.seed, options.early_stop())
+            candidates.append((self._full_bound(model, rows), init, model, history))
         report["candidates"] = {label: bound / n for bound, label, _, _ in candidates}
         report["epochs"] = {label: len(history) for _, label, _, history in candidates}
+        if rows.stream is not None:
+            report["bounds_from_sample_rows"] = int(rows.x.shape[0])
         bound, label, self.model_, self.history_ = max(candidates, key=lambda c: c[0])
         report.update(bound=bound / n, chosen=label)
         self.fit_report_ = report

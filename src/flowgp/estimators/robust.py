@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from ..training import EarlyStop
 
 __all__ = ["RobustFit", "DEFAULT_ROBUST_FIT", "BestState", "BoundBelowSVGPWarning", "warn_below_svgp", "snapshot",
-           "resolve_robust"]
+           "resolve_robust", "FitRows"]
 
 
 class BoundBelowSVGPWarning(UserWarning):
@@ -94,6 +94,28 @@ class RobustFit:
         return None if self.plateau is None else EarlyStop(*self.plateau)
 
 
+@dataclass(frozen=True)
+class FitRows:
+    """The data of a robust fit, in memory or streamed.
+
+    x, y: the rows its bounds are evaluated on (warm start, refinement, best state, final check), in the
+        estimator's units: all training rows, or for a streamed table a uniform sample of them, whose bounds
+        (expected log-likelihood scaled by num_rows / len(x), minus the KL) estimate the full table's.
+    num_rows: the size of the training set.
+    svgp_shift: the mean of the raw targets (the SVGP stage standardises by it).
+    y_range: (min, max) of the raw targets over the training set.
+    stream: None when training reads x, y themselves; for a streamed table, `stream(shift, scale)` returns a
+        flowgp.batches sampler over the whole table with targets (y - shift) / scale.
+    """
+
+    x: object
+    y: object
+    num_rows: int
+    svgp_shift: float
+    y_range: tuple
+    stream: Optional[Callable] = None
+
+
 #: the default robust procedure (`robust=True`)
 DEFAULT_ROBUST_FIT = RobustFit()
 
@@ -143,6 +165,13 @@ class BestState:
         elif (step + 1) % self.every == 0:
             self.consider(model)
         return False
+
+    # saved in `train`'s checkpoints, so a resumed (or reloaded) fit keeps the best state of the whole run
+    def state_dict(self) -> dict:
+        return {"value": self.value, "state": self.state, "previous": self.previous}
+
+    def load_state_dict(self, saved: dict) -> None:
+        self.value, self.state, self.previous = float(saved["value"]), saved["state"], saved["previous"]
 
     def finish(self, model) -> None:
         self.consider(model)
