@@ -4,9 +4,11 @@
   (to 1e-10 in float64 for flows whose family holds the affine map exactly, with and without a target shift);
 - the structural guarantee: the fitted bound >= the bound of the SVGP it was warm-started from - 0.005 per point;
 - the warning names both bounds when a fit ends below (forced with a flow that cannot reproduce the SVGP);
-- a reduced version of the issue's check on the shared air-quality data (skipped without the data).
+- the issue's check (air-quality folds 0-4, boston/concrete/energy splits 0-2) at 200 epochs, or the issue's
+  1 500 with FLOWGP_ISSUE24_EPOCHS=1500 (skipped without the shared data).
 """
 import math
+import os
 import warnings
 
 import numpy as np
@@ -156,19 +158,36 @@ def test_restarts_choose_by_training_bound():
     assert report["chosen"] == max(report["candidates"], key=report["candidates"].get)
 
 
-def test_air_quality_fold_reduced():
-    """The issue's check, reduced: air-quality fold 1 (seeded 5-fold permutation, 10 % inducing points),
-    sal+softplus, 200 epochs: the default TGP ends at or above its SVGP's bound - 0.005 per point."""
-    from flowgp.data import cv_splits, load_air_quality
+#: epochs of the issue's check in the suite; FLOWGP_ISSUE24_EPOCHS=1500 runs the issue's own protocol (about
+#: 25 min on 2 cores; its results: docs/results/tgp-robust/README.md section 5)
+ISSUE_CHECK_EPOCHS = int(os.environ.get("FLOWGP_ISSUE24_EPOCHS", "200"))
+
+
+@pytest.mark.parametrize("dataset, split", [("airquality", k) for k in range(5)]
+                         + [(name, k) for name in ("boston", "concrete", "energy") for k in range(3)])
+def test_the_issues_check(dataset, split):
+    """Issue 24's check: on air-quality folds 0-4 (seeded 5-fold permutation, 10 % inducing points) and boston,
+    concrete, energy splits 0-2 (M = 100) the default TGPRegressor(flow="sal+softplus") ends with a training
+    bound per point >= that of SVGPRegressor with the same settings - 0.005 (both seed 0, full batch)."""
+    from flowgp.data import cv_splits, load_air_quality, uci_split
 
     try:
-        x, y = load_air_quality()
-    except (FileNotFoundError, OSError, ValueError) as err:
-        pytest.skip(f"air-quality data not available: {err}")
-    tr, _ = cv_splits(len(y), 5, 0)[1]
-    m = int(round(0.1 * len(tr)))
-    est = TGPRegressor(flow="sal+softplus", num_inducing=m, epochs=200, verbose=False).fit(x[tr], y[tr])
-    assert est.fit_report_["bound"] >= est.fit_report_["svgp_bound"] - 0.005
+        if dataset == "airquality":
+            x, y = load_air_quality()
+            train_rows, _ = cv_splits(len(y), 5, 0)[split]
+            x, y, m = x[train_rows], y[train_rows], int(round(0.1 * len(train_rows)))
+        else:
+            part = uci_split(dataset, split)
+            x, y, m = part.x_train, part.y_train, 100
+    except (FileNotFoundError, OSError) as err:
+        pytest.skip(f"{dataset} not available: {err}")
+    kw = dict(num_inducing=m, epochs=ISSUE_CHECK_EPOCHS, seed=0, verbose=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BoundBelowSVGPWarning)
+        tgp = TGPRegressor(flow="sal+softplus", **kw).fit(x, y)
+    svgp = SVGPRegressor(**kw).fit(x, y)
+    n = len(y)
+    assert tgp.elbo(x, y) / n >= svgp.elbo(x, y) / n - 0.005
 
 
 @pytest.mark.parametrize("classes", [2, 3])
