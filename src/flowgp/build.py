@@ -148,6 +148,9 @@ class DeepGPConfig:
     # ("per-point", "shared"; None: "shared" for "cnf-paper", "per-point" for the other flows)
     flow_elementwise: str = "entry"
     draws: str | None = None
+    # issue 22: the hidden layers' skip-layer connection ("linear", or "conv" for images of `image_shape`)
+    skip: str = "linear"
+    image_shape: tuple | None = None
     inducing_points: Any = field(default=None, compare=False, repr=False)
 
 
@@ -341,7 +344,8 @@ def _build_deep(config: DeepGPConfig, x, y, *, generator=None):
         kmeans_restarts=config.kmeans_restarts, seed=_kmeans_seed(generator), inducing_points=inducing,
         learn_inducing=config.learn_inducing, flow_steps=int(config.flow_steps), flow_base=config.flow_base,
         quadrature_points=config.quadrature_points, predict_quadrature_points=config.predict_quadrature_points,
-        draws=config.draws, flow_elementwise=config.flow_elementwise,
+        draws=config.draws, flow_elementwise=config.flow_elementwise, skip=config.skip,
+        image_shape=None if config.image_shape is None else tuple(config.image_shape),
         **_generator_kwarg(build_deep_gp, generator))
 
 

@@ -19,7 +19,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from ..build import DeepGPConfig, build
 from ..likelihoods import BernoulliLikelihood
 from ..models.cnf_posterior import ELEMENTWISE_SHAPES, FLOW_BASES
-from ..models.deep_gp import POSTERIORS, warm_start_from_gaussian
+from ..models.deep_gp import POSTERIORS, SKIPS, warm_start_from_gaussian
+from ..models.image_skip import check_image_shape
 from ..training import train
 from ..build import resolve_dtype
 from .base import Estimator, as_2d_float
@@ -55,7 +56,30 @@ class _DeepMixin:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.skip not in SKIPS:
+            raise ValueError(f"skip must be one of {SKIPS} (DSVI's linear projection, or the convolutional "
+                             f"skip-layer connection for images), got {self.skip!r}")
+        if self.skip == "conv":
+            if self.image_shape is None:
+                raise ValueError("skip='conv' needs image_shape=(channels, height, width) of the images in X "
+                                 "(each row a flattened image), e.g. image_shape=(1, 28, 28)")
+            check_image_shape(self.image_shape)
+        elif self.image_shape is not None:
+            check_image_shape(self.image_shape)
         resolve_dtype(self.dtype)
+
+    def fit_input_scaling(self, X):
+        """Standardised inputs; images (`image_shape` given) are scaled by one mean and scale over all pixels
+        instead of per pixel, so that the skip and the kernel see the image as it is (pixels on the border,
+        constant over the data, keep their value rather than being set to 0 each)."""
+        if self.image_shape is None:
+            return super().fit_input_scaling(X)
+        check_image_shape(self.image_shape, X.shape[1])
+        self.n_features_in_ = X.shape[1]
+        std = float(X.std())
+        self.x_mean_ = np.full(X.shape[1], float(X.mean()))
+        self.x_std_ = np.full(X.shape[1], std if std > 0 else 1.0)
+        return self.tensor((X - self.x_mean_) / self.x_std_)
 
     def _generator(self, device, seed=None):
         return self.generator(seed, device)
@@ -69,7 +93,8 @@ class _DeepMixin:
             num_classes=len(self.classes_) if hasattr(self, "classes_") else None,
             lengthscale=self.lengthscale, period=self.period, num_samples=int(self.num_samples_train),
             flow_steps=int(self.flow_steps), flow_base=self.flow_base, learn_inducing=self.learn_inducing,
-            flow_elementwise=self.flow_elementwise,
+            flow_elementwise=self.flow_elementwise, skip=self.skip,
+            image_shape=None if self.image_shape is None else tuple(int(v) for v in self.image_shape),
             quadrature_points=self.quadrature_points, predict_quadrature_points=self.predict_quadrature_points,
             kmeans_restarts=self.kmeans_restarts)
         return dataclasses.replace(config, **overrides)
@@ -128,6 +153,13 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         flow_elementwise: "entry" or "channel": parameter sharing of the "cnf" posterior's sinh-arcsinh steps.
         dsvi_warmup: fraction of `epochs` trained as DSVI first ("cnf" only); the flow then starts from the
             fitted DSVI posterior (`flowgp.models.deep_gp.warm_start_from_gaussian`) for the remaining epochs.
+        skip: the hidden layers' skip-layer connection: "linear" (DSVI's fixed projection), "conv", the
+            convolutional skip-layer connection of CNF-DGP §IV-B for images: X holds each image flattened in
+            (C, H, W) order, `image_shape` = (C, H, W); hidden layers keep the image layout (C·H·W GPs sharing
+            one kernel) and carry their input forward through a trainable 3×3 convolution
+            (`flowgp.models.image_skip.ConvSkip`); or "dense", the same with a trainable fully connected skip
+            (the design the convolution replaces). With `image_shape` inputs are scaled by one mean and scale
+            over all pixels.
         Other arguments as SVGPRegressor (num_inducing = M per layer, shared by all layers).
     """
 
@@ -136,7 +168,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
                  batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05,
                  lengthscale=1.0, period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
                  quadrature_points=20, predict_quadrature_points=100, verbose=True, checkpoint=None,
-                 flow_elementwise="entry", dsvi_warmup=0.0):
+                 flow_elementwise="entry", dsvi_warmup=0.0, skip="linear", image_shape=None):
         self._store_arguments(locals())
 
     def _likelihood_name(self):
@@ -213,7 +245,7 @@ class DeepGPClassifier(_DeepMixin, Estimator, ClassifierMixin, BaseEstimator):
                  kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu",
                  lengthscale=1.0, period=1.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
                  predict_quadrature_points=100, verbose=True, checkpoint=None, flow_elementwise="entry",
-                 dsvi_warmup=0.0):
+                 dsvi_warmup=0.0, skip="linear", image_shape=None):
         self._store_arguments(locals())
 
     def _likelihood_name(self):

@@ -32,6 +32,7 @@ from ..prediction import gaussian_mixture_quantiles
 from ..variational import SparseVariationalGP
 from ._checks import as_inputs, as_targets
 from .cnf_posterior import FLOW_BASES
+from .image_skip import ConvSkip, check_image_shape
 
 __all__ = ["LinearMean", "GPLayer", "DeepGP", "build_deep_gp", "hidden_layer_width", "POSTERIORS", "DRAWS",
            "warm_start_from_gaussian"]
@@ -40,6 +41,11 @@ __all__ = ["LinearMean", "GPLayer", "DeepGP", "build_deep_gp", "hidden_layer_wid
 #: Gaussian-base convolutional flow (default flow), the paper's CNF (diagonal φ(Z) base, shared draws), the
 #: layer-wise flow of CNF-DGP Fig. 1
 POSTERIORS = ("gaussian", "cnf", "cnf-paper", "flow-layerwise")
+#: skip-layer connections of hidden layers: DSVI's fixed linear projection, CNF-DGP §IV-B's 3×3 convolution
+SKIPS = ("linear", "dense", "conv")
+#: skips whose hidden layers keep the input's width (image layout), with one kernel shared by a layer's GPs:
+#: "dense" is the fully connected trainable skip that CNF-DGP §IV-B replaces by the convolution ("conv")
+FULL_WIDTH_SKIPS = ("dense", "conv")
 #: how a flow posterior's U is drawn in the bound: one draw per data point (and sample), or one for the batch
 DRAWS = ("per-point", "shared")
 #: below this many elements per Monte Carlo chunk the no-grad bound evaluates all samples at once
@@ -98,6 +104,10 @@ class GPLayer(nn.Module):
         lengthscale, variance, period: initial kernel hyperparameters when `kernel` is a name.
         q_var_init, learn_inducing, jitter: passed to SparseVariationalGP.
         learn_mean: train the linear mean's weight (default False, as in Salimbeni & Deisenroth).
+        mean_function: a module [..., N, D_in] -> [..., N, D_out] used as the mean instead of `mean_weight`
+            (e.g. the convolutional skip `ConvSkip` of image layers).
+        shared_kernel: one set of kernel hyperparameters for all D_out GPs (kernel batch shape ()), so K_ZX is
+            computed once per layer instead of D_out times: what makes image-wide layers (D_out = C·H·W) cheap.
     """
 
     def __init__(
@@ -114,6 +124,8 @@ class GPLayer(nn.Module):
         learn_mean: bool = False,
         period=1.0,
         jitter: float | None = None,
+        mean_function: nn.Module | None = None,
+        shared_kernel: bool = False,
     ):
         super().__init__()
         z = _as_float_tensor(inducing_points)
@@ -123,15 +135,19 @@ class GPLayer(nn.Module):
             raise ValueError(f"inducing_points must have shape [M, D_in] or [D_out, M, D_in], got {tuple(z.shape)}")
         d_in = z.shape[-1]
         if isinstance(kernel, str):
-            kern = make_kernel(kernel, d_in, batch_shape=(int(output_dim),), lengthscale=lengthscale,
+            batch = () if shared_kernel else (int(output_dim),)
+            kern = make_kernel(kernel, d_in, batch_shape=batch, lengthscale=lengthscale,
                                variance=variance, period=period, dtype=z.dtype)
         elif isinstance(kernel, Kernel):
             kern = kernel
         else:
             raise TypeError(f"kernel must be a kernel name such as 'rbf' or a Kernel, got {type(kernel).__name__}")
         if white_variance is not None:
-            kern = Sum(kern, White(d_in, variance=white_variance, batch_shape=(int(output_dim),), dtype=z.dtype))
-        mean = None
+            batch = () if shared_kernel else (int(output_dim),)
+            kern = Sum(kern, White(d_in, variance=white_variance, batch_shape=batch, dtype=z.dtype))
+        if mean_function is not None and mean_weight is not None:
+            raise ValueError("give mean_weight (a linear mean) or mean_function, not both")
+        mean = mean_function
         if mean_weight is not None:
             mean_weight = torch.as_tensor(mean_weight, dtype=z.dtype)
             if tuple(mean_weight.shape) != (d_in, int(output_dim)):
@@ -535,6 +551,8 @@ def build_deep_gp(
     device=None,
     draws: str | None = None,
     flow_elementwise: str = "entry",
+    skip: str = "linear",
+    image_shape: tuple | None = None,
 ) -> DeepGP:
     """A DeepGP initialised as in Salimbeni & Deisenroth / TGP appendix B.6.
 
@@ -550,6 +568,14 @@ def build_deep_gp(
     paper CNF's base: "network" (eq. 9) or "free" (ablation), unused by the other posteriors. `draws`
     ("per-point" or "shared") overrides how the bound draws U; by default "shared" for "cnf-paper" (the
     paper's eq. 6) and "per-point" for the other flows.
+
+    `skip` is the hidden layers' skip-layer connection: "linear" (the fixed projection above), "conv", the
+    convolutional skip-layer connection of CNF-DGP §IV-B for images (`image_shape` = (C, H, W), x holding the
+    images flattened in that order), or "dense", the fully connected trainable skip that "conv" replaces (its
+    ablation). With "conv" and "dense" hidden layers keep the input's width (the image layout: C·H·W GPs), take
+    a trainable mean starting at the identity (`ConvSkip`, a 3×3 convolution; or a D×D linear map) and one
+    kernel shared by the layer's GPs on the flattened image, with initial lengthscale `lengthscale`·sqrt(D)
+    (distances between standardised images grow as the square root of the number of pixels).
 
     Randomness (the flow posterior's networks) comes from `generator` (a CPU generator), by default
     `torch.Generator().manual_seed(seed)`; torch's and NumPy's global RNGs are never touched. The model is
@@ -574,7 +600,19 @@ def build_deep_gp(
     if generator is None:
         generator = torch.Generator().manual_seed(int(seed))
     d = x.shape[1]
-    width = hidden_layer_width(d, y_dim) if hidden_width is None else _positive_int(hidden_width, "hidden_width")
+    if skip not in SKIPS:
+        raise ValueError(f"skip must be one of {SKIPS}, got {skip!r}")
+    if skip == "conv" and image_shape is None:
+        raise ValueError("skip='conv' needs image_shape=(channels, height, width) of the flattened images in x")
+    if image_shape is not None:
+        channels, height, img_width = check_image_shape(image_shape, d)
+    if skip in FULL_WIDTH_SKIPS:
+        if hidden_width is not None and int(hidden_width) != d:
+            raise ValueError(f"with skip={skip!r} the hidden layers keep the input's width (C·H·W = {d}); "
+                             f"leave hidden_width=None, got {hidden_width!r}")
+        width = d
+    else:
+        width = hidden_layer_width(d, y_dim) if hidden_width is None else _positive_int(hidden_width, "hidden_width")
     if inducing_points is None:
         z = torch.as_tensor(kmeans_inducing_points(x, num_inducing, kmeans_restarts, seed), dtype=x.dtype,
                             device=x.device)
@@ -587,7 +625,20 @@ def build_deep_gp(
     for ell in range(num_layers):
         last = ell == num_layers - 1
         d_out = y_dim if last else width
-        weight = None
+        weight, conv = None, None
+        if skip in FULL_WIDTH_SKIPS:
+            # the layer's GPs read the flattened image (its first layer the input, later ones the previous
+            # layer's image-shaped outputs); the skip starts at the identity, so Z passes through unchanged
+            if not last and skip == "conv":
+                conv = ConvSkip(channels, channels, height, img_width, dtype=x.dtype, device=x.device)
+            elif not last:
+                conv = LinearMean(torch.eye(d, dtype=x.dtype, device=x.device), learn=True)
+            layer = GPLayer(z_run, d_out, kernel=kernel, mean_function=conv,
+                            white_variance=None if last else white_variance,
+                            lengthscale=lengthscale * math.sqrt(d), variance=variance, q_var_init=q_var_init,
+                            learn_inducing=learn_inducing, period=period, shared_kernel=not last)
+            layers.append(layer.to(device=x.device, dtype=x.dtype))
+            continue
         if not last:
             weight = linear_mean_weight(x_run, d_out)
         layer = GPLayer(z_run, d_out, kernel=kernel, mean_weight=weight, white_variance=None if last else white_variance,
