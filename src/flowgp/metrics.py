@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["rmse", "mean_nll", "coverage", "r2"]
+__all__ = ["rmse", "mean_nll", "coverage", "r2", "expected_calibration_error"]
 
 
 def _arrays(*arrays):
@@ -37,3 +37,23 @@ def r2(y_true, y_pred) -> float:
     ss_res = ((y_true - y_pred) ** 2).sum(0)
     ss_tot = ((y_true - y_true.mean(0)) ** 2).sum(0)
     return float(np.mean(1.0 - ss_res / np.where(ss_tot > 0, ss_tot, 1.0)))
+
+
+def expected_calibration_error(labels, probs, bins: int = 15) -> float:
+    """ECE of a classifier (Guo et al. 2017): the rows binned by confidence max_c p(c | x) into `bins` equal
+    intervals of [0, 1], Σ_b (n_b / N)·|accuracy_b - mean confidence_b|."""
+    probs = np.asarray(probs, dtype=np.float64)
+    labels = np.asarray(labels).reshape(-1)
+    if probs.ndim != 2 or probs.shape[0] != labels.shape[0]:
+        raise ValueError(f"probs must be [N, classes] with one row per label, got {probs.shape} for {labels.shape[0]} labels")
+    if int(bins) < 1:
+        raise ValueError(f"bins must be a positive integer, got {bins!r}")
+    confidence = probs.max(1)
+    correct = (probs.argmax(1) == labels).astype(np.float64)
+    which = np.minimum((confidence * bins).astype(np.int64), bins - 1)
+    total = 0.0
+    for b in range(int(bins)):
+        rows = which == b
+        if rows.any():
+            total += rows.mean() * abs(correct[rows].mean() - confidence[rows].mean())
+    return float(total)

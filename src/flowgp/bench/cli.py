@@ -27,6 +27,7 @@ _SUBCOMMAND_MODULES = (
     "report",
     "snr",
     "amogp",
+    "images",
 )
 
 

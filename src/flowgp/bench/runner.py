@@ -81,7 +81,10 @@ def evaluate_classification(est, x_test, y_test) -> dict:
     proba = np.asarray(est.predict_proba(x_test), dtype=float)
     y = np.asarray(y_test, dtype=np.int64)
     p_true = np.clip(proba[np.arange(len(y)), y], 1e-300, None)
-    return {"accuracy": float(np.mean(proba.argmax(1) == y)), "nll": float(-np.mean(np.log(p_true)))}
+    from ..metrics import expected_calibration_error
+
+    return {"accuracy": float(np.mean(proba.argmax(1) == y)), "nll": float(-np.mean(np.log(p_true))),
+            "ece": expected_calibration_error(y, proba)}
 
 
 def fit_and_score(est, split, task: str = "regression") -> dict:

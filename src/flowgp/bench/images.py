@@ -1,0 +1,128 @@
+"""`flowgp bench images`: image classification of CNF-DGP §IV-B (Table III), resumable like the other suites.
+
+Models: `sgp` (one sparse GP layer), `dgpL` (DSVI deep GP with L layers) and `cnf-dgpL` (the Gaussian-base
+convolutional flow posterior, DSVI warm-up for half the steps), all with the robust-max likelihood and M
+inducing inputs per layer; `--skip` chooses the hidden layers' skip-layer connection: `conv` (the paper's CSC,
+default), `dense` (the fully connected trainable skip it replaces) or `linear` (DSVI's fixed projection at
+width min(D, 16)). Rows report test accuracy, NLL and ECE (15 bins), and seconds.
+
+Presets (the paper states only L = 4, M = 100 and the robust max): `paper` 20 000 steps of 256 images, 100
+prediction samples; `quick` 2 000 steps; `tiny` 20 steps on at most 500 training images (a smoke test).
+`--max-train N` trains on a seeded subset of N images (a reduced CPU budget; rows record it). Data:
+`flowgp.image_data` (MNIST, Fashion-MNIST, CIFAR-10 from --data-dir / $FLOWGP_DATA; `digits` embedded).
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .runner import parse_int_list, parse_name_list, run_jobs
+
+NAME = "images"
+HELP = "image classification of CNF-DGP §IV-B (Table III): SGP, DGP and CNF-DGP with the conv skip"
+
+KEY_FIELDS = ("dataset", "model", "skip", "seed", "preset", "max_train")
+
+#: preset -> (steps, batch size, inducing points, prediction samples, training-row cap)
+PRESETS = {"paper": (20000, 256, 100, 100, None), "quick": (2000, 256, 100, 20, None),
+           "tiny": (20, 128, 20, 5, 500)}
+_MODEL = re.compile(r"^(sgp|dgp(\d+)|cnf-dgp(\d+))$")
+
+
+def parse_model(name: str) -> tuple[int, str]:
+    """'sgp' -> (1, 'gaussian'), 'dgp4' -> (4, 'gaussian'), 'cnf-dgp4' -> (4, 'cnf'); ValueError otherwise."""
+    match = _MODEL.match(name)
+    if not match:
+        raise ValueError(f"unknown model {name!r}; use sgp, dgpL or cnf-dgpL (L layers, e.g. dgp4, cnf-dgp4)")
+    if name == "sgp":
+        return 1, "gaussian"
+    layers = int(match.group(2) or match.group(3))
+    if layers < 2:
+        raise ValueError(f"{name}: a deep GP needs at least 2 layers (sgp is the one-layer model)")
+    return layers, "cnf" if name.startswith("cnf") else "gaussian"
+
+
+def make_classifier(model: str, skip: str, image_shape, preset: str, n_train: int, seed: int):
+    from ..estimators.deep import DeepGPClassifier
+
+    layers, posterior = parse_model(model)
+    steps, batch, m, samples, _ = PRESETS[preset]
+    batch = min(batch, n_train)
+    epochs = max(1, int(round(steps * batch / n_train)))
+    return DeepGPClassifier(
+        layers=layers, posterior=posterior, likelihood="robustmax", num_inducing=min(m, n_train),
+        skip=skip if layers > 1 else "linear", image_shape=tuple(image_shape), batch_size=batch, epochs=epochs,
+        lr=0.01, seed=seed, num_samples_predict=samples, kmeans_restarts=1 if preset == "tiny" else 3,
+        dsvi_warmup=0.5 if posterior == "cnf" else 0.0, verbose=False)
+
+
+def _work(job: dict) -> dict:
+    from ..data import Split
+    from ..image_data import load_images
+    from .runner import fit_and_score
+
+    data = load_images(job["dataset"], job["data_dir"])
+    x, y = data.x_train, data.y_train
+    cap = job["max_train"] or PRESETS[job["preset"]][4]
+    if cap and cap < len(y):
+        rows = np.random.default_rng(job["seed"]).permutation(len(y))[:cap]
+        x, y = x[rows], y[rows]
+    est = make_classifier(job["model"], job["skip"], data.image_shape, job["preset"], len(y), job["seed"])
+    row = {k: job[k] for k in KEY_FIELDS}
+    row.update(n_train=len(y), n_test=len(data.y_test), layers=int(est.layers), posterior=est.posterior,
+               num_inducing=int(est.num_inducing), epochs=int(est.epochs), batch_size=int(est.batch_size),
+               **fit_and_score(est, Split(x, y, data.x_test, data.y_test), task="classification"))
+    return row
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--datasets", default="mnist,fashion-mnist,cifar10",
+                        help="comma list of mnist, fashion-mnist, cifar10, digits")
+    parser.add_argument("--models", default="sgp,dgp4,cnf-dgp4", help="sgp, dgpL, cnf-dgpL (comma list)")
+    parser.add_argument("--skip", default="conv", help="hidden layers' skip: conv (CSC), dense, linear; a comma "
+                                                       "list runs each")
+    parser.add_argument("--preset", default="quick", choices=sorted(PRESETS))
+    parser.add_argument("--seeds", default="0")
+    parser.add_argument("--max-train", type=int, default=None, help="train on a seeded subset of this many images")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--out", default="bench-results/images")
+    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--wait", action="store_true",
+                        help="if another run is writing the same output, wait for it (default: stop with a message)")
+
+
+def build_jobs(args) -> list[dict]:
+    from ..image_data import IMAGE_DATASETS, load_images
+
+    datasets = parse_name_list(args.datasets, known=tuple(IMAGE_DATASETS), what="dataset")
+    models = parse_name_list(args.models, what="model")
+    for model in models:
+        parse_model(model)
+    skips = parse_name_list(args.skip, known=("conv", "dense", "linear"), what="skip")
+    if args.max_train is not None and args.max_train < 2:
+        raise ValueError(f"--max-train must be at least 2, got {args.max_train}")
+    for name in datasets:
+        load_images(name, args.data_dir, verify=False)  # fail fast, with where to put which file
+    jobs = []
+    for seed in parse_int_list(args.seeds, "seed"):
+        for name in datasets:
+            for model in models:
+                for skip in (skips if model != "sgp" else ["none"]):
+                    jobs.append({"dataset": name, "model": model, "skip": skip, "seed": seed, "preset": args.preset,
+                                 "max_train": args.max_train, "data_dir": args.data_dir})
+    return jobs
+
+
+def run(args) -> int:
+    from .results import ResultStore
+
+    jobs = build_jobs(args)
+    with ResultStore(Path(args.out) / "images.jsonl", KEY_FIELDS, wait=getattr(args, "wait", False)) as store:
+        failures = run_jobs(jobs, _work, store, args.jobs, desc="bench images", verbose=not args.quiet)
+    if not args.quiet:
+        print(f"wrote {store.path} ({len(store)} rows)", file=sys.stderr)
+    return 1 if failures else 0

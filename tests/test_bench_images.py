@@ -1,0 +1,58 @@
+"""`flowgp bench images` (issue 22): model names, a resumable tiny run on the digits, the missing-data error;
+and the ECE metric it reports."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from flowgp.bench.images import make_classifier, parse_model
+from flowgp.metrics import expected_calibration_error
+
+
+def test_model_names():
+    assert parse_model("sgp") == (1, "gaussian")
+    assert parse_model("dgp4") == (4, "gaussian")
+    assert parse_model("cnf-dgp3") == (3, "cnf")
+    for bad in ("dgp", "cnf-dgp1", "dgp4x", "nf4"):
+        with pytest.raises(ValueError):
+            parse_model(bad)
+    est = make_classifier("cnf-dgp4", "conv", (1, 28, 28), "paper", 60000, 0)
+    assert (est.layers, est.num_inducing, est.likelihood, est.skip, est.batch_size) == (4, 100, "robustmax", "conv", 256)
+    assert est.epochs == round(20000 * 256 / 60000)
+
+
+def _bench(tmp_path, *extra):
+    cmd = [sys.executable, "-m", "flowgp", "bench", "images", "--datasets", "digits", "--preset", "tiny",
+           "--out", str(tmp_path), "--quiet", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def test_a_tiny_run_resumes_and_reports(tmp_path):
+    done = _bench(tmp_path, "--models", "sgp,dgp2", "--skip", "conv,dense")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in (tmp_path / "images.jsonl").read_text().splitlines()]
+    assert sorted((r["model"], r["skip"]) for r in rows) == [("dgp2", "conv"), ("dgp2", "dense"), ("sgp", "none")]
+    for r in rows:
+        assert 0 <= r["accuracy"] <= 1 and 0 <= r["ece"] <= 1 and np.isfinite(r["nll"]) and r["n_train"] == 500
+    again = _bench(tmp_path, "--models", "sgp,dgp2", "--skip", "conv,dense")  # nothing left to run
+    assert again.returncode == 0 and len((tmp_path / "images.jsonl").read_text().splitlines()) == 3
+
+
+def test_missing_files_say_where(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "flowgp", "bench", "images", "--datasets", "mnist", "--data-dir",
+                           str(tmp_path), "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "train-images-idx3-ubyte.gz is missing" in done.stderr and str(tmp_path / "images" / "mnist") in done.stderr
+
+
+def test_expected_calibration_error():
+    # all predictions confident 0.9 and right 90 % of the time: calibrated
+    probs = np.tile([0.9, 0.1], (10, 1))
+    labels = np.array([0] * 9 + [1])
+    assert expected_calibration_error(labels, probs) == pytest.approx(0.0, abs=1e-12)
+    # confident 0.9 and always wrong: ECE 0.9
+    assert expected_calibration_error(np.ones(10, int), probs) == pytest.approx(0.9)
+    with pytest.raises(ValueError, match="probs"):
+        expected_calibration_error(labels[:5], probs)
