@@ -27,12 +27,10 @@ runs rainfall on the official SIC97 split (100 train / 367 test stations) instea
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 
-from .runner import parse_int_list, parse_name_list, run_jobs
+from .runner import parse_int_list, parse_name_list, run_suite
 
 KEY_FIELDS = ("dataset", "model", "flow", "flow_init", "inducing_fraction", "fix_noise_fraction", "seed", "fold",
               "protocol", "preset")
@@ -174,15 +172,7 @@ def build_jobs(args, dataset: str) -> list[dict]:
 
 def _runner(dataset: str):
     def run(args) -> int:
-        from .results import ResultStore
-
-        jobs = build_jobs(args, dataset)
-        with ResultStore(Path(args.out) / f"{dataset}.jsonl", KEY_FIELDS, wait=getattr(args, "wait", False)) as store:
-            failures = run_jobs(jobs, _work, store, args.jobs, desc=f"bench {dataset}", verbose=not args.quiet)
-        if not args.quiet:
-            print(f"wrote {store.path} ({len(store)} rows); make tables with: flowgp bench report {args.out}",
-                  file=sys.stderr)
-        return 1 if failures else 0
+        return run_suite(args, build_jobs(args, dataset), _work, KEY_FIELDS, dataset)
 
     return run
 

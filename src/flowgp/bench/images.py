@@ -14,12 +14,10 @@ prediction samples; `quick` 2 000 steps; `tiny` 20 steps on at most 500 training
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import numpy as np
 
-from .runner import parse_int_list, parse_name_list, run_jobs
+from .runner import parse_int_list, parse_name_list, run_suite
 
 NAME = "images"
 HELP = "image classification of CNF-DGP §IV-B (Table III): SGP, DGP and CNF-DGP with the conv skip"
@@ -118,11 +116,5 @@ def build_jobs(args) -> list[dict]:
 
 
 def run(args) -> int:
-    from .results import ResultStore
-
-    jobs = build_jobs(args)
-    with ResultStore(Path(args.out) / "images.jsonl", KEY_FIELDS, wait=getattr(args, "wait", False)) as store:
-        failures = run_jobs(jobs, _work, store, args.jobs, desc="bench images", verbose=not args.quiet)
-    if not args.quiet:
-        print(f"wrote {store.path} ({len(store)} rows)", file=sys.stderr)
-    return 1 if failures else 0
+    # `bench report` tabulates regression suites; image rows are read from images.jsonl directly
+    return run_suite(args, build_jobs(args), _work, KEY_FIELDS, "images", report_hint=False)

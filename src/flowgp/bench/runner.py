@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 import numpy as np
 
 __all__ = ["parse_int_list", "parse_name_list", "evaluate_regression", "evaluate_classification", "fit_and_score",
-           "run_jobs", "limit_threads", "die_with_parent"]
+           "run_jobs", "run_suite", "limit_threads", "die_with_parent"]
 
 
 def parse_int_list(text: str, what: str = "value") -> list[int]:
@@ -213,3 +213,19 @@ def run_jobs(jobs, work, store, jobs_n: int = 1, desc: str = "bench", verbose: b
                 bar.update()
     bar.close()
     return failures
+
+
+def run_suite(args, jobs, work, key_fields, name: str, report_hint: bool = True) -> int:
+    """What a resumable bench subcommand's `run` does with its jobs: `run_jobs` into `<args.out>/<name>.jsonl`
+    (a ResultStore keyed by `key_fields`, waiting for another writer with `--wait`), then say where the rows
+    went (and, with `report_hint`, how to tabulate them); returns the exit code (1 if a job failed)."""
+    from pathlib import Path
+
+    from .results import ResultStore
+
+    with ResultStore(Path(args.out) / f"{name}.jsonl", key_fields, wait=getattr(args, "wait", False)) as store:
+        failures = run_jobs(jobs, work, store, args.jobs, desc=f"bench {name}", verbose=not args.quiet)
+    if not args.quiet:
+        hint = f"; make tables with: flowgp bench report {args.out}" if report_hint else ""
+        print(f"wrote {store.path} ({len(store)} rows){hint}", file=sys.stderr)
+    return 1 if failures else 0

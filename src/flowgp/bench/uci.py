@@ -11,12 +11,10 @@ Datasets: the UCI folders under uci/ (standard 90/10 splits shipped with the dat
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 
-from .runner import parse_int_list, parse_name_list, run_jobs
+from .runner import parse_int_list, parse_name_list, run_suite
 
 NAME = "uci"
 HELP = "UCI regression/classification benchmark over standard splits (resumable JSON lines)"
@@ -150,12 +148,4 @@ def build_jobs(args) -> list[dict]:
 
 
 def run(args) -> int:
-    from .results import ResultStore
-
-    jobs = build_jobs(args)
-    with ResultStore(Path(args.out) / "uci.jsonl", KEY_FIELDS, wait=getattr(args, "wait", False)) as store:
-        failures = run_jobs(jobs, _work, store, args.jobs, desc="bench uci", verbose=not args.quiet)
-    if not args.quiet:
-        print(f"wrote {store.path} ({len(store)} rows); make tables with: flowgp bench report {args.out}",
-              file=sys.stderr)
-    return 1 if failures else 0
+    return run_suite(args, build_jobs(args), _work, KEY_FIELDS, "uci")
