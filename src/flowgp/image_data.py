@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import resolve_data_dir
+from .data import Split, resolve_data_dir
 
 __all__ = ["IMAGE_DATASETS", "ImageSplit", "load_images"]
 
@@ -65,15 +65,11 @@ IMAGE_DATASETS = {
 
 
 @dataclass
-class ImageSplit:
-    """Train/test images as float64 rows [N, C·H·W] in (C, H, W) order, int64 labels, and the image shape."""
+class ImageSplit(Split):
+    """A `flowgp.data.Split` of images: float64 rows [N, C·H·W] in (C, H, W) order, int64 labels, and the image
+    shape (C, H, W)."""
 
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-    image_shape: tuple
-    info: str = ""
+    image_shape: tuple = ()
 
 
 def load_images(name: str, data_dir=None, *, verify: bool = True) -> ImageSplit:
@@ -94,7 +90,7 @@ def load_images(name: str, data_dir=None, *, verify: bool = True) -> ImageSplit:
         split = ImageSplit(parts["train_x"].reshape(len(parts["train_x"]), -1).astype(np.float64),
                            parts["train_y"].astype(np.int64),
                            parts["test_x"].reshape(len(parts["test_x"]), -1).astype(np.float64),
-                           parts["test_y"].astype(np.int64), shape, f"{name}: IDX files in {folder}")
+                           parts["test_y"].astype(np.int64), f"{name}: IDX files in {folder}", image_shape=shape)
     for what, array, rows in (("training", split.x_train, n_train), ("test", split.x_test, n_test)):
         if array.shape != (rows, int(np.prod(shape))):
             raise ValueError(f"{name}: the {what} images have shape {array.shape}, expected ({rows}, "
@@ -109,7 +105,8 @@ def _digits(shape) -> ImageSplit:
     x, y = load_digits(return_X_y=True)
     xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.25, random_state=0, stratify=y)
     return ImageSplit(xtr.astype(np.float64), ytr.astype(np.int64), xte.astype(np.float64), yte.astype(np.int64),
-                      shape, "digits: sklearn.datasets.load_digits, 75/25 stratified split (random_state 0)")
+                      "digits: sklearn.datasets.load_digits, 75/25 stratified split (random_state 0)",
+                      image_shape=shape)
 
 
 def _missing(name: str, folder: Path, what: str) -> FileNotFoundError:
@@ -125,7 +122,8 @@ def _md5(data: bytes) -> str:
 def _read_idx(folder: Path, stem: str, name: str, verify: bool) -> np.ndarray:
     """One IDX file (stem.gz, or stem decompressed) as a uint8 array; MD5 of the .gz, header always checked."""
     packed, plain = folder / f"{stem}.gz", folder / stem
-    if packed.is_file():
+    path = packed if packed.is_file() else plain
+    if path is packed:
         raw = packed.read_bytes()
         if verify and _md5(raw) != _MD5[name][packed.name]:
             raise ValueError(f"{name}: {packed} has MD5 {_md5(raw)}, not the published {_MD5[name][packed.name]}; "
@@ -138,7 +136,7 @@ def _read_idx(folder: Path, stem: str, name: str, verify: bool) -> np.ndarray:
         data = plain.read_bytes()
     else:
         raise _missing(name, folder, f"{packed.name}")
-    return _parse_idx(data, packed if packed.is_file() else plain, name)
+    return _parse_idx(data, path, name)
 
 
 def _parse_idx(data: bytes, path: Path, name: str) -> np.ndarray:
@@ -213,4 +211,4 @@ def _cifar10(folder: Path, verify: bool) -> ImageSplit:
     train = names[:5]
     return ImageSplit(np.concatenate([xs[n] for n in train]).astype(np.float64),
                       np.concatenate([ys[n] for n in train]), xs["test_batch"].astype(np.float64),
-                      ys["test_batch"], (3, 32, 32), f"cifar10: python batches in {folder}")
+                      ys["test_batch"], f"cifar10: python batches in {folder}", image_shape=(3, 32, 32))

@@ -153,11 +153,15 @@ class Estimator:
         return str(checkpoint) + suffix
 
     # ----- input scaling -----------------------------------------------------------------------------------
-    def fit_input_scaling(self, X: np.ndarray) -> torch.Tensor:
-        """Learn the per-feature standardisation from the training inputs; returns them scaled, as a tensor."""
+    def fit_input_scaling(self, X: np.ndarray, per_feature: bool = True) -> torch.Tensor:
+        """Learn the standardisation of the training inputs (per feature, or with `per_feature=False` one mean
+        and scale for all features, repeated per feature); returns them scaled, as a tensor."""
         self.n_features_in_ = X.shape[1]
-        self.x_mean_ = X.mean(0)
-        std = X.std(0)
+        if per_feature:
+            mean, std = X.mean(0), X.std(0)
+        else:
+            mean, std = np.full(X.shape[1], X.mean()), np.full(X.shape[1], X.std())
+        self.x_mean_ = mean
         self.x_std_ = np.where(std > 0, std, 1.0)
         return self.tensor((X - self.x_mean_) / self.x_std_)
 

@@ -59,12 +59,10 @@ class _DeepMixin:
         if self.skip not in SKIPS:
             raise ValueError(f"skip must be one of {SKIPS} (DSVI's linear projection, or the convolutional "
                              f"skip-layer connection for images), got {self.skip!r}")
-        if self.skip == "conv":
-            if self.image_shape is None:
-                raise ValueError("skip='conv' needs image_shape=(channels, height, width) of the images in X "
-                                 "(each row a flattened image), e.g. image_shape=(1, 28, 28)")
-            check_image_shape(self.image_shape)
-        elif self.image_shape is not None:
+        if self.skip == "conv" and self.image_shape is None:
+            raise ValueError("skip='conv' needs image_shape=(channels, height, width) of the images in X "
+                             "(each row a flattened image), e.g. image_shape=(1, 28, 28)")
+        if self.image_shape is not None:
             check_image_shape(self.image_shape)
         resolve_dtype(self.dtype)
 
@@ -72,14 +70,9 @@ class _DeepMixin:
         """Standardised inputs; images (`image_shape` given) are scaled by one mean and scale over all pixels
         instead of per pixel, so that the skip and the kernel see the image as it is (pixels on the border,
         constant over the data, keep their value rather than being set to 0 each)."""
-        if self.image_shape is None:
-            return super().fit_input_scaling(X)
-        check_image_shape(self.image_shape, X.shape[1])
-        self.n_features_in_ = X.shape[1]
-        std = float(X.std())
-        self.x_mean_ = np.full(X.shape[1], float(X.mean()))
-        self.x_std_ = np.full(X.shape[1], std if std > 0 else 1.0)
-        return self.tensor((X - self.x_mean_) / self.x_std_)
+        if self.image_shape is not None:
+            check_image_shape(self.image_shape, X.shape[1])
+        return super().fit_input_scaling(X, per_feature=self.image_shape is None)
 
     def _generator(self, device, seed=None):
         return self.generator(seed, device)

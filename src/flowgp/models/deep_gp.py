@@ -134,8 +134,8 @@ class GPLayer(nn.Module):
         if z.dim() not in (2, 3):
             raise ValueError(f"inducing_points must have shape [M, D_in] or [D_out, M, D_in], got {tuple(z.shape)}")
         d_in = z.shape[-1]
+        batch = () if shared_kernel else (int(output_dim),)
         if isinstance(kernel, str):
-            batch = () if shared_kernel else (int(output_dim),)
             kern = make_kernel(kernel, d_in, batch_shape=batch, lengthscale=lengthscale,
                                variance=variance, period=period, dtype=z.dtype)
         elif isinstance(kernel, Kernel):
@@ -143,7 +143,6 @@ class GPLayer(nn.Module):
         else:
             raise TypeError(f"kernel must be a kernel name such as 'rbf' or a Kernel, got {type(kernel).__name__}")
         if white_variance is not None:
-            batch = () if shared_kernel else (int(output_dim),)
             kern = Sum(kern, White(d_in, variance=white_variance, batch_shape=batch, dtype=z.dtype))
         if mean_function is not None and mean_weight is not None:
             raise ValueError("give mean_weight (a linear mean) or mean_function, not both")
@@ -625,27 +624,23 @@ def build_deep_gp(
     for ell in range(num_layers):
         last = ell == num_layers - 1
         d_out = y_dim if last else width
-        weight, conv = None, None
-        if skip in FULL_WIDTH_SKIPS:
-            # the layer's GPs read the flattened image (its first layer the input, later ones the previous
-            # layer's image-shaped outputs); the skip starts at the identity, so Z passes through unchanged
-            if not last and skip == "conv":
-                conv = ConvSkip(channels, channels, height, img_width, dtype=x.dtype, device=x.device)
-            elif not last:
-                conv = LinearMean(torch.eye(d, dtype=x.dtype, device=x.device), learn=True)
-            layer = GPLayer(z_run, d_out, kernel=kernel, mean_function=conv,
-                            white_variance=None if last else white_variance,
-                            lengthscale=lengthscale * math.sqrt(d), variance=variance, q_var_init=q_var_init,
-                            learn_inducing=learn_inducing, period=period, shared_kernel=not last)
-            layers.append(layer.to(device=x.device, dtype=x.dtype))
-            continue
-        if not last:
+        # full-width skips: the layer's GPs read the flattened image (its first layer the input, later ones the
+        # previous layer's image-shaped outputs); the skip starts at the identity, so Z passes through unchanged
+        full_width = skip in FULL_WIDTH_SKIPS
+        weight, mean = None, None
+        if not last and skip == "conv":
+            mean = ConvSkip(channels, channels, height, img_width, dtype=x.dtype, device=x.device)
+        elif not last and skip == "dense":
+            mean = LinearMean(torch.eye(d, dtype=x.dtype, device=x.device), learn=True)
+        elif not last:
             weight = linear_mean_weight(x_run, d_out)
-        layer = GPLayer(z_run, d_out, kernel=kernel, mean_weight=weight, white_variance=None if last else white_variance,
-                        lengthscale=lengthscale, variance=variance, q_var_init=q_var_init,
-                        learn_inducing=learn_inducing, period=period)
+        layer = GPLayer(z_run, d_out, kernel=kernel, mean_weight=weight, mean_function=mean,
+                        white_variance=None if last else white_variance,
+                        lengthscale=lengthscale * math.sqrt(d) if full_width else lengthscale, variance=variance,
+                        q_var_init=q_var_init, learn_inducing=learn_inducing, period=period,
+                        shared_kernel=full_width and not last)
         layers.append(layer.to(device=x.device, dtype=x.dtype))
-        if not last:
+        if weight is not None:
             x_run, z_run = x_run @ weight, z_run @ weight
     flow = None
     # the flow's parameters are drawn on the CPU in x's dtype (a CPU generator) and moved with the model below
