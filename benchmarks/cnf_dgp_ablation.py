@@ -12,6 +12,8 @@ split) with one change, set against DSVI (`dgpL`, closed-form q(U) per layer) on
   network φ_ℓ(Z_ℓ) of eq. 9 (an ablation of the parameterisation, the flow steps unchanged).
 These six are the CNF paper's design, `cnf-paper-dgpL` since issue 20. The Gaussian-base flow (`cnf-dgpL`):
 - `gcnf`: DSVI's full-covariance Gaussian base + two convolutional/sinh-arcsinh steps, one U per data point;
+- `gcnf-coupled`, `gcnf-coupled-warm80`: the same with draws="coupled" (DSVI's chain with locally
+  reparameterised draws of U), from the start or after 80 % of the steps as DSVI;
 - `gcnf-channel`: its element-wise steps share (a, b) per channel (the paper's sharing) instead of per entry;
 - `gcnf-warm50`, `gcnf-warm80`: the first 50 % / 80 % of the steps train the DSVI model, the flow starts there.
 The training ELBO (standardised targets, per point) says how far each variant got with the same budget; the
@@ -42,6 +44,9 @@ VARIANTS = {
     "gcnf-channel": ("cnf-dgp", {"flow_elementwise": "channel"}),
     "gcnf-warm50": ("cnf-dgp", {"dsvi_warmup": 0.5}),
     "gcnf-warm80": ("cnf-dgp", {"dsvi_warmup": 0.8}),
+    # the flow's bound without the DSVI coupling (one pathwise draw of U per point): the default before it
+    "gcnf-coupled": ("cnf-dgp", {"draws": "coupled"}),
+    "gcnf-coupled-warm80": ("cnf-dgp", {"draws": "coupled", "dsvi_warmup": 0.8}),
 }
 
 

@@ -7,7 +7,8 @@ Run from the repository root (GPyTorch is a dev-only dependency):
 
 Part 1 (synthetic, N=10000, D=8, B=512, M=100, one sample): median time of one training step (minibatch
 ELBO, backward, Adam update) of 2- and 3-layer flowgp DSVI ("dgpL"), flow-posterior ("cnf-dgpL": DSVI's Gaussian
-base + convolutional flow steps, one draw of U per point) and the CNF paper's ("cnf-paper-dgpL", one shared draw)
+base + convolutional flow steps, one draw of U per point; "cnf-coupled-dgpL" the same with draws="coupled") and the
+CNF paper's ("cnf-paper-dgpL", one shared draw)
 deep GPs, GPyTorch's
 DeepGP with the same layers, widths (hidden width min(D, 16) = 8), M, batch and one likelihood sample, and
 flowgp's TGP (one SAL flow). The peers are interleaved: every round times every model for `--steps` steps and
@@ -137,8 +138,10 @@ def synthetic(args, device, dtype):
     # models are built from float64 data (no global default dtype) and then moved to the timed dtype
     x64, z64 = x.to(torch.float64), z.to(torch.float64)
     for layers in (2, 3):
-        for post, name in (("gaussian", "dgp"), ("cnf", "cnf-dgp"), ("cnf-paper", "cnf-paper-dgp")):
-            model = build_deep_gp(x64, 1, layers, inducing_points=z64, posterior=post, hidden_width=width)
+        for post, name, draws in (("gaussian", "dgp", None), ("cnf", "cnf-dgp", None),
+                                  ("cnf", "cnf-coupled-dgp", "coupled"), ("cnf-paper", "cnf-paper-dgp", None)):
+            model = build_deep_gp(x64, 1, layers, inducing_points=z64, posterior=post, hidden_width=width,
+                                  draws=draws)
             fns[f"{name}{layers}"] = flowgp_step(model.to(device, dtype), x, y, args.batch)
         if not args.no_peer:
             fns[f"gpytorch-dgp{layers}"] = gpytorch_step(x, y, z, layers, width, args.batch)
@@ -153,6 +156,7 @@ def synthetic(args, device, dtype):
     for layers in (2, 3):
         # issue 20 targets: the flow posterior's step <= 1.5x DSVI's, DSVI's <= 0.7x GPyTorch's
         ratios[f"cnf-dgp{layers}/dgp{layers}"] = med[f"cnf-dgp{layers}"] / med[f"dgp{layers}"]
+        ratios[f"cnf-coupled-dgp{layers}/dgp{layers}"] = med[f"cnf-coupled-dgp{layers}"] / med[f"dgp{layers}"]
         ratios[f"cnf-paper-dgp{layers}/dgp{layers}"] = med[f"cnf-paper-dgp{layers}"] / med[f"dgp{layers}"]
         for name in ("dgp", "cnf-dgp", "cnf-paper-dgp"):
             key = f"{name}{layers}"

@@ -19,7 +19,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from ..build import DeepGPConfig, build
 from ..likelihoods import BernoulliLikelihood
 from ..models.cnf_posterior import ELEMENTWISE_SHAPES, FLOW_BASES
-from ..models.deep_gp import POSTERIORS, SKIPS, warm_start_from_gaussian
+from ..models.deep_gp import DRAWS, POSTERIORS, SKIPS, warm_start_from_gaussian
 from ..models.image_skip import check_image_shape
 from ..training import train
 from ..build import resolve_dtype
@@ -49,6 +49,8 @@ class _DeepMixin:
         warm = self.dsvi_warmup
         if isinstance(warm, bool) or not isinstance(warm, (int, float, np.integer, np.floating)) or not 0 <= warm < 1:
             raise ValueError(f"dsvi_warmup must be a fraction in [0, 1) of the epochs trained as DSVI first, got {warm!r}")
+        if self.draws is not None and self.draws not in DRAWS:
+            raise ValueError(f"draws must be one of {DRAWS} or None (the posterior's default), got {self.draws!r}")
         if warm > 0 and self.posterior != "cnf":
             raise ValueError(f"dsvi_warmup > 0 needs posterior='cnf' (the flow over DSVI's Gaussian base), "
                              f"got posterior={self.posterior!r}")
@@ -86,7 +88,7 @@ class _DeepMixin:
             num_classes=len(self.classes_) if hasattr(self, "classes_") else None,
             lengthscale=self.lengthscale, period=self.period, num_samples=int(self.num_samples_train),
             flow_steps=int(self.flow_steps), flow_base=self.flow_base, learn_inducing=self.learn_inducing,
-            flow_elementwise=self.flow_elementwise, skip=self.skip,
+            flow_elementwise=self.flow_elementwise, skip=self.skip, draws=self.draws,
             image_shape=None if self.image_shape is None else tuple(int(v) for v in self.image_shape),
             quadrature_points=self.quadrature_points, predict_quadrature_points=self.predict_quadrature_points,
             kmeans_restarts=self.kmeans_restarts)
@@ -105,7 +107,7 @@ class _DeepMixin:
         if warm_epochs > 0:
             # DSVI first (the same model with a Gaussian q(U)), then the flow starts from its fitted state: with
             # identity steps that *is* the DSVI posterior, so the flow stage only adds what the flow gains
-            dsvi = self._build(xt, yt, posterior="gaussian")
+            dsvi = self._build(xt, yt, posterior="gaussian", draws=None)
             history += list(train(dsvi, xt, yt, epochs=warm_epochs, batch_size=self.batch_size, lr=self.lr,
                                   fix_noise_fraction=min(1.0, fix_noise * self.epochs / warm_epochs), seed=self.seed,
                                   verbose=self.verbose, desc=type(self).__name__ + " (DSVI warm start)",
@@ -137,13 +139,18 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
 
     Args:
         layers: number of GP layers L (hidden layers get `hidden_width` GPs, default max(min(D, 16), 1)).
-        posterior: "gaussian" (DSVI), "cnf" (convolutional flow over DSVI's Gaussian base, per-point draws of U),
-            "cnf-paper" (the CNF paper's design, shared draws) or "flow-layerwise" (ablation).
+        posterior: "gaussian" (DSVI), "cnf" (convolutional flow over DSVI's Gaussian base, per-point draws of
+            U), "cnf-paper" (the CNF paper's design, shared draws) or
+            "flow-layerwise" (ablation).
         num_samples_train: S samples per ELBO evaluation (flow posteriors: S draws of U per data point);
             num_samples_predict: S for prediction (paper: 100).
         flow_steps: 1×1-convolution (or dense) steps of the flow posteriors, each with a sinh-arcsinh step.
         flow_base: the "cnf-paper" base π(V): "network" (φ_ℓ(Z_ℓ), CNF-DGP eq. 9) or "free" (ablation).
         flow_elementwise: "entry" or "channel": parameter sharing of the "cnf" posterior's sinh-arcsinh steps.
+        draws: how a flow posterior's bound draws U (`flowgp.models.deep_gp.DeepGP`): "per-point", "coupled"
+            ("cnf" only: DSVI's chain with locally reparameterised draws, DSVI's own estimator while the flow
+            is the identity; measured best for fine-tuning after `dsvi_warmup`) or "shared"; None takes the
+            posterior's default ("shared" for "cnf-paper", "per-point" otherwise).
         dsvi_warmup: fraction of `epochs` trained as DSVI first ("cnf" only); the flow then starts from the
             fitted DSVI posterior (`flowgp.models.deep_gp.warm_start_from_gaussian`) for the remaining epochs.
         skip: the hidden layers' skip-layer connection: "linear" (DSVI's fixed projection), "conv", the
@@ -161,7 +168,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
                  batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05,
                  lengthscale=1.0, period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
                  quadrature_points=20, predict_quadrature_points=100, verbose=True, checkpoint=None,
-                 flow_elementwise="entry", dsvi_warmup=0.0, skip="linear", image_shape=None):
+                 flow_elementwise="entry", dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None):
         self._store_arguments(locals())
 
     def _likelihood_name(self):
@@ -238,7 +245,7 @@ class DeepGPClassifier(_DeepMixin, Estimator, ClassifierMixin, BaseEstimator):
                  kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu",
                  lengthscale=1.0, period=1.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
                  predict_quadrature_points=100, verbose=True, checkpoint=None, flow_elementwise="entry",
-                 dsvi_warmup=0.0, skip="linear", image_shape=None):
+                 dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None):
         self._store_arguments(locals())
 
     def _likelihood_name(self):

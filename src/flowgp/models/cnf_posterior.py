@@ -452,7 +452,13 @@ class GaussianConvolutionalFlowPosterior(nn.Module):
 
         KL[q(U) || p(U)] = gaussian KL + E[c(V)]; an unbiased estimate averages c over the P draws.
         """
-        v0 = self.base_draws(layers, num_draws, generator)
+        return self.push(layers, self.base_draws(layers, num_draws, generator))
+
+    def push(self, layers: Sequence[nn.Module], v0: torch.Tensor):
+        """([T(V)_ℓ [d_ℓ, M, P]], Gaussian KL, c(V) [P]) for given base draws V [K, M, P] (channels-first).
+
+        For draws of the base made elsewhere (the locally reparameterised draws of `DeepGP`, draws="coupled").
+        """
         v, logdet = self.transform(v0)
         # log N(T(V); 0, I) - log N(V; 0, I) = -½ Σ (T(V)² - V²): the constants cancel
         correction = 0.5 * (v.square() - v0.square()).sum((0, 1)) - logdet

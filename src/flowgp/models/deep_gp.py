@@ -14,6 +14,16 @@ which is as unbiased as one draw shared by the batch (each term's expectation is
 U-noise averages over the batch. It is cheap because the projection A = Lz⁻¹ K_ZX of a layer does not depend
 on U: point n's conditional mean is the dot product a_nᵀ v⁽ⁿ⁾ (`GPLayer.conditional_per_point`). The paper's
 estimator, one draw shared by the batch (CNF-DGP eq. 6), is `draws="shared"` (`posterior="cnf-paper"`).
+
+For the Gaussian-base flow q(U) = T_#N(m, RRᵀ) (`posterior="cnf"`), `draws="coupled"` *locally
+reparameterises* every point's base draw V on DSVI's chain. DSVI samples each hidden f_ℓ(x_n) from its
+marginal, f = μ + σ ε with σ² = k̃ + |Rᵀa|², i.e. it integrates U out and needs one normal per point and
+output; a pathwise draw V = m + R ξ instead spreads the noise over M directions, and the gradient with
+respect to R becomes ~50x noisier (`benchmarks/cnf_dgp_gradient_noise.py`), which is why plain per-point
+draws trailed DSVI at the same budget. The coupled draw rotates DSVI's ε into the part of ξ along Rᵀa and
+draws the rest freshly (`DeepGP._coupled_terms`), so ξ ~ N(0, I) exactly and the flow chain pushed through
+T(V) *is* DSVI's chain at T = id, value and gradient. The bound is DSVI's estimate plus the flow's change
+on the same draws (zero at the identity).
 """
 from __future__ import annotations
 
@@ -46,8 +56,9 @@ SKIPS = ("linear", "dense", "conv")
 #: skips whose hidden layers keep the input's width (image layout), with one kernel shared by a layer's GPs:
 #: "dense" is the fully connected trainable skip that CNF-DGP §IV-B replaces by the convolution ("conv")
 FULL_WIDTH_SKIPS = ("dense", "conv")
-#: how a flow posterior's U is drawn in the bound: one draw per data point (and sample), or one for the batch
-DRAWS = ("per-point", "shared")
+#: how a flow posterior's U is drawn in the bound: per data point with the DSVI control variate (Gaussian-base
+#: flows only), per data point, or one draw for the batch (the paper's eq. 6)
+DRAWS = ("coupled", "per-point", "shared")
 #: below this many elements per Monte Carlo chunk the no-grad bound evaluates all samples at once
 _EVAL_CHUNK_ELEMENTS = 2 ** 24
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -211,6 +222,27 @@ class GPLayer(nn.Module):
             mean = mean + self.gp.mean_function(x)
         return mean, var
 
+    def marginal_parts(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q(f(x)) marginals split into their parts: mean [..., N, D_out], the conditional variance
+        k̃ = k_xx - aᵀa [..., N, D_out] and Rᵀa [D_out, M, Q] (Q = the points of x, leading axes folded in
+        row-major order), so that var = k̃ + |Rᵀa|² (TGP appendix eq. 12, a = Lz⁻¹ k_Zx, S = R Rᵀ).
+
+        What the locally reparameterised per-point draws of U need (`DeepGP`, draws="coupled").
+        """
+        lead, n = x.shape[:-2], x.shape[-2]
+        flat = x.reshape(-1, x.shape[-1])
+        d_out = self.output_dim
+        a, _ = self.gp.projection(flat)  # [Lb, M, Q]
+        kt = (self.gp.kernel.diag(flat.unsqueeze(-3)) - a.square().sum(-2)).clamp_min(1e-12)  # [Lb, Q]
+        a = a.expand(d_out, -1, -1)
+        mean = (self.gp.q_mu.unsqueeze(-1) * a).sum(-2)  # [D_out, Q]
+        rta = self.gp.q_sqrt_tril().mT @ a  # [D_out, M, Q]
+        mean = mean.mT.reshape(lead + (n, d_out))
+        kt = kt.expand(d_out, -1).mT.reshape(lead + (n, d_out))
+        if self.gp.mean_function is not None:
+            mean = mean + self.gp.mean_function(x)
+        return mean, kt, rta
+
     def marginals(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """q(f(x)) marginals under the layer's Gaussian q(v), mean and var [..., N, D_out].
 
@@ -264,8 +296,10 @@ class DeepGP(nn.Module):
             or one with `gaussian_base = True` and `draw(layers, P, generator)` (the Gaussian-base flow, whose
             base is the layers' own q(v), which then stay trainable).
         num_samples: S used by `elbo` when none is given (training): samples per data point.
-        draws: "per-point" (default: an independent draw of U for every point and sample) or "shared" (one draw
-            per sample shared by the batch, the paper's eq. 6); flow posteriors only.
+        draws: "per-point" (the default: an independent draw of U for every point and sample), "coupled"
+            (Gaussian-base flows: DSVI's chain with locally reparameterised draws of U, exactly DSVI's estimator
+            at the identity flow; see the module docstring) or "shared" (one draw per sample shared by the batch,
+            the paper's eq. 6); flow posteriors only.
         quadrature_points: Gauss-Hermite points for non-Gaussian likelihood expectations.
         predict_quadrature_points: points for predictive densities under non-Gaussian likelihoods.
     """
@@ -278,11 +312,17 @@ class DeepGP(nn.Module):
         num_samples: int = 1,
         quadrature_points: int = 20,
         predict_quadrature_points: int = 100,
-        draws: str = "per-point",
+        draws: str | None = None,
     ):
         super().__init__()
+        gaussian_base = getattr(posterior, "gaussian_base", False)
+        if draws is None:
+            draws = "per-point"
         if draws not in DRAWS:
             raise ValueError(f"draws must be one of {DRAWS}, got {draws!r}")
+        if draws == "coupled" and not gaussian_base:
+            raise ValueError("draws='coupled' needs a Gaussian-base flow posterior (posterior='cnf'), whose base is "
+                             "DSVI's q(U); use draws='per-point' or 'shared' for other posteriors")
         self.draws = draws
         layers = list(layers)
         if not layers:
@@ -420,7 +460,7 @@ class DeepGP(nn.Module):
         """
         x, y = self.validate(x, y)
         num_samples = self.num_samples if num_samples is None else _positive_int(num_samples, "num_samples")
-        if self.posterior is not None and self.draws == "per-point":
+        if self.posterior is not None and self.draws in ("per-point", "coupled"):
             return self._per_point_elbo(x, y, num_data, num_samples, generator)
         vs, kl = self.sample_inducing(num_samples, generator)
         _, mean, var = self.propagate(x, num_samples, generator, vs, batch_rows=batch_rows)[-1]
@@ -433,20 +473,87 @@ class DeepGP(nn.Module):
         Without gradients (evaluation), the S samples are taken in chunks so that a many-sample estimate on
         the whole training set stays within memory; the estimate is the same average.
         """
+        # entries per point and sample (the coupled chains hold two draws of every layer's U)
         width = sum(layer.output_dim for layer in self.layers) * self.layers[0].num_inducing
+        width *= 2 if self.draws == "coupled" else 1
         chunk = num_samples
         if not torch.is_grad_enabled():
             chunk = max(1, min(num_samples, _EVAL_CHUNK_ELEMENTS // max(1, width * x.shape[0])))
         ell_sum, corr_sum, kl_closed, done = 0.0, 0.0, None, 0
         while done < num_samples:
             s = min(chunk, num_samples - done)
-            vs, kl_closed, corr = self.draw_inducing(s * x.shape[0], generator)
-            _, mean, var = self.propagate_per_point(x, vs, generator)[-1]
-            ell_sum = ell_sum + self.pointwise_expected_log_likelihood(y, mean, var).sum(0)
+            if self.draws == "coupled":
+                ell, kl_closed, corr = self._coupled_terms(x, y, s, generator)
+            else:
+                vs, kl_closed, corr = self.draw_inducing(s * x.shape[0], generator)
+                _, mean, var = self.propagate_per_point(x, vs, generator)[-1]
+                ell = self.pointwise_expected_log_likelihood(y, mean, var).sum(0)
+            ell_sum = ell_sum + ell
             corr_sum = corr_sum + corr.sum()
             done += s
         kl = kl_closed + corr_sum / (num_samples * x.shape[0])
         return minibatch_bound(ell_sum / num_samples, [kl], num_data, x.shape[0])
+
+    def _coupled_terms(self, x, y, num_samples, generator):
+        """Σ_s of the coupled estimate of E[log p(y_n | f_L)] per point, Gaussian KL, c(V) per draw (draws="coupled").
+
+        DSVI's chain runs on every point: at layer ℓ, f = μ + σ ε with σ² = k̃ + s², s = |Rᵀa| (U integrated
+        out), the last layer's expectation in closed form: ℓ_DSVI(n). Each point's base draw of layer ℓ is then
+        built from the same ε (locally reparameterised):
+            ζ = (s ε + √k̃ η) / σ,  ε' = (√k̃ ε - s η) / σ   (a rotation of (ε, η): independent N(0, 1)),
+            ξ = w ζ + (I - w wᵀ) ξ',  w = Rᵀa / s,  V = m + R ξ,
+        so that ξ ~ N(0, I) (V ~ N(m, RRᵀ), independent across layers given the chain) and aᵀV = aᵀm + s ζ. The
+        flow chain pushes T(V) through the layers with noise ε'; at T = id it reproduces DSVI's chain exactly,
+        as a function of the parameters. The estimate is
+            Σ_n ℓ_DSVI(n) + Σ_n [ℓ(n | T(V)) - ℓ(n | V)],
+        where ℓ(n | V) takes the last layer at f ~ N(μ + s ζ_L, k̃) (the draw whose average is DSVI's closed
+        form), so the change is 0 at the identity draw by draw and grows smoothly with T.
+        """
+        n, last = x.shape[0], len(self.layers) - 1
+        # DSVI's ε for every layer first, as DSVI's own `propagate` draws them (same shapes, order and dtype):
+        # at the identity flow the estimate then equals the DSVI model's for the same generator state
+        dtype = self.layers[0].gp.q_mu.dtype
+        chain_noise = [torch.randn((num_samples, n, layer.output_dim), dtype=dtype, device=x.device,
+                                   generator=generator) for layer in self.layers]
+        draws, flow_noise, h = [], [], x
+        for i, layer in enumerate(self.layers):
+            mean, kt, rta = layer.marginal_parts(h)  # [(S,) N, d], [(S,) N, d], [d, M, (S·)N]
+            d_out, m = layer.output_dim, layer.num_inducing
+            if mean.dim() == 2:  # the first layer: x is shared by the samples
+                mean, kt = mean.expand(num_samples, -1, -1), kt.expand(num_samples, -1, -1)
+                rta = rta.unsqueeze(-2).expand(d_out, m, num_samples, n)
+            rta = rta.reshape(d_out, m, num_samples, n)
+            s2 = rta.square().sum(1).permute(1, 2, 0)  # [S, N, d]
+            if i == last:
+                ell = self.pointwise_expected_log_likelihood(y, mean, kt + s2).sum(0)
+            else:
+                eps = chain_noise[i]
+                sample = mean + (kt + s2).sqrt() * eps
+            s_ = s2.clamp_min(torch.finfo(s2.dtype).tiny).sqrt()
+            eta = _standard_normal(mean.shape, mean, generator)
+            if i == last:
+                zeta = eta  # the last layer is integrated in closed form: its draw needs no coupling noise
+                base_mean, base_var = mean + s_ * zeta, kt
+            else:
+                sd, skt = (kt + s2).sqrt(), kt.sqrt()
+                zeta = (s_ * eps + skt * eta) / sd
+                flow_noise.append((skt * eps - s_ * eta) / sd)
+            w = rta / s_.permute(2, 0, 1).unsqueeze(1)  # [d, M, S, k] unit vectors (0 where Rᵀa = 0)
+            free = _standard_normal((d_out, m, num_samples, n), mean, generator)
+            xi = free + w * (zeta.permute(2, 0, 1).unsqueeze(1) - (w * free).sum(1, keepdim=True))
+            draws.append(torch.baddbmm(layer.gp.q_mu.unsqueeze(-1), layer.gp.q_sqrt_tril(),
+                                       xi.reshape(d_out, m, num_samples * n)))
+            if i != last:
+                h = sample
+        inducing, kl_closed, corr = self.posterior.push(self.layers, torch.cat(draws, 0))
+        h = x
+        for i, (layer, v) in enumerate(zip(self.layers, inducing)):
+            mean_f, kt_f = layer.conditional_per_point(h, v)
+            if i != last:
+                h = mean_f + kt_f.sqrt() * flow_noise[i]
+        change = (self.pointwise_expected_log_likelihood(y, mean_f, kt_f)
+                  - self.pointwise_expected_log_likelihood(y, base_mean, base_var)).sum(0)
+        return ell + change, kl_closed, corr
 
     # ----- prediction --------------------------------------------------------------------------------
     def predict_f_samples(self, x: torch.Tensor, num_samples: int = 100, generator=None, common_noise: bool = False):
@@ -493,6 +600,13 @@ class DeepGP(nn.Module):
         x = self.validate(x)
         vs, _ = self.sample_inducing(num_samples, generator)
         return self.propagate(x, num_samples, generator, vs)[-1][0]
+
+
+def _standard_normal(shape, like: torch.Tensor, generator) -> torch.Tensor:
+    """N(0, 1) draws in `like`'s dtype and device; float64 ones are drawn in float32 and widened (an exact N(0, 1)
+    draw up to 2⁻²⁴ relative rounding; torch's CPU sampler is ~5x faster in float32)."""
+    dtype = torch.float32 if like.dtype == torch.float64 else like.dtype
+    return torch.randn(tuple(shape), dtype=dtype, device=like.device, generator=generator).to(like.dtype)
 
 
 def _as_float_tensor(value) -> torch.Tensor:
@@ -565,8 +679,9 @@ def build_deep_gp(
     `flow_elementwise` "entry" or "channel"), "cnf-paper" (the paper's exact design: diagonal base from φ(Z),
     one draw of U shared by the batch) or "flow-layerwise" (the naive flow of Fig. 1); `flow_base` is the
     paper CNF's base: "network" (eq. 9) or "free" (ablation), unused by the other posteriors. `draws`
-    ("per-point" or "shared") overrides how the bound draws U; by default "shared" for "cnf-paper" (the
-    paper's eq. 6) and "per-point" for the other flows.
+    ("per-point", "coupled" or "shared", see `DeepGP`) overrides how the bound draws U; by default "shared"
+    for "cnf-paper" (the paper's eq. 6) and "per-point" for the other flows ("coupled", DSVI's chain with
+    locally reparameterised draws of U, is for "cnf" only).
 
     `skip` is the hidden layers' skip-layer connection: "linear" (the fixed projection above), "conv", the
     convolutional skip-layer connection of CNF-DGP §IV-B for images (`image_shape` = (C, H, W), x holding the
