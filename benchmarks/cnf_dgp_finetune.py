@@ -27,6 +27,20 @@ from flowgp.models.deep_gp import build_deep_gp, warm_start_from_gaussian
 from flowgp.training import train
 
 
+def standardised_split(dataset, data_dir=None):
+    """Training inputs and targets of split 0 of a UCI set, standardised, as float64 tensors (x [N, D], y [N, 1])."""
+    split = uci_split(dataset, 0, data_dir)
+    x = torch.as_tensor(standardize(split.x_train)[0])
+    y = torch.as_tensor(standardize(np.asarray(split.y_train).reshape(-1, 1))[0])
+    return x, y
+
+
+def warm_started_flow(x, layers, draws, dsvi):
+    """A `posterior="cnf"` deep GP (M = 100) with the given draws, started from the fitted DSVI model."""
+    model = build_deep_gp(x, 1, layers, num_inducing=100, kmeans_restarts=3, posterior="cnf", draws=draws)
+    return warm_start_from_gaussian(model, dsvi)
+
+
 def elbo_per_point(model, x, y):
     with torch.no_grad():
         return model.elbo(x, y, num_samples=100, generator=torch.Generator().manual_seed(5)).item() / x.shape[0]
@@ -57,9 +71,7 @@ def main():
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
-    split = uci_split(args.dataset, 0, args.data_dir)
-    x = torch.as_tensor(standardize(split.x_train)[0])
-    y = torch.as_tensor(standardize(np.asarray(split.y_train).reshape(-1, 1))[0])
+    x, y = standardised_split(args.dataset, args.data_dir)
     fit = dict(batch_size=512, lr=0.01, verbose=False)
     dsvi = build_deep_gp(x, 1, args.layers, num_inducing=100, kmeans_restarts=3)
     train(dsvi, x, y, epochs=args.epochs, seed=0, **fit)
@@ -71,8 +83,7 @@ def main():
           f"after {args.extra} more {result['dsvi_continued']:+.4f}", flush=True)
     for draws in args.draws.split(","):
         for scale in (float(v) for v in args.flow_lr_scales.split(",")):
-            flow = warm_start_from_gaussian(build_deep_gp(x, 1, args.layers, num_inducing=100, kmeans_restarts=3,
-                                                          posterior="cnf", draws=draws), dsvi)
+            flow = warm_started_flow(x, args.layers, draws, dsvi)
             start = elbo_per_point(flow, x, y)
             train(flow, x, y, epochs=args.extra, seed=1, optimizer=adam_with_flow_scale(flow, 0.01, scale), **fit)
             key = f"flow {draws}, flow lr x{scale:g}"

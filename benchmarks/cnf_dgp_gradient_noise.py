@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from flowgp.data import standardize, uci_split
-from flowgp.models.deep_gp import build_deep_gp, warm_start_from_gaussian
+from cnf_dgp_finetune import standardised_split, warm_started_flow  # the same data and warm start
+from flowgp.models.deep_gp import build_deep_gp
 from flowgp.training import train
 
 
@@ -61,17 +61,14 @@ def main():
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
-    split = uci_split(args.dataset, 0, args.data_dir)
-    x = torch.as_tensor(standardize(split.x_train)[0])
-    y = torch.as_tensor(standardize(np.asarray(split.y_train).reshape(-1, 1))[0])
+    x, y = standardised_split(args.dataset, args.data_dir)
     dsvi = build_deep_gp(x, 1, args.layers, num_inducing=100, kmeans_restarts=3)
     train(dsvi, x, y, epochs=args.steps, lr=0.01, seed=0, verbose=False)
     rows = {}
     for label, scale in (("identity flow", 0.0), (f"flow perturbed by {args.perturb}", args.perturb)):
         models = {"dsvi": dsvi}
         for draws in ("coupled", "per-point"):
-            flow = warm_start_from_gaussian(build_deep_gp(x, 1, args.layers, num_inducing=100, kmeans_restarts=3,
-                                                          posterior="cnf", draws=draws), dsvi)
+            flow = warm_started_flow(x, args.layers, draws, dsvi)
             if scale:
                 g = torch.Generator().manual_seed(1)
                 with torch.no_grad():

@@ -39,7 +39,7 @@ from torch.nn import functional as F
 from ..flows import SinhArcsinh
 
 __all__ = ["LULinear", "ConvolutionalFlowPosterior", "GaussianConvolutionalFlowPosterior", "LayerwiseFlowPosterior",
-           "FLOW_BASES", "ELEMENTWISE_SHAPES"]
+           "FLOW_BASES", "ELEMENTWISE_SHAPES", "standard_normal"]
 
 #: bases π(V) of the convolutional flow: φ_ℓ(Z_ℓ) of eq. 9, or free parameters (ablation)
 FLOW_BASES = ("network", "free")
@@ -47,6 +47,14 @@ FLOW_BASES = ("network", "free")
 ELEMENTWISE_SHAPES = ("channel", "entry")
 
 _LOG_2PI = math.log(2.0 * math.pi)
+
+
+def standard_normal(shape, like: torch.Tensor, generator=None) -> torch.Tensor:
+    """N(0, 1) draws in `like`'s dtype and device for the many per-point draws of U; float64 ones are drawn in
+    float32 and widened: a float32 draw is still an exact N(0, 1) sample up to its rounding (2⁻²⁴ relative), and
+    torch's CPU sampler is ~5x faster in float32 than in float64 (lower precisions are drawn as they are)."""
+    dtype = torch.float32 if like.dtype == torch.float64 else like.dtype
+    return torch.randn(tuple(shape), dtype=dtype, device=like.device, generator=generator).to(like.dtype)
 
 
 def _inverse_softplus(y: float) -> float:
@@ -422,13 +430,7 @@ class GaussianConvolutionalFlowPosterior(nn.Module):
         if [layer.output_dim for layer in layers] != self.dims:
             raise ValueError(f"layers have widths {[layer.output_dim for layer in layers]}, the flow was built "
                              f"for {self.dims}")
-        q_mu = layers[0].gp.q_mu
-        # standard normals drawn in float32 and widened: a float32 draw is still an exact N(0, 1) sample up to
-        # its rounding (2⁻²⁴ relative), and torch's CPU sampler is ~5x faster in float32 than in float64 for
-        # the K·M·P numbers the per-point draws need (lower precisions are drawn as they are)
-        draw_dtype = torch.float32 if q_mu.dtype == torch.float64 else q_mu.dtype
-        eps = torch.randn((sum(self.dims), self.num_inducing, int(num_draws)), dtype=draw_dtype,
-                          device=q_mu.device, generator=generator).to(q_mu.dtype)
+        eps = standard_normal((sum(self.dims), self.num_inducing, int(num_draws)), layers[0].gp.q_mu, generator)
         parts = []
         for layer, e in zip(layers, torch.split(eps, self.dims, dim=0)):
             parts.append(torch.baddbmm(layer.gp.q_mu.unsqueeze(-1), layer.gp.q_sqrt_tril(), e))  # [d_ℓ, M, P]

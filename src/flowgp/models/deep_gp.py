@@ -41,7 +41,7 @@ from ..objective import minibatch_bound
 from ..prediction import gaussian_mixture_quantiles
 from ..variational import SparseVariationalGP
 from ._checks import as_inputs, as_targets
-from .cnf_posterior import FLOW_BASES
+from .cnf_posterior import FLOW_BASES, standard_normal
 from .image_skip import ConvSkip, check_image_shape
 
 __all__ = ["LinearMean", "GPLayer", "DeepGP", "build_deep_gp", "hidden_layer_width", "POSTERIORS", "DRAWS",
@@ -56,8 +56,8 @@ SKIPS = ("linear", "dense", "conv")
 #: skips whose hidden layers keep the input's width (image layout), with one kernel shared by a layer's GPs:
 #: "dense" is the fully connected trainable skip that CNF-DGP §IV-B replaces by the convolution ("conv")
 FULL_WIDTH_SKIPS = ("dense", "conv")
-#: how a flow posterior's U is drawn in the bound: per data point with the DSVI control variate (Gaussian-base
-#: flows only), per data point, or one draw for the batch (the paper's eq. 6)
+#: how a flow posterior's U is drawn in the bound: per data point locally reparameterised on DSVI's chain
+#: (Gaussian-base flows only), per data point, or one draw for the batch (the paper's eq. 6)
 DRAWS = ("coupled", "per-point", "shared")
 #: below this many elements per Monte Carlo chunk the no-grad bound evaluates all samples at once
 _EVAL_CHUNK_ELEMENTS = 2 ** 24
@@ -192,6 +192,11 @@ class GPLayer(nn.Module):
         mean, var = self.gp.conditional(x, v)
         return mean, var
 
+    def _projection(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A = Lz⁻¹ K_ZX [Lb, M, Q] and the conditional variance k̃ = diag K_XX - Σ A² [Lb, Q] of points [Q, D_in]."""
+        a, _ = self.gp.projection(flat)
+        return a, (self.gp.kernel.diag(flat.unsqueeze(-3)) - a.square().sum(-2)).clamp_min(1e-12)
+
     def conditional_per_point(self, x: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Marginals of p(f(x_p) | v⁽ᵖ⁾) with one whitened draw per point: mean, var [S, N, D_out].
 
@@ -211,8 +216,7 @@ class GPLayer(nn.Module):
         if v.shape[-1] % q or (x.dim() == 3 and v.shape[-1] != q):
             raise ValueError(f"v has {v.shape[-1]} draws, not a multiple of the {q} points of x (S·N draws needed)")
         reps = v.shape[-1] // q
-        a, _ = self.gp.projection(flat)  # [Lb, M, Q]
-        var = (self.gp.kernel.diag(flat.unsqueeze(-3)) - a.square().sum(-2)).clamp_min(1e-12)  # [Lb, Q]
+        a, var = self._projection(flat)
         mean = (a.unsqueeze(-2) * v.reshape(d_out, m, reps, q)).sum(-3)  # [D_out, reps, Q]
         var = var.unsqueeze(-2).expand(d_out, reps, q)
         s = v.shape[-1] // n
@@ -232,8 +236,7 @@ class GPLayer(nn.Module):
         lead, n = x.shape[:-2], x.shape[-2]
         flat = x.reshape(-1, x.shape[-1])
         d_out = self.output_dim
-        a, _ = self.gp.projection(flat)  # [Lb, M, Q]
-        kt = (self.gp.kernel.diag(flat.unsqueeze(-3)) - a.square().sum(-2)).clamp_min(1e-12)  # [Lb, Q]
+        a, kt = self._projection(flat)
         a = a.expand(d_out, -1, -1)
         mean = (self.gp.q_mu.unsqueeze(-1) * a).sum(-2)  # [D_out, Q]
         rta = self.gp.q_sqrt_tril().mT @ a  # [D_out, M, Q]
@@ -473,7 +476,7 @@ class DeepGP(nn.Module):
         Without gradients (evaluation), the S samples are taken in chunks so that a many-sample estimate on
         the whole training set stays within memory; the estimate is the same average.
         """
-        # entries per point and sample (the coupled chains hold two draws of every layer's U)
+        # entries per point and sample; coupled draws also keep Rᵀa, w and ξ of that size next to V and T(V)
         width = sum(layer.output_dim for layer in self.layers) * self.layers[0].num_inducing
         width *= 2 if self.draws == "coupled" else 1
         chunk = num_samples
@@ -527,19 +530,19 @@ class DeepGP(nn.Module):
             if i == last:
                 ell = self.pointwise_expected_log_likelihood(y, mean, kt + s2).sum(0)
             else:
-                eps = chain_noise[i]
-                sample = mean + (kt + s2).sqrt() * eps
+                eps, sd = chain_noise[i], (kt + s2).sqrt()
+                sample = mean + sd * eps
             s_ = s2.clamp_min(torch.finfo(s2.dtype).tiny).sqrt()
-            eta = _standard_normal(mean.shape, mean, generator)
+            eta = standard_normal(mean.shape, mean, generator)
             if i == last:
                 zeta = eta  # the last layer is integrated in closed form: its draw needs no coupling noise
                 base_mean, base_var = mean + s_ * zeta, kt
             else:
-                sd, skt = (kt + s2).sqrt(), kt.sqrt()
+                skt = kt.sqrt()
                 zeta = (s_ * eps + skt * eta) / sd
                 flow_noise.append((skt * eps - s_ * eta) / sd)
-            w = rta / s_.permute(2, 0, 1).unsqueeze(1)  # [d, M, S, k] unit vectors (0 where Rᵀa = 0)
-            free = _standard_normal((d_out, m, num_samples, n), mean, generator)
+            w = rta / s_.permute(2, 0, 1).unsqueeze(1)  # [d, M, S, N] unit vectors (0 where Rᵀa = 0)
+            free = standard_normal((d_out, m, num_samples, n), mean, generator)
             xi = free + w * (zeta.permute(2, 0, 1).unsqueeze(1) - (w * free).sum(1, keepdim=True))
             draws.append(torch.baddbmm(layer.gp.q_mu.unsqueeze(-1), layer.gp.q_sqrt_tril(),
                                        xi.reshape(d_out, m, num_samples * n)))
@@ -600,13 +603,6 @@ class DeepGP(nn.Module):
         x = self.validate(x)
         vs, _ = self.sample_inducing(num_samples, generator)
         return self.propagate(x, num_samples, generator, vs)[-1][0]
-
-
-def _standard_normal(shape, like: torch.Tensor, generator) -> torch.Tensor:
-    """N(0, 1) draws in `like`'s dtype and device; float64 ones are drawn in float32 and widened (an exact N(0, 1)
-    draw up to 2⁻²⁴ relative rounding; torch's CPU sampler is ~5x faster in float32)."""
-    dtype = torch.float32 if like.dtype == torch.float64 else like.dtype
-    return torch.randn(tuple(shape), dtype=dtype, device=like.device, generator=generator).to(like.dtype)
 
 
 def _as_float_tensor(value) -> torch.Tensor:
