@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from flowgp.kernels import make_kernel
-from flowgp.variational import (SparseVariationalGP, _KernelSpaceMarginalTerms, _WhitenedMarginalTerms,
-                                gaussian_kl_whitened, whitened_marginal_terms)
+from flowgp.variational import (SparseVariationalGP, _KernelSpaceMarginalTerms, _SquareRootMarginalTerms,
+                                _WhitenedMarginalTerms, gaussian_kl_whitened, whitened_marginal_terms)
 
 pytestmark = pytest.mark.usefixtures("float64_default")
 
@@ -55,37 +55,49 @@ def _autograd_marginal_terms(chol, kzx, q_mu, c):
     return (q_mu.unsqueeze(-2) @ a).squeeze(-2), (a * (c @ a)).sum(-2)
 
 
+# each evaluation of the marginal terms, called with the factor R of S = R Rᵀ (the S-forms get C = S - I)
+MARGINAL_TERMS = {
+    "A-space": lambda ch, k, m, r, *kzz: _WhitenedMarginalTerms.apply(ch, k, m, r @ r.mT - torch.eye(5), *kzz),
+    "kernel-space": lambda ch, k, m, r, *kzz: _KernelSpaceMarginalTerms.apply(ch, k, m, r @ r.mT - torch.eye(5),
+                                                                              *kzz),
+    "square-root": _SquareRootMarginalTerms.apply,
+    "dispatch": whitened_marginal_terms,
+}
+
+
 @pytest.mark.parametrize(
     "chol_shape, kzx_shape, num_outputs",
-    [((5, 5), (1, 5, 11), 1), ((3, 5, 5), (3, 5, 11), 3), ((5, 5), (2, 1, 5, 11), 3), ((1, 5, 5), (4, 1, 5, 11), 2)],
+    [((5, 5), (1, 5, 11), 1), ((3, 5, 5), (3, 5, 11), 3), ((5, 5), (2, 1, 5, 11), 3), ((1, 5, 5), (4, 1, 5, 11), 2),
+     ((5, 5), (2, 1, 5, 4), 3)],  # the last with N < 1.5 M: the dispatch takes the square-root form
 )
-@pytest.mark.parametrize("impl", [_WhitenedMarginalTerms.apply, _KernelSpaceMarginalTerms.apply, whitened_marginal_terms],
-                         ids=["A-space", "kernel-space", "dispatch"])
+@pytest.mark.parametrize("impl", sorted(MARGINAL_TERMS))
 def test_fused_marginal_terms_match_autograd_and_gradcheck(chol_shape, kzx_shape, num_outputs, impl):
-    # the hand-written backwards (symmetric C, no second [M, N] solve; or B = Lz⁻ᵀ C Lz⁻¹ without A) against
-    # autograd of the plain formula, for shared and per-output factors and for sample dims broadcast over outputs
+    # the hand-written backwards (symmetric C, no second [M, N] solve; B = Lz⁻ᵀ C Lz⁻¹ without A; or R without
+    # S) against autograd of the plain formula, for shared and per-output factors and for sample dims
+    # broadcast over outputs
+    terms = MARGINAL_TERMS[impl]
     g = torch.Generator().manual_seed(3)
     b = torch.randn(chol_shape, generator=g)
     chol = torch.linalg.cholesky(b @ b.mT + 5 * torch.eye(5)).requires_grad_()
     kzx = torch.randn(kzx_shape, generator=g, requires_grad=True)
     q_mu = torch.randn(num_outputs, 5, generator=g, requires_grad=True)
-    r = torch.randn(num_outputs, 5, 5, generator=g)
-    c = (r @ r.mT - torch.eye(5)).requires_grad_()
+    r = torch.randn(num_outputs, 5, 5, generator=g, requires_grad=True)
 
-    def fused(ch, k, m, cc):  # symmetrised/tril'd inside so gradcheck's perturbations stay in the domain
-        return impl(ch.tril(), k, m, 0.5 * (cc + cc.mT))
+    def fused(ch, k, m, rr):  # tril'd inside so gradcheck's perturbations stay in the domain
+        return terms(ch.tril(), k, m, rr)
 
-    def plain(ch, k, m, cc):
-        return _autograd_marginal_terms(ch.tril(), k, m, 0.5 * (cc + cc.mT))
+    def plain(ch, k, m, rr):
+        return _autograd_marginal_terms(ch.tril(), k, m, rr @ rr.mT - torch.eye(5))
 
-    got, want = fused(chol, kzx, q_mu, c), plain(chol, kzx, q_mu, c)
+    got, want = fused(chol, kzx, q_mu, r), plain(chol, kzx, q_mu, r)
     for u, v in zip(got, want):
         torch.testing.assert_close(u, v, rtol=1e-10, atol=1e-12)
-    assert_same_gradients(got, want, (chol, kzx, q_mu, c), g)
-    assert torch.autograd.gradcheck(fused, (chol, kzx, q_mu, c))
+    assert_same_gradients(got, want, (chol, kzx, q_mu, r), g)
+    assert torch.autograd.gradcheck(fused, (chol, kzx, q_mu, r))
     # only one output used: the other's gradient is taken as zero
-    (gm,) = torch.autograd.grad(fused(chol, kzx, q_mu, c)[0].sum(), (q_mu,))
-    torch.testing.assert_close(gm, torch.autograd.grad(plain(chol, kzx, q_mu, c)[0].sum(), (q_mu,))[0])
+    for used in (0, 1):
+        (gm,) = torch.autograd.grad(fused(chol, kzx, q_mu, r)[used].sum(), (kzx,))
+        torch.testing.assert_close(gm, torch.autograd.grad(plain(chol, kzx, q_mu, r)[used].sum(), (kzx,))[0])
 
 
 def test_batched_outputs_and_sample_dims():
@@ -156,46 +168,50 @@ def test_marginal_terms_float32_uses_the_a_space_form_and_agrees_with_float64():
     chol = torch.linalg.cholesky(kzz)
     q_mu = torch.randn(1, 30, generator=g)
     r = 0.1 * torch.randn(1, 30, 30, generator=g).tril()
-    c = r @ r.mT - torch.eye(30)
-    mean64, quad64 = whitened_marginal_terms(chol, kzx, q_mu, c)
-    mean32, quad32 = whitened_marginal_terms(*(t.float() for t in (chol, kzx, q_mu, c)))
-    a_mean, a_quad = _WhitenedMarginalTerms.apply(*(t.float() for t in (chol, kzx, q_mu, c)))
+    mean64, quad64 = whitened_marginal_terms(chol, kzx, q_mu, r)
+    mean32, quad32 = whitened_marginal_terms(*(t.float() for t in (chol, kzx, q_mu, r)))
+    r32 = r.float()
+    a_mean, a_quad = _WhitenedMarginalTerms.apply(chol.float(), kzx.float(), q_mu.float(), 
+                                                  r32 @ r32.mT - torch.eye(30, dtype=torch.float32))
     assert torch.equal(mean32, a_mean) and torch.equal(quad32, a_quad)
     var64 = 1.0 + quad64  # k(x, x) = 1: the cancellation the kernel-space form is exposed to
     assert var64.min() > 0
     torch.testing.assert_close(quad32.double(), quad64, rtol=0, atol=2e-3)
     torch.testing.assert_close(mean32.double(), mean64, rtol=0, atol=2e-3)
+    # a minibatch smaller than 1.5 M takes the square-root form: as accurate in float32
+    sqrt32 = whitened_marginal_terms(chol.float(), kzx[..., :40].float(), q_mu.float(), r32)
+    torch.testing.assert_close(sqrt32[1].double(), quad64[..., :40], rtol=0, atol=2e-3)
+    torch.testing.assert_close(sqrt32[0].double(), mean64[..., :40], rtol=0, atol=2e-3)
 
 
 @pytest.mark.parametrize(
     "kzz_shape, kzx_shape, num_outputs",
-    [((5, 5), (1, 5, 11), 1), ((3, 5, 5), (3, 5, 11), 3), ((5, 5), (2, 1, 5, 11), 3)],
+    [((5, 5), (1, 5, 11), 1), ((3, 5, 5), (3, 5, 11), 3), ((5, 5), (2, 1, 5, 11), 3), ((5, 5), (2, 1, 5, 4), 3)],
 )
-@pytest.mark.parametrize("impl", [_WhitenedMarginalTerms.apply, _KernelSpaceMarginalTerms.apply],
-                         ids=["A-space", "kernel-space"])
+@pytest.mark.parametrize("impl", ["A-space", "kernel-space", "square-root"])
 def test_fused_marginal_terms_send_the_gradient_to_kzz(kzz_shape, kzx_shape, num_outputs, impl):
     # with K_ZZ given and its factor detached, the terms' gradient with respect to K_ZZ must be autograd's
     # through the Cholesky factor (Lz⁻ᵀ Ψ(Ā Aᵀ) Lz⁻¹ replaces the factor's own backward)
+    terms = MARGINAL_TERMS[impl]
     g = torch.Generator().manual_seed(4)
     b = torch.randn(kzz_shape, generator=g)
     kzz = (b @ b.mT + 5 * torch.eye(5)).requires_grad_()
     kzx = torch.randn(kzx_shape, generator=g, requires_grad=True)
     q_mu = torch.randn(num_outputs, 5, generator=g, requires_grad=True)
-    r = torch.randn(num_outputs, 5, 5, generator=g)
-    c = (r @ r.mT - torch.eye(5)).requires_grad_()
+    r = torch.randn(num_outputs, 5, 5, generator=g, requires_grad=True)
 
-    def fused(k, kx, m, cc):
+    def fused(k, kx, m, rr):
         k = 0.5 * (k + k.mT)  # a symmetric K_ZZ, as every kernel matrix is
-        return impl(torch.linalg.cholesky(k.detach()), kx, m, 0.5 * (cc + cc.mT), k)
+        return terms(torch.linalg.cholesky(k.detach()), kx, m, rr, k)
 
-    def plain(k, kx, m, cc):
-        return _autograd_marginal_terms(torch.linalg.cholesky(0.5 * (k + k.mT)), kx, m, 0.5 * (cc + cc.mT))
+    def plain(k, kx, m, rr):
+        return _autograd_marginal_terms(torch.linalg.cholesky(0.5 * (k + k.mT)), kx, m, rr @ rr.mT - torch.eye(5))
 
-    got, want = fused(kzz, kzx, q_mu, c), plain(kzz, kzx, q_mu, c)
-    assert_same_gradients(got, want, (kzz, kzx, q_mu, c), g)
-    assert torch.autograd.gradcheck(fused, (kzz, kzx, q_mu, c))
+    got, want = fused(kzz, kzx, q_mu, r), plain(kzz, kzx, q_mu, r)
+    assert_same_gradients(got, want, (kzz, kzx, q_mu, r), g)
+    assert torch.autograd.gradcheck(fused, (kzz, kzx, q_mu, r))
     with pytest.raises(ValueError, match="detached"):
-        whitened_marginal_terms(torch.linalg.cholesky(kzz), kzx, q_mu, c, kzz)
+        whitened_marginal_terms(torch.linalg.cholesky(kzz), kzx, q_mu, r, kzz)
 
 
 def test_gram_minus_identity_matches_autograd_and_gradcheck():
@@ -211,13 +227,14 @@ def test_gram_minus_identity_matches_autograd_and_gradcheck():
     assert torch.autograd.gradcheck(gram_minus_identity, (r,))
 
 
+@pytest.mark.parametrize("num_points", [5, 9, 13])  # square-root form, S-form, kernel-space form (float64)
 @pytest.mark.parametrize("spec", ["rbf", "white+rbf", "matern32*linear", "periodic"])
-def test_training_marginals_match_the_plain_formula_in_value_and_gradient(spec):
+def test_training_marginals_match_the_plain_formula_in_value_and_gradient(spec, num_points):
     # the training path (K_ZZ and K_ZX from one kernel call where the kernel allows it, gradient sent to K_ZZ
     # directly) against autograd of A = Lz⁻¹ K_ZX, mean = Aᵀm, var = k_xx + Σ (RᵀA)² - Σ A²
     g = torch.Generator().manual_seed(8)
     z = torch.randn(6, 2, generator=g)
-    x = torch.randn(9, 2, generator=g)  # N < 2M: the fused path is taken because gradients are on
+    x = torch.randn(num_points, 2, generator=g)  # N < 2M: the fused path is taken because gradients are on
     gp = SparseVariationalGP(make_kernel(spec, 2), z, num_outputs=2)
     with torch.no_grad():
         gp.q_mu.copy_(torch.randn(gp.q_mu.shape, generator=g))

@@ -16,6 +16,9 @@ from torch import nn
 
 from .linalg import JitterMemory, cholesky_gradient_to_matrix, identity, lower_inverse, robust_cholesky
 
+#: below N = ratio·M points the square-root form of the marginal terms (no S = R Rᵀ) is cheaper
+SQUARE_ROOT_FORM_RATIO = 1.5
+
 __all__ = ["SparseVariationalGP", "WhitenedGaussian", "Marginals", "gaussian_kl_whitened", "gram_minus_identity"]
 
 
@@ -151,20 +154,83 @@ class _KernelSpaceMarginalTerms(torch.autograd.Function):
         return (grad_chol, grad_kzx, grad_mu, grad_c, grad_kzz)[:len(ctx.needs_input_grad)]
 
 
-def whitened_marginal_terms(chol: torch.Tensor, kzx: torch.Tensor, q_mu: torch.Tensor, c: torch.Tensor,
-                            kzz: torch.Tensor | None = None):
-    """(mᵀA, diag(Aᵀ C A)) with A = Lz⁻¹ K_ZX: the whitened marginal mean and covariance correction (eq. 12).
+class _SquareRootMarginalTerms(torch.autograd.Function):
+    """(mᵀA, diag(Aᵀ (R Rᵀ - I) A)) from the factor R itself, in the point-major layout, backward by hand.
 
-    chol: Lz [Lb, M, M] or [M, M]; kzx: [..., Lb, M, N]; q_mu: m [L, M]; c: symmetric S - I [L, M, M].
+    With Q = Rᵀ A the quadratic form is Σ_j Q_jn² - Σ_j A_jn²: no [M, M] product S = R Rᵀ, no S A, and the
+    backward needs no Gram matrix G = Σ_n ḡ_n a_n a_nᵀ either. Its gradients are
+        Ā = m ḡ_meanᵀ + 2 (R Q - A) ḡ_quad,   R̄ = 2 (A ḡ_quad) Qᵀ,   K̄_ZX = Lz⁻ᵀ Ā,   Lzᵀ L̄z = -Ā Aᵀ,
+    so a step costs six [M, M] x [M, N] products (A and Lz⁻ᵀĀ as triangular solves) and, for K_ZZ's
+    gradient, two [M, M] triangular solves (`cholesky_gradient_to_matrix`): no [M, M] x [M, M] GEMM, where
+    the S-form (`_WhitenedMarginalTerms`) spends three of them and Lz⁻¹. That wins while N < 1.5 M (the
+    minibatch of a large-M model); for N >> M the S-form does fewer FLOPs.
+
+    Everything is held point-major, Aᵀ = K_XZ Lz⁻ᵀ of shape [..., N, M]: the solves then run from the right,
+    the layout LAPACK takes at GEMM speed without transposing a copy. Same arguments as
+    `_WhitenedMarginalTerms` with `r` (R, [L, M, M]) in place of C = R Rᵀ - I.
+    """
+
+    @staticmethod
+    def forward(ctx, chol, kzx, q_mu, r, kzz=None):
+        at = torch.linalg.solve_triangular(chol.mT, kzx.mT, upper=True, left=False)  # Aᵀ, [..., Lb, N, M]
+        qt = at @ r  # Qᵀ = Aᵀ R, [..., L, N, M]
+        quad = qt.square().sum(-1) - at.square().sum(-1)
+        mean = (at @ q_mu.unsqueeze(-1)).squeeze(-1)
+        ctx.save_for_backward(chol, at, qt, q_mu, r)
+        ctx.kzx_shape = kzx.shape
+        return mean, quad
+
+    @staticmethod
+    def backward(ctx, g_mean, g_quad):
+        chol, at, qt, q_mu, r = ctx.saved_tensors
+        zeros = None if g_mean is not None and g_quad is not None else torch.zeros_like(qt[..., 0])
+        g_mean = (zeros if g_mean is None else g_mean).unsqueeze(-1)  # [..., L, N, 1]
+        g_quad = (zeros if g_quad is None else g_quad).unsqueeze(-1)
+        need_chol, need_kzx, need_mu, need_r, need_kzz = (tuple(ctx.needs_input_grad) + (False,))[:5]
+        grad_chol = grad_kzx = grad_mu = grad_r = grad_kzz = None
+        if need_mu:
+            grad_mu = (g_mean.mT @ at).squeeze(-2).sum_to_size(q_mu.shape)
+        if need_r:
+            grad_r = (2.0 * (at * g_quad).mT @ qt).sum_to_size(r.shape)
+        if need_kzx or need_chol or need_kzz:
+            # Āᵀ = ḡ_mean mᵀ + 2 ḡ_quad (Q Rᵀ... in point-major: Qᵀ Rᵀ - Aᵀ), [..., L, N, M], summed to Aᵀ's
+            abar_t = torch.addcmul(g_mean * q_mu.unsqueeze(-2), g_quad, qt @ r.mT - at, value=2.0)
+            abar_t = abar_t.sum_to_size(at.shape)
+            if need_kzx:  # K̄_XZ = Āᵀ Lz⁻¹ (right solve), returned in K_ZX's layout
+                grad_kzx = torch.linalg.solve_triangular(chol, abar_t, upper=False, left=False).mT
+                grad_kzx = grad_kzx.sum_to_size(ctx.kzx_shape)
+            if need_chol or need_kzz:
+                h = (abar_t.mT @ at).sum_to_size(chol.shape)  # Ā Aᵀ = -Lzᵀ L̄z
+                if need_kzz:
+                    grad_kzz = -cholesky_gradient_to_matrix(None, h, chol)
+                else:
+                    grad_chol = -torch.linalg.solve_triangular(chol.mT, h, upper=True).tril()
+        return (grad_chol, grad_kzx, grad_mu, grad_r, grad_kzz)[:len(ctx.needs_input_grad)]
+
+
+def whitened_marginal_terms(chol: torch.Tensor, kzx: torch.Tensor, q_mu: torch.Tensor, r: torch.Tensor,
+                            kzz: torch.Tensor | None = None):
+    """(mᵀA, diag(Aᵀ (R Rᵀ - I) A)) with A = Lz⁻¹ K_ZX: the whitened marginal mean and covariance correction
+    (TGP appendix eq. 12), with a hand-written backward.
+
+    chol: Lz [Lb, M, M] or [M, M]; kzx: [..., Lb, M, N]; q_mu: m [L, M]; r: R [L, M, M] (S = R Rᵀ).
     kzz: K_ZZ, when `chol` is its (detached) factor: the gradient then goes to K_ZZ without the Cholesky's
-    own backward. Returns mean and quad, each [..., L, N]. float64 goes through B = Lz⁻ᵀ C Lz⁻¹ (half the
-    [M, N] products); lower precisions form A, whose rounding error does not grow with K_ZZ's condition
-    number squared.
+    own backward. Returns mean and quad, each [..., L, N].
+
+    Three evaluations of the same terms, chosen by cost: for N < SQUARE_ROOT_FORM_RATIO·M (a minibatch no
+    larger than the inducing set) the square-root form, which never forms S (no [M, M] x [M, M] products);
+    otherwise S - I is formed once (M³) to save [M, N] products: in float64 through B = Lz⁻ᵀ (S - I) Lz⁻¹
+    (half the [M, N] products), in lower precisions through A, whose rounding error does not grow with
+    K_ZZ's condition number squared.
     """
     if kzz is not None and chol.requires_grad:
         raise ValueError("with kzz given, chol must be its detached factor (the gradient goes to kzz)")
+    num_points, num_inducing = kzx.shape[-1], kzx.shape[-2]
+    if num_points < SQUARE_ROOT_FORM_RATIO * num_inducing:
+        return _SquareRootMarginalTerms.apply(chol, kzx, q_mu, r, kzz)
+    c = gram_minus_identity(r)
     # the kernel-space form trades two [M, N] products for about eight [M, M] ones: worth it from N >= 2M
-    if kzx.dtype == torch.float64 and kzx.shape[-1] >= 2 * kzx.shape[-2]:
+    if kzx.dtype == torch.float64 and num_points >= 2 * num_inducing:
         return _KernelSpaceMarginalTerms.apply(chol, kzx, q_mu, c, kzz)
     return _WhitenedMarginalTerms.apply(chol, kzx, q_mu, c, kzz)
 
@@ -294,7 +360,9 @@ class SparseVariationalGP(WhitenedGaussian):
         m = z.shape[-2]
         both = torch.cat([z, x.expand(z.shape[:-2] + x.shape)], dim=-2)  # [Lb?, M + N, D]
         k = self.kernel(z, both)  # [Lb, M, M + N] or [M, M + N]
-        kzz, kzx = k[..., :m], k[..., m:]
+        # split, not two slices: the backward concatenates the two gradients instead of zero-filling a
+        # [M, M + N] buffer for each
+        kzz, kzx = k.split([m, x.shape[-2]], dim=-1)
         with torch.no_grad():
             exact = kzz.detach().clone()
             exact.diagonal(dim1=-2, dim2=-1).copy_(self.kernel.diag(z).expand(exact.shape[:-1]))
@@ -319,7 +387,7 @@ class SparseVariationalGP(WhitenedGaussian):
             # The factor is taken without autograd: the fused terms send the gradient to K_ZZ directly.
             kzz, factored, kzx = self._kernel_blocks(x)  # [Lb, M, M] or [M, M] (twice); [..., Lb, M, N]
             chol = robust_cholesky(factored, jitter=self.jitter, memory=self.jitter_memory)
-            mean, quad = whitened_marginal_terms(chol, kzx, self.q_mu, gram_minus_identity(r), kzz)  # [..., L, N]
+            mean, quad = whitened_marginal_terms(chol, kzx, self.q_mu, r, kzz)  # [..., L, N]
             var = self.kernel.diag(x.unsqueeze(-3)) + quad
             out = Marginals(mean.transpose(-1, -2), var.transpose(-1, -2).clamp_min(1e-12))
         else:
