@@ -37,6 +37,7 @@ import torch
 from flowgp import TGP, GaussianLikelihood, make_flow, make_kernel
 from flowgp.data import standardize, uci_split
 from flowgp.models.deep_gp import build_deep_gp
+from flowgp.training import default_optimizer
 from step_time import _batches, _sync, flowgp_step  # the same step closure as benchmarks/step_time.py
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +82,7 @@ def gpytorch_dgp(x, z, num_layers, width, lr=0.01):
 
     model = Model().to(device=x.device, dtype=x.dtype)
     mll = gpytorch.mlls.DeepApproximateMLL(gpytorch.mlls.VariationalELBO(model.likelihood, model, x.shape[0]))
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = default_optimizer(model.parameters(), lr)  # the optimiser of flowgp's steps (fused Adam)
     model.train()
     return model, mll, opt
 

@@ -47,7 +47,7 @@ from .distributed import World, all_reduce_gradients, all_reduce_sum, barrier, b
 from .linalg import JitterMemory
 from .optim import NaturalGradient
 
-__all__ = ["train", "EarlyStop", "BestParameters", "step_lr", "CHECKPOINT_FORMAT"]
+__all__ = ["train", "default_optimizer", "EarlyStop", "BestParameters", "step_lr", "CHECKPOINT_FORMAT"]
 
 CHECKPOINT_FORMAT = "flowgp-training-checkpoint"
 _CHECKPOINT_VERSION = 1
@@ -179,9 +179,24 @@ def _elbo_objective(model, sampler, num_data: int, generator: torch.Generator):
     return objective
 
 
+def default_optimizer(params, lr: float) -> torch.optim.Optimizer:
+    """The optimiser `train` builds when none is given: Adam, fused where torch has a fused kernel for the
+    parameters (CPU and CUDA floating point), else the multi-tensor (foreach) Adam.
+
+    Same update rule as the single-tensor `torch.optim.Adam` (equal to rounding); one kernel for all
+    parameters instead of about ten per parameter, which matters at small M, where the whole step costs a
+    few hundred microseconds and the per-parameter update was a fifth of it.
+    """
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except (RuntimeError, TypeError, ValueError):  # a device or dtype without the fused kernel
+        return torch.optim.Adam(params, lr=lr, foreach=True)
+
+
 def _make_optimizer(optimizer, params, lr):
     if optimizer is None:
-        return torch.optim.Adam(params, lr=lr)
+        return default_optimizer(params, lr)
     if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
         return optimizer(params, lr=lr)
     if callable(optimizer):
