@@ -157,6 +157,9 @@ class Kernel(nn.Module):
     #: self-covariance carries, such as White noise): sparse GPs then get K_ZZ and K_ZX from one evaluation
     #: K(Z, [Z; X]). False unless a kernel states it.
     cross_matches_self: bool = False
+    #: whether every cross-covariance K(x1, x2) between distinct input sets is exactly zero (White noise):
+    #: a Sum then leaves the term out of its cross-covariance instead of adding a tensor of zeros
+    cross_is_zero: bool = False
 
     def __init__(self, input_dim: int | None = None, batch_shape: Sequence[int] = (), dtype=torch.float64):
         super().__init__()
@@ -481,6 +484,7 @@ class White(_VarianceKernel):
     """White noise: k(x,x') = σ² δ(x, x'), nonzero only on the diagonal of K(x, x) (x2=None) and in diag()."""
 
     spec = "white"
+    cross_is_zero = True
 
     def _forward(self, x1, x2):
         n = x1.shape[-2]
@@ -582,6 +586,24 @@ class _Combination(Kernel):
 
 class Sum(_Combination):
     """Sum: k(x,x') = Σ_i k_i(x,x') (R&W §4.2.4); also ``k1 + k2``."""
+
+    @property
+    def cross_is_zero(self) -> bool:
+        return all(k.cross_is_zero for k in self.kernels)
+
+    def _forward(self, x1, x2):
+        kernels = self.kernels
+        if x2 is not None and not self.cross_is_zero:
+            # a White term adds exactly zero between distinct input sets: building and adding an [N, M]
+            # tensor of zeros cost a deep GP's hidden layers two passes over their largest tensors
+            kernels = [k for k in kernels if not k.cross_is_zero]
+            if len(kernels) < len(self.kernels):
+                out = kernels[0]._forward(x1, x2)
+                for k in kernels[1:]:
+                    out = out + k._forward(x1, x2)
+                # the broadcast shape the full sum would have had (a dropped term may carry batch dims)
+                return out.expand(self._out_batch(x1, x2) + out.shape[-2:])
+        return super()._forward(x1, x2)
 
     @staticmethod
     def _combine(a, b):

@@ -85,7 +85,9 @@ class _WhitenedMarginalTerms(torch.autograd.Function):
             grad_mu = a_gmean.sum_to_size(q_mu.shape)
         chol_inv_t = chol_inv.mT
         if need_kzx:
-            grad_a = torch.addcmul(q_mu.unsqueeze(-1) * g_mean, g_quad, p, value=2.0).sum_to_size(a.shape)
+            # 2 ḡ ⊙ P + m ḡ_meanᵀ with one new [M, N] buffer: the outer product is added in place (each new
+            # buffer of that size costs page faults on top of its pass)
+            grad_a = (p * (2.0 * g_quad)).addcmul_(q_mu.unsqueeze(-1), g_mean).sum_to_size(a.shape)
             grad_kzx = (chol_inv_t @ grad_a).sum_to_size(ctx.kzx_shape)
         grad_kzz = None
         if need_chol:
@@ -128,7 +130,8 @@ class _KernelSpaceMarginalTerms(torch.autograd.Function):
         need_chol, need_kzx, need_mu, need_c, need_kzz = (tuple(ctx.needs_input_grad) + (False,))[:5]
         grad_chol = grad_kzx = grad_mu = grad_c = grad_kzz = None
         if need_kzx:
-            grad_kzx = torch.addcmul(w.unsqueeze(-1) * g_mean, g_quad, p, value=2.0).sum_to_size(kzx.shape)
+            # one new [M, N] buffer, the outer product w ḡ_meanᵀ added in place
+            grad_kzx = (p * (2.0 * g_quad)).addcmul_(w.unsqueeze(-1), g_mean).sum_to_size(kzx.shape)
         grad_w = (kzx @ g_mean.mT).squeeze(-1)  # [..., L, M]
         if need_mu:
             grad_mu = (x @ grad_w.unsqueeze(-1)).squeeze(-1).sum_to_size(q_mu.shape)
@@ -193,8 +196,8 @@ class _SquareRootMarginalTerms(torch.autograd.Function):
         if need_r:
             grad_r = (2.0 * (at * g_quad).mT @ qt).sum_to_size(r.shape)
         if need_kzx or need_chol or need_kzz:
-            # Āᵀ = ḡ_mean mᵀ + 2 ḡ_quad (Q Rᵀ... in point-major: Qᵀ Rᵀ - Aᵀ), [..., L, N, M], summed to Aᵀ's
-            abar_t = torch.addcmul(g_mean * q_mu.unsqueeze(-2), g_quad, qt @ r.mT - at, value=2.0)
+            # Āᵀ = ḡ_mean mᵀ + 2 ḡ_quad (Qᵀ Rᵀ - Aᵀ) (point-major), [..., L, N, M], summed to Aᵀ's shape
+            abar_t = (qt @ r.mT).sub_(at).mul_(2.0 * g_quad).addcmul_(g_mean, q_mu.unsqueeze(-2))  # in place
             abar_t = abar_t.sum_to_size(at.shape)
             if need_kzx:  # K̄_XZ = Āᵀ Lz⁻¹ (right solve), returned in K_ZX's layout
                 grad_kzx = torch.linalg.solve_triangular(chol, abar_t, upper=False, left=False).mT
