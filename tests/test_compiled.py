@@ -162,3 +162,44 @@ def test_train_with_compile_follows_the_eager_fit(monkeypatch):
     torch.testing.assert_close(torch.tensor(compiled), torch.tensor(eager), rtol=1e-6, atol=1e-8)
     for pc, pe in zip(compiled_model.parameters(), eager_model.parameters()):
         torch.testing.assert_close(pc, pe, rtol=1e-6, atol=1e-8)
+
+
+def test_traced_square_root_form_matches_eager_float64():
+    # a minibatch smaller than 1.5 M takes the square-root form of the marginal terms (its own backward)
+    x, y = _data()
+    model = _svgp(x)
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def objective(xb, yb):
+        return -model.elbo(xb, yb, num_data=N)
+
+    compiled = CompiledObjective(objective, params, backend="aot_eager")
+    _assert_same(objective, compiled, params, x[:M - 2], y[:M - 2])
+    assert compiled.eager_calls == 0
+
+
+@pytest.mark.parametrize("name, kwargs", [("SVGPRegressor", dict(num_inducing=8)),
+                                          ("DeepGPRegressor", dict(layers=2, num_inducing=8))])
+def test_estimators_with_compile_follow_the_eager_fit(monkeypatch, name, kwargs):
+    import functools
+
+    import numpy as np
+
+    import flowgp.estimators as estimators
+    import flowgp.training as training_module
+
+    monkeypatch.setattr(training_module, "CompiledObjective",
+                        functools.partial(CompiledObjective, backend="aot_eager"))
+    calls = []
+    original = training_module.CompiledObjective
+    monkeypatch.setattr(training_module, "CompiledObjective",
+                        lambda *a, **k: calls.append(1) or original(*a, **k))
+    x, y = _data()
+    x, y = x.numpy(), y[:, 0].numpy()
+    common = dict(epochs=3, batch_size=B, verbose=False, kmeans_restarts=1, **kwargs)
+    eager = getattr(estimators, name)(**common).fit(x, y)
+    assert not calls
+    compiled = getattr(estimators, name)(compile=True, **common).fit(x, y)
+    assert calls  # the estimator's fit went through the compiled objective
+    np.testing.assert_allclose(compiled.history_, eager.history_, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(compiled.predict(x[:10]), eager.predict(x[:10]), rtol=1e-6, atol=1e-8)

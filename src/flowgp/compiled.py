@@ -100,6 +100,10 @@ class CompiledObjective:
         max_signatures: how many distinct batch signatures (shapes, dtypes, devices) get a graph of their
             own; later ones run eagerly. A change of which parameters require gradients recompiles for an
             admitted signature.
+        generators: the torch.Generators the objective draws from (a deep GP's samples of U, MC-dropout
+            masks). Every evaluation that is thrown away (the compiling call's trial evaluation, a compiled
+            loss that is re-run eagerly) is undone on them, so that a compiled fit draws exactly the random
+            numbers of the eager one.
 
     Attributes:
         compile_seconds: wall time spent in the calls that compiled (forward, backward and that step).
@@ -110,7 +114,7 @@ class CompiledObjective:
     """
 
     def __init__(self, objective: Callable, parameters: Iterable[torch.Tensor], *, mode: str | None = None,
-                 backend: str = "inductor", max_signatures: int = 1):
+                 backend: str = "inductor", max_signatures: int = 1, generators: Iterable = ()):
         if not callable(objective):
             raise TypeError(f"objective must be callable, got {type(objective).__name__}")
         if isinstance(max_signatures, bool) or not isinstance(max_signatures, int) or max_signatures < 0:
@@ -120,6 +124,10 @@ class CompiledObjective:
         self.mode = mode
         self.backend = backend
         self.max_signatures = max_signatures
+        self.generators = [g for g in generators if g is not None]
+        for g in self.generators:
+            if not isinstance(g, torch.Generator):
+                raise TypeError(f"generators must be torch.Generator objects, got {type(g).__name__}")
         self.compile_seconds = 0.0
         self.compile_cpu_seconds = 0.0
         self.eager_calls = 0
@@ -139,9 +147,17 @@ class CompiledObjective:
         warnings.warn(f"torch.compile of the training objective failed ({reason}); training continues eagerly "
                       "with the same results", CompileFallbackWarning, stacklevel=3)
 
+    def _rng_states(self):
+        return [g.get_state() for g in self.generators]
+
+    def _restore(self, states) -> None:
+        for g, state in zip(self.generators, states):
+            g.set_state(state)
+
     def _first_call(self, args):
         """Compile forward and backward for a new signature; the loss of a fresh compiled evaluation."""
         start, cpu_start = time.perf_counter(), time.process_time()
+        states = self._rng_states()
         try:
             reason = compile_unavailable_reason(_device(args)) if self.backend == "inductor" else None
             if reason is not None:
@@ -155,6 +171,7 @@ class CompiledObjective:
                 # compile the backward graph here, where a failure can still fall back (its gradients are
                 # discarded: the caller differentiates the value returned below)
                 torch.autograd.grad(value, wanted, allow_unused=True)
+            self._restore(states)  # the trial evaluation's draws are not the step's
             return self._compiled(*args)
         finally:
             self.compile_seconds += time.perf_counter() - start
@@ -176,10 +193,12 @@ class CompiledObjective:
         return value
 
     def __call__(self, *args):
+        states = self._rng_states()
         if self.failure is None:
             try:
                 value = self._compiled_value(args)
             except Exception as err:  # a compiler failure (toolchain, unsupported op): eager from now on
+                self._restore(states)
                 value = self.objective(*args)  # a genuine error in the objective itself is raised here
                 self._abandon(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300])
                 self.eager_calls += 1
@@ -188,6 +207,7 @@ class CompiledObjective:
                 return value
             # another batch signature, or a non-finite compiled loss (a failed Cholesky or bad data inside
             # the graph): the eager path retries with jitter (warning and remembering the level) or raises
-            # the error that names the problem
+            # the error that names the problem, with the draws the compiled evaluation took
+            self._restore(states)
         self.eager_calls += 1
         return self.objective(*args)

@@ -360,7 +360,7 @@ def train(
     if not isinstance(compile, bool):
         raise TypeError(f"compile must be True or False, got {compile!r}")
     if compile:
-        objective = CompiledObjective(objective, tracked)
+        objective = CompiledObjective(objective, tracked, generators=[generator])
     best = BestParameters() if keep_best is True else (keep_best or None)
     if best is not None and not isinstance(best, BestParameters):
         raise TypeError(f"keep_best must be a bool or a BestParameters, got {type(keep_best).__name__}")

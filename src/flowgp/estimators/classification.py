@@ -118,6 +118,9 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
         quadrature_points: Gauss-Hermite points of the binary ELL; mc_samples: MC samples of the multiclass ELL.
         predict_samples: MC samples of the multiclass predictive probabilities.
         verbose: show a tqdm progress bar.
+        compile: train through `torch.compile` of the bound and its backward (`flowgp.training.train(compile=True)`;
+            eager fallback with a warning where it cannot compile). Compiling takes seconds to a minute, then
+            removes per-step overhead: worth it for long fits with small M (benchmarks/step_time.py).
         checkpoint: a file path: training saves its state there (the variance-fixed stage next to it, with
             the suffix ".stage1") and a later `fit` with the same path continues where it stopped.
     """
@@ -125,7 +128,8 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
     def __init__(self, num_inducing=100, kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0,
                  dtype="float64", device="cpu", lengthscale=1.0, period=1.0, likelihood="softmax",
                  fix_variance_epochs=0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
-                 mc_samples=20, predict_samples=256, verbose=True, checkpoint=None):
+                 mc_samples=20, predict_samples=256, verbose=True, checkpoint=None,
+                 compile=False):
         self._store_arguments(locals())
 
     # ----- hooks the flow estimator overrides --------------------------------------------------------
@@ -200,7 +204,7 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
         """The appendix B.6 schedule: S held for the first `fix_variance_epochs` epochs, then everything."""
         frozen = min(self.fix_variance_epochs, epochs)
         kwargs = dict(batch_size=self.batch_size, lr=self.lr, seed=self.seed, verbose=self.verbose,
-                      desc=type(self).__name__ + suffix, callback=callback)
+                      compile=self.compile, desc=type(self).__name__ + suffix, callback=callback)
         history = []
         if frozen:
             # Stage 1 (appendix B.6): S held fixed; train() only optimises parameters that require grad.
@@ -291,7 +295,8 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
                  quadrature_points=20, mc_samples=20, predict_samples=256, verbose=True, input_dependent=False,
                  hidden=(50,), activation="relu", dropout=0.25, bayesian="mc_dropout", mc_samples_train=1,
                  mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, robust=True,
-                 checkpoint=None):
+                 checkpoint=None,
+                 compile=False):
         self._store_arguments(locals())
 
     def _input_dependence(self):

@@ -110,14 +110,15 @@ class _DeepMixin:
             dsvi = self._build(xt, yt, posterior="gaussian", draws=None)
             history += list(train(dsvi, xt, yt, epochs=warm_epochs, batch_size=self.batch_size, lr=self.lr,
                                   fix_noise_fraction=min(1.0, fix_noise * self.epochs / warm_epochs), seed=self.seed,
-                                  verbose=self.verbose, desc=type(self).__name__ + " (DSVI warm start)",
+                                  verbose=self.verbose, compile=self.compile,
+                                  desc=type(self).__name__ + " (DSVI warm start)",
                                   checkpoint_path=self.checkpoint_path(".dsvi")))
             warm_start_from_gaussian(self.model_, dsvi)
             fix_noise = 0.0 if fix_noise * self.epochs <= warm_epochs else \
                 (fix_noise * self.epochs - warm_epochs) / (self.epochs - warm_epochs)
         history += list(train(self.model_, xt, yt, epochs=self.epochs - warm_epochs, batch_size=self.batch_size,
                               lr=self.lr, fix_noise_fraction=fix_noise, seed=self.seed, verbose=self.verbose,
-                              desc=type(self).__name__, checkpoint_path=self.checkpoint_path()))
+                              compile=self.compile, desc=type(self).__name__, checkpoint_path=self.checkpoint_path()))
         self.history_ = history
         self.model_.eval()
 
@@ -168,7 +169,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
                  batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05,
                  lengthscale=1.0, period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
                  quadrature_points=20, predict_quadrature_points=100, verbose=True, checkpoint=None,
-                 flow_elementwise="entry", dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None):
+                 flow_elementwise="entry", dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None, compile=False):
         self._store_arguments(locals())
 
     def _likelihood_name(self):
@@ -245,7 +246,7 @@ class DeepGPClassifier(_DeepMixin, Estimator, ClassifierMixin, BaseEstimator):
                  kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu",
                  lengthscale=1.0, period=1.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
                  predict_quadrature_points=100, verbose=True, checkpoint=None, flow_elementwise="entry",
-                 dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None):
+                 dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None, compile=False):
         self._store_arguments(locals())
 
     def _likelihood_name(self):

@@ -42,6 +42,9 @@ class LatentDeepGPRegressor(SVGPRegressor):
         num_samples_predict: samples of z ~ p(z) for predictions and test log-likelihoods (E.3: 10000, the
             default), drawn in chunks of bounded memory.
         noise: initial likelihood variance (E.2: 0.01). Other arguments as SVGPRegressor.
+        compile: train through `torch.compile` of the bound and its backward (`flowgp.training.train(compile=True)`;
+            eager fallback with a warning where it cannot compile). Compiling takes seconds to a minute, then
+            removes per-step overhead: worth it for long fits with small M (benchmarks/step_time.py).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped.
         hidden_layer: "pca" (hidden_width GPs with a fixed PCA mean) or "concat" (supplement E.2: a fixed
@@ -54,7 +57,8 @@ class LatentDeepGPRegressor(SVGPRegressor):
                  hidden_width=5, num_inducing=128, kernel="rbf", batch_size=None, epochs=1000, lr=0.005,
                  lr_decay=0.98, natgrad_lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.01,
                  kmeans_restarts=10, learn_inducing=True, num_samples_predict=10000, verbose=True, checkpoint=None,
-                 hidden_layer="pca", q_var_init=1e-5, hidden_q_var_init=None, learn_hidden_variance=True):
+                 hidden_layer="pca", q_var_init=1e-5, hidden_q_var_init=None, learn_hidden_variance=True,
+                 compile=False):
         self._store_arguments(locals())
 
     # ----- checks and construction ---------------------------------------------------------------------
@@ -106,7 +110,8 @@ class LatentDeepGPRegressor(SVGPRegressor):
         natgrad = NaturalGradient([self.model_.layers[-1].gp], lr=self.natgrad_lr) if self.natgrad else None
         sampler = ArrayBatches(xt, yt, batch, per_step=batch < n, seed=self.seed)
         return train(self.model_, sampler, steps=iterations, lr=self.lr, schedule=step_lr(1000, self.lr_decay),
-                     natural_gradient=natgrad, seed=self.seed, verbose=self.verbose, desc=type(self).__name__,
+                     natural_gradient=natgrad, seed=self.seed, verbose=self.verbose, compile=self.compile,
+                     desc=type(self).__name__,
                      checkpoint_path=self.checkpoint_path(), callback=callback)
 
     # ----- public API --------------------------------------------------------------------------------

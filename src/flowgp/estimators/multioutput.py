@@ -49,6 +49,9 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             (standardised inputs). alignment_variance/lengthscale, warping_variance/lengthscale: SE inits.
         alignment_noise, latent_noise: initial σ²_a, σ²_f.
         num_samples: Monte Carlo samples through the hierarchy for log_predictive_density and intervals.
+        compile: train through `torch.compile` of the bound and its backward (`flowgp.training.train(compile=True)`;
+            eager fallback with a warning where it cannot compile). Compiling takes seconds to a minute, then
+            removes per-step overhead: worth it for long fits with small M (benchmarks/step_time.py).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped.
     """
@@ -58,7 +61,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                  dtype="float64", device="cpu", noise=0.05, lengthscale=0.3, alignment_variance=0.01,
                  alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=1e-3,
                  latent_noise=1e-3, num_samples=200, verbose=True, checkpoint=None, natural_gradient=0.5,
-                 natural_gradient_layers="all", tol=1e-4, patience=50, full_batch_max=2048):
+                 natural_gradient_layers="all", tol=1e-4, patience=50, full_batch_max=2048,
+                 compile=False):
         self._store_arguments(locals())
 
     # ----- helpers -------------------------------------------------------------------------------------
@@ -170,7 +174,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                             output=torch.as_tensor(o))
         early = None if self.tol is None else EarlyStop(window=int(self.patience), rel_tol=float(self.tol))
         kwargs = dict(epochs=int(self.epochs), lr=self.lr, seed=self.seed, verbose=self.verbose,
-                      desc=type(self).__name__, checkpoint_path=self.checkpoint_path(),
+                      compile=self.compile, desc=type(self).__name__, checkpoint_path=self.checkpoint_path(),
                       natural_gradient=self._natural_gradient(), early_stop=early)
         # the output index is a batch tensor of its own, passed to AMOGP.elbo as output=
         sampler = ArrayBatches(self.tensor(xt[:, None]), self.tensor(yt), self.resolved_batch_size(len(yt)),

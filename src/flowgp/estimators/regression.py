@@ -51,6 +51,9 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         fix_noise_fraction: hold the noise fixed for this fraction of iterations (appendix B.5).
         quadrature_points / predict_quadrature_points: Gauss-Hermite points in training / prediction.
         verbose: show a tqdm progress bar.
+        compile: train through `torch.compile` of the bound and its backward (`flowgp.training.train(compile=True)`;
+            eager fallback with a warning where it cannot compile). Compiling takes seconds to a minute, then
+            removes per-step overhead: worth it for long fits with small M (benchmarks/step_time.py).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped (a finished fit is loaded back without training).
         natural_gradient: None (default: Adam on everything) or a step size γ in (0, 1] of natural-gradient
@@ -63,7 +66,8 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
     def __init__(self, num_inducing=100, kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0,
                  dtype="float64", device="cpu", noise=0.05, lengthscale=1.0, period=1.0,
                  fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
-                 predict_quadrature_points=100, verbose=True, checkpoint=None, natural_gradient=None):
+                 predict_quadrature_points=100, verbose=True, checkpoint=None, natural_gradient=None,
+                 compile=False):
         self._store_arguments(locals())
 
     #: working-memory budget (bytes) of one prediction call: rows are predicted in chunks that fit in it
@@ -185,7 +189,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         self._initialise_flow(self.model_, yt, self.generator(device="cpu"), x_t=xt)
         self.history_ = train(self.model_, xt, yt, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
                               fix_noise_fraction=self.fix_noise_fraction, seed=self.seed, verbose=self.verbose,
-                              desc=type(self).__name__, checkpoint_path=self.checkpoint_path(),
+                              compile=self.compile, desc=type(self).__name__, checkpoint_path=self.checkpoint_path(),
                               natural_gradient=self._natural_gradient())
         return self
 
@@ -197,7 +201,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         self._initialise_flow(self.model_, ys, self.generator(device="cpu"), x_t=xs)
         self.history_ = train(self.model_, stream(self.y_shift_, self.y_scale_), epochs=self.epochs, lr=self.lr,
                               fix_noise_fraction=self.fix_noise_fraction, seed=self.seed, verbose=self.verbose,
-                              desc=type(self).__name__, checkpoint_path=self.checkpoint_path(),
+                              compile=self.compile, desc=type(self).__name__, checkpoint_path=self.checkpoint_path(),
                               natural_gradient=self._natural_gradient())
 
     def _natural_gradient(self):
@@ -295,7 +299,8 @@ class _FlowRegressor(SVGPRegressor):
     def __init__(self, flow="sal", flow_init="identity", num_inducing=100, kernel="rbf", batch_size=None,
                  epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05, lengthscale=1.0,
                  period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
-                 quadrature_points=20, predict_quadrature_points=100, verbose=True, robust=True, checkpoint=None):
+                 quadrature_points=20, predict_quadrature_points=100, verbose=True, robust=True, checkpoint=None,
+                 compile=False):
         self._store_arguments(locals())
 
     _FLOW_INITS = ("identity", "data", "random", "none")
@@ -351,7 +356,8 @@ class _FlowRegressor(SVGPRegressor):
             data = dict(x=rows.stream(shift, self.y_scale_))
         history = train(model, **data, epochs=self.epochs if epochs is None else epochs,
                         lr=self.lr * lr_scale, fix_noise_fraction=fix_noise_fraction, seed=seed, verbose=self.verbose,
-                        desc=type(self).__name__ + suffix, checkpoint_path=self.checkpoint_path(suffix),
+                        compile=self.compile, desc=type(self).__name__ + suffix,
+                        checkpoint_path=self.checkpoint_path(suffix),
                         natural_gradient=natural, early_stop=early_stop, callback=keeper)
         if keeper is not None:
             keeper.finish(model)
@@ -507,7 +513,7 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
                  quadrature_points=20, predict_quadrature_points=100, verbose=True, input_dependent=False,
                  hidden=(50,), activation="relu", dropout=0.25, bayesian="mc_dropout", mc_samples_train=1,
                  mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, robust=True,
-                 checkpoint=None):
+                 checkpoint=None, compile=False):
         self._store_arguments(locals())
 
     def _target_positive(self) -> bool:
