@@ -213,6 +213,9 @@ def run(num_data=10_000, dim=8, batch=512, inducing=(20, 100, 500), dtypes=("flo
             if peer:
                 steps["gpytorch_svgp_ms"] = gpytorch_step(z, x, y, batch)
             if compiled:
+                # fresh compiler caches for every configuration: past dynamo's recompile limit (8 graphs per
+                # function in one process) later configurations would run eagerly while reported as compiled
+                torch._dynamo.reset()
                 for name in ("svgp", "tgp"):
                     step = flowgp_step(build(name), x, y, batch, compiled=True)
                     steps[f"{name}_compiled_ms"] = step
