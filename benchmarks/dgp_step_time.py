@@ -14,7 +14,8 @@ DeepGP with the same layers, widths (hidden width min(D, 16) = 8), M, batch and 
 flowgp's TGP (one SAL flow). The peers are interleaved: every round times every model for `--steps` steps and
 the reported value is the median over rounds of each round's median, which keeps slow drifts from load on a
 shared machine out of the ratios. Ratios printed: flowgp DGP / GPyTorch DGP, DGP / TGP, and the flow
-posteriors / DSVI (issue 20's targets: cnf-dgp3/dgp3 <= 1.5, dgp3/gpytorch-dgp3 <= 0.7).
+posteriors / DSVI (issue 20's targets: cnf-dgp3/dgp3 <= 1.5, dgp3/gpytorch-dgp3 <= 0.7). With --compile the DSVI
+step is also timed through flowgp.compiled ("dgpL-compiled"; compilation time in the row's "compile").
 
 Part 2 (energy, TGP paper Fig. 11): training-step time (full batch of the 691 training points, M=100) and
 prediction time on the 77 test points (mean, variance and log density; the DGP with 100 samples, the TGP
@@ -136,6 +137,7 @@ def synthetic(args, device, dtype):
     z = x[torch.randperm(n, generator=g)[: args.inducing].to(device)].clone()
     width = min(d, 16)
     fns = {}
+    compile_info = {}
     # models are built from float64 data (no global default dtype) and then moved to the timed dtype
     x64, z64 = x.to(torch.float64), z.to(torch.float64)
     for layers in (2, 3):
@@ -144,6 +146,14 @@ def synthetic(args, device, dtype):
             model = build_deep_gp(x64, 1, layers, inducing_points=z64, posterior=post, hidden_width=width,
                                   draws=draws)
             fns[f"{name}{layers}"] = flowgp_step(model.to(device, dtype), x, y, args.batch)
+        if args.compile:
+            # the DSVI step through flowgp.compiled (torch.compile of bound and backward); compile time apart
+            torch._dynamo.reset()
+            model = build_deep_gp(x64, 1, layers, inducing_points=z64, posterior="gaussian", hidden_width=width)
+            step = flowgp_step(model.to(device, dtype), x, y, args.batch, compiled=True)
+            fns[f"dgp{layers}-compiled"] = step
+            compile_info[f"dgp{layers}"] = {"compile_s": step.compiler.compile_seconds,
+                                            "failure": step.compiler.failure}
         if not args.no_peer:
             fns[f"gpytorch-dgp{layers}"] = gpytorch_step(x, y, z, layers, width, args.batch)
     tgp = TGP(make_kernel("rbf", d), z64, make_flow("sal"), GaussianLikelihood(0.05)).to(device, dtype)
@@ -164,7 +174,14 @@ def synthetic(args, device, dtype):
             if f"gpytorch-dgp{layers}" in med:
                 ratios[f"{key}/gpytorch-dgp{layers}"] = med[key] / med[f"gpytorch-dgp{layers}"]
             ratios[f"{key}/tgp"] = med[key] / med["tgp"]
+        if args.compile:
+            ratios[f"dgp{layers}-compiled/dgp{layers}"] = med[f"dgp{layers}-compiled"] / med[f"dgp{layers}"]
+            if f"gpytorch-dgp{layers}" in med:
+                ratios[f"dgp{layers}-compiled/gpytorch-dgp{layers}"] = (med[f"dgp{layers}-compiled"]
+                                                                        / med[f"gpytorch-dgp{layers}"])
     row["ratios"] = ratios
+    if args.compile:
+        row["compile"] = compile_info
     return row
 
 
@@ -220,6 +237,8 @@ def main():
     p.add_argument("--device", default="cpu")
     p.add_argument("--no-peer", action="store_true", help="skip GPyTorch")
     p.add_argument("--no-energy", action="store_true", help="skip part 2")
+    p.add_argument("--compile", action="store_true",
+                   help="also time the DSVI step compiled (flowgp.compiled; issue 26's dgp3 <= 0.5x GPyTorch)")
     p.add_argument("--json", default=str(ROOT / "docs" / "results" / "dgp_step_time.json"))
     p.add_argument("--note", default="", help="conditions of the run, stored in the JSON (e.g. 'other jobs paused')")
     a = p.parse_args()
