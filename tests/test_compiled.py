@@ -80,6 +80,28 @@ def test_traced_tgp_step_matches_eager_float64():
 
 def test_failed_cholesky_reruns_eagerly_with_the_jitter_policy():
     x, y = _data()
+    model = SVGP(make_kernel("rbf", D), x[:M].clone(), GaussianLikelihood(0.1), jitter=0.0).to(dtype=torch.float64)
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def objective(xb, yb):
+        return -model.elbo(xb, yb, num_data=N)
+
+    compiled = CompiledObjective(objective, params, backend="aot_eager")
+    compiled(x[:B], y[:B])  # compiled while K_ZZ is healthy
+    assert compiled.eager_calls == 0
+    with torch.no_grad():
+        model.gp.inducing_points[1] = model.gp.inducing_points[0]  # duplicated: K_ZZ singular from now on
+    with pytest.warns(CholeskyJitterWarning):
+        value = compiled(x[:B], y[:B])  # the graph's single attempt fails (NaN): rerun eagerly, with retries
+    assert torch.isfinite(value) and compiled.eager_calls == 1
+    assert model.gp.jitter_memory.level is not None  # the retry's level was remembered
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CholeskyJitterWarning)
+        torch.testing.assert_close(value, objective(x[:B], y[:B]))
+
+
+def test_a_singular_start_takes_the_jitter_policy_before_compiling():
+    x, y = _data()
     z = x[:M].clone()
     z[1] = z[0]  # a duplicated inducing point: K_ZZ is singular, the first Cholesky attempt fails
     model = SVGP(make_kernel("rbf", D), z, GaussianLikelihood(0.1), jitter=0.0).to(dtype=torch.float64)
@@ -89,13 +111,30 @@ def test_failed_cholesky_reruns_eagerly_with_the_jitter_policy():
         return -model.elbo(xb, yb, num_data=N)
 
     compiled = CompiledObjective(objective, params, backend="aot_eager")
-    with pytest.warns(CholeskyJitterWarning):
+    with pytest.warns(CholeskyJitterWarning):  # the eager evaluation before compiling retries and warns
         value = compiled(x[:B], y[:B])
-    assert torch.isfinite(value) and compiled.eager_calls == 1
-    assert model.gp.jitter_memory.level is not None  # the retry's level was remembered
+    assert torch.isfinite(value) and model.gp.jitter_memory.level is not None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CholeskyJitterWarning)
         torch.testing.assert_close(value, objective(x[:B], y[:B]))
+
+
+def test_each_compiled_objective_has_its_own_graph_cache():
+    # one inner objective function for many models (as the training loop builds them): each CompiledObjective
+    # compiles a code object of its own, so ten models do not run into dynamo's recompile limit (8)
+    x, y = _data()
+    models = [_svgp(x) for _ in range(10)]
+
+    def make(model):
+        def objective(xb, yb):
+            return -model.elbo(xb, yb, num_data=N)
+        return objective
+
+    compiled = [CompiledObjective(make(m), list(m.parameters()), backend="aot_eager") for m in models]
+    for c in compiled:
+        c(x[:B], y[:B])
+    codes = {c._compiled._torchdynamo_orig_callable.__code__ for c in compiled}
+    assert len(codes) == len(compiled) and all(c.eager_calls == 0 for c in compiled)
 
 
 def test_bad_data_raises_the_eager_error_and_other_shapes_run_eagerly():

@@ -24,9 +24,11 @@ separately from step times by `benchmarks/step_time.py`.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import time
+import types
 import warnings
 from typing import Callable, Iterable
 
@@ -57,6 +59,25 @@ def compile_unavailable_reason(device="cpu") -> str | None:
         except ImportError:
             return "Triton is not installed (torch.compile builds CUDA kernels with it)"
     return None
+
+
+_INSTANCES = itertools.count()
+
+
+def _own_code(objective: Callable) -> Callable:
+    """A function calling `objective` whose code object belongs to the caller alone.
+
+    Dynamo keeps compiled graphs and their guards on the code object of the function it compiles, and every
+    objective the training loop builds is the same inner function: one cache for every model compiled in the
+    process. The guards of all of them would then be checked on each call (slower), and past dynamo's recompile
+    limit (8 graphs) later models would silently run eagerly. A copy of the code object gives each
+    CompiledObjective a cache of its own.
+    """
+    def call(*args):
+        return objective(*args)
+
+    code = call.__code__.replace(co_name=f"flowgp_objective_{next(_INSTANCES)}")
+    return types.FunctionType(code, call.__globals__, code.co_name, call.__defaults__, call.__closure__)
 
 
 def _signature(value):
@@ -163,7 +184,12 @@ class CompiledObjective:
             if reason is not None:
                 raise RuntimeError(reason)
             if self._compiled is None:
-                self._compiled = torch.compile(self.objective, dynamic=False, mode=self.mode,
+                # one eager evaluation first: attributes a model settles on its first call (e.g. a warped
+                # likelihood finding its flow is not affine) would otherwise change under the traced graph's
+                # guards and force a second compilation; its draws are undone below
+                self.objective(*args)
+                self._restore(states)
+                self._compiled = torch.compile(_own_code(self.objective), dynamic=False, mode=self.mode,
                                                backend=self.backend)
             value = self._compiled(*args)
             wanted = [p for p in self.parameters if p.requires_grad]
