@@ -17,6 +17,7 @@ import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from ..build import DeepGPConfig, build
+from ..data_sources import is_table
 from ..likelihoods import BernoulliLikelihood
 from ..models.cnf_posterior import ELEMENTWISE_SHAPES, FLOW_BASES
 from ..models.deep_gp import DRAWS, POSTERIORS, SKIPS, warm_start_from_gaussian
@@ -98,8 +99,13 @@ class _DeepMixin:
         return build(self.config(**overrides), x, y, dtype=self.torch_dtype(), device=self.device,
                      generator=self.generator(device="cpu"))
 
-    def _fit_model(self, xt, yt):
+    def _fit_model(self, xt, yt, sampler=None):
+        """Build the model from (xt, yt) and train it on them, or on `sampler()` (a fresh flowgp.batches sampler
+        per training stage, e.g. over a streamed table; the model is then built from a sample of it)."""
         # every draw (flow-posterior networks, Monte Carlo samples) comes from generators made from `seed`
+        def data():
+            return dict(x=xt, y=yt, batch_size=self.batch_size) if sampler is None else dict(x=sampler())
+
         self.model_ = self._build(xt, yt)
         warm_epochs = int(round(float(self.dsvi_warmup) * self.epochs))
         history = []
@@ -108,7 +114,7 @@ class _DeepMixin:
             # DSVI first (the same model with a Gaussian q(U)), then the flow starts from its fitted state: with
             # identity steps that *is* the DSVI posterior, so the flow stage only adds what the flow gains
             dsvi = self._build(xt, yt, posterior="gaussian", draws=None)
-            history += list(train(dsvi, xt, yt, epochs=warm_epochs, batch_size=self.batch_size, lr=self.lr,
+            history += list(train(dsvi, **data(), epochs=warm_epochs, lr=self.lr,
                                   fix_noise_fraction=min(1.0, fix_noise * self.epochs / warm_epochs), seed=self.seed,
                                   verbose=self.verbose, compile=self.compile,
                                   desc=type(self).__name__ + " (DSVI warm start)",
@@ -116,8 +122,8 @@ class _DeepMixin:
             warm_start_from_gaussian(self.model_, dsvi)
             fix_noise = 0.0 if fix_noise * self.epochs <= warm_epochs else \
                 (fix_noise * self.epochs - warm_epochs) / (self.epochs - warm_epochs)
-        history += list(train(self.model_, xt, yt, epochs=self.epochs - warm_epochs, batch_size=self.batch_size,
-                              lr=self.lr, fix_noise_fraction=fix_noise, seed=self.seed, verbose=self.verbose,
+        history += list(train(self.model_, **data(), epochs=self.epochs - warm_epochs, lr=self.lr,
+                              fix_noise_fraction=fix_noise, seed=self.seed, verbose=self.verbose,
                               compile=self.compile, desc=type(self).__name__, checkpoint_path=self.checkpoint_path()))
         self.history_ = history
         self.model_.eval()
@@ -175,15 +181,30 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
     def _likelihood_name(self):
         return "gaussian"
 
-    def fit(self, X, y):
-        """Fit on X [n_samples, n_features] and y [n_samples]; returns self."""
+    #: `fit` streams tables (paths, iterators of chunks) through Estimator.fit_stream
+    STREAMED_FIT = True
+
+    def fit(self, X, y=None):
+        """Fit on X [n_samples, n_features] and y [n_samples]; returns self. X may instead be a table streamed in
+        chunks - a path (.csv, .parquet, .npy) with y the target column, or an iterator of (X, y) chunks with y
+        None - see `fit_stream`: the model (k-means inducing inputs, the hidden layers' linear projections) is
+        built from a reservoir sample and trained on the whole table, block by block."""
         self._check_deep_params()
+        if is_table(X):
+            if self.image_shape is not None:
+                raise ValueError("image_shape: images are scaled by one mean and scale over all pixels, which a "
+                                 "streamed fit does not compute; pass the images as arrays")
+            return self.fit_stream(X, y)
         X, y = self._training_data(X, y)
         xt = self.fit_input_scaling(X)
         self.y_shift_, self.y_scale_ = float(y.mean()), (float(y.std()) if y.std() > 0 else 1.0)
         yt = self.tensor((y - self.y_shift_) / self.y_scale_)[:, None]
         self._fit_model(xt, yt)
         return self
+
+    def _train_on_stream(self, xs, ys, stream, stats) -> None:
+        """The training of `fit_stream`: built from the sample (xs, ys), every stage trained on the whole table."""
+        self._fit_model(xs, ys, sampler=lambda: stream(self.y_shift_, self.y_scale_))
 
     # predict / predict_quantiles come from SVGPRegressor; every chunk replays the seed and every row shares
     # the draws (common_noise), so a row's prediction does not depend on which rows are predicted with it
