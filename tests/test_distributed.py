@@ -1,7 +1,8 @@
 """Data-parallel training (flowgp.distributed): 2 gloo processes on the CPU reproduce one process.
 
 One fork of 2 workers runs every 2-process case (SVGP, TGP, a 2-layer DSVI deep GP whose hidden-layer noise is
-drawn for the whole global batch and sliced, a streamed table, an interrupted run that leaves a checkpoint);
+drawn for the whole global batch and sliced, a 2-layer latent DGP whose z and joint hidden-layer draws are made
+the same way, a streamed table, an interrupted run that leaves a checkpoint);
 the single-process references run in the test process. The equivalence is exact in exact arithmetic (the
 ranks' weighted bounds sum to the global batch's bound, see flowgp.distributed), so in float64 only the
 order of the sums differs: 1e-8 relative after 20 Adam steps.
@@ -16,11 +17,12 @@ import pytest
 import torch
 
 from flowgp.batches import ArrayBatches, Batch, BlockBatches
-from flowgp.build import DeepGPConfig, SparseGPConfig, build
+from flowgp.build import DeepGPConfig, LatentDeepGPConfig, SparseGPConfig, build
 from flowgp.distributed import World, local_slice
 from flowgp.training import train
 
 N, D, BATCH, STEPS = 70, 2, 16, 20  # 70 = 4 x 16 + 6: the last batch of an epoch is partial
+KINDS = ("svgp", "tgp", "dsvi", "ldgp")
 
 
 def _data():
@@ -34,6 +36,10 @@ def _model(kind):
     x, y = _data()
     if kind == "dsvi":  # 2 layers, Monte Carlo noise in the hidden layer (2 samples per row)
         config = DeepGPConfig(layers=2, num_inducing=6, num_samples=2, kmeans_restarts=2)
+        return build(config, x, y, generator=torch.Generator().manual_seed(0))
+    if kind == "ldgp":  # latent DGP, 3 importance samples, the hidden layer drawn jointly over them, DREG
+        config = LatentDeepGPConfig(layers=2, num_inducing=6, hidden_width=2, num_importance=3, gradient="dreg",
+                                    kmeans_restarts=2)
         return build(config, x, y, generator=torch.Generator().manual_seed(0))
     flow = "sal" if kind == "tgp" else "identity"
     config = SparseGPConfig(model=kind, num_inducing=8, flow=flow, quadrature_points=10, kmeans_restarts=2)
@@ -77,7 +83,7 @@ def _worker(rank, size, init_file, out_dir):
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=size)
     try:
-        results = {kind: _fit(kind) for kind in ("svgp", "tgp", "dsvi")}
+        results = {kind: _fit(kind) for kind in KINDS}
         results["stream"] = _stream_fit(os.path.join(out_dir, "table.npy"))
         results["interrupted"] = _fit("svgp", checkpoint=os.path.join(out_dir, "ckpt.pt"), stop_at=9)
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
@@ -90,7 +96,7 @@ def two_process_results():
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
     # the single-process references first: the forked workers then inherit every module they import
-    singles = {kind: _fit(kind, world=World()) for kind in ("svgp", "tgp", "dsvi")}
+    singles = {kind: _fit(kind, world=World()) for kind in KINDS}
     with tempfile.TemporaryDirectory() as tmp:
         x, y = _data()
         np.save(os.path.join(tmp, "table.npy"), torch.cat([x, y], 1).numpy())
@@ -115,7 +121,7 @@ def _assert_close(a: dict, b: dict, rtol=1e-8):
         assert err <= rtol, f"{k}: relative difference {err:.3g}"
 
 
-@pytest.mark.parametrize("kind", ["svgp", "tgp", "dsvi"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_two_processes_reproduce_one_process(two_process_results, kind):
     results, _, singles = two_process_results
     single, history = singles[kind]
@@ -212,3 +218,17 @@ def test_batch_step_size():
     b = Batch(torch.zeros(3, 1), None, torch.arange(3))
     assert b.step_size == 3
     assert Batch(torch.zeros(3, 1), None, torch.arange(3), global_size=8).step_size == 8
+
+
+def test_latent_dgp_draws_do_not_depend_on_the_split():
+    # the rows of a global batch evaluated in two parts (with batch_rows) get the draws of the whole batch
+    model = _model("ldgp")
+    x, y = _data()
+    xb, yb = x[:BATCH], y[:BATCH]
+    with torch.no_grad():
+        whole = model.iw_terms(xb, yb, 3, generator=torch.Generator().manual_seed(4), batch_rows=(0, BATCH))
+        plain = model.iw_terms(xb, yb, 3, generator=torch.Generator().manual_seed(4))
+        parts = [model.iw_terms(xb[lo:hi], yb[lo:hi], 3, generator=torch.Generator().manual_seed(4),
+                                batch_rows=(lo, BATCH)) for lo, hi in ((0, 7), (7, BATCH))]
+    torch.testing.assert_close(torch.cat(parts, -1), whole, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(whole, plain, rtol=1e-12, atol=1e-12)  # (0, B): the unsplit draws themselves

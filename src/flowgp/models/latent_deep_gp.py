@@ -83,7 +83,7 @@ def _check_positive_int(value, name: str) -> int:
 
 
 def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = None,
-                    memory: JitterMemory | None = None) -> torch.Tensor:
+                    memory: JitterMemory | None = None, batch_rows: tuple[int, int] | None = None) -> torch.Tensor:
     """One joint draw of a sparse GP's outputs over the second-to-last axis of h: [..., K, D] -> [..., K, L].
 
     For every leading index (a point, an outer sample) the K values f(h_1..h_K) of each output l are drawn from
@@ -92,6 +92,8 @@ def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = Non
     `flowgp.variational.SparseVariationalGP`; only its public API is used (projection, kernel, q_mu,
     q_sqrt_tril, mean_function). The K × K factorisations go through `robust_cholesky` (growing jitter,
     remembered in `memory`). Differentiable in h and in every parameter (reparameterised draw).
+    `batch_rows` = (offset, B): h's last leading axis holds rows offset.. of a global batch of B split over
+    processes; the noise is drawn for all B rows and sliced, so a row's draw does not depend on the split.
     """
     if h.dim() < 2:
         raise ValueError(f"h must have shape [..., K, D], got {tuple(h.shape)}")
@@ -114,7 +116,13 @@ def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = Non
     cov = kxx.movedim(-3, 0) + correction
     cov = 0.5 * (cov + cov.mT)
     chol = robust_cholesky(cov, memory=memory)
-    eps = torch.randn(chol.shape[:-1] + (1,), dtype=chol.dtype, device=chol.device, generator=generator)
+    if batch_rows is None:
+        eps = torch.randn(chol.shape[:-1] + (1,), dtype=chol.dtype, device=chol.device, generator=generator)
+    else:
+        offset, rows = int(batch_rows[0]), int(batch_rows[1])
+        full = torch.randn((num_out,) + tuple(lead[:-1]) + (rows, k, 1), dtype=chol.dtype, device=chol.device,
+                           generator=generator)
+        eps = full[..., offset:offset + lead[-1], :, :].reshape(chol.shape[:-1] + (1,))
     draw = mean + (chol @ eps).squeeze(-1)  # [L, G, K]
     out = draw.permute(1, 2, 0).reshape(lead + (k, num_out))
     if gp.mean_function is not None:
@@ -191,9 +199,11 @@ class ConcatProjectionLayer(nn.Module):
         var = (g_var @ self.mixing.square()).reshape(lead + (n, -1))
         return sample, mean, var
 
-    def joint_sample(self, h: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    def joint_sample(self, h: torch.Tensor, generator: torch.Generator | None = None,
+                     batch_rows: tuple[int, int] | None = None) -> torch.Tensor:
         """A draw of f over the K axis of h [..., K, D_in] jointly (each g_j by `joint_gp_sample`): [..., K, D_out]."""
-        return h @ self.passthrough + joint_gp_sample(self.gp, h, generator, self.joint_jitter) @ self.mixing
+        draw = joint_gp_sample(self.gp, h, generator, self.joint_jitter, batch_rows)
+        return h @ self.passthrough + draw @ self.mixing
 
 
 class LatentDeepGP(nn.Module):
@@ -262,27 +272,31 @@ class LatentDeepGP(nn.Module):
         """(μ, σ) of q(z_n) for the batch, each [B, Q]."""
         return self.qz(x, y, indices)
 
-    def joint_hidden_sample(self, layer, h: torch.Tensor, generator=None) -> torch.Tensor:
+    def joint_hidden_sample(self, layer, h: torch.Tensor, generator=None, batch_rows=None) -> torch.Tensor:
         """Draw of a hidden layer at h [..., K, D_in], jointly over the K axis (see the module docstring)."""
         if hasattr(layer, "joint_sample"):
-            return layer.joint_sample(h, generator)
-        return joint_gp_sample(layer.gp, h, generator, self.joint_jitter)
+            return layer.joint_sample(h, generator, batch_rows)
+        return joint_gp_sample(layer.gp, h, generator, self.joint_jitter, batch_rows)
 
-    def joint_last_layer_marginals(self, h: torch.Tensor, generator=None):
+    def joint_last_layer_marginals(self, h: torch.Tensor, generator=None, batch_rows=None):
         """Inputs h [S, B, K, D + Q]: every hidden layer drawn jointly over the K axis (per outer sample, point and
-        output), then the last layer's per-input marginals (mean, var), each [S, B, K, L]."""
+        output), then the last layer's per-input marginals (mean, var), each [S, B, K, L]. `batch_rows` as in
+        `joint_gp_sample` (B is h's row axis)."""
         for layer in self.layers[:-1]:
-            h = self.joint_hidden_sample(layer, h, generator)
+            h = self.joint_hidden_sample(layer, h, generator, batch_rows)
         return self.layers[-1].marginals(h)
 
     def log_weights(self, x, y, num_importance: int, num_samples: int = 1, indices=None, q_params=None,
-                    detach_q: bool = False, generator: torch.Generator | None = None):
+                    detach_q: bool = False, generator: torch.Generator | None = None,
+                    batch_rows: tuple[int, int] | None = None):
         """log w_{s,k,n} of eq. C.16 for S outer × K importance samples: returns (log_w [S, K, B], z [S, K, B, Q]).
 
         The hidden layers' values at the K inputs (x_n, z_{s,k,n}) are drawn jointly over k (eq. A.9's
         expectation over f⁽¹⁾_{1:K}); outer samples and points are independent.
         `q_params` overrides (μ, σ) with tensors broadcasting to [S, B, Q] (used to take per-sample gradients);
-        `detach_q` evaluates log q(z) with μ, σ held fixed (the DREG form, eq. D.23).
+        `detach_q` evaluates log q(z) with μ, σ held fixed (the DREG form, eq. D.23). `batch_rows` = (offset, B):
+        these rows are rows offset.. of a global batch of B split over processes; every draw (z and the hidden
+        layers) is made for all B rows and sliced, so a row's draws do not depend on the split.
         """
         k = check_num_importance(num_importance)
         s = _check_positive_int(num_samples, "num_samples")
@@ -290,16 +304,21 @@ class LatentDeepGP(nn.Module):
         b, q = x.shape[0], self.latent_dim
         mean = mean.expand(s, b, q).unsqueeze(1)  # [S, 1, B, Q]
         std = std.expand(s, b, q).unsqueeze(1)
-        eps = torch.randn((s, k, b, q), dtype=x.dtype, device=x.device, generator=generator)
+        if batch_rows is None:
+            eps = torch.randn((s, k, b, q), dtype=x.dtype, device=x.device, generator=generator)
+        else:
+            offset, rows = int(batch_rows[0]), int(batch_rows[1])
+            eps = torch.randn((s, k, rows, q), dtype=x.dtype, device=x.device,
+                              generator=generator)[:, :, offset:offset + b]
         z = mean + std * eps  # reparameterised (eq. C.13)
         h = torch.cat([x.expand(s, k, b, x.shape[-1]), z], dim=-1).transpose(1, 2)  # [S, B, K, D + Q]
-        f_mean, f_var = self.joint_last_layer_marginals(h, generator)
+        f_mean, f_var = self.joint_last_layer_marginals(h, generator, batch_rows)
         ell = self.likelihood.expected_log_prob(y.unsqueeze(-2), f_mean, f_var).sum(-1).transpose(1, 2)  # [S, K, B]
         log_q = normal_log_prob(z, mean.detach(), std.detach()) if detach_q else normal_log_prob(z, mean, std)
         return ell + normal_log_prob(z) - log_q, z
 
     def iw_terms(self, x, y, num_importance: int, gradient: str = "reg", num_samples: int = 1, indices=None,
-                 q_params=None, generator=None) -> torch.Tensor:
+                 q_params=None, generator=None, batch_rows=None) -> torch.Tensor:
         """Per-sample, per-point log (1/K) Σ_k w_k, [S, B], whose gradient is the chosen estimator for q(z).
 
         "dreg" with joint draws: eq. D.23 assumes log w_k depends on z_k alone, but the joint first layer makes
@@ -317,7 +336,8 @@ class LatentDeepGP(nn.Module):
         """
         gradient = check_gradient(gradient)
         dreg = gradient == "dreg"
-        log_w, z = self.log_weights(x, y, num_importance, num_samples, indices, q_params, dreg, generator)
+        log_w, z = self.log_weights(x, y, num_importance, num_samples, indices, q_params, dreg, generator,
+                                    batch_rows)
         terms = torch.logsumexp(log_w, dim=1) - math.log(log_w.shape[1])
         if dreg and z.requires_grad and torch.is_grad_enabled():
             k = log_w.shape[1]
@@ -338,17 +358,18 @@ class LatentDeepGP(nn.Module):
     # ----- objectives ---------------------------------------------------------------------------------
     def elbo(self, x, y, num_data: int | None = None, indices=None, num_importance: int | None = None,
              gradient: str | None = None, num_samples: int = 1,
-             generator: torch.Generator | None = None) -> torch.Tensor:
+             generator: torch.Generator | None = None, batch_rows: tuple[int, int] | None = None) -> torch.Tensor:
         """Minibatch estimate of L_K (eq. A.9) scaled to the data set: (N/B) Σ_n mean_s log (1/K) Σ_k w - Σ KL.
 
         The per-point term is the log-mean-weight of `iw_terms`, assembled by `flowgp.objective.minibatch_bound`.
         Its value is L_K for both estimators; its gradient w.r.t. q(z)'s parameters is REG (C.17) or DREG (D.23).
-        Every draw (z and the hidden layers) comes from `generator` (torch's global RNG when None).
+        Every draw (z and the hidden layers) comes from `generator` (torch's global RNG when None). `batch_rows`
+        (offset, B): x is part of a global batch of B split over processes (see `log_weights`).
         """
         x, y = self.validate(x, y)
         k = self.num_importance if num_importance is None else num_importance
         terms = self.iw_terms(x, y, k, self.gradient if gradient is None else gradient, num_samples, indices,
-                              generator=generator)
+                              generator=generator, batch_rows=batch_rows)
         return minibatch_bound(terms.mean(0), [self.kl_divergence()], num_data, x.shape[0])
 
     def plain_elbo(self, x, y, num_data: int | None = None, indices=None, num_samples: int = 1,
