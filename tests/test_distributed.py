@@ -2,7 +2,8 @@
 
 One fork of 2 workers runs every 2-process case (SVGP, TGP, a 2-layer DSVI deep GP whose hidden-layer noise is
 drawn for the whole global batch and sliced, a 2-layer latent DGP whose z and joint hidden-layer draws are made
-the same way, a streamed table, an interrupted run that leaves a checkpoint);
+the same way, a TGP with an MC-dropout input-dependent flow whose per-row masks are too, a streamed table, an
+interrupted run that leaves a checkpoint);
 the single-process references run in the test process. The equivalence is exact in exact arithmetic (the
 ranks' weighted bounds sum to the global batch's bound, see flowgp.distributed), so in float64 only the
 order of the sums differs: 1e-8 relative after 20 Adam steps.
@@ -17,12 +18,12 @@ import pytest
 import torch
 
 from flowgp.batches import ArrayBatches, Batch, BlockBatches
-from flowgp.build import DeepGPConfig, LatentDeepGPConfig, SparseGPConfig, build
+from flowgp.build import DeepGPConfig, InputDependence, LatentDeepGPConfig, SparseGPConfig, build
 from flowgp.distributed import World, local_slice
 from flowgp.training import train
 
 N, D, BATCH, STEPS = 70, 2, 16, 20  # 70 = 4 x 16 + 6: the last batch of an epoch is partial
-KINDS = ("svgp", "tgp", "dsvi", "ldgp")
+KINDS = ("svgp", "tgp", "dsvi", "ldgp", "tgp-mcd")
 
 
 def _data():
@@ -40,6 +41,10 @@ def _model(kind):
     if kind == "ldgp":  # latent DGP, 3 importance samples, the hidden layer drawn jointly over them, DREG
         config = LatentDeepGPConfig(layers=2, num_inducing=6, hidden_width=2, num_importance=3, gradient="dreg",
                                     kmeans_restarts=2)
+        return build(config, x, y, generator=torch.Generator().manual_seed(0))
+    if kind == "tgp-mcd":  # an input-dependent flow with MC dropout: dropout masks per row, 2 draws of W
+        config = SparseGPConfig(model="tgp", num_inducing=8, flow="sal", quadrature_points=10, kmeans_restarts=2,
+                                input_dependent=InputDependence(hidden=(6,), dropout=0.25), mc_samples_train=2)
         return build(config, x, y, generator=torch.Generator().manual_seed(0))
     flow = "sal" if kind == "tgp" else "identity"
     config = SparseGPConfig(model=kind, num_inducing=8, flow=flow, quadrature_points=10, kmeans_restarts=2)

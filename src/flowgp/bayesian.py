@@ -50,17 +50,22 @@ def gaussian_kl_to_prior(mean: Tensor, std: Tensor, prior_precision: float) -> T
     return 0.5 * (lam_var + prior_precision * mean.square() - 1.0 - torch.log(lam_var)).sum()
 
 
-def _dropout(h: Tensor, rate: float, generator, rows_share_masks: bool = False) -> Tensor:
+def _dropout(h: Tensor, rate: float, generator, rows_share_masks: bool = False, batch_rows=None) -> Tensor:
     """Inverted dropout: h·m/(1 - rate), m ~ Bernoulli(1 - rate) element-wise (what F.dropout computes).
 
     F.dropout takes no generator, so with one the mask is drawn explicitly; without, F.dropout is kept (the
     same draws from torch's global generator as before). rows_share_masks: h is [S, ..., N, H] and one mask
-    [S, 1, ..., 1, H] per sample is shared by every row (a sampled network).
+    [S, 1, ..., 1, H] per sample is shared by every row (a sampled network). batch_rows (offset, B): h's rows
+    (axis -2) are rows offset.. of a global batch of B; the masks are drawn for all B rows and sliced.
     """
     if rows_share_masks:
         shape = (h.shape[0],) + (1,) * (h.dim() - 2) + (h.shape[-1],)
         keep = h.new_empty(shape).bernoulli_(1.0 - rate, generator=generator)
         return h * keep / (1.0 - rate)
+    if batch_rows is not None:
+        offset, rows = batch_rows
+        full = h.new_empty(h.shape[:-2] + (rows, h.shape[-1])).bernoulli_(1.0 - rate, generator=generator)
+        return h * full[..., offset:offset + h.shape[-2], :] / (1.0 - rate)
     if generator is None:
         return F.dropout(h, rate, training=True)
     keep = torch.empty_like(h).bernoulli_(1.0 - rate, generator=generator)
@@ -173,11 +178,13 @@ class BayesianMLP(nn.Module):
             "bayesian": self._bayesian, "prior_precision": self.prior_precision, "init_std": self.init_std}
 
     def forward(self, x: Tensor, num_samples: int = 1, sample: bool = True,
-                generator: torch.Generator | None = None, rows_share_masks: bool = False) -> Tensor:
+                generator: torch.Generator | None = None, rows_share_masks: bool = False,
+                batch_rows: tuple[int, int] | None = None) -> Tensor:
         """[S, ..., P] from S stochastic passes (sample=True) or the deterministic pass [..., P] (sample=False).
 
         generator: the torch.Generator of the dropout masks / weight draws (None: torch's global one).
         rows_share_masks: one dropout mask per sample for all rows (see flows.WeightSampling.rows_share_draws).
+        batch_rows: (offset, B) of x's rows in a global batch split over processes (flows.WeightSampling).
         """
         if x.shape[-1] != self.in_features:
             raise ValueError(f"the network expects inputs [..., {self.in_features}], got shape {tuple(x.shape)}")
@@ -190,7 +197,7 @@ class BayesianMLP(nn.Module):
         xs = x.unsqueeze(0).expand((num_samples,) + x.shape)
         if self._bayesian != "vb":
             return self._pass(xs, list(self.weights), list(self.biases), drop=self.dropout > 0, generator=generator,
-                              rows_share_masks=rows_share_masks)
+                              rows_share_masks=rows_share_masks, batch_rows=batch_rows)
         # Reparameterised weight draws, one per sample, shared by all rows: [S, (1,)*batch, in, out].
         w_std, b_std = self._stds()
         weights, biases = [], []
@@ -202,7 +209,8 @@ class BayesianMLP(nn.Module):
             biases.append((mu + sd * eps).reshape((num_samples,) + (1,) * batch + mu.shape))
         return self._pass(xs, weights, biases, drop=False)
 
-    def _pass(self, h: Tensor, weights, biases, drop: bool, generator=None, rows_share_masks=False) -> Tensor:
+    def _pass(self, h: Tensor, weights, biases, drop: bool, generator=None, rows_share_masks=False,
+              batch_rows=None) -> Tensor:
         act = ACTIVATIONS[self.activation]
         last = len(weights) - 1
         for i, (w, b) in enumerate(zip(weights, biases)):
@@ -210,7 +218,7 @@ class BayesianMLP(nn.Module):
             if i < last:
                 h = act(h)
                 if drop:
-                    h = _dropout(h, self.dropout, generator, rows_share_masks)
+                    h = _dropout(h, self.dropout, generator, rows_share_masks, batch_rows)
         return h
 
     # ------------------------------------------------------------------ regulariser

@@ -397,7 +397,8 @@ class WarpedLikelihood(Likelihood):
         """[KL[q(W)||p(W)] or λ/2·||W||²] per network of an input-dependent stage (appendix A.3); [] without."""
         return [stage.network.penalty() for stage in self._stages]
 
-    def draws(self, train: bool, sampling=None, generator: torch.Generator | None = None) -> WeightSampling:
+    def draws(self, train: bool, sampling=None, generator: torch.Generator | None = None,
+              batch_rows=None) -> WeightSampling:
         """How the networks draw W: `sampling` when given (a WeightSampling or a (S, stochastic) pair), else
         S = mc_samples_train stochastic draws in training, S = mc_samples_predict in predictions, or one
         deterministic pass (PE prediction) when some network predicts deterministically."""
@@ -407,7 +408,7 @@ class WarpedLikelihood(Likelihood):
             num, stochastic = sampling
             return WeightSampling(num, bool(stochastic), generator, rows_share_draws=not train)
         if train:
-            return WeightSampling(self.mc_samples_train, True, generator)
+            return WeightSampling(self.mc_samples_train, True, generator, batch_rows=batch_rows)
         if all(stage.network.stochastic_prediction for stage in self._stages):
             # predictions: each sample is one network for every row (row-order/subset invariant predictions)
             return WeightSampling(self.mc_samples_predict, True, generator, rows_share_draws=True)
@@ -459,10 +460,13 @@ class WarpedLikelihood(Likelihood):
         return self.base.sample(self.flow(f, x, validate=False), generator=generator)
 
     # ------------------------------------------------------------------ expectations under q(f₀)
-    def expected_log_prob(self, y, mean, var, num_points: int = 20, *, x=None, sampling=None, generator=None):
-        """E_{q(f₀)}[log base(y | G(f₀))] (appendix eq. 14; averaged over S draws of W, appendix A.3)."""
+    def expected_log_prob(self, y, mean, var, num_points: int = 20, *, x=None, sampling=None, generator=None,
+                          batch_rows=None):
+        """E_{q(f₀)}[log base(y | G(f₀))] (appendix eq. 14; averaged over S draws of W, appendix A.3).
+        batch_rows: (offset, B) of these rows in a global batch split over processes (their dropout masks are
+        then the whole batch's, sliced: flows.WeightSampling)."""
         if self._stages:
-            g, w = self._nodes(mean, var, x, num_points, self.draws(self.training, sampling, generator))
+            g, w = self._nodes(mean, var, x, num_points, self.draws(self.training, sampling, generator, batch_rows))
             return self.base.log_prob_at_nodes(y, g, w).mean(0)
         affine = self._affine(mean, var, x)
         if affine is not None:

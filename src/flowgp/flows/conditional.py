@@ -166,7 +166,7 @@ class InputDependentFlow(Flow):
                              f"got shape {tuple(x.shape)}")
         mode = self.sampling_mode(sampling)
         return self.network(x, num_samples=mode.num_samples, sample=mode.stochastic, generator=mode.generator,
-                            rows_share_masks=mode.rows_share_draws)
+                            rows_share_masks=mode.rows_share_draws, batch_rows=mode.batch_rows)
 
     def params(self, x: Optional[Tensor] = None, *, sampling: Optional[WeightSampling] = None) -> dict:
         """Constrained parameters per input: each leaf [S, ..., N, k] (k = L or 1) or [..., N, k]."""

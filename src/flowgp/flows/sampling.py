@@ -27,12 +27,16 @@ class WeightSampling:
             read as sampling W) instead of a mask per sample and row. Each row's draws keep their distribution,
             and a row's prediction no longer depends on which other rows are predicted with it, so predictions
             use it; training keeps per-row masks (less gradient noise). q(W) draws are shared by rows anyway.
+        batch_rows: (offset, B) when the rows are rows offset.. of a global batch of B split over processes:
+            per-row dropout masks are drawn for all B rows and sliced, so a row's mask does not depend on the
+            split (flowgp.distributed); None: the rows are the whole batch.
     """
 
     num_samples: int = 1
     stochastic: bool = True
     generator: Optional[torch.Generator] = None
     rows_share_draws: bool = False
+    batch_rows: Optional[tuple] = None
 
     def __post_init__(self):
         if isinstance(self.num_samples, bool) or int(self.num_samples) != self.num_samples or self.num_samples < 1:
@@ -44,5 +48,10 @@ class WeightSampling:
             raise TypeError(f"stochastic must be True or False, got {self.stochastic!r}")
         if not self.stochastic and self.num_samples != 1:
             raise ValueError("a deterministic pass (stochastic=False) has no sample dimension; pass num_samples=1")
+        if self.batch_rows is not None:
+            offset, rows = self.batch_rows
+            if int(offset) != offset or int(rows) != rows or not 0 <= offset < rows:
+                raise ValueError(f"batch_rows must be (offset, B) with 0 <= offset < B, got {self.batch_rows!r}")
+            object.__setattr__(self, "batch_rows", (int(offset), int(rows)))
         if self.generator is not None and not isinstance(self.generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(self.generator).__name__}")

@@ -76,21 +76,28 @@ class SVGP(nn.Module):
         """Keyword arguments for the likelihood's expectations: x (and generator) when it depends on x."""
         return {"x": x, "generator": generator} if self.likelihood.accepts_inputs else {}
 
-    def expected_log_likelihood(self, x: torch.Tensor, y: torch.Tensor, generator=None) -> torch.Tensor:
-        """Per-point E_q(f)[log p(y_n | f_n)], shape [N, L] (closed form for a Gaussian likelihood)."""
+    def expected_log_likelihood(self, x: torch.Tensor, y: torch.Tensor, generator=None,
+                                batch_rows: tuple[int, int] | None = None) -> torch.Tensor:
+        """Per-point E_q(f)[log p(y_n | f_n)], shape [N, L] (closed form for a Gaussian likelihood).
+        batch_rows: (offset, B) of these rows in a global batch split over processes, for a likelihood that
+        draws per row (an input-dependent flow's dropout masks: drawn for all B rows and sliced)."""
         mean, var = self.gp.marginals(x)
-        return self.likelihood.expected_log_prob(y, mean, var, self.quadrature_points,
-                                                 **self.likelihood_inputs(x, generator))
+        inputs = self.likelihood_inputs(x, generator)
+        if batch_rows is not None and getattr(self.likelihood, "input_dependent", False):
+            inputs["batch_rows"] = batch_rows
+        return self.likelihood.expected_log_prob(y, mean, var, self.quadrature_points, **inputs)
 
     def kl_terms(self) -> list:
         """The global terms of the bound: KL[q(u)||p(u)] (appendix eq. 9) and the likelihood's own."""
         return [self.gp.kl_divergence(), *self.likelihood.kl_terms()]
 
-    def elbo(self, x: torch.Tensor, y: torch.Tensor, num_data: int | None = None, generator=None) -> torch.Tensor:
-        """Minibatch ELBO scaled to the full data set: (N/B) Σ_n ELL_n - KL (appendix eq. 14; A.3 with W)."""
+    def elbo(self, x: torch.Tensor, y: torch.Tensor, num_data: int | None = None, generator=None,
+             batch_rows: tuple[int, int] | None = None) -> torch.Tensor:
+        """Minibatch ELBO scaled to the full data set: (N/B) Σ_n ELL_n - KL (appendix eq. 14; A.3 with W).
+        batch_rows: (offset, B) when x is part of a global batch split over processes (flowgp.distributed)."""
         x, y = self.validate(x, y)
-        return minibatch_bound(self.expected_log_likelihood(x, y, generator), self.kl_terms(), num_data,
-                               x.shape[0])
+        return minibatch_bound(self.expected_log_likelihood(x, y, generator, batch_rows), self.kl_terms(),
+                               num_data, x.shape[0])
 
     def predict_f(self, x: torch.Tensor, full_cov: bool = False) -> Marginals:
         """q(f₀(x*)): marginal mean and variance [N, L] (covariance [L, N, N] with full_cov)."""
