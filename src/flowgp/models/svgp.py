@@ -96,7 +96,11 @@ class SVGP(nn.Module):
         """Minibatch ELBO scaled to the full data set: (N/B) Σ_n ELL_n - KL (appendix eq. 14; A.3 with W).
         batch_rows: (offset, B) when x is part of a global batch split over processes (flowgp.distributed)."""
         x, y = self.validate(x, y)
-        return minibatch_bound(self.expected_log_likelihood(x, y, generator, batch_rows), self.kl_terms(),
+        # only a likelihood that draws per row needs the rows' place in the global batch (subclasses with their
+        # own expected_log_likelihood and a plain likelihood are called as before)
+        rows = {"batch_rows": batch_rows} if (batch_rows is not None
+                                              and getattr(self.likelihood, "input_dependent", False)) else {}
+        return minibatch_bound(self.expected_log_likelihood(x, y, generator, **rows), self.kl_terms(),
                                num_data, x.shape[0])
 
     def predict_f(self, x: torch.Tensor, full_cov: bool = False) -> Marginals:
