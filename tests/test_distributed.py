@@ -2,7 +2,8 @@
 
 One fork of 2 workers runs every 2-process case (SVGP, TGP, a 2-layer DSVI deep GP whose hidden-layer noise is
 drawn for the whole global batch and sliced, a 2-layer latent DGP whose z and joint hidden-layer draws are made
-the same way, a TGP with an MC-dropout input-dependent flow whose per-row masks are too, a streamed table, an
+the same way, a TGP with an MC-dropout input-dependent flow whose per-row masks are too, a softmax classifier with such a
+flow whose Monte Carlo latents are too, a streamed table, an
 interrupted run that leaves a checkpoint);
 the single-process references run in the test process. The equivalence is exact in exact arithmetic (the
 ranks' weighted bounds sum to the global batch's bound, see flowgp.distributed), so in float64 only the
@@ -18,12 +19,13 @@ import pytest
 import torch
 
 from flowgp.batches import ArrayBatches, Batch, BlockBatches
-from flowgp.build import DeepGPConfig, InputDependence, LatentDeepGPConfig, SparseGPConfig, build
+from flowgp.build import (ClassificationConfig, DeepGPConfig, InputDependence, LatentDeepGPConfig, SparseGPConfig,
+                          build)
 from flowgp.distributed import World, local_slice
 from flowgp.training import train
 
 N, D, BATCH, STEPS = 70, 2, 16, 20  # 70 = 4 x 16 + 6: the last batch of an epoch is partial
-KINDS = ("svgp", "tgp", "dsvi", "ldgp", "tgp-mcd")
+KINDS = ("svgp", "tgp", "dsvi", "ldgp", "tgp-mcd", "cls-mcd")
 
 
 def _data():
@@ -33,8 +35,17 @@ def _data():
     return torch.as_tensor(x), torch.as_tensor(y)
 
 
+def _labels(y):
+    """Three classes from the regression targets (terciles), for the classification case."""
+    return torch.bucketize(y[:, 0], torch.quantile(y[:, 0], torch.tensor([1 / 3, 2 / 3], dtype=y.dtype)))
+
+
 def _model(kind):
     x, y = _data()
+    if kind == "cls-mcd":  # softmax classification (Monte Carlo latents per row) with an MC-dropout flow
+        config = ClassificationConfig(num_inducing=8, flow="sal", likelihood="softmax", mc_samples=4,
+                                      kmeans_restarts=2, input_dependent=InputDependence(hidden=(6,), dropout=0.25))
+        return build(config, x, _labels(y), generator=torch.Generator().manual_seed(0))
     if kind == "dsvi":  # 2 layers, Monte Carlo noise in the hidden layer (2 samples per row)
         config = DeepGPConfig(layers=2, num_inducing=6, num_samples=2, kmeans_restarts=2)
         return build(config, x, y, generator=torch.Generator().manual_seed(0))
@@ -63,6 +74,8 @@ class _Interrupt(Exception):
 def _fit(kind, world=None, checkpoint=None, stop_at=None):
     model = _model(kind)
     x, y = _data()
+    if kind.startswith("cls"):
+        y = _labels(y)
 
     def callback(step, loss, m):
         if stop_at is not None and step + 1 == stop_at:

@@ -167,52 +167,64 @@ class TGPClassification(nn.Module):
             return self.gp.q_mu.new_zeros(())
         return sum(s.network.penalty() for s in stages)
 
-    def _sampling(self, num_samples: int, train: bool, generator=None):
-        """`num_samples` stochastic W draws (or one deterministic PE pass); None without networks."""
+    def _sampling(self, num_samples: int, train: bool, generator=None, batch_rows=None):
+        """`num_samples` stochastic W draws (or one deterministic PE pass); None without networks. batch_rows
+        (offset, B): in training, the rows' place in a global batch split over processes (flows.WeightSampling)."""
         if not self.input_dependent:
             return None
         if train or all(s.network.stochastic_prediction for s in input_dependent_flows(self.flow)):
             # predictions: one network per sample for every row (row-order/subset invariant predictions)
-            return WeightSampling(num_samples, True, generator, rows_share_draws=not train)
+            return WeightSampling(num_samples, True, generator, rows_share_draws=not train,
+                                  batch_rows=batch_rows if train else None)
         return WeightSampling(1, False, generator)
 
-    def _warp_nodes(self, f, x, num_samples: int, train: bool, generator=None):
+    def _warp_nodes(self, f, x, num_samples: int, train: bool, generator=None, batch_rows=None):
         """G at quadrature nodes f [Q, N, L]: [Q, S_W, N, L] (S_W = 1 without input-dependent sampling)."""
         if self._identity_flow():
             return f.unsqueeze(1)
-        sampling = self._sampling(num_samples, train, generator)
+        sampling = self._sampling(num_samples, train, generator, batch_rows)
         return self.flow(f.unsqueeze(1), x, validate=False, sampling=sampling)
 
-    def _warp_paired(self, f, x, train: bool, generator=None):
+    def _warp_paired(self, f, x, train: bool, generator=None, batch_rows=None):
         """G at latent draws f [S, N, C], one W draw per latent draw when input-dependent: [S, N, C]."""
         if self._identity_flow():
             return f
-        return self.flow(f, x, validate=False, sampling=self._sampling(f.shape[0], train, generator))
+        return self.flow(f, x, validate=False, sampling=self._sampling(f.shape[0], train, generator, batch_rows))
 
     def predict_f(self, x: torch.Tensor) -> Marginals:
         """q(f₀(x*)): marginal mean and variance [N, L] of the base latent GPs."""
         return self.gp.marginals(self.validate(x))
 
     # ------------------------------------------------------------------ ELBO
-    def expected_log_likelihood(self, x: torch.Tensor, y: torch.Tensor, generator=None) -> torch.Tensor:
-        """Per-point E_{q(f₀,n)}[log p(y_n | G(f₀,n))], [N] (appendix eq. 14; quadrature or MC)."""
+    def expected_log_likelihood(self, x: torch.Tensor, y: torch.Tensor, generator=None,
+                                batch_rows: tuple[int, int] | None = None) -> torch.Tensor:
+        """Per-point E_{q(f₀,n)}[log p(y_n | G(f₀,n))], [N] (appendix eq. 14; quadrature or MC).
+        batch_rows (offset, B): these rows are rows offset.. of a global batch of B split over processes; every
+        per-row draw (Monte Carlo latents, dropout masks) is made for all B rows and sliced."""
         mean, var = self.gp.marginals(x)  # [N, L]
         lik = self.likelihood
         if self.num_classes == 2:
             f, w = gh_points(mean, var, self.quadrature_points)  # [Q, N, 1]
-            g = self._warp_nodes(f, x, self.mc_samples_train, self.training, generator)  # [Q, S_W, N, 1]
+            g = self._warp_nodes(f, x, self.mc_samples_train, self.training, generator, batch_rows)  # [Q, S_W, N, 1]
             log_p = lik.log_prob(y.to(mean.dtype).unsqueeze(-1), g)
             return (w.unsqueeze(1) * log_p).sum(0).mean(0)[:, 0]
         if isinstance(lik, RobustMaxLikelihood):
             if self._identity_flow():
                 return lik.expected_log_prob(y, mean, var, self.quadrature_points)
-            p = self.warped_argmax_probability(x, y, mean, var, self.training, generator)
+            p = self.warped_argmax_probability(x, y, mean, var, self.training, generator, batch_rows)
             return lik.expected_log_prob_from_argmax_probability(p)
-        eps = torch.randn((self.mc_samples,) + mean.shape, dtype=mean.dtype, device=mean.device, generator=generator)
+        if batch_rows is None:
+            eps = torch.randn((self.mc_samples,) + mean.shape, dtype=mean.dtype, device=mean.device,
+                              generator=generator)
+        else:
+            offset, rows = int(batch_rows[0]), int(batch_rows[1])
+            eps = torch.randn((self.mc_samples, rows, mean.shape[-1]), dtype=mean.dtype, device=mean.device,
+                              generator=generator)[:, offset:offset + mean.shape[0]]
         f = mean + var.sqrt() * eps  # reparameterised samples of the C independent latents, [S, N, C]
-        return lik.log_prob(y, self._warp_paired(f, x, self.training, generator)).mean(0)
+        return lik.log_prob(y, self._warp_paired(f, x, self.training, generator, batch_rows)).mean(0)
 
-    def warped_argmax_probability(self, x, y, mean, var, train: bool = False, generator=None) -> torch.Tensor:
+    def warped_argmax_probability(self, x, y, mean, var, train: bool = False, generator=None,
+                                  batch_rows=None) -> torch.Tensor:
         """P(argmax_c G_c(f₀,c) = y) under independent q(f₀,c) = N(μ_c, σ²_c), [N]: differentiable.
 
         Every G_c is increasing, so G_c(f_c) < G_y(t) exactly when f_c < G_c⁻¹(G_y(t)), and
@@ -228,13 +240,14 @@ class TGPClassification(nn.Module):
         mu_y, sd_y = torch.gather(mean, -1, idx), torch.gather(std, -1, idx)  # [N, 1]
         nodes, weights = gauss_hermite(num_points, mean.dtype, mean.device)
         t = (mu_y + sd_y * nodes.view(-1, 1, 1)).expand(-1, -1, self.num_classes)  # [Q, N, C]: f_y at each node
-        sampling = self._sampling(self.mc_samples_train if train else self.mc_samples_predict, train, generator)
+        sampling = self._sampling(self.mc_samples_train if train else self.mc_samples_predict, train, generator,
+                                  batch_rows)
         if sampling is not None:
             t = t.unsqueeze(1)  # [Q, 1, N, C] against the W draws [S]
             if sampling.generator is None:
                 sampling = WeightSampling(sampling.num_samples, sampling.stochastic,
                                           torch.Generator(device=mean.device).manual_seed(0),
-                                          sampling.rows_share_draws)
+                                          sampling.rows_share_draws, sampling.batch_rows)
             state = sampling.generator.get_state()
         g = self.flow(t, x, validate=False, sampling=sampling)  # G_c(f_y) in column c
         g_y = torch.gather(g, -1, idx.expand(g.shape[:-1] + (1,)) if sampling is None else
@@ -278,11 +291,13 @@ class TGPClassification(nn.Module):
             terms.append(self.flow_penalty())
         return terms
 
-    def elbo(self, x: torch.Tensor, y: torch.Tensor, num_data: int | None = None, generator=None) -> torch.Tensor:
-        """(N/B) Σ_batch ELL_n - KL[q(u₀) || p(u₀)] (- network penalty), an unbiased minibatch estimate."""
+    def elbo(self, x: torch.Tensor, y: torch.Tensor, num_data: int | None = None, generator=None,
+             batch_rows: tuple[int, int] | None = None) -> torch.Tensor:
+        """(N/B) Σ_batch ELL_n - KL[q(u₀) || p(u₀)] (- network penalty), an unbiased minibatch estimate.
+        batch_rows: (offset, B) when x is part of a global batch split over processes (flowgp.distributed)."""
         x, y = self.validate(x, y)
-        return minibatch_bound(self.expected_log_likelihood(x, y, generator), self.kl_terms(), num_data,
-                               x.shape[0])
+        return minibatch_bound(self.expected_log_likelihood(x, y, generator, batch_rows), self.kl_terms(),
+                               num_data, x.shape[0])
 
     # ------------------------------------------------------------------ prediction
     def predict_proba(self, x: torch.Tensor, generator=None) -> torch.Tensor:
