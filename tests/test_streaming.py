@@ -186,3 +186,27 @@ def test_a_streamed_deep_gp_learns_the_function(tmp_path):
     xt, _ = _data(200, seed=5)
     rmse = np.sqrt(np.mean((est.predict(xt) - np.sin(2 * xt[:, 0])) ** 2))
     assert rmse < 0.2, rmse  # the noise std is 0.1; predicting the mean alone gives ~0.7
+
+
+def test_a_classifier_streams_a_table(tmp_path):
+    # issue 21: SVGPClassifier takes a path too; its classes come from a full pass (a class the reservoir sample
+    # misses is still a class), the model from the sample, the training from the blocks
+    from flowgp.estimators.classification import SVGPClassifier, TGPClassifier
+
+    x, y = _data(300, seed=4)
+    labels = np.digitize(y, [-0.5, 0.5]).astype(float)  # three classes
+    labels[7] = 3.0  # a rare fourth class
+    np.save(tmp_path / "d.npy", np.column_stack([x, labels]))
+    kw = dict(num_inducing=8, epochs=6, batch_size=64, lr=0.05, verbose=False, kmeans_restarts=1, mc_samples=5,
+              predict_samples=64)
+    est = SVGPClassifier(**kw).fit_stream(tmp_path / "d.npy", sample_size=50)
+    assert est.classes_.tolist() == [0.0, 1.0, 2.0, 3.0]
+    chunks = SVGPClassifier(**kw).fit(iter([(x[:100], labels[:100]), (x[100:], labels[100:])]))
+    full = SVGPClassifier(**kw).fit(tmp_path / "d.npy")
+    np.testing.assert_allclose(chunks.predict_proba(x[:20]), full.predict_proba(x[:20]), rtol=1e-10)
+    assert (full.predict(x) == labels).mean() > 0.7  # three classes: chance is about 1/3
+    np.save(tmp_path / "cont.npy", np.column_stack([x, np.arange(300) / 7.0]))
+    with pytest.raises(ValueError, match="continuous"):
+        SVGPClassifier(**kw).fit(tmp_path / "cont.npy")
+    with pytest.raises(TypeError, match="streamed table"):
+        TGPClassifier(**kw).fit(tmp_path / "d.npy")

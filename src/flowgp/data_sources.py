@@ -381,20 +381,24 @@ class TableStats:
     y_max: float
     sample_x: np.ndarray
     sample_y: Optional[np.ndarray]
+    #: the target's distinct values (scan with max_labels), None when not collected or more than max_labels
+    y_values: Optional[np.ndarray] = None
 
 
 def scan(source, sample_size: int = 10000, seed: int = 0, chunk_rows: int = BLOCK_ROWS,
-         name: str = "data") -> TableStats:
+         name: str = "data", max_labels: Optional[int] = None) -> TableStats:
     """One pass over `source`: moments (Chan, Golub & LeVeque's pairwise combination of per-chunk means and
     sums of squares, exact up to rounding whatever the chunking) and a reservoir sample (algorithm R: row i >=
     S replaces a uniform slot with probability S / (i + 1); the uniforms come from one numpy Generator seeded
     with `seed`, drawn row by row, so the sample depends on the seed and the data only). Non-finite values
-    raise ValueError naming the row."""
+    raise ValueError naming the row. With `max_labels` the target's distinct values are collected too (class
+    labels: every class, not only those the sample happens to hold), up to that many (more: y_values None)."""
     rng = np.random.default_rng(seed)
     count = 0
     mean = m2 = None
     y_stats = [0.0, 0.0, np.inf, -np.inf]  # mean, m2, min, max
     sample_x = sample_y = None
+    labels = set() if max_labels is not None else None
     for x, y in source.chunks(chunk_rows):
         k = x.shape[0]
         if not k:
@@ -415,6 +419,10 @@ def scan(source, sample_size: int = 10000, seed: int = 0, chunk_rows: int = BLOC
             total = count + k
             mean = mean + delta * k / total
             m2 = m2 + cv + delta ** 2 * count * k / total
+        if y is not None and labels is not None:
+            labels.update(np.unique(y).tolist())
+            if len(labels) > max_labels:
+                labels = None
         if y is not None:
             ym, yv = float(y.mean()), float(((y - y.mean()) ** 2).sum())
             d = ym - y_stats[0]
@@ -442,7 +450,8 @@ def scan(source, sample_size: int = 10000, seed: int = 0, chunk_rows: int = BLOC
         raise ValueError(f"{name}: the table holds no rows")
     std = np.sqrt(m2 / count)
     y_std = float(np.sqrt(y_stats[1] / count))
-    return TableStats(count, mean, std, y_stats[0], y_std, y_stats[2], y_stats[3], sample_x, sample_y)
+    values = None if labels is None else np.array(sorted(labels))
+    return TableStats(count, mean, std, y_stats[0], y_std, y_stats[2], y_stats[3], sample_x, sample_y, values)
 
 
 class _TableWriter:

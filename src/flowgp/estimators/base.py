@@ -194,7 +194,9 @@ class Estimator:
         of rows. Inside a torch.distributed group every rank takes its part of each global batch (see
         flowgp.training). The flow regressors fit robustly here too (`RobustFit`): every stage trains on the
         whole table, and the bounds that steer the fit (warm start, best state, the check against the SVGP)
-        are evaluated on the sample. Regression estimators only (they define `_build`, `_train_on_stream`, ...).
+        are evaluated on the sample. Estimators that declare STREAMED_FIT define `_stream_targets` (what the scan
+        tells about the targets), `_stream_target_transform` and `_train_on_stream`; regressors and the SVGP
+        classifier do.
         """
         from ..batches import BlockBatches
         from ..data_sources import open_table, scan
@@ -204,27 +206,24 @@ class Estimator:
         sample_size = positive_int(sample_size, "sample_size")
         source = open_table(data, target, features)
         try:
-            stats = scan(source, sample_size, seed=int(self.seed))
+            stats = scan(source, sample_size, seed=int(self.seed), max_labels=self._stream_max_labels())
             if stats.sample_y is None:
                 raise ValueError("target: the table has no target column; name it with target=")
             if stats.num_rows < 2:
                 raise ValueError(f"need at least 2 training points, got n_samples = {stats.num_rows}")
-            self._check_targets(np.array([stats.y_min, stats.y_max]))
+            ys = self._stream_targets(stats)  # sets what the targets' transform needs; the sample's targets
             self.n_features_in_ = len(source.feature_names)
             self.feature_names_ = list(source.feature_names)
             self.x_mean_ = stats.x_mean
             self.x_std_ = np.where(stats.x_std > 0, stats.x_std, 1.0)
-            y_std = stats.y_std if stats.y_std > 0 else 1.0
-            self.y_shift_, self.y_scale_ = (0.0, y_std) if self._target_positive() else (stats.y_mean, y_std)
-            shift, scale = self.y_shift_, self.y_scale_
             xs = self.tensor((stats.sample_x - self.x_mean_) / self.x_std_)
-            ys = self.tensor((stats.sample_y - shift) / scale)[:, None]
 
-            def stream(y_shift, y_scale):
-                """A sampler over the whole table, targets standardised by (y_shift, y_scale)."""
+            def stream(*target_args):
+                """A sampler over the whole table, targets through `_stream_target_transform(*target_args)`."""
+                targets = self._stream_target_transform(*target_args)
+
                 def transform(x, y):
-                    return (self.tensor((x - self.x_mean_) / self.x_std_),
-                            self.tensor((y - y_shift) / y_scale)[:, None])
+                    return self.tensor((x - self.x_mean_) / self.x_std_), targets(y)
                 return BlockBatches(source, self.batch_size, transform, seed=int(self.seed), device=self.device)
 
             start = time.perf_counter()
@@ -235,6 +234,22 @@ class Estimator:
             if source is not data:
                 source.close()
         return self
+
+    def _stream_max_labels(self) -> int | None:
+        """How many distinct target values the scan collects (classifiers: their classes); None: none."""
+        return None
+
+    def _stream_targets(self, stats) -> torch.Tensor:
+        """Learn the targets' encoding from the scan's `stats` (regression: the standardisation) and return the
+        sample's targets as the model sees them."""
+        self._check_targets(np.array([stats.y_min, stats.y_max]))
+        y_std = stats.y_std if stats.y_std > 0 else 1.0
+        self.y_shift_, self.y_scale_ = (0.0, y_std) if self._target_positive() else (stats.y_mean, y_std)
+        return self._stream_target_transform(self.y_shift_, self.y_scale_)(stats.sample_y)
+
+    def _stream_target_transform(self, y_shift, y_scale):
+        """Targets of a block as the model sees them: standardised by (y_shift, y_scale), [n, 1]."""
+        return lambda y: self.tensor((y - y_shift) / y_scale)[:, None]
 
     def predict_to_file(self, data, path, *, level: float = 0.95, target=None, features=None,
                         chunk_rows: int = 65536, verbose: bool = True) -> dict:

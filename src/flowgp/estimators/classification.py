@@ -16,6 +16,7 @@ from sklearn.utils import column_or_1d
 from sklearn.utils.multiclass import type_of_target
 
 from ..build import ClassificationConfig, build
+from ..data_sources import is_table
 from ..flows import Flow, make_flow
 from ..flows.conditional import static_flow
 from ..models.classification import CLASSIFICATION_LIKELIHOODS
@@ -181,14 +182,48 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
                      generator=self.generator(device="cpu"))
 
     # ----- public API --------------------------------------------------------------------------------
-    def fit(self, X, y):
-        """Fit on X [n_samples, n_features] and labels y [n_samples] (any sortable labels); returns self."""
+    #: `fit` streams tables (paths, iterators of chunks) through Estimator.fit_stream
+    STREAMED_FIT = True
+    #: a streamed fit's scan collects at most this many distinct labels (more: not a classification target)
+    MAX_STREAM_CLASSES = 1000
+
+    def fit(self, X, y=None):
+        """Fit on X [n_samples, n_features] and labels y [n_samples] (any sortable labels); returns self. X may
+        instead be a table streamed in chunks - a path (.csv, .parquet, .npy) with y the label column, or an
+        iterator of (X, y) chunks with y None - see `fit_stream` (numeric labels; the classes come from a full
+        pass over the table, the model is built from a reservoir sample and trained block by block)."""
+        if is_table(X):
+            return self.fit_stream(X, y)
         xt, yt = self._training_data(X, y)
         # every draw of the fit comes from generators made from `seed`
         self.model_ = self._build(xt, yt)
         self._initialise_flow(self.model_, self.generator(device="cpu"), xt)
         self.history_ = self._train_model(self.model_, xt, yt, self.epochs)
         return self
+
+    # ----- streamed tables (Estimator.fit_stream) ------------------------------------------------------
+    def _stream_max_labels(self) -> int:
+        return self.MAX_STREAM_CLASSES
+
+    def _stream_targets(self, stats) -> torch.Tensor:
+        """`classes_` from every distinct label of the table (the scan's), the sample's labels encoded."""
+        self._check_params()
+        self.torch_dtype()
+        if stats.y_values is None:
+            raise ValueError(f"y: the target column holds more than {self.MAX_STREAM_CLASSES} distinct values; a "
+                             "classifier needs class labels (use a regressor for a continuous target)")
+        self.classes_ = training_classes(stats.y_values)
+        return self._stream_target_transform()(stats.sample_y)
+
+    def _stream_target_transform(self):
+        """Labels of a block as the model's class indices."""
+        return lambda y: self._encode(y, len(y))
+
+    def _train_on_stream(self, xs, ys, stream, stats) -> None:
+        """The training of `fit_stream`: built from the sample (xs, ys), trained on the whole table."""
+        self.model_ = self._build(xs, ys)
+        self._initialise_flow(self.model_, self.generator(device="cpu"), xs)
+        self.history_ = self._train_model(self.model_, None, None, self.epochs, sampler=stream)
 
     def _training_data(self, X, y):
         """Checks, `classes_`, and the scaled inputs and encoded labels the model sees."""
@@ -200,22 +235,27 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
         xt = self.fit_input_scaling(X)
         return xt, self._encode(y, X.shape[0])
 
-    def _train_model(self, model, xt, yt, epochs, suffix="", callback=None):
-        """The appendix B.6 schedule: S held for the first `fix_variance_epochs` epochs, then everything."""
+    def _train_model(self, model, xt, yt, epochs, suffix="", callback=None, sampler=None):
+        """The appendix B.6 schedule: S held for the first `fix_variance_epochs` epochs, then everything. Trained
+        on (xt, yt), or on `sampler()` (a fresh flowgp.batches sampler per stage, e.g. over a streamed table)."""
         frozen = min(self.fix_variance_epochs, epochs)
-        kwargs = dict(batch_size=self.batch_size, lr=self.lr, seed=self.seed, verbose=self.verbose,
+        kwargs = dict(lr=self.lr, seed=self.seed, verbose=self.verbose,
                       compile=self.compile, desc=type(self).__name__ + suffix, callback=callback)
+
+        def data():
+            return dict(x=xt, y=yt, batch_size=self.batch_size) if sampler is None else dict(x=sampler())
+
         history = []
         if frozen:
             # Stage 1 (appendix B.6): S held fixed; train() only optimises parameters that require grad.
             model.set_variance_trainable(False)
             try:
-                history += train(model, xt, yt, epochs=frozen,
+                history += train(model, **data(), epochs=frozen,
                                  checkpoint_path=self.checkpoint_path(suffix + ".stage1"), **kwargs)
             finally:
                 model.set_variance_trainable(True)
         if epochs > frozen:
-            history += train(model, xt, yt, epochs=epochs - frozen, checkpoint_path=self.checkpoint_path(suffix),
+            history += train(model, **data(), epochs=epochs - frozen, checkpoint_path=self.checkpoint_path(suffix),
                              **{**kwargs, "seed": self.seed + 1})
         model.eval()
         return history
@@ -303,7 +343,7 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
         return self.input_dependence()
 
     # ----- the robust fit (issue 24; flowgp.estimators.robust) ---------------------------------------------
-    def fit(self, X, y):
+    def fit(self, X, y=None):
         """Fit on X [n_samples, n_features] and labels y [n_samples] (any sortable labels); returns self.
 
         With `robust` (default) the SVGP classifier (the flow at the identity) is fitted first for
@@ -312,6 +352,9 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
         full-data bound is kept, and `BoundBelowSVGPWarning` says when the result ends below the SVGP's bound.
         The SVGP stage and the flow stage use Adam (the likelihoods are not conjugate: no natural gradients).
         """
+        if is_table(X):
+            raise TypeError(f"{type(self).__name__} cannot be fitted on a streamed table yet; load the data as arrays "
+                            "(SVGPClassifier streams)")
         options = self._robust_options()
         if options is None:
             return super().fit(X, y)
