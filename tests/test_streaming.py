@@ -210,3 +210,22 @@ def test_a_classifier_streams_a_table(tmp_path):
         SVGPClassifier(**kw).fit(tmp_path / "cont.npy")
     with pytest.raises(TypeError, match="streamed table"):
         TGPClassifier(**kw).fit(tmp_path / "d.npy")
+
+
+def test_a_latent_dgp_streams_a_table(tmp_path):
+    # issue 21: the latent DGP (amortised q(z)) takes a path; the same fit from .npy and from chunks
+    from flowgp.estimators.latent import LatentDeepGPRegressor
+
+    x, y = _data(200, seed=6)
+    np.save(tmp_path / "d.npy", np.column_stack([x, y]))
+    kw = dict(layers=2, num_inducing=8, num_importance=3, epochs=3, batch_size=64, verbose=False,
+              kmeans_restarts=1, num_samples_predict=30)
+    steps = []
+    a = LatentDeepGPRegressor(**kw).fit(tmp_path / "d.npy", callback=lambda step, loss, m: steps.append(step))
+    b = LatentDeepGPRegressor(**kw).fit(iter([(x[:90], y[:90]), (x[90:], y[90:])]))
+    grid = np.linspace(-2, 2, 5)[:, None].repeat(2, 1)
+    np.testing.assert_allclose(a.predict(grid), b.predict(grid), rtol=1e-10)
+    assert len(a.history_) == 3 * 4 and steps == list(range(12))  # epochs x ceil(200 / 64) iterations
+    assert not hasattr(a, "_stream_callback")
+    with pytest.raises(ValueError, match="amortized"):
+        LatentDeepGPRegressor(amortized=False, **kw).fit(tmp_path / "d.npy")

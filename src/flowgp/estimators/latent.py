@@ -14,6 +14,7 @@ import torch
 
 from ..batches import ArrayBatches
 from ..build import LatentDeepGPConfig, build, resolve_dtype
+from ..data_sources import is_table
 from ..models.latent_deep_gp import HIDDEN_LAYERS, check_gradient, check_num_importance
 from ..optim import NaturalGradient
 from ..training import step_lr, train
@@ -100,28 +101,43 @@ class LatentDeepGPRegressor(SVGPRegressor):
     def _generator(self, device, seed=None):
         return self.generator(seed, device)
 
-    def _train(self, xt, yt, callback=None):
+    def _train(self, xt, yt, callback=None, stream=None, num_rows=None):
         """The importance-weighted fit of supplement E.2: Adam (and natural-gradient steps on the last layer's
         q(u) with natgrad=True), every step size decayed by lr_decay every 1000 iterations, each iteration a
-        fresh random subset of the rows."""
-        n = xt.shape[0]
+        fresh random subset of the rows (from a streamed table: `stream`, a sampler of `num_rows` rows read
+        block by block, for the same number of iterations)."""
+        n = xt.shape[0] if stream is None else int(num_rows)
         batch = n if self.batch_size is None else min(_positive_int(self.batch_size, "batch_size"), n)
         iterations = int(self.epochs) * math.ceil(n / batch)
         natgrad = NaturalGradient([self.model_.layers[-1].gp], lr=self.natgrad_lr) if self.natgrad else None
-        sampler = ArrayBatches(xt, yt, batch, per_step=batch < n, seed=self.seed)
+        sampler = ArrayBatches(xt, yt, batch, per_step=batch < n, seed=self.seed) if stream is None else stream
         return train(self.model_, sampler, steps=iterations, lr=self.lr, schedule=step_lr(1000, self.lr_decay),
                      natural_gradient=natgrad, seed=self.seed, verbose=self.verbose, compile=self.compile,
                      desc=type(self).__name__,
                      checkpoint_path=self.checkpoint_path(), callback=callback)
 
     # ----- public API --------------------------------------------------------------------------------
-    def fit(self, X, y, callback=None):
+    #: `fit` streams tables (paths, iterators of chunks) through Estimator.fit_stream (amortised q(z) only)
+    STREAMED_FIT = True
+
+    def fit(self, X, y=None, callback=None):
         """Fit on X [n_samples, n_features] and y [n_samples]; returns self.
 
         `callback(step, loss, model)` is passed to `flowgp.training.train` (called after every iteration, a
         truthy return stops training), e.g. to record a learning curve (benchmarks/ldgp_learning_curve.py).
+        X may instead be a table streamed in chunks (see `fit_stream`; the amortised q(z) only: free per-row
+        q(z_n) parameters grow with the rows): built from a reservoir sample, trained block by block.
         """
         self._check_params()
+        if is_table(X):
+            if not self.amortized:
+                raise ValueError("amortized: a streamed fit needs the amortised q(z) (the encoder of (x, y)); with "
+                                 "amortized=False every row keeps its own q(z_n) in memory - pass arrays")
+            self._stream_callback = callback
+            try:
+                return self.fit_stream(X, y)
+            finally:
+                del self._stream_callback
         X, y = self._training_data(X, y)
         xt = self.fit_input_scaling(X)
         self.y_shift_, self.y_scale_ = float(y.mean()), (float(y.std()) if y.std() > 0 else 1.0)
@@ -129,6 +145,12 @@ class LatentDeepGPRegressor(SVGPRegressor):
         self.model_ = self._build(xt, yt)
         self.history_ = self._train(xt, yt, callback)
         return self
+
+    def _train_on_stream(self, xs, ys, stream, stats) -> None:
+        """The training of `fit_stream`: built from the sample (xs, ys), trained on the whole table."""
+        self.model_ = self._build(xs, ys)
+        self.history_ = self._train(xs, ys, getattr(self, "_stream_callback", None),
+                                    stream=stream(self.y_shift_, self.y_scale_), num_rows=stats.num_rows)
 
     # predict (the mean of the multimodal predictive over `num_samples_predict` z ~ p(z), and its std) and
     # predict_quantiles (of the predictive Gaussian mixture) come from SVGPRegressor
