@@ -229,3 +229,18 @@ def test_a_latent_dgp_streams_a_table(tmp_path):
     assert not hasattr(a, "_stream_callback")
     with pytest.raises(ValueError, match="amortized"):
         LatentDeepGPRegressor(amortized=False, **kw).fit(tmp_path / "d.npy")
+
+
+def test_a_deep_gp_classifier_streams_a_table(tmp_path):
+    from flowgp.estimators.deep import DeepGPClassifier
+
+    x, y = _data(300, seed=4)
+    labels = np.digitize(y, [-0.5, 0.5]).astype(float)
+    np.save(tmp_path / "d.npy", np.column_stack([x, labels]))
+    kw = dict(layers=2, num_inducing=8, epochs=8, batch_size=64, lr=0.05, verbose=False, kmeans_restarts=1,
+              num_samples_predict=20)
+    a = DeepGPClassifier(**kw).fit(tmp_path / "d.npy")
+    b = DeepGPClassifier(**kw).fit(iter([(x[:100], labels[:100]), (x[100:], labels[100:])]))
+    assert a.classes_.tolist() == [0.0, 1.0, 2.0]
+    np.testing.assert_allclose(a.predict_proba(x[:10]), b.predict_proba(x[:10]), rtol=1e-10)
+    assert (a.predict(x) == labels).mean() > 0.6  # three classes: chance is about 1/3

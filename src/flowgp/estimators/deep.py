@@ -287,17 +287,48 @@ class DeepGPClassifier(_DeepMixin, Estimator, ClassifierMixin, BaseEstimator):
             return self.tensor(idx)[:, None]
         return torch.as_tensor(idx, dtype=torch.long, device=self.device)
 
-    def fit(self, X, y):
-        """Fit on X [n_samples, n_features] and labels y [n_samples]; returns self."""
+    #: `fit` streams tables (paths, iterators of chunks) through Estimator.fit_stream (numeric labels)
+    STREAMED_FIT = True
+    #: a streamed fit's scan collects at most this many distinct labels (more: not a classification target)
+    MAX_STREAM_CLASSES = 1000
+
+    def fit(self, X, y=None):
+        """Fit on X [n_samples, n_features] and labels y [n_samples]; returns self. X may instead be a table
+        streamed in chunks (see `fit_stream`; numeric labels, the classes from a full pass over the table)."""
         self._check_deep_params()
         if self.likelihood not in _CLASS_LIKELIHOODS:
             raise ValueError(f"likelihood must be one of {_CLASS_LIKELIHOODS}, got {self.likelihood!r}")
+        if is_table(X):
+            if self.image_shape is not None:
+                raise ValueError("image_shape: images are scaled by one mean and scale over all pixels, which a "
+                                 "streamed fit does not compute; pass the images as arrays")
+            return self.fit_stream(X, y)
         X = as_2d_float(X)
         y = check_labels(y, X.shape[0])
         self.classes_ = training_classes(y)
         xt = self.fit_input_scaling(X)
         self._fit_model(xt, self._encode(y, X.shape[0]))
         return self
+
+    # ----- streamed tables (Estimator.fit_stream) ------------------------------------------------------
+    def _stream_max_labels(self) -> int:
+        return self.MAX_STREAM_CLASSES
+
+    def _stream_targets(self, stats) -> torch.Tensor:
+        """`classes_` from every distinct label of the table (the scan's), the sample's labels encoded."""
+        if stats.y_values is None:
+            raise ValueError(f"y: the target column holds more than {self.MAX_STREAM_CLASSES} distinct values; a "
+                             "classifier needs class labels (use a regressor for a continuous target)")
+        self.classes_ = training_classes(stats.y_values)
+        return self._stream_target_transform()(stats.sample_y)
+
+    def _stream_target_transform(self):
+        """Labels of a block as the model's targets."""
+        return lambda y: self._encode(y, len(y))
+
+    def _train_on_stream(self, xs, ys, stream, stats) -> None:
+        """The training of `fit_stream`: built from the sample (xs, ys), every stage trained on the table."""
+        self._fit_model(xs, ys, sampler=stream)
 
     def predict_proba(self, X):
         """Class probabilities [n_samples, n_classes] averaged over `num_samples_predict` samples (in row chunks
