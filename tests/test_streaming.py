@@ -189,7 +189,7 @@ def test_a_streamed_deep_gp_learns_the_function(tmp_path):
 
 
 def test_a_classifier_streams_a_table(tmp_path):
-    # issue 21: SVGPClassifier takes a path too; its classes come from a full pass (a class the reservoir sample
+    # issue 21: the classifiers take a path too; the classes come from a full pass (a class the reservoir sample
     # misses is still a class), the model from the sample, the training from the blocks
     from flowgp.estimators.classification import SVGPClassifier, TGPClassifier
 
@@ -208,8 +208,10 @@ def test_a_classifier_streams_a_table(tmp_path):
     np.save(tmp_path / "cont.npy", np.column_stack([x, np.arange(300) / 7.0]))
     with pytest.raises(ValueError, match="continuous"):
         SVGPClassifier(**kw).fit(tmp_path / "cont.npy")
-    with pytest.raises(TypeError, match="streamed table"):
-        TGPClassifier(**kw).fit(tmp_path / "d.npy")
+    # the TGP classifier's robust fit streams too: SVGP stage, then the flow, bounds estimated on the sample
+    tgp = TGPClassifier(**kw).fit(tmp_path / "d.npy")
+    assert tgp.classes_.tolist() == [0.0, 1.0, 2.0, 3.0] and np.isfinite(tgp.fit_report_["bound"])
+    assert tgp.fit_report_["n"] == 300 and (tgp.predict(x) == labels).mean() > 0.7
 
 
 def test_a_latent_dgp_streams_a_table(tmp_path):

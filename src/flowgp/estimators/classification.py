@@ -352,27 +352,41 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
         full-data bound is kept, and `BoundBelowSVGPWarning` says when the result ends below the SVGP's bound.
         The SVGP stage and the flow stage use Adam (the likelihoods are not conjugate: no natural gradients).
         """
-        if is_table(X):
-            raise TypeError(f"{type(self).__name__} cannot be fitted on a streamed table yet; load the data as arrays "
-                            "(SVGPClassifier streams)")
+        options = self._robust_options()
+        if options is None or is_table(X):
+            return super().fit(X, y)  # a table: fit_stream, which comes back to _train_on_stream
+        xt, yt = self._training_data(X, y)
+        return self._robust_fit(xt, yt, xt.shape[0], options)
+
+    #: `fit` streams tables (paths, iterators of chunks), the robust fit included (numeric labels)
+    STREAMED_FIT = True
+
+    def _train_on_stream(self, xs, ys, stream, stats) -> None:
         options = self._robust_options()
         if options is None:
-            return super().fit(X, y)
-        xt, yt = self._training_data(X, y)
-        n = xt.shape[0]
+            return super()._train_on_stream(xs, ys, stream, stats)
+        # the robust fit as in memory: the bounds that steer it on the reservoir sample (an estimate of the
+        # table's, scaled to its rows), every training stage on the whole table
+        self._robust_fit(xs, ys, int(stats.num_rows), options, sampler=stream)
 
+    def _robust_fit(self, xt, yt, n: int, options, sampler=None):
+        """The robust fit (see `fit`) on (xt, yt) of n rows, or trained on `sampler()` (a streamed table of n
+        rows, xt and yt its sample: the bounds are then estimates from the sample)."""
         def bound(model):
             with torch.no_grad():
-                return model.elbo(xt, yt, generator=self.generator(device=xt.device)).item()
+                return model.elbo(xt, yt, num_data=n, generator=self.generator(device=xt.device)).item()
 
         # a step's loss is the full-data bound only for one full batch with the binary quadrature; otherwise
         # the bound (Monte Carlo with the same draws every time for softmax / robust max) is taken every epoch
-        every = None if self.batch_size is None and len(self.classes_) == 2 else \
-            -(-n // (n if self.batch_size is None else int(self.batch_size)))
+        if sampler is not None:
+            every = int(sampler().steps_per_epoch)
+        else:
+            every = None if self.batch_size is None and len(self.classes_) == 2 else \
+                -(-n // (n if self.batch_size is None else int(self.batch_size)))
         svgp = self._build(xt, yt, flow="identity", input_dependent=None)
         svgp_epochs = int(round(options.svgp_epochs * self.epochs))
         keeper = BestState(svgp, bound, every) if options.keep_best else None
-        self._train_model(svgp, xt, yt, svgp_epochs, ".svgp", keeper)
+        self._train_model(svgp, xt, yt, svgp_epochs, ".svgp", keeper, sampler=sampler)
         if keeper is not None:
             keeper.finish(svgp)
         svgp_bound = bound(svgp)
@@ -382,7 +396,7 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
         report = {"n": n, "svgp_bound": svgp_bound / n, "warm_start_bound": bound(model) / n}
         keeper = BestState(model, bound, every) if options.keep_best and self.which_stages() is None else None
         self.history_ = self._train_model(model, xt, yt, max(1, self.epochs - svgp_epochs) if self.epochs else 0,
-                                          "", keeper)
+                                          "", keeper, sampler=sampler)
         if keeper is not None:
             keeper.finish(model)
         self.model_ = model
