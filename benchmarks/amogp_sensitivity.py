@@ -1,0 +1,61 @@
+"""How far AMO-GP's training moves apart under rounding-sized perturbations (issues 21 and 27).
+
+On the four London PM2.5 sites (the setting of benchmarks/amogp_step_time.py: 2019-03-01 + 21 days hourly,
+`AlignedMultiOutputGPRegressor(num_inducing=50)`'s model), the model is trained full batch with Adam for
+`--steps` steps twice: once from its initial parameters and once from them multiplied by (1 + `--perturb`).
+Printed: the largest relative parameter difference after 1, 5, 10, ... steps, and the condition number of the
+CP layer's K_uu at the start. A difference that grows from 1e-15 to far above it says that rounding (the order
+of a sum, another process count, a rewritten kernel) moves fitted numbers by that much.
+
+    OMP_NUM_THREADS=1 python benchmarks/amogp_sensitivity.py --steps 40
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+import amogp_step_time as setting
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--perturb", type=float, default=1e-15)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--num-inducing", type=int, default=50, help="CP inducing inputs per output")
+    p.add_argument("--lengthscale", type=float, default=0.3, help="initial CP lengthscale")
+    a = p.parse_args(argv)
+    args = setting.parse(["--num-inducing", str(a.num_inducing), "--lengthscale", str(a.lengthscale)])
+    torch.set_num_threads(1)
+    X, y, o = setting.data(args)
+
+    def run(perturb):
+        model, xt, yt, ot = setting.model_and_tensors("gp", X, y, o, args)
+        with torch.no_grad():
+            for q in model.parameters():
+                q.mul_(1 + perturb)
+        opt = torch.optim.Adam(model.parameters(), lr=a.lr)
+        snapshots = {}
+        for step in range(1, a.steps + 1):
+            opt.zero_grad()
+            (-model.elbo(xt, yt, ot, num_data=xt.shape[0])).backward()
+            opt.step()
+            if step in (1, 5) or step % 10 == 0:
+                snapshots[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        return model, snapshots
+
+    model, base = run(0.0)
+    _, moved = run(a.perturb)
+    with torch.no_grad():
+        kuu = model.kernel(model.latent.z[0], model.latent_output)
+        print(f"M = {a.num_inducing} per output, lengthscale {a.lengthscale}: cond(K_uu) of the CP layer after "
+              f"training {torch.linalg.cond(kuu).item():.3g}")
+    for step in base:
+        diff = max(((base[step][k] - moved[step][k]).abs().max() / base[step][k].abs().max().clamp_min(1e-12)).item()
+                   for k in base[step])
+        print(f"step {step:4d}: largest relative parameter difference {diff:.3g} (start perturbed by {a.perturb:g})")
+
+
+if __name__ == "__main__":
+    main()
