@@ -25,6 +25,7 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--num-inducing", type=int, default=50, help="CP inducing inputs per output")
     p.add_argument("--lengthscale", type=float, default=0.3, help="initial CP lengthscale")
+    p.add_argument("--jitter", type=float, default=None, help="jitter of the CP layer's K_uu (default: 1e-8)")
     a = p.parse_args(argv)
     args = setting.parse(["--num-inducing", str(a.num_inducing), "--lengthscale", str(a.lengthscale)])
     torch.set_num_threads(1)
@@ -32,6 +33,7 @@ def main(argv=None):
 
     def run(perturb):
         model, xt, yt, ot = setting.model_and_tensors("gp", X, y, o, args)
+        model.latent.jitter = a.jitter  # the model's own option (AMOGP(jitter=), AMOGPConfig.jitter)
         with torch.no_grad():
             for q in model.parameters():
                 q.mul_(1 + perturb)
@@ -49,8 +51,8 @@ def main(argv=None):
     _, moved = run(a.perturb)
     with torch.no_grad():
         kuu = model.kernel(model.latent.z[0], model.latent_output)
-        print(f"M = {a.num_inducing} per output, lengthscale {a.lengthscale}: cond(K_uu) of the CP layer after "
-              f"training {torch.linalg.cond(kuu).item():.3g}")
+        print(f"M = {a.num_inducing} per output, lengthscale {a.lengthscale}, jitter {a.jitter}: cond(K_uu) of the "
+              f"CP layer after training {torch.linalg.cond(kuu).item():.3g}")
     for step in base:
         diff = max(((base[step][k] - moved[step][k]).abs().max() / base[step][k].abs().max().clamp_min(1e-12)).item()
                    for k in base[step])

@@ -201,6 +201,8 @@ class AMOGPConfig:
     noise: float = 0.05
     alignment_noise: float = 1e-3
     latent_noise: float = 1e-3
+    #: diagonal jitter of the CP layer's K_uu (None: the dtype default, 1e-8 in float64)
+    jitter: float | None = None
     inducing_shapes: Any = field(default=None, compare=False, repr=False)
 
 
@@ -384,7 +386,8 @@ def _build_amogp(config: AMOGPConfig, x, y, *, generator=None, output=None):
                  warping=bool(config.warping), lengthscale=config.lengthscale, variance=config.variance,
                  alignment_variance=config.alignment_variance, alignment_lengthscale=config.alignment_lengthscale,
                  warping_variance=config.warping_variance, warping_lengthscale=config.warping_lengthscale,
-                 noise=config.noise, alignment_noise=config.alignment_noise, latent_noise=config.latent_noise)
+                 noise=config.noise, alignment_noise=config.alignment_noise, latent_noise=config.latent_noise,
+                 jitter=config.jitter)
 
 
 _BUILDERS: dict[type, Callable] = {

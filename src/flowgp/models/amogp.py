@@ -52,13 +52,14 @@ class InducingSet(WhitenedGaussian):
     The Ψ-statistics bound works in kernel space, so `posterior(K_uu)` also gives α = K⁻¹m_u, C = K⁻¹S_uK⁻¹, K⁻¹.
     """
 
-    def __init__(self, z: torch.Tensor, q_var_init: float):
+    def __init__(self, z: torch.Tensor, q_var_init: float, jitter: float | None = None):
         super().__init__(z.shape[0], z.shape[1], q_var_init, dtype=z.dtype, device=z.device)
         self.z = nn.Parameter(z.detach().clone())  # [G, M, Dx]
+        self.jitter = jitter  # K_uu's diagonal jitter (None: the dtype default of robust_cholesky)
 
     def posterior(self, kuu: torch.Tensor):
         """α = K⁻¹m_u = L⁻ᵀ m, C = K⁻¹ S_u K⁻¹ = L⁻ᵀ S L⁻¹, K⁻¹ and L, each batched over G."""
-        chol = robust_cholesky(kuu)
+        chol = robust_cholesky(kuu, jitter=self.jitter)
         linv = lower_inverse(chol)
         alpha = (linv.mT @ self.q_mu.unsqueeze(-1)).squeeze(-1)
         lr = linv.mT @ self.q_sqrt_tril()
@@ -161,7 +162,8 @@ class AMOGP(nn.Module):
                  warping: bool = True, lengthscale: float = 1.0, variance: float = 1.0,
                  alignment_variance: float = 0.05, alignment_lengthscale: float = 1.0,
                  warping_variance: float = 0.05, warping_lengthscale: float = 1.0, noise: float = 0.05,
-                 alignment_noise: float = 1e-3, latent_noise: float = 1e-3, q_var_init: float = 1e-5):
+                 alignment_noise: float = 1e-3, latent_noise: float = 1e-3, q_var_init: float = 1e-5,
+                 jitter: float | None = None):
         super().__init__()
         # parameters in the inducing inputs' dtype when a floating tensor is given, float64 otherwise
         dtype = z_latent.dtype if isinstance(z_latent, torch.Tensor) and z_latent.is_floating_point() \
@@ -175,7 +177,9 @@ class AMOGP(nn.Module):
         self.alignment, self.warping = bool(alignment), bool(warping)
         self.kernel = ConvolutionKernel(d, 1, latent_processes, lengthscale=lengthscale, variance=variance,
                                         dtype=dtype)
-        self.latent = InducingSet(z_latent.reshape(1, d * mf, 1), q_var_init)
+        # jitter: of the CP layer's K_uu (None: the dtype default). With one latent process and the outputs'
+        # inducing inputs at the same places K_uu is close to singular (benchmarks/amogp_sensitivity.py)
+        self.latent = InducingSet(z_latent.reshape(1, d * mf, 1), q_var_init, jitter)
         self.register_buffer("latent_output", torch.arange(d).repeat_interleave(mf), persistent=False)
         self.raw_noise = nn.Parameter(_NOISE.inverse(torch.full((d,), float(noise), dtype=dtype)))
         # a constant mean b_d per output (y_d = g_d(f_d(a_d(x))) + b_d + ε): the zero-mean CP layer ties the
