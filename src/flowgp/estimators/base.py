@@ -194,9 +194,9 @@ class Estimator:
         of rows. Inside a torch.distributed group every rank takes its part of each global batch (see
         flowgp.training). The flow regressors fit robustly here too (`RobustFit`): every stage trains on the
         whole table, and the bounds that steer the fit (warm start, best state, the check against the SVGP)
-        are evaluated on the sample. Estimators that declare STREAMED_FIT define `_stream_targets` (what the scan
-        tells about the targets), `_stream_target_transform` and `_train_on_stream`; regressors and the SVGP
-        classifier do.
+        are evaluated on the sample. Estimators that declare STREAMED_FIT provide `_stream_targets` (what the
+        scan tells about the targets: the regressors' standardisation here, the classifiers' classes in
+        `classification.StreamedClassLabels`), `_stream_target_transform` and `_train_on_stream`.
         """
         from ..batches import BlockBatches
         from ..data_sources import open_table, scan
@@ -234,6 +234,11 @@ class Estimator:
             if source is not data:
                 source.close()
         return self
+
+    def _train_data(self, xt, yt, sampler=None) -> dict:
+        """The data arguments of `flowgp.training.train`: (xt, yt) in minibatches of `batch_size`, or a fresh
+        `sampler()` (e.g. over a streamed table), one per training stage."""
+        return dict(x=xt, y=yt, batch_size=self.batch_size) if sampler is None else dict(x=sampler())
 
     def _stream_max_labels(self) -> int | None:
         """How many distinct target values the scan collects (classifiers: their classes); None: none."""

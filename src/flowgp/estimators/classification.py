@@ -104,7 +104,31 @@ def label_classes(y: np.ndarray) -> np.ndarray:
                         "type, e.g. np.asarray(y).astype(str) or map them to integers") from None
 
 
-class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
+class StreamedClassLabels:
+    """The classifiers' side of `Estimator.fit_stream`: the classes are every distinct label of the table (the
+    scan collects them, so a class the reservoir sample misses is kept), and a block's labels are encoded by the
+    estimator's own `_encode`. Numeric labels only (a table's columns are numbers)."""
+
+    #: a streamed fit's scan collects at most this many distinct labels (more: not a classification target)
+    MAX_STREAM_CLASSES = 1000
+
+    def _stream_max_labels(self) -> int:
+        return self.MAX_STREAM_CLASSES
+
+    def _stream_targets(self, stats) -> torch.Tensor:
+        """`classes_` from every distinct label of the table (the scan's), the sample's labels encoded."""
+        if stats.y_values is None:
+            raise ValueError(f"y: the target column holds more than {self.MAX_STREAM_CLASSES} distinct values; a "
+                             "classifier needs class labels (use a regressor for a continuous target)")
+        self.classes_ = training_classes(stats.y_values)
+        return self._stream_target_transform()(stats.sample_y)
+
+    def _stream_target_transform(self):
+        """Labels of a block as the model's targets."""
+        return lambda y: self._encode(y, len(y))
+
+
+class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstimator):
     """Sparse variational GP classifier (Hensman et al. 2015) with a scikit-learn interface.
 
     Args:
@@ -184,8 +208,6 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
     # ----- public API --------------------------------------------------------------------------------
     #: `fit` streams tables (paths, iterators of chunks) through Estimator.fit_stream
     STREAMED_FIT = True
-    #: a streamed fit's scan collects at most this many distinct labels (more: not a classification target)
-    MAX_STREAM_CLASSES = 1000
 
     def fit(self, X, y=None):
         """Fit on X [n_samples, n_features] and labels y [n_samples] (any sortable labels); returns self. X may
@@ -193,6 +215,8 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
         iterator of (X, y) chunks with y None - see `fit_stream` (numeric labels; the classes come from a full
         pass over the table, the model is built from a reservoir sample and trained block by block)."""
         if is_table(X):
+            self._check_params()
+            self.torch_dtype()  # a bad dtype fails here, before the pass over the table
             return self.fit_stream(X, y)
         xt, yt = self._training_data(X, y)
         # every draw of the fit comes from generators made from `seed`
@@ -200,24 +224,6 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
         self._initialise_flow(self.model_, self.generator(device="cpu"), xt)
         self.history_ = self._train_model(self.model_, xt, yt, self.epochs)
         return self
-
-    # ----- streamed tables (Estimator.fit_stream) ------------------------------------------------------
-    def _stream_max_labels(self) -> int:
-        return self.MAX_STREAM_CLASSES
-
-    def _stream_targets(self, stats) -> torch.Tensor:
-        """`classes_` from every distinct label of the table (the scan's), the sample's labels encoded."""
-        self._check_params()
-        self.torch_dtype()
-        if stats.y_values is None:
-            raise ValueError(f"y: the target column holds more than {self.MAX_STREAM_CLASSES} distinct values; a "
-                             "classifier needs class labels (use a regressor for a continuous target)")
-        self.classes_ = training_classes(stats.y_values)
-        return self._stream_target_transform()(stats.sample_y)
-
-    def _stream_target_transform(self):
-        """Labels of a block as the model's class indices."""
-        return lambda y: self._encode(y, len(y))
 
     def _train_on_stream(self, xs, ys, stream, stats) -> None:
         """The training of `fit_stream`: built from the sample (xs, ys), trained on the whole table."""
@@ -241,22 +247,18 @@ class SVGPClassifier(Estimator, ClassifierMixin, BaseEstimator):
         frozen = min(self.fix_variance_epochs, epochs)
         kwargs = dict(lr=self.lr, seed=self.seed, verbose=self.verbose,
                       compile=self.compile, desc=type(self).__name__ + suffix, callback=callback)
-
-        def data():
-            return dict(x=xt, y=yt, batch_size=self.batch_size) if sampler is None else dict(x=sampler())
-
         history = []
         if frozen:
             # Stage 1 (appendix B.6): S held fixed; train() only optimises parameters that require grad.
             model.set_variance_trainable(False)
             try:
-                history += train(model, **data(), epochs=frozen,
+                history += train(model, **self._train_data(xt, yt, sampler), epochs=frozen,
                                  checkpoint_path=self.checkpoint_path(suffix + ".stage1"), **kwargs)
             finally:
                 model.set_variance_trainable(True)
         if epochs > frozen:
-            history += train(model, **data(), epochs=epochs - frozen, checkpoint_path=self.checkpoint_path(suffix),
-                             **{**kwargs, "seed": self.seed + 1})
+            history += train(model, **self._train_data(xt, yt, sampler), epochs=epochs - frozen,
+                             checkpoint_path=self.checkpoint_path(suffix), **{**kwargs, "seed": self.seed + 1})
         model.eval()
         return history
 

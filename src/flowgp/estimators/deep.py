@@ -26,7 +26,7 @@ from ..training import train
 from ..build import resolve_dtype
 from .base import Estimator, as_2d_float
 from .chunking import chunk_rows, inducing_row_elements, map_row_chunks
-from .classification import check_labels, training_classes
+from .classification import StreamedClassLabels, check_labels, training_classes
 from .regression import SVGPRegressor
 
 __all__ = ["DeepGPRegressor", "DeepGPClassifier"]
@@ -103,9 +103,6 @@ class _DeepMixin:
         """Build the model from (xt, yt) and train it on them, or on `sampler()` (a fresh flowgp.batches sampler
         per training stage, e.g. over a streamed table; the model is then built from a sample of it)."""
         # every draw (flow-posterior networks, Monte Carlo samples) comes from generators made from `seed`
-        def data():
-            return dict(x=xt, y=yt, batch_size=self.batch_size) if sampler is None else dict(x=sampler())
-
         self.model_ = self._build(xt, yt)
         warm_epochs = int(round(float(self.dsvi_warmup) * self.epochs))
         history = []
@@ -114,7 +111,7 @@ class _DeepMixin:
             # DSVI first (the same model with a Gaussian q(U)), then the flow starts from its fitted state: with
             # identity steps that *is* the DSVI posterior, so the flow stage only adds what the flow gains
             dsvi = self._build(xt, yt, posterior="gaussian", draws=None)
-            history += list(train(dsvi, **data(), epochs=warm_epochs, lr=self.lr,
+            history += list(train(dsvi, **self._train_data(xt, yt, sampler), epochs=warm_epochs, lr=self.lr,
                                   fix_noise_fraction=min(1.0, fix_noise * self.epochs / warm_epochs), seed=self.seed,
                                   verbose=self.verbose, compile=self.compile,
                                   desc=type(self).__name__ + " (DSVI warm start)",
@@ -122,11 +119,19 @@ class _DeepMixin:
             warm_start_from_gaussian(self.model_, dsvi)
             fix_noise = 0.0 if fix_noise * self.epochs <= warm_epochs else \
                 (fix_noise * self.epochs - warm_epochs) / (self.epochs - warm_epochs)
-        history += list(train(self.model_, **data(), epochs=self.epochs - warm_epochs, lr=self.lr,
+        history += list(train(self.model_, **self._train_data(xt, yt, sampler), epochs=self.epochs - warm_epochs,
+                              lr=self.lr,
                               fix_noise_fraction=fix_noise, seed=self.seed, verbose=self.verbose,
                               compile=self.compile, desc=type(self).__name__, checkpoint_path=self.checkpoint_path()))
         self.history_ = history
         self.model_.eval()
+
+    def _fit_table(self, X, y):
+        """`fit` on a streamed table (Estimator.fit_stream); images are refused (their scaling is global)."""
+        if self.image_shape is not None:
+            raise ValueError("image_shape: images are scaled by one mean and scale over all pixels, which a "
+                             "streamed fit does not compute; pass the images as arrays")
+        return self.fit_stream(X, y)
 
     def _deep_state(self) -> dict:
         return {"num_inducing_fitted": self.model_.layers[0].num_inducing, "y_dim": self.model_.num_outputs}
@@ -191,10 +196,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         built from a reservoir sample and trained on the whole table, block by block."""
         self._check_deep_params()
         if is_table(X):
-            if self.image_shape is not None:
-                raise ValueError("image_shape: images are scaled by one mean and scale over all pixels, which a "
-                                 "streamed fit does not compute; pass the images as arrays")
-            return self.fit_stream(X, y)
+            return self._fit_table(X, y)
         X, y = self._training_data(X, y)
         xt = self.fit_input_scaling(X)
         self.y_shift_, self.y_scale_ = float(y.mean()), (float(y.std()) if y.std() > 0 else 1.0)
@@ -255,7 +257,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         self._restore_model(state)
 
 
-class DeepGPClassifier(_DeepMixin, Estimator, ClassifierMixin, BaseEstimator):
+class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMixin, BaseEstimator):
     """Deep GP classification: probit (Bernoulli) for two classes, robust max (CNF-DGP §IV-B) or softmax otherwise.
 
     Labels may be any sortable values, mapped to 0..C-1 through `classes_`. Arguments as DeepGPRegressor,
@@ -289,8 +291,6 @@ class DeepGPClassifier(_DeepMixin, Estimator, ClassifierMixin, BaseEstimator):
 
     #: `fit` streams tables (paths, iterators of chunks) through Estimator.fit_stream (numeric labels)
     STREAMED_FIT = True
-    #: a streamed fit's scan collects at most this many distinct labels (more: not a classification target)
-    MAX_STREAM_CLASSES = 1000
 
     def fit(self, X, y=None):
         """Fit on X [n_samples, n_features] and labels y [n_samples]; returns self. X may instead be a table
@@ -299,32 +299,13 @@ class DeepGPClassifier(_DeepMixin, Estimator, ClassifierMixin, BaseEstimator):
         if self.likelihood not in _CLASS_LIKELIHOODS:
             raise ValueError(f"likelihood must be one of {_CLASS_LIKELIHOODS}, got {self.likelihood!r}")
         if is_table(X):
-            if self.image_shape is not None:
-                raise ValueError("image_shape: images are scaled by one mean and scale over all pixels, which a "
-                                 "streamed fit does not compute; pass the images as arrays")
-            return self.fit_stream(X, y)
+            return self._fit_table(X, y)
         X = as_2d_float(X)
         y = check_labels(y, X.shape[0])
         self.classes_ = training_classes(y)
         xt = self.fit_input_scaling(X)
         self._fit_model(xt, self._encode(y, X.shape[0]))
         return self
-
-    # ----- streamed tables (Estimator.fit_stream) ------------------------------------------------------
-    def _stream_max_labels(self) -> int:
-        return self.MAX_STREAM_CLASSES
-
-    def _stream_targets(self, stats) -> torch.Tensor:
-        """`classes_` from every distinct label of the table (the scan's), the sample's labels encoded."""
-        if stats.y_values is None:
-            raise ValueError(f"y: the target column holds more than {self.MAX_STREAM_CLASSES} distinct values; a "
-                             "classifier needs class labels (use a regressor for a continuous target)")
-        self.classes_ = training_classes(stats.y_values)
-        return self._stream_target_transform()(stats.sample_y)
-
-    def _stream_target_transform(self):
-        """Labels of a block as the model's targets."""
-        return lambda y: self._encode(y, len(y))
 
     def _train_on_stream(self, xs, ys, stream, stats) -> None:
         """The training of `fit_stream`: built from the sample (xs, ys), every stage trained on the table."""

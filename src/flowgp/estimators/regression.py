@@ -350,11 +350,8 @@ class _FlowRegressor(SVGPRegressor):
             every = None if rows.stream is None and batch == n else -(-n // batch)
             keeper = BestState(model, bound, every)
         natural = NaturalGradient([model.gp], lr=gamma) if gamma else None
-        if rows.stream is None:
-            data = dict(x=rows.x, y=y, batch_size=self.batch_size)
-        else:
-            data = dict(x=rows.stream(shift, self.y_scale_))
-        history = train(model, **data, epochs=self.epochs if epochs is None else epochs,
+        stream = None if rows.stream is None else (lambda: rows.stream(shift, self.y_scale_))
+        history = train(model, **self._train_data(rows.x, y, stream), epochs=self.epochs if epochs is None else epochs,
                         lr=self.lr * lr_scale, fix_noise_fraction=fix_noise_fraction, seed=seed, verbose=self.verbose,
                         compile=self.compile, desc=type(self).__name__ + suffix,
                         checkpoint_path=self.checkpoint_path(suffix),
