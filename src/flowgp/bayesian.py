@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .constraints import inv_softplus
+from .row_draws import draw_rows
 
 __all__ = ["BayesianMLP", "BAYESIAN_MODES", "ACTIVATIONS", "gaussian_kl_to_prior", "default_prior_precision"]
 
@@ -63,9 +64,8 @@ def _dropout(h: Tensor, rate: float, generator, rows_share_masks: bool = False, 
         keep = h.new_empty(shape).bernoulli_(1.0 - rate, generator=generator)
         return h * keep / (1.0 - rate)
     if batch_rows is not None:
-        offset, rows = batch_rows
-        full = h.new_empty(h.shape[:-2] + (rows, h.shape[-1])).bernoulli_(1.0 - rate, generator=generator)
-        return h * full[..., offset:offset + h.shape[-2], :] / (1.0 - rate)
+        keep = draw_rows(lambda s: h.new_empty(s).bernoulli_(1.0 - rate, generator=generator), h.shape, batch_rows)
+        return h * keep / (1.0 - rate)
     if generator is None:
         return F.dropout(h, rate, training=True)
     keep = torch.empty_like(h).bernoulli_(1.0 - rate, generator=generator)

@@ -32,6 +32,7 @@ from ..likelihoods import BernoulliLikelihood, Likelihood, RobustMaxLikelihood, 
 from ..objective import minibatch_bound
 from ..registry import LIKELIHOODS
 from ..quadrature import gauss_hermite, gh_points
+from ..row_draws import draw_rows
 from ..variational import Marginals, SparseVariationalGP
 from ._checks import as_inputs
 
@@ -213,13 +214,8 @@ class TGPClassification(nn.Module):
                 return lik.expected_log_prob(y, mean, var, self.quadrature_points)
             p = self.warped_argmax_probability(x, y, mean, var, self.training, generator, batch_rows)
             return lik.expected_log_prob_from_argmax_probability(p)
-        if batch_rows is None:
-            eps = torch.randn((self.mc_samples,) + mean.shape, dtype=mean.dtype, device=mean.device,
-                              generator=generator)
-        else:
-            offset, rows = int(batch_rows[0]), int(batch_rows[1])
-            eps = torch.randn((self.mc_samples, rows, mean.shape[-1]), dtype=mean.dtype, device=mean.device,
-                              generator=generator)[:, offset:offset + mean.shape[0]]
+        eps = draw_rows(lambda s: torch.randn(s, dtype=mean.dtype, device=mean.device, generator=generator),
+                        (self.mc_samples,) + mean.shape, batch_rows)
         f = mean + var.sqrt() * eps  # reparameterised samples of the C independent latents, [S, N, C]
         return lik.log_prob(y, self._warp_paired(f, x, self.training, generator, batch_rows)).mean(0)
 

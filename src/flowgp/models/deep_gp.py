@@ -38,6 +38,7 @@ from torch import nn
 from ..kernels import Kernel, Sum, White, make_kernel
 from ..likelihoods import GaussianLikelihood, Likelihood
 from ..objective import minibatch_bound
+from ..row_draws import draw_rows
 from ..prediction import gaussian_mixture_quantiles
 from ..variational import SparseVariationalGP
 from ._checks import as_inputs, as_targets
@@ -277,13 +278,8 @@ class GPLayer(nn.Module):
         if num_samples is not None and mean.dim() == 2:
             shape = (int(num_samples),) + tuple(shape)
         noise_shape = tuple(shape[:-2]) + (1, shape[-1]) if common_noise else shape
-        if batch_rows is not None and not common_noise:
-            offset, rows = int(batch_rows[0]), int(batch_rows[1])
-            full = torch.randn(tuple(shape[:-2]) + (rows, shape[-1]), dtype=mean.dtype, device=mean.device,
-                               generator=generator)
-            eps = full[..., offset:offset + shape[-2], :]
-        else:
-            eps = torch.randn(noise_shape, dtype=mean.dtype, device=mean.device, generator=generator)
+        eps = draw_rows(lambda s: torch.randn(s, dtype=mean.dtype, device=mean.device, generator=generator),
+                        noise_shape, None if common_noise else batch_rows)
         sample = mean + var.sqrt() * eps
         return sample, mean.expand(shape), var.expand(shape)
 

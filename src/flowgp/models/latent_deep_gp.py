@@ -49,6 +49,7 @@ from ..likelihoods import GaussianLikelihood, Likelihood
 from ..linalg import JitterMemory, robust_cholesky
 from ..objective import minibatch_bound
 from ..prediction import check_probabilities, gaussian_mixture_quantiles
+from ..row_draws import draw_rows
 from ._checks import as_inputs, as_targets
 
 __all__ = ["LatentDeepGP", "ConcatProjectionLayer", "build_latent_deep_gp", "joint_gp_sample",
@@ -116,13 +117,9 @@ def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = Non
     cov = kxx.movedim(-3, 0) + correction
     cov = 0.5 * (cov + cov.mT)
     chol = robust_cholesky(cov, memory=memory)
-    if batch_rows is None:
-        eps = torch.randn(chol.shape[:-1] + (1,), dtype=chol.dtype, device=chol.device, generator=generator)
-    else:
-        offset, rows = int(batch_rows[0]), int(batch_rows[1])
-        full = torch.randn((num_out,) + tuple(lead[:-1]) + (rows, k, 1), dtype=chol.dtype, device=chol.device,
-                           generator=generator)
-        eps = full[..., offset:offset + lead[-1], :, :].reshape(chol.shape[:-1] + (1,))
+    # [L, *lead, K, 1], the rows on lead's last axis: the same numbers as [L, G, K, 1] without batch_rows
+    eps = draw_rows(lambda s: torch.randn(s, dtype=chol.dtype, device=chol.device, generator=generator),
+                    (num_out,) + tuple(lead) + (k, 1), batch_rows, dim=len(lead)).reshape(chol.shape[:-1] + (1,))
     draw = mean + (chol @ eps).squeeze(-1)  # [L, G, K]
     out = draw.permute(1, 2, 0).reshape(lead + (k, num_out))
     if gp.mean_function is not None:
@@ -304,12 +301,8 @@ class LatentDeepGP(nn.Module):
         b, q = x.shape[0], self.latent_dim
         mean = mean.expand(s, b, q).unsqueeze(1)  # [S, 1, B, Q]
         std = std.expand(s, b, q).unsqueeze(1)
-        if batch_rows is None:
-            eps = torch.randn((s, k, b, q), dtype=x.dtype, device=x.device, generator=generator)
-        else:
-            offset, rows = int(batch_rows[0]), int(batch_rows[1])
-            eps = torch.randn((s, k, rows, q), dtype=x.dtype, device=x.device,
-                              generator=generator)[:, :, offset:offset + b]
+        eps = draw_rows(lambda shape: torch.randn(shape, dtype=x.dtype, device=x.device, generator=generator),
+                        (s, k, b, q), batch_rows)
         z = mean + std * eps  # reparameterised (eq. C.13)
         h = torch.cat([x.expand(s, k, b, x.shape[-1]), z], dim=-1).transpose(1, 2)  # [S, B, K, D + Q]
         f_mean, f_var = self.joint_last_layer_marginals(h, generator, batch_rows)

@@ -133,8 +133,10 @@ class NonMarginalTGP(SVGP):
         f0 = mean + var.sqrt() * eps
         return self.flow(f0, u, mean, x)
 
-    def expected_log_likelihood(self, x, y, generator=None):  # SVGP.elbo assembles the bound
-        """Per-point (1/S) Σ_s log p(y_n | G(f₀,n,s ; u₀,s)), [N, L] (appendix A.2.6)."""
+    def expected_log_likelihood(self, x, y, generator=None, batch_rows=None):  # SVGP.elbo assembles the bound
+        """Per-point (1/S) Σ_s log p(y_n | G(f₀,n,s ; u₀,s)), [N, L] (appendix A.2.6). `batch_rows` (SVGP's
+        signature) is not used yet: this model's per-row draws are made for its own rows, so under data
+        parallelism they depend on how the batch is split."""
         f_k = self.sample_transformed(x, self.mc_samples, generator)
         return self.likelihood.log_prob(y, f_k).mean(0)
 

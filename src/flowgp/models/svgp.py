@@ -72,9 +72,15 @@ class SVGP(nn.Module):
             return x
         return x, as_targets(y, x.shape[0], self.num_outputs)
 
-    def likelihood_inputs(self, x, generator=None) -> dict:
-        """Keyword arguments for the likelihood's expectations: x (and generator) when it depends on x."""
-        return {"x": x, "generator": generator} if self.likelihood.accepts_inputs else {}
+    def likelihood_inputs(self, x, generator=None, batch_rows: tuple[int, int] | None = None) -> dict:
+        """Keyword arguments for the likelihood's expectations: x (and generator) when it depends on x, and
+        `batch_rows` (the rows' place in a global batch split over processes) when it draws per row."""
+        if not self.likelihood.accepts_inputs:
+            return {}
+        inputs = {"x": x, "generator": generator}
+        if batch_rows is not None and getattr(self.likelihood, "input_dependent", False):
+            inputs["batch_rows"] = batch_rows
+        return inputs
 
     def expected_log_likelihood(self, x: torch.Tensor, y: torch.Tensor, generator=None,
                                 batch_rows: tuple[int, int] | None = None) -> torch.Tensor:
@@ -82,10 +88,8 @@ class SVGP(nn.Module):
         batch_rows: (offset, B) of these rows in a global batch split over processes, for a likelihood that
         draws per row (an input-dependent flow's dropout masks: drawn for all B rows and sliced)."""
         mean, var = self.gp.marginals(x)
-        inputs = self.likelihood_inputs(x, generator)
-        if batch_rows is not None and getattr(self.likelihood, "input_dependent", False):
-            inputs["batch_rows"] = batch_rows
-        return self.likelihood.expected_log_prob(y, mean, var, self.quadrature_points, **inputs)
+        return self.likelihood.expected_log_prob(y, mean, var, self.quadrature_points,
+                                                 **self.likelihood_inputs(x, generator, batch_rows))
 
     def kl_terms(self) -> list:
         """The global terms of the bound: KL[q(u)||p(u)] (appendix eq. 9) and the likelihood's own."""
@@ -96,11 +100,7 @@ class SVGP(nn.Module):
         """Minibatch ELBO scaled to the full data set: (N/B) Σ_n ELL_n - KL (appendix eq. 14; A.3 with W).
         batch_rows: (offset, B) when x is part of a global batch split over processes (flowgp.distributed)."""
         x, y = self.validate(x, y)
-        # only a likelihood that draws per row needs the rows' place in the global batch (subclasses with their
-        # own expected_log_likelihood and a plain likelihood are called as before)
-        rows = {"batch_rows": batch_rows} if (batch_rows is not None
-                                              and getattr(self.likelihood, "input_dependent", False)) else {}
-        return minibatch_bound(self.expected_log_likelihood(x, y, generator, **rows), self.kl_terms(),
+        return minibatch_bound(self.expected_log_likelihood(x, y, generator, batch_rows), self.kl_terms(),
                                num_data, x.shape[0])
 
     def predict_f(self, x: torch.Tensor, full_cov: bool = False) -> Marginals:

@@ -42,8 +42,9 @@ class WarpedGP(SVGP):
         """z = T(y) and log T'(y), element-wise; raises a ValueError when y is outside T's domain."""
         return self.flow.forward_and_log_det(y, x)
 
-    def expected_log_likelihood(self, x, y, generator=None):
-        """Per-point E_q(f)[log N(T(y_n); f_n, σ²)] + log T'(y_n), [N, L]."""
+    def expected_log_likelihood(self, x, y, generator=None, batch_rows=None):
+        """Per-point E_q(f)[log N(T(y_n); f_n, σ²)] + log T'(y_n), [N, L]. `batch_rows` (SVGP's signature) is
+        unused: the Gaussian likelihood of the warped targets draws nothing."""
         z, log_det = self.warp(y, x)
         mean, var = self.gp.marginals(x)
         return self.likelihood.expected_log_prob(z, mean, var) + log_det
