@@ -57,6 +57,8 @@ def parse(argv=None):
     p.add_argument("--dtype", default="float64")
     p.add_argument("--lengthscale", type=float, default=0.3,
                    help="initial CP lengthscale (standardised time; 0.3 is the estimator's default)")
+    p.add_argument("--cp-inducing", default="output", choices=["output", "latent"],
+                   help="CP inducing sets per output (the supplement's) or per latent process (both models)")
     p.add_argument("--json", default=str(ROOT / "docs" / "results" / "amogp" / "step_time.json"))
     return p.parse_args(argv)
 
@@ -70,7 +72,8 @@ def data(args):
 def model_and_tensors(layers, X, y, o, args):
     """A freshly initialised model (the estimator's own build, one epoch of fit to get it) and its tensors."""
     est = AlignedMultiOutputGPRegressor(num_inducing=args.num_inducing, alignment=layers, warping=layers, epochs=1,
-                                        verbose=False, dtype=args.dtype, lengthscale=args.lengthscale)
+                                        verbose=False, dtype=args.dtype, lengthscale=args.lengthscale,
+                                        cp_inducing=args.cp_inducing)
     est.fit(X, y, o)
     xt, ot, _ = est.scaled_inputs(X, o)
     yt = est.tensor((y - est.y_mean_[o]) / est.y_std_[o])
@@ -120,7 +123,8 @@ def main(argv=None):
     if args.fit_epochs:
         t0 = time.perf_counter()
         est = AlignedMultiOutputGPRegressor(num_inducing=args.num_inducing, epochs=args.fit_epochs, verbose=False,
-                                            dtype=args.dtype, lengthscale=args.lengthscale).fit(X, y, o)
+                                            dtype=args.dtype, lengthscale=args.lengthscale, tol=None,
+                                            cp_inducing=args.cp_inducing).fit(X, y, o)
         res["fit_seconds"] = time.perf_counter() - t0
         res["fit_epochs"] = len(est.history_)
         print(f"fit of {len(est.history_)} epochs (batch {est.resolved_batch_size(n)}): {res['fit_seconds']:.0f} s")
@@ -130,7 +134,8 @@ def main(argv=None):
         load = None
     out = {"setting": {"rows": n, "num_inducing": args.num_inducing, "batch": args.batch, "rounds": args.rounds,
                        "steps": args.steps, "full_steps": args.full_steps, "dtype": args.dtype,
-                       "start": args.start, "days": args.days, "lengthscale": args.lengthscale},
+                       "start": args.start, "days": args.days, "lengthscale": args.lengthscale,
+                       "cp_inducing": args.cp_inducing},
            "results": res, "machine": {"cpu": platform.processor() or platform.machine(), "threads": 1,
                                        "loadavg_at_end": load, "torch": torch.__version__}}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -55,6 +55,38 @@ def test_identity_layers_one_output_is_exactly_svgp(float64_default):
     torch.testing.assert_close(lpd, svgp.log_predictive_density(x, y[:, None])[:, 0])
 
 
+def test_latent_inducing_variables_one_output_equal_svgp(float64_default):
+    """cp_inducing="latent" with ℓ_u = ℓ_d: u = f / sqrt(v) at the inducing inputs, so with the same whitened
+    q(v) the bound and the predictions are the sparse GP's exactly (the scale of u cancels in L v)."""
+    x, y = _data()
+    out = torch.zeros(30, dtype=torch.long)
+    model = AMOGP(None, _z(1, 7), None, alignment=False, warping=False, lengthscale=0.9, variance=1.3, noise=0.1,
+                  cp_inducing="latent", num_outputs=1)
+    _set_random_q(model.latent, torch.Generator().manual_seed(1))
+    torch.testing.assert_close(model.inducing_lengthscale, model.kernel.lengthscale[0])
+    svgp = _svgp_twin(model, 0.1)
+    torch.testing.assert_close(model.elbo(x, y, out), svgp.elbo(x, y[:, None]))
+    mean, var = model.predict_y(x, out)
+    ref_mean, ref_var = svgp.predict(x)
+    torch.testing.assert_close(mean, ref_mean[:, 0])
+    torch.testing.assert_close(var, ref_var[:, 0])
+    # a smoother u is a different (valid) family: the bound changes
+    _move_inducing_lengthscale(model)
+    assert abs(model.elbo(x, y, out).item() - svgp.elbo(x, y[:, None]).item()) > 1e-3
+
+
+def test_latent_inducing_variables_are_well_conditioned(float64_default):
+    """One latent, four outputs with their inducing inputs at the same places: per-output sets are nearly
+    linearly dependent (scaled copies of one smoothed process), one set on the latent is not."""
+    kw = {"alignment": False, "warping": False, "lengthscale": 0.5}
+    by_output = AMOGP(None, _z(4, 10), None, **kw)
+    on_latent = AMOGP(None, _z(1, 10), None, cp_inducing="latent", num_outputs=4, **kw)
+    with torch.no_grad():
+        assert torch.linalg.cond(by_output.cp_kuu()[0]) > 1e15
+        assert torch.linalg.cond(on_latent.cp_kuu()[0]) < 1e8
+        assert on_latent.cp_kuu().shape == (1, 10, 10) and by_output.cp_kuu().shape == (1, 40, 40)
+
+
 def test_alignment_point_mass_limit_recovers_svgp(float64_default):
     """Alignment GP with q(a) -> δ(x): the bound and predictions converge to the sparse GP's."""
     x, y = _data()
@@ -106,12 +138,14 @@ def _exact_log_marginal(model, x, y, out, num_samples, gen):
     return lme.item(), (w.std() / math.sqrt(s)).item()
 
 
-def test_bound_below_exact_log_marginal_likelihood(float64_default):
+@pytest.mark.parametrize("cp", ["output", "latent"])
+def test_bound_below_exact_log_marginal_likelihood(float64_default, cp):
     x = torch.tensor([[-1.0], [0.5], [-0.3], [1.2]])
     out = torch.tensor([0, 0, 1, 1])
     y = torch.tensor([0.4, -0.8, 0.9, -0.2])
-    model = AMOGP(_z(2, 4), _z(2, 4), _z(2, 4), latent_processes=1, lengthscale=1.0, noise=0.05,
-                  alignment_variance=0.1, alignment_noise=0.01, warping_variance=0.1, latent_noise=0.01)
+    zf, kw = _cp_sets(cp, 2, 1, 4)
+    model = AMOGP(_z(2, 4), zf, _z(2, 4), lengthscale=1.0, noise=0.05, alignment_variance=0.1,
+                  alignment_noise=0.01, warping_variance=0.1, latent_noise=0.01, **kw)
     opt = torch.optim.Adam(model.parameters(), lr=0.03)
     for _ in range(150):
         opt.zero_grad()
@@ -124,23 +158,41 @@ def test_bound_below_exact_log_marginal_likelihood(float64_default):
     assert exact - bound < 10.0  # and not vacuous: the optimised bound is within a few nats
 
 
-def test_minibatch_bound_is_unbiased(float64_default):
+def _cp_sets(cp, d, r, m):
+    """z_latent and the matching constructor arguments for cp_inducing=cp (one row per output or per latent)."""
+    return _z(d if cp == "output" else r, m), {"cp_inducing": cp, "num_outputs": d, "latent_processes": r}
+
+
+def _move_inducing_lengthscale(model):
+    """Latent inducing variables smoother than the outputs' smoothing kernels (not the initial ℓ_u = ℓ_d)."""
+    if model.cp_inducing == "latent":
+        with torch.no_grad():
+            model.raw_inducing_lengthscale.add_(0.4)
+
+
+@pytest.mark.parametrize("cp", ["output", "latent"])
+def test_minibatch_bound_is_unbiased(float64_default, cp):
     x, y = _data(24)
     out = torch.arange(24) % 3
-    model = AMOGP(_z(3, 5), _z(3, 6), _z(3, 5), latent_processes=2, alignment_variance=0.1, warping_variance=0.1)
+    zf, kw = _cp_sets(cp, 3, 2, 6)
+    model = AMOGP(_z(3, 5), zf, _z(3, 5), alignment_variance=0.1, warping_variance=0.1, **kw)
     _set_random_q(model.latent, torch.Generator().manual_seed(3), 0.1)
+    _move_inducing_lengthscale(model)
     full = model.elbo(x, y, out)
     perm = torch.randperm(24)
     parts = [model.elbo(x[i], y[i], out[i], num_data=24) for i in perm.split(8)]
     torch.testing.assert_close(torch.stack(parts).mean(), full)
 
 
-def test_propagated_moments_match_hierarchy_samples(float64_default):
+@pytest.mark.parametrize("cp", ["output", "latent"])
+def test_propagated_moments_match_hierarchy_samples(float64_default, cp):
     """With warping fixed to the identity the propagated Gaussian has the exact moments of y*."""
-    model = AMOGP(_z(2, 5), _z(2, 6), None, warping=False, latent_processes=2, alignment_variance=0.2,
-                  alignment_noise=0.05, lengthscale=0.8)
+    zf, kw = _cp_sets(cp, 2, 2, 6)
+    model = AMOGP(_z(2, 5), zf, None, warping=False, alignment_variance=0.2, alignment_noise=0.05,
+                  lengthscale=0.8, **kw)
     gen = torch.Generator().manual_seed(4)
     _set_random_q(model.latent, gen)
+    _move_inducing_lengthscale(model)
     _set_random_q(model.align, gen)
     x = torch.tensor([[-1.0], [0.3], [1.5]])
     out = torch.tensor([0, 1, 1])
@@ -203,6 +255,16 @@ def test_model_bad_input_refused(float64_default):
         model.elbo(torch.zeros(6, 2), y, torch.zeros(6, dtype=torch.long))
     with pytest.raises(ValueError, match="z_alignment"):
         AMOGP(_z(3, 4), _z(2, 4), _z(2, 4))
+    with pytest.raises(ValueError, match="cp_inducing must be 'output'"):
+        AMOGP(_z(2, 4), _z(2, 4), _z(2, 4), cp_inducing="shared")
+    with pytest.raises(ValueError, match="num_outputs"):
+        AMOGP(_z(2, 4), _z(1, 4), _z(2, 4), cp_inducing="latent")
+    with pytest.raises(ValueError, match=r"latent_processes=2"):
+        AMOGP(_z(2, 4), _z(1, 4), _z(2, 4), cp_inducing="latent", num_outputs=2, latent_processes=2)
+    with pytest.raises(ValueError, match="does not match z_latent"):
+        AMOGP(_z(2, 4), _z(2, 4), _z(2, 4), num_outputs=3)
+    with pytest.raises(ValueError, match="z_alignment"):
+        AMOGP(_z(3, 4), _z(1, 4), _z(2, 4), cp_inducing="latent", num_outputs=2)
 
 
 # ----- estimator -----------------------------------------------------------------------------------------
@@ -219,14 +281,16 @@ def _series(seed=0, gap=False, shift=0.2, freq=1.0, n=40):
     return np.concatenate(xs)[:, None], np.concatenate(ys), np.concatenate(os_)
 
 
-def test_estimator_fit_predict_save_load(tmp_path):
+@pytest.mark.parametrize("cp", ["output", "latent"])
+def test_estimator_fit_predict_save_load(tmp_path, cp):
     import flowgp
     from flowgp import AlignedMultiOutputGPRegressor
 
     X, y, o = _series()
     est = AlignedMultiOutputGPRegressor(num_inducing=8, num_inducing_alignment=4, num_inducing_warping=4,
-                                        epochs=15, batch_size=None, verbose=False, num_samples=50)
+                                        epochs=15, batch_size=None, verbose=False, num_samples=50, cp_inducing=cp)
     est.fit(X, y, o)
+    assert est.model_.latent.z.shape[:2] == ((1, 16) if cp == "output" else (1, 8))
     mean, std = est.predict(X[:5], o[:5], return_std=True)
     assert mean.shape == (5,) and np.all(std > 0)
     lo, hi = est.predict_interval(X[:5], o[:5])
@@ -281,6 +345,8 @@ def test_estimator_bad_input_refused():
         est.predict(X, o)
     with pytest.raises(ValueError, match="alignment"):
         AlignedMultiOutputGPRegressor(alignment="spline").fit(X, y, o)
+    with pytest.raises(ValueError, match="cp_inducing"):
+        AlignedMultiOutputGPRegressor(cp_inducing="outputs").fit(X, y, o)
     est.fit(X, y, o)
     with pytest.raises(ValueError, match="0..1"):
         est.predict(X[:3], [0, 1, 2])
@@ -386,6 +452,40 @@ def test_latent_layer_grouped_contract_equals_materialised_psi2(float64_default,
     expected = stats.psi0 + torch.einsum("nij,ij->n", stats.psi2, w) - (stats.psi1 @ alpha[0]).square()
     torch.testing.assert_close(m, stats.psi1 @ alpha[0])
     torch.testing.assert_close(v, expected.clamp_min(0.0))
+
+
+@pytest.mark.parametrize("latents", [1, 2])
+def test_latent_inducing_layer_equals_materialised_psi_statistics(float64_default, latents):
+    """cp_inducing="latent": Ψ₁ and tr(Φ_n W) of the CP layer (groups = latents, per-point prefactors and
+    lengthscales) equal eq. 24-25 materialised over the stacked latent inducing sets, with W's cross-latent
+    blocks α_r α_r'ᵀ (q(u) is independent across latents, its mean is not zero)."""
+    from flowgp.psi_statistics import gaussian_psi1, gaussian_psi2
+
+    gen = torch.Generator().manual_seed(10 + latents)
+    model = AMOGP(_z(3, 4), _z(latents, 5) + 0.1 * torch.randn(latents, 5, generator=gen), None, warping=False,
+                  latent_processes=latents, lengthscale=0.7, cp_inducing="latent", num_outputs=3)
+    with torch.no_grad():
+        model.kernel.raw_lengthscale.add_(0.3 * torch.randn(model.kernel.raw_lengthscale.shape, generator=gen))
+        model.raw_inducing_lengthscale.add_(0.3 * torch.randn(model.raw_inducing_lengthscale.shape, generator=gen))
+    _set_random_q(model.latent, gen)
+    post = model._posteriors()
+    out = torch.tensor([0, 2, 1, 1, 0, 2])
+    mean = torch.randn(6, generator=gen)
+    var = 0.3 * torch.rand(6, generator=gen)
+    m, v, pc = model._latent_layer(post, mean, var, out)
+    amp, lsq = model.kernel.inducing_parameters(out, model.inducing_lengthscale)  # [R, N], [R, N, 1]
+    amp = amp.T.repeat_interleave(5, 1)  # [N, R·M]
+    lsq = lsq.transpose(0, 1).repeat_interleave(5, 1)  # [N, R·M, 1]
+    z = model.latent.z.reshape(-1, 1)
+    psi1 = gaussian_psi1(mean[:, None], var[:, None], z, amp, lsq)
+    psi2 = gaussian_psi2(mean[:, None], var[:, None], z, amp, lsq)
+    alpha, cov, kinv, _ = post["f"]
+    a = alpha.reshape(-1)
+    w = a[:, None] * a[None, :] + torch.block_diag(*cov) - torch.block_diag(*kinv)
+    expected = model.kernel.variance.sum(-1)[out] + torch.einsum("nij,ij->n", psi2, w) - (psi1 @ a).square()
+    torch.testing.assert_close(m, psi1 @ a)
+    torch.testing.assert_close(v, expected.clamp_min(0.0))
+    torch.testing.assert_close(pc, torch.einsum("ni,ij,nj->n", psi1, torch.block_diag(*cov), psi1))
 
 
 def test_estimator_natural_gradient_full_batch_and_plateau_stop():

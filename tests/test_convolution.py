@@ -48,6 +48,32 @@ def test_cross_covariance_matches_convolution_integral_2d(float64_default):
     torch.testing.assert_close(closed, numeric, rtol=1e-6, atol=1e-10)
 
 
+def test_latent_inducing_covariances_match_convolution_integrals(float64_default):
+    """u_r = T_u * w_r with unit variance: cov[f_d(x), u_r(z)] and cov[u_r(z), u_r(z')] by quadrature."""
+    k = _random_kernel(3, 2, 1, seed=3)
+    lu = torch.tensor([[0.35], [0.8]])  # [R, Dx]
+    s = torch.linspace(-15, 15, 20001)
+
+    def t_u(tau, r):  # amplitude from v_u = s_u² sqrt(π) ℓ_u = 1
+        return torch.exp(-0.5 * (tau / lu[r]).square()) / torch.sqrt(math.sqrt(math.pi) * lu[r])
+
+    x, out = torch.tensor([-0.7, 0.2, 1.1]), torch.tensor([0, 2, 1])
+    z = torch.tensor([[0.5, -1.3], [0.0, 0.4]])  # [R, M]
+    amp, lsq = k.inducing_parameters(out, lu)
+    closed = amp[..., None] * torch.exp(-0.5 * (x[None, :, None] - z[:, None, :]).square() / lsq)  # [R, N, M]
+    kuu = k.inducing_covariance(z.unsqueeze(-1), lu)
+    for r in range(2):
+        for n in range(3):
+            for m in range(2):
+                numeric = torch.trapezoid(k.smoothing_kernel((x[n] - s)[:, None], int(out[n]), r)
+                                          * t_u(z[r, m] - s, r), s)
+                torch.testing.assert_close(closed[r, n, m], numeric, rtol=1e-6, atol=1e-9)
+        for i in range(2):
+            for j in range(2):
+                numeric = torch.trapezoid(t_u(z[r, i] - s, r) * t_u(z[r, j] - s, r), s)
+                torch.testing.assert_close(kuu[r, i, j], numeric, rtol=1e-6, atol=1e-9)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_joint_gram_is_psd_for_random_hyperparameters(float64_default, seed):
     d, r, dx = 4, 3, 2

@@ -188,3 +188,24 @@ def test_grouped_contract_skips_negligible_rows_exactly():
     g_ref = torch.autograd.grad((ref * probe).sum(), (mean, var, z, lsq))
     for a, b in zip(g_fast, g_ref):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_grouped_contract_kept_or_recomputed_exponentials(monkeypatch, keep):
+    """The backward reads the forward's exponentials when they fit the budget, recomputes them otherwise: the
+    same gradients either way, and a kept E is not overwritten (a second backward with retain_graph agrees)."""
+    from flowgp.psi_statistics import _BlockedExpContract
+
+    monkeypatch.setattr(_BlockedExpContract, "_KEEP_ELEMENTS", (1 << 23) if keep else 0)
+    mean, var, z, x, amp, lsq = _grouped_problem(4, n=300, g=2, mg=5)  # several chunks of points
+    inputs = [t.clone().requires_grad_() for t in (mean, var, z, x, amp, lsq)]
+    out = grouped_psi2_contract(*inputs[:3], _sym(inputs[3], 2, 5), *inputs[4:])
+    probe = torch.randn(300, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    first = torch.autograd.grad((out * probe).sum(), inputs, retain_graph=True)
+    second = torch.autograd.grad((out * probe).sum(), inputs)
+    mean_r, var_r, z_r, x_r, amp_r, lsq_r = [t.clone().requires_grad_() for t in (mean, var, z, x, amp, lsq)]
+    ref = _reference(mean_r, var_r, z_r, _sym(x_r, 2, 5), amp_r, lsq_r)
+    expected = torch.autograd.grad((ref * probe).sum(), (mean_r, var_r, z_r, x_r, amp_r, lsq_r))
+    for a, b, c in zip(first, second, expected):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+        torch.testing.assert_close(a, c, rtol=1e-10, atol=1e-10)

@@ -203,6 +203,9 @@ class AMOGPConfig:
     latent_noise: float = 1e-3
     #: diagonal jitter of the CP layer's K_uu (None: the dtype default, 1e-8 in float64)
     jitter: float | None = None
+    #: "output" (one CP inducing set of `num_inducing` per output, the supplement's) or "latent" (one per latent
+    #: process, on a smoothed latent; `models.amogp.AMOGP`)
+    cp_inducing: str = "output"
     inducing_shapes: Any = field(default=None, compare=False, repr=False)
 
 
@@ -371,13 +374,15 @@ def _build_amogp(config: AMOGPConfig, x, y, *, generator=None, output=None):
     if config.inducing_shapes is not None:  # structure only (loading saved weights): placeholder Z
         shapes = config.inducing_shapes
         z_a, z_f, z_g = (torch.zeros(tuple(shapes[k]), dtype=torch.float64) for k in ("a", "f", "g"))
+        d = None if config.num_outputs is None else int(config.num_outputs)
     else:
         if output is None:
             raise ValueError("building an AMO-GP needs output=: the series index (0..D-1) of every row of x")
         xt = x.reshape(-1).cpu().numpy()
         o = torch.as_tensor(output).reshape(-1).cpu().numpy().astype(np.int64)
         d = int(config.num_outputs) if config.num_outputs is not None else int(o.max()) + 1
-        z_f = np.tile(np.linspace(xt.min(), xt.max(), config.num_inducing), (d, 1))
+        sets = d if config.cp_inducing == "output" else int(config.latent_processes)
+        z_f = np.tile(np.linspace(xt.min(), xt.max(), config.num_inducing), (sets, 1))
         z_a = np.stack([np.linspace(xt[o == i].min(), xt[o == i].max(), config.num_inducing_alignment)
                         for i in range(d)])
         z_g = np.tile(np.linspace(-2.5, 2.5, config.num_inducing_warping), (d, 1))
@@ -387,7 +392,7 @@ def _build_amogp(config: AMOGPConfig, x, y, *, generator=None, output=None):
                  alignment_variance=config.alignment_variance, alignment_lengthscale=config.alignment_lengthscale,
                  warping_variance=config.warping_variance, warping_lengthscale=config.warping_lengthscale,
                  noise=config.noise, alignment_noise=config.alignment_noise, latent_noise=config.latent_noise,
-                 jitter=config.jitter)
+                 jitter=config.jitter, cp_inducing=config.cp_inducing, num_outputs=d)
 
 
 _BUILDERS: dict[type, Callable] = {

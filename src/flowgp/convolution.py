@@ -21,6 +21,17 @@ v_{d,r} = c_{ddr} = s_{d,r}² Π_k sqrt(π) ℓ_{d,r,k}, which gives the scale-f
 
 The auto-covariance of one output is an SE kernel with variance Σ_r v_{d,r} and lengthscale sqrt(2)·ℓ, so
 with one output and R = 1 the CP kernel is exactly an RBF kernel (used as a plain MO-GP baseline too).
+
+Inducing variables on the latents (variational inducing kernels, Álvarez, Luengo, Titsias & Lawrence 2010).
+White noise has no pointwise values, so an inducing variable on latent r is a value of a smoothed copy
+u_r(z) = ∫ T_{u,r}(z - s) w_r(s) ds with its own smoothing lengthscale ℓ_{u,r} and unit variance. The same
+Gaussian product integral gives
+
+    cov[u_r(z), u_r(z')]   = exp(-½ Σ_k (z_k - z'_k)² / (2 ℓ_{u,r,k}²)),
+    cov[f_d(x), u_r(z)]    = sqrt(v_{d,r}) Π_k sqrt(2 ℓ_{d,r,k} ℓ_{u,r,k} / (ℓ_{d,r,k}² + ℓ_{u,r,k}²))
+                             · exp(-½ Σ_k (x_k - z_k)² / (ℓ_{d,r,k}² + ℓ_{u,r,k}²)),
+
+and u_r, u_r' are independent for r ≠ r' (`inducing_parameters`, `inducing_covariance`).
 """
 from __future__ import annotations
 
@@ -115,6 +126,21 @@ class ConvolutionKernel(nn.Module):
         shape = torch.prod(torch.sqrt(2.0 * l1 * l2 / lsq), -1)
         amp = torch.sqrt(var[:, out1, None] * var[:, None, out2]) * shape
         return amp, lsq
+
+    def inducing_parameters(self, out: torch.Tensor, inducing_lengthscale: torch.Tensor):
+        """Prefactors [R, N] and combined squared lengthscales [R, N, Dx] of cov[f_{out[n]}(x), u_r(z)] for the
+        smoothed latents u_r with smoothing lengthscales `inducing_lengthscale` [R, Dx] (module docstring)."""
+        ls = self.lengthscale[out].transpose(0, 1)  # [R, N, Dx]
+        lu = inducing_lengthscale.unsqueeze(1)  # [R, 1, Dx]
+        lsq = ls.square() + lu.square()
+        shape = torch.prod(torch.sqrt(2.0 * ls * lu / lsq), -1)  # [R, N]
+        return torch.sqrt(self.variance[out].transpose(0, 1)) * shape, lsq
+
+    @staticmethod
+    def inducing_covariance(z: torch.Tensor, inducing_lengthscale: torch.Tensor) -> torch.Tensor:
+        """cov[u_r(z_i), u_r(z_j)] for z [R, M, Dx] and smoothing lengthscales [R, Dx]: [R, M, M]."""
+        diff2 = (z.unsqueeze(-2) - z.unsqueeze(-3)).square()  # [R, M, M, Dx]
+        return torch.exp(-0.25 * (diff2 / inducing_lengthscale[:, None, None, :].square()).sum(-1))
 
     def output_covariance(self) -> torch.Tensor:
         """Covariance between outputs at zero lag, Σ_r c_{dd'r}, [D, D]."""

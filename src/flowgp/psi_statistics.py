@@ -18,6 +18,7 @@ blocks in autograd (the split of eq. 25's exponent is derived above `_BlockedExp
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -176,6 +177,9 @@ class _BlockedExpContract(torch.autograd.Function):
     """
 
     _NEGLIGIBLE = -40.0
+    #: the forward keeps its exponentials for the backward when they fit in this many elements (64 MiB of
+    #: float64; the exps are most of the cost), and the backward recomputes them chunk by chunk otherwise
+    _KEEP_ELEMENTS = 1 << 23
     #: exponents are clamped here first: exp of a number below about -745 underflows through the slow subnormal
     #: path of the vectorised exp (6x slower), and exp(-700) ≈ 1e-304 is already 0 at the scale of any term
     _FLOOR = -700.0
@@ -188,9 +192,11 @@ class _BlockedExpContract(torch.autograd.Function):
 
     @staticmethod
     def _exp_chunk(la, lb, kappa, dz, buf, win):
+        """The chunk's exponentials [P, nc, rows, cols] in `buf` (a flat buffer; None: a new tensor)."""
         (i0, i1), (j0, j1) = win
         p, nc = dz.shape[0], la.shape[0]
-        e = buf.view(-1)[:p * nc * (i1 - i0) * (j1 - j0)].view(p, nc, i1 - i0, j1 - j0)
+        shape = (p, nc, i1 - i0, j1 - j0)
+        e = la.new_empty(shape) if buf is None else buf.view(-1)[:math.prod(shape)].view(shape)
         torch.add(la[..., i0:i1].transpose(0, 1).unsqueeze(-1), lb[..., j0:j1].transpose(0, 1).unsqueeze(-2), out=e)
         kap = kappa.transpose(0, 1)  # [P, nc, Dx]
         for k in range(dz.shape[1]):
@@ -212,20 +218,24 @@ class _BlockedExpContract(torch.autograd.Function):
     def forward(ctx, la, lb, kappa, dz, w):
         n, p, mg = la.shape
         chunk = _BlockedExpContract._chunk_size(p, mg)
-        buf = la.new_empty(p, min(chunk, n), mg, mg)
+        keep = n * p * mg * mg <= _BlockedExpContract._KEEP_ELEMENTS
+        buf = None if keep else la.new_empty(p, min(chunk, n), mg, mg)
         out = la.new_zeros(p, n)
-        windows = []
+        windows, kept = [], []
         for s in range(0, n, chunk):
             sl = slice(s, s + chunk)
             win = (_BlockedExpContract._window(la[sl]), _BlockedExpContract._window(lb[sl]))
             windows.append(win)
             (i0, i1), (j0, j1) = win
             if i1 == i0 or j1 == j0:
+                kept.append(None)
                 continue
             e = _BlockedExpContract._exp_chunk(la[sl], lb[sl], kappa[sl], dz, buf, win)
+            kept.append(e if keep else None)
             _BlockedExpContract._matvec(e.reshape(p, e.shape[1], -1), w[:, i0:i1, j0:j1].reshape(p, -1), out[:, sl])
         ctx.save_for_backward(la, lb, kappa, dz, w)
         ctx.windows = windows
+        ctx.kept = kept  # intermediates (not inputs or outputs): kept on ctx, read-only in the backward
         return out.transpose(0, 1)
 
     @staticmethod
@@ -244,20 +254,22 @@ class _BlockedExpContract(torch.autograd.Function):
         grad_t = grad.transpose(0, 1).contiguous()  # [P, N]
         coeff = torch.cat([grad_t.unsqueeze(-1), grad_t.unsqueeze(-1) * kappa.transpose(0, 1)], -1)  # [P, N, 1+Dx]
         wdz = w.unsqueeze(1) * dz  # [P, Dx, Mg, Mg]
-        for s, win in zip(range(0, n, chunk), ctx.windows):
+        for s, win, kept in zip(range(0, n, chunk), ctx.windows, ctx.kept):
             (i0, i1), (j0, j1) = win
             if i1 == i0 or j1 == j0:
                 continue
             sl = slice(s, s + chunk)
-            e = _BlockedExpContract._exp_chunk(la[sl], lb[sl], kappa[sl], dz, buf, win)
+            e = kept if kept is not None else _BlockedExpContract._exp_chunk(la[sl], lb[sl], kappa[sl], dz, buf, win)
             nc, ri, cj = e.shape[1], i1 - i0, j1 - j0
             flat = e.reshape(p, nc, ri * cj)
             acc[:, :, i0:i1, j0:j1] += torch.bmm(coeff[:, sl].transpose(1, 2), flat).reshape(p, 1 + dx, ri, cj)
             for k in range(dx):
                 _BlockedExpContract._matvec(flat, wdz[:, k, i0:i1, j0:j1].reshape(p, -1), g_kappa[:, sl, k])
-            e.mul_(w[:, i0:i1, j0:j1].unsqueeze(1))
-            g_la[:, sl, i0:i1] = e.sum(-1)
-            g_lb[:, sl, j0:j1] = e.sum(-2)
+            # E ∘ w into the work buffer: a kept E stays intact (a second backward with retain_graph reads it)
+            ew = buf.view(-1)[:e.numel()].view(e.shape)
+            torch.mul(e, w[:, i0:i1, j0:j1].unsqueeze(1), out=ew)
+            g_la[:, sl, i0:i1] = ew.sum(-1)
+            g_lb[:, sl, j0:j1] = ew.sum(-2)
         g = grad_t.unsqueeze(-1)
         g_w = acc[:, 0]
         g_dz = -(w.unsqueeze(1) * acc[:, 1:])

@@ -49,6 +49,9 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             (standardised inputs). alignment_variance/lengthscale, warping_variance/lengthscale: SE inits.
         alignment_noise, latent_noise: initial σ²_a, σ²_f.
         num_samples: Monte Carlo samples through the hierarchy for log_predictive_density and intervals.
+        cp_inducing: "output" (`num_inducing` CP inducing points per output, the supplement's) or "latent"
+            (`num_inducing` per latent process on a smoothed copy of the latent, Álvarez et al. 2010: the
+            same prior, a well-conditioned K_uu and (D/R)² less Ψ₂ work; `flowgp.models.amogp.AMOGP`).
         compile: train through `torch.compile` of the bound and its backward (`flowgp.training.train(compile=True)`;
             eager fallback with a warning where it cannot compile). Compiling takes seconds to a minute, then
             removes per-step overhead: worth it for long fits with small M (benchmarks/step_time.py).
@@ -62,7 +65,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                  alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=1e-3,
                  latent_noise=1e-3, num_samples=200, verbose=True, checkpoint=None, natural_gradient=0.5,
                  natural_gradient_layers="all", tol=1e-4, patience=50, full_batch_max=2048,
-                 compile=False):
+                 cp_inducing="output", compile=False):
         self._store_arguments(locals())
 
     # ----- helpers -------------------------------------------------------------------------------------
@@ -78,6 +81,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                                                       and not isinstance(self.natural_gradient, bool)
                                                       and 0 < self.natural_gradient <= 1):
             raise ValueError(f"natural_gradient must be None or a step size in (0, 1], got {self.natural_gradient!r}")
+        if self.cp_inducing not in ("output", "latent"):
+            raise ValueError(f"cp_inducing must be 'output' or 'latent', got {self.cp_inducing!r}")
         if self.natural_gradient_layers not in ("latent", "all"):
             raise ValueError(f"natural_gradient_layers must be 'latent' or 'all', got {self.natural_gradient_layers!r}")
         if self.tol is not None and not (isinstance(self.tol, (int, float)) and self.tol >= 0):
@@ -144,7 +149,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             variance=1.0, alignment_variance=self.alignment_variance,
             alignment_lengthscale=self.alignment_lengthscale, warping_variance=self.warping_variance,
             warping_lengthscale=self.warping_lengthscale, noise=self.noise, alignment_noise=self.alignment_noise,
-            latent_noise=self.latent_noise)
+            latent_noise=self.latent_noise, cp_inducing=self.cp_inducing)
         return dataclasses.replace(config, **overrides)
 
     # ----- public API ----------------------------------------------------------------------------------
@@ -201,7 +206,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         each row's result is the same whatever rows are predicted with it or however they are chunked."""
         itemsize = torch.empty((), dtype=self.torch_dtype()).element_size()
         # per sample and row: [M] projections onto each layer's inducing inputs and their temporaries
-        layers = int(self.num_inducing) + int(self.num_inducing_alignment) + int(self.num_inducing_warping)
+        layers = self.model_.latent.z.shape[:2].numel() + int(self.num_inducing_alignment) + int(
+            self.num_inducing_warping)  # the CP layer projects onto all its inducing sets
         rows = chunk_rows(int(self.num_samples) * (4 * layers + 16), itemsize, self.predict_memory)
 
         def run(*chunk):
@@ -301,7 +307,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         return {"n_outputs": self.n_outputs_, "y_mean": torch.as_tensor(self.y_mean_),
                 "y_std": torch.as_tensor(self.y_std_),
                 "shapes": {"a": list(self.model_.align.z.shape[:2]) if self.model_.alignment else [self.n_outputs_, 1],
-                           "f": [self.n_outputs_, self.model_.latent.z.shape[1] // self.n_outputs_],
+                           "f": ([self.n_outputs_, self.model_.latent.z.shape[1] // self.n_outputs_]
+                                 if self.model_.cp_inducing == "output" else list(self.model_.latent.z.shape[:2])),
                            "g": list(self.model_.warp.z.shape[:2]) if self.model_.warping else [self.n_outputs_, 1]}}
 
     def _restore(self, state):

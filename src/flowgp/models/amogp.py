@@ -37,12 +37,13 @@ from ..convolution import ConvolutionKernel, check_output_index
 from ..kernels import LENGTHSCALE_CONSTRAINT, RBF, VARIANCE_CONSTRAINT, Scale
 from ..linalg import lower_inverse, robust_cholesky
 from ..objective import minibatch_bound
-from ..psi_statistics import gaussian_psi1, gaussian_psi2_contract, gaussian_psi_mean, grouped_psi2_contract
+from ..psi_statistics import gaussian_psi1, gaussian_psi_mean, grouped_psi2_contract
 from ..variational import WhitenedGaussian
 
 __all__ = ["AMOGP", "InducingSet", "layer_curves"]
 
 _NOISE = Positive(lower=1e-8)
+_INDUCING_LS = Positive(lower=1e-6)  # smoothing lengthscales of the latent inducing variables (cp_inducing="latent")
 
 
 class InducingSet(WhitenedGaussian):
@@ -130,18 +131,6 @@ def _weight(post):
     return alpha.unsqueeze(-1) * alpha.unsqueeze(-2) + cov - kinv
 
 
-def _by_output(out, num_outputs):
-    """Sorting permutation, its inverse and the (output, slice) runs of points of each output."""
-    order = torch.argsort(out, stable=True)
-    counts = torch.bincount(out, minlength=num_outputs).tolist()
-    runs, start = [], 0
-    for d, c in enumerate(counts):
-        if c:
-            runs.append((d, slice(start, start + c)))
-        start += c
-    return order, torch.argsort(order), runs
-
-
 class AMOGP(nn.Module):
     """AMO-GP over D outputs with 1-D inputs (module docstring for the bound and predictions).
 
@@ -156,6 +145,15 @@ class AMOGP(nn.Module):
         alignment_variance/lengthscale, warping_variance/lengthscale: initial SE hyperparameters.
         noise: σ²_y init; alignment_noise σ²_a, latent_noise σ²_f inits (only with the GP layers).
         q_var_init: initial whitened S = q_var_init·I for every inducing set.
+        jitter: diagonal jitter of the CP layer's K_uu (None: the dtype default of robust_cholesky).
+        cp_inducing: where the CP layer's inducing variables live. "output" (the supplement's choice, §3.1: one
+            set u_{f,d} per output, z_latent [D, M_f]); "latent": one set per latent process on a smoothed copy
+            of the latent with a learned smoothing lengthscale (Álvarez et al. 2010, flowgp.convolution),
+            z_latent [R, M_f], num_outputs required. The prior is the same; only the variational family
+            differs. With one latent
+            the outputs are smoothed copies of one process, so per-output sets are nearly linearly dependent
+            (cond(K_uu) 1e17-1e19 on the London data, docs/results/amogp); R·M_f latent inducing variables
+            replace D·M_f: a well-conditioned K_uu and (D/R)² fewer terms in the Ψ₂ contraction.
     """
 
     def __init__(self, z_alignment, z_latent, z_warping, latent_processes: int = 1, alignment: bool = True,
@@ -163,24 +161,45 @@ class AMOGP(nn.Module):
                  alignment_variance: float = 0.05, alignment_lengthscale: float = 1.0,
                  warping_variance: float = 0.05, warping_lengthscale: float = 1.0, noise: float = 0.05,
                  alignment_noise: float = 1e-3, latent_noise: float = 1e-3, q_var_init: float = 1e-5,
-                 jitter: float | None = None):
+                 jitter: float | None = None, cp_inducing: str = "output", num_outputs: int | None = None):
         super().__init__()
         # parameters in the inducing inputs' dtype when a floating tensor is given, float64 otherwise
         dtype = z_latent.dtype if isinstance(z_latent, torch.Tensor) and z_latent.is_floating_point() \
             else torch.float64
         self._dtype = dtype
         z_latent = torch.as_tensor(z_latent, dtype=dtype)
+        if cp_inducing not in ("output", "latent"):
+            raise ValueError(f"cp_inducing must be 'output' (one inducing set per output, the supplement's) or "
+                             f"'latent' (one per latent process), got {cp_inducing!r}")
+        self.cp_inducing = cp_inducing
         if z_latent.dim() != 2:
-            raise ValueError(f"z_latent must have shape [num_outputs, M_f], got {tuple(z_latent.shape)}")
-        d, mf = z_latent.shape
+            rows = "num_outputs" if cp_inducing == "output" else "latent_processes"
+            raise ValueError(f"z_latent must have shape [{rows}, M_f], got {tuple(z_latent.shape)}")
+        if cp_inducing == "output":
+            d, mf = z_latent.shape
+            if num_outputs is not None and num_outputs != d:
+                raise ValueError(f"num_outputs={num_outputs!r} does not match z_latent's {d} rows (one per output)")
+        else:
+            if z_latent.shape[0] != latent_processes:
+                raise ValueError(f"with cp_inducing='latent', z_latent must have shape [latent_processes="
+                                 f"{latent_processes}, M_f], got {tuple(z_latent.shape)}")
+            if isinstance(num_outputs, bool) or not isinstance(num_outputs, int) or num_outputs < 1:
+                raise ValueError(f"with cp_inducing='latent', num_outputs (a positive integer) is required, got "
+                                 f"{num_outputs!r}")
+            d = num_outputs
         self.num_outputs = d
         self.alignment, self.warping = bool(alignment), bool(warping)
         self.kernel = ConvolutionKernel(d, 1, latent_processes, lengthscale=lengthscale, variance=variance,
                                         dtype=dtype)
         # jitter: of the CP layer's K_uu (None: the dtype default). With one latent process and the outputs'
         # inducing inputs at the same places K_uu is close to singular (benchmarks/amogp_sensitivity.py)
-        self.latent = InducingSet(z_latent.reshape(1, d * mf, 1), q_var_init, jitter)
-        self.register_buffer("latent_output", torch.arange(d).repeat_interleave(mf), persistent=False)
+        if cp_inducing == "output":
+            self.latent = InducingSet(z_latent.reshape(1, d * mf, 1), q_var_init, jitter)
+            self.register_buffer("latent_output", torch.arange(d).repeat_interleave(mf), persistent=False)
+        else:
+            self.latent = InducingSet(z_latent.unsqueeze(-1), q_var_init, jitter)
+            # u_r starts as smooth as the outputs' smoothing kernels of latent r
+            self.raw_inducing_lengthscale = nn.Parameter(_INDUCING_LS.inverse(self.kernel.lengthscale[0].detach()))
         self.raw_noise = nn.Parameter(_NOISE.inverse(torch.full((d,), float(noise), dtype=dtype)))
         # a constant mean b_d per output (y_d = g_d(f_d(a_d(x))) + b_d + ε): the zero-mean CP layer ties the
         # outputs' levels together otherwise, and standardising each series cannot remove an offset in a gap
@@ -259,8 +278,48 @@ class AMOGP(nn.Module):
         return x, out, y
 
     # ----- layers (shared by the bound and the predictions) -------------------------------------------
+    @property
+    def inducing_lengthscale(self):
+        """Smoothing lengthscales ℓ_{u,r} [R, 1] of the latent inducing variables (cp_inducing="latent")."""
+        return _INDUCING_LS(self.raw_inducing_lengthscale) if self.cp_inducing == "latent" else None
+
+    def cp_kuu(self) -> torch.Tensor:
+        """K_uu of the CP layer's inducing sets, [G, M, M]: one [D·M_f]² block over all outputs
+        (cp_inducing="output") or one [M_f]² block per latent ("latent")."""
+        if self.cp_inducing == "latent":
+            return self.kernel.inducing_covariance(self.latent.z, self.inducing_lengthscale)
+        return self.kernel(self.latent.z[0], self.latent_output).unsqueeze(0)
+
+    def _cp_groups(self, out):
+        """The CP layer's inducing inputs in groups with one prefactor and squared lengthscale per (point, group):
+        (z [G, Mg, 1], amp [B, G], lsq [B, G, 1], repeats). cp_inducing="output": groups (latent r, output p),
+        whose Ψ₁ columns are summed over r (`repeats` = R); "latent": one group per latent (`repeats` = 1)."""
+        b, r = out.shape[0], self.kernel.latent_processes
+        if self.cp_inducing == "latent":
+            amp, lsq = self.kernel.inducing_parameters(out, self.inducing_lengthscale)  # [R, B], [R, B, 1]
+            return self.latent.z, amp.transpose(0, 1), lsq.transpose(0, 1), 1
+        d = self.num_outputs
+        amp, lsq = self.kernel.pair_parameters(out, torch.arange(d, device=out.device))  # [R, B, D(, 1)]
+        z = self.latent.z[0].reshape(d, -1, 1).repeat(r, 1, 1)
+        return z, amp.transpose(0, 1).reshape(b, r * d), lsq.transpose(0, 1).reshape(b, r * d, 1), r
+
+    def _cp_psi1(self, mean, var, groups):
+        """Ψ₁ of the CP layer, [..., B, M_total], for inputs N(mean, var) ([..., B]; var 0 gives K_fu)."""
+        z, amp, lsq, repeats = groups
+        mg = z.shape[1]
+        psi1 = gaussian_psi1(mean[..., None], var[..., None], z.reshape(-1, 1), amp.repeat_interleave(mg, -1),
+                             lsq.repeat_interleave(mg, -2))  # [..., B, G·Mg]
+        return psi1.unflatten(-1, (repeats, -1)).sum(-2)
+
+    def _cp_posterior(self, post):
+        """(α [M_total], C, K⁻¹ [M_total, M_total]) of the CP layer with its inducing sets stacked."""
+        alpha, cov, kinv, _ = post["f"]
+        if alpha.shape[0] == 1:
+            return alpha[0], cov[0], kinv[0]
+        return alpha.reshape(-1), torch.block_diag(*cov), torch.block_diag(*kinv)
+
     def _posteriors(self):
-        post = {"f": self.latent.posterior(self.kernel(self.latent.z[0], self.latent_output).unsqueeze(0))}
+        post = {"f": self.latent.posterior(self.cp_kuu())}
         if self.alignment:
             post["a"] = self.align.posterior(self.align_kernel(self.align.z))  # K_uu [D, M, M]
         if self.warping:
@@ -277,48 +336,52 @@ class AMOGP(nn.Module):
 
     def _latent_layer(self, post, mean, var, out):
         """Moments of f̂ under q(a_n) = N(mean, var) with the CP Ψ-statistics (A.3)."""
-        alpha, cov, _, _ = post["f"]
-        z, zo = self.latent.z[0], self.latent_output
-        amp, lsq = self.kernel.pair_parameters(out, zo)  # [R, B, M], [R, B, M, 1]
-        m, v = mean.unsqueeze(-1), var.unsqueeze(-1)
-        psi1 = gaussian_psi1(m, v, z, amp, lsq).sum(0)
-        w = _weight(post["f"])[0]
+        alpha, cov, kinv = self._cp_posterior(post)
+        groups = self._cp_groups(out)
+        psi1 = self._cp_psi1(mean, var, groups)
+        w = alpha.unsqueeze(-1) * alpha.unsqueeze(-2) + cov - kinv
         if not bool(torch.any(var > 0)):
             phi_w = torch.einsum("bm,mk,bk->b", psi1, w, psi1)
         else:
-            # groups of inducing inputs with one prefactor and lengthscale each: (latent r, output p), so
-            # tr(Φ_n W) is evaluated without per-point M x M blocks (flowgp.psi_statistics.grouped_psi2_contract)
-            d, r_count = self.num_outputs, self.kernel.latent_processes
-            mg = z.shape[0] // d
-            g_amp, g_lsq = self.kernel.pair_parameters(out, torch.arange(d, device=out.device))  # [R, B, D(, 1)]
-            g_amp = g_amp.transpose(0, 1).reshape(out.shape[0], r_count * d)
-            g_lsq = g_lsq.transpose(0, 1).reshape(out.shape[0], r_count * d, 1)
-            zg = z.reshape(d, mg, 1).repeat(r_count, 1, 1)
-            wg = w.reshape(1, d, mg, 1, d, mg).repeat(r_count, 1, 1, r_count, 1, 1).reshape(
-                r_count * d, mg, r_count * d, mg)
-            phi_w = grouped_psi2_contract(m, v, zg, wg, g_amp, g_lsq)
+            # inducing inputs in groups with one prefactor and lengthscale each, so tr(Φ_n W) is evaluated
+            # without per-point M x M blocks (flowgp.psi_statistics.grouped_psi2_contract)
+            z, amp, lsq, repeats = groups
+            g, mg = z.shape[0], z.shape[1]
+            wg = w.reshape(1, g // repeats, mg, 1, g // repeats, mg).repeat(repeats, 1, 1, repeats, 1, 1)
+            phi_w = grouped_psi2_contract(mean.unsqueeze(-1), var.unsqueeze(-1), z, wg.reshape(g, mg, g, mg), amp,
+                                          lsq)
         psi0 = self.kernel.variance.sum(-1)[out]
-        return _layer_moments(psi0, psi1, phi_w, alpha[0], cov[0])
+        return _layer_moments(psi0, psi1, phi_w, alpha, cov)
 
     def _warping_layer(self, post, mean, var, out):
-        """Moments of ĝ(f) + f under q(f_n) = N(mean, var) with SE Ψ-statistics and Ξ for the identity mean."""
+        """Moments of ĝ(f) + f under q(f_n) = N(mean, var) with SE Ψ-statistics and Ξ for the identity mean.
+
+        Every output's warping GP has one lengthscale, so eq. 25 with A = B = λ_d reads
+            Φ_n,ij = σ⁴_d exp(-(z_i - z_j)²/(4λ_d)) sqrt(c/(c + v_n)) exp(-(μ_n - (z_i + z_j)/2)²/(2(c + v_n))),
+        c = λ_d/2: the (i, j) factor and the weight are folded per output once, and the points of all outputs
+        are evaluated together (each point against its own output's inducing inputs).
+        """
         wvar, wls = self._warp_params()
         alpha, cov, _, _ = post["g"]
-        w = _weight(post["g"])
-        order, inverse, runs = _by_output(out, self.num_outputs)
-        ms, vs = mean[order].unsqueeze(-1), var[order].unsqueeze(-1)
-        psi1s, xis, phis = [], [], []
-        for d, sl in runs:
-            z = self.warp.z[d]  # [M, 1]
-            amp = wvar[d].expand(z.shape[0])
-            lsq = wls[d].square().expand(z.shape[0], 1)
-            psi1 = gaussian_psi1(ms[sl], vs[sl], z, amp, lsq)
-            psi1s.append(psi1)
-            xis.append(gaussian_psi_mean(ms[sl], vs[sl], z, psi1, lsq)[..., 0])
-            phis.append(gaussian_psi2_contract(ms[sl], vs[sl], z, w[d], amp, lsq))
-        psi1, xi, phi_w = (torch.cat(t)[inverse] for t in (psi1s, xis, phis))
+        lam = wls.square()  # [D]
+        zw = self.warp.z[..., 0]  # [D, M]
+        pair = wvar[:, None, None].square() * torch.exp(
+            -(zw[:, :, None] - zw[:, None, :]).square() / (4.0 * lam[:, None, None]))  # [D, M, M]
+        folded = pair * _weight(post["g"])  # Σ_ij Φ_n,ij W_ij needs Φ only through this
+        centre = 0.5 * (zw[:, :, None] + zw[:, None, :])
+        c = 0.5 * lam[out]
+        cv = c + var  # [B]
+        e = torch.exp(-(mean[:, None, None] - centre[out]).square() / (2.0 * cv)[:, None, None])  # [B, M, M]
+        phi_w = torch.sqrt(c / cv) * torch.einsum("bij,bij->b", e, folded[out])
+        z = self.warp.z[out]  # [B, M, 1]
+        mg = z.shape[1]
+        amp = wvar[out, None, None].expand(-1, 1, mg)  # [B, 1, M]
+        lsq = lam[out][:, None, None, None].expand(-1, 1, mg, 1)  # [B, 1, M, 1]
+        m, v = mean[:, None, None], var[:, None, None]  # [B, 1, 1]: each point its own batch of one input
+        psi1 = gaussian_psi1(m, v, z, amp, lsq)  # [B, 1, M]
+        xi = gaussian_psi_mean(m, v, z, psi1, lsq)[:, 0, :, 0]
         random_input = bool(torch.any(var > 0))
-        return _layer_moments(wvar[out], psi1, phi_w, alpha[out], cov[out], in_mean=mean, in_var=var,
+        return _layer_moments(wvar[out], psi1[:, 0], phi_w, alpha[out], cov[out], in_mean=mean, in_var=var,
                               xi=xi if random_input else None)
 
     def _propagate(self, x, out, post, exact: bool):
@@ -439,10 +502,10 @@ class AMOGP(nn.Module):
             a = a + self.alignment_noise[output].sqrt() * draw((s, n))
         else:
             a = x[:, 0].expand(s, n)
-        _, _, kinv, chol = post["f"]
-        beta = self.latent.sample_beta(chol, s, generator)[:, 0]  # [S, M]
-        k = self.kernel(a.unsqueeze(-1), output, self.latent.z[0], self.latent_output)  # [S, N, M]
-        cond = self.kernel.diag(x, output) - torch.einsum("snm,mk,snk->sn", k, kinv[0], k)
+        kinv = self._cp_posterior(post)[2]
+        beta = self.latent.sample_beta(post["f"][3], s, generator).reshape(s, -1)  # [S, M_total]
+        k = self._cp_psi1(a, torch.zeros_like(a), self._cp_groups(output))  # K_fu at the sampled inputs, [S, N, M]
+        cond = self.kernel.diag(x, output) - torch.einsum("snm,mk,snk->sn", k, kinv, k)
         f_mean = (k * beta.unsqueeze(-2)).sum(-1)
         if not self.warping:
             f = f_mean + cond.clamp_min(0).sqrt() * draw((s, n))
