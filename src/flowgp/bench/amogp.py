@@ -57,6 +57,9 @@ def add_arguments(parser) -> None:
                              "the protocol of the committed tables")
     parser.add_argument("--tol", type=float, default=None,
                         help="plateau stop of the AMO-GP family (rel. tolerance over 50 epochs); default: none")
+    parser.add_argument("--cp-inducing", default="output", choices=("output", "latent"),
+                        help="CP inducing sets of the AMO-GP family: --num-inducing per output (default, the "
+                             "supplement's) or per latent process")
     parser.add_argument("--out", default="docs/results/amogp")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--wait", action="store_true",
@@ -156,12 +159,13 @@ def _fit_eval(model, seed, train, test, target, args, lengthscale, num_inducing)
                     batch_size=args.batch_size if minibatch else None, lr=args.lr, seed=seed,
                     lengthscale=lengthscale, num_samples=500, verbose=verbose,
                     natural_gradient=getattr(args, "natural_gradient", 0.0) or None, natural_gradient_layers="all",
-                    tol=getattr(args, "tol", None))
+                    tol=getattr(args, "tol", None), cp_inducing=getattr(args, "cp_inducing", "output"))
         est.fit(X, y, o)
         mean = est.predict(Xt, ot)
         lpd = est.log_predictive_density(Xt, yt, ot, method="mc")
         lpd_gauss = est.log_predictive_density(Xt, yt, ot, method="gaussian")
-        extra = {"test_ll_gaussian": float(lpd_gauss.mean()), "final_neg_elbo_per_point": est.history_[-1]}
+        extra = {"test_ll_gaussian": float(lpd_gauss.mean()), "final_neg_elbo_per_point": est.history_[-1],
+                 "epochs_run": len(est.history_), "cp_inducing": est.cp_inducing}
     elif model in ("svgp", "dgp"):  # single-output baselines on the target output (the deep GP with 2 layers)
         sel = o == target
         est = entry(num_inducing=min(num_inducing * 2, int(sel.sum())), epochs=args.baseline_epochs, lr=args.lr,

@@ -183,7 +183,7 @@ class Estimator:
                 return bool(vars(klass).get("STREAMED_FIT", False))
         return False
 
-    def fit_stream(self, data, target=None, *, features=None, sample_size: int = 10000):
+    def fit_stream(self, data, target=None, *, features=None, sample_size: int = 10000, callback=None):
         """Fit on a table streamed in chunks: a path (.csv, .parquet, .npy), an iterator of (X, y) chunks or a
         flowgp.data_sources source; `target` names the target column (an index for .npy, default the last).
 
@@ -197,6 +197,8 @@ class Estimator:
         are evaluated on the sample. Estimators that declare STREAMED_FIT provide `_stream_targets` (what the
         scan tells about the targets: the regressors' standardisation here, the classifiers' classes in
         `classification.StreamedClassLabels`), `_stream_target_transform` and `_train_on_stream`.
+        `callback(step, loss, model)` goes to the training loop of the estimators whose `_train_on_stream`
+        takes one (those whose `fit` takes a callback); the others refuse it.
         """
         from ..batches import BlockBatches
         from ..data_sources import open_table, scan
@@ -204,6 +206,11 @@ class Estimator:
         if not self.supports_streaming():
             raise TypeError(f"{type(self).__name__} cannot be fitted on a streamed table yet; load the data as arrays")
         sample_size = positive_int(sample_size, "sample_size")
+        train_options = {}
+        if callback is not None:
+            if "callback" not in inspect.signature(self._train_on_stream).parameters:
+                raise TypeError(f"callback: {type(self).__name__}'s training takes no callback")
+            train_options["callback"] = callback
         source = open_table(data, target, features)
         try:
             stats = scan(source, sample_size, seed=int(self.seed), max_labels=self._stream_max_labels())
@@ -227,7 +234,7 @@ class Estimator:
                 return BlockBatches(source, self.batch_size, transform, seed=int(self.seed), device=self.device)
 
             start = time.perf_counter()
-            self._train_on_stream(xs, ys, stream, stats)
+            self._train_on_stream(xs, ys, stream, stats, **train_options)
             # the model building and training (benchmarks/scaling.py), not the scan
             self.train_seconds_ = time.perf_counter() - start
         finally:

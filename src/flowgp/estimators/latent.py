@@ -133,11 +133,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
             if not self.amortized:
                 raise ValueError("amortized: a streamed fit needs the amortised q(z) (the encoder of (x, y)); with "
                                  "amortized=False every row keeps its own q(z_n) in memory - pass arrays")
-            self._stream_callback = callback
-            try:
-                return self.fit_stream(X, y)
-            finally:
-                del self._stream_callback
+            return self.fit_stream(X, y, callback=callback)
         X, y = self._training_data(X, y)
         xt = self.fit_input_scaling(X)
         self.y_shift_, self.y_scale_ = float(y.mean()), (float(y.std()) if y.std() > 0 else 1.0)
@@ -146,11 +142,11 @@ class LatentDeepGPRegressor(SVGPRegressor):
         self.history_ = self._train(xt, yt, callback)
         return self
 
-    def _train_on_stream(self, xs, ys, stream, stats) -> None:
+    def _train_on_stream(self, xs, ys, stream, stats, callback=None) -> None:
         """The training of `fit_stream`: built from the sample (xs, ys), trained on the whole table."""
         self.model_ = self._build(xs, ys)
-        self.history_ = self._train(xs, ys, getattr(self, "_stream_callback", None),
-                                    stream=stream(self.y_shift_, self.y_scale_), num_rows=stats.num_rows)
+        self.history_ = self._train(xs, ys, callback, stream=stream(self.y_shift_, self.y_scale_),
+                                    num_rows=stats.num_rows)
 
     # predict (the mean of the multimodal predictive over `num_samples_predict` z ~ p(z), and its std) and
     # predict_quantiles (of the predictive Gaussian mixture) come from SVGPRegressor
