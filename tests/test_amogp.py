@@ -308,6 +308,32 @@ def test_estimator_fit_predict_save_load(tmp_path, cp):
         np.testing.assert_allclose(loaded.log_predictive_density(X, y, o), lpd)
 
 
+def test_files_saved_before_cp_inducing_load_with_per_output_sets(tmp_path):
+    """Files written before `cp_inducing` existed hold per-output CP sets; the default is now "latent"."""
+    from flowgp import AlignedMultiOutputGPRegressor
+    from flowgp.checkpoint import atomic_save, safe_load
+
+    X, y, o = _series()
+    est = AlignedMultiOutputGPRegressor(num_inducing=6, num_inducing_alignment=4, num_inducing_warping=4, epochs=3,
+                                        batch_size=None, verbose=False, cp_inducing="output").fit(X, y, o)
+    state = safe_load(est.save(tmp_path / "new.pt"))
+    del state["params"]["cp_inducing"]
+    atomic_save(state, tmp_path / "old.pt")
+    loaded = AlignedMultiOutputGPRegressor.load(tmp_path / "old.pt")
+    assert loaded.cp_inducing == "output" and AlignedMultiOutputGPRegressor().cp_inducing == "latent"
+    np.testing.assert_allclose(loaded.predict(X[:5], o[:5]), est.predict(X[:5], o[:5]))
+
+
+def test_default_num_inducing_keeps_the_count_per_output():
+    from flowgp import AlignedMultiOutputGPRegressor
+
+    est = AlignedMultiOutputGPRegressor()
+    assert est.resolved_num_inducing(4) == 80  # 20 per output on one latent
+    assert AlignedMultiOutputGPRegressor(latent_processes=2).resolved_num_inducing(3) == 30
+    assert AlignedMultiOutputGPRegressor(cp_inducing="output").resolved_num_inducing(4) == 20
+    assert AlignedMultiOutputGPRegressor(num_inducing=7).resolved_num_inducing(4) == 7
+
+
 def test_mogp_fills_a_gap_from_the_other_output():
     """Two correlated series, one with a gap: the MO-GP (CP kernel) beats an independent sparse GP there."""
     from flowgp import AlignedMultiOutputGPRegressor, SVGPRegressor

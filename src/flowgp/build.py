@@ -203,9 +203,9 @@ class AMOGPConfig:
     latent_noise: float = 1e-3
     #: diagonal jitter of the CP layer's K_uu (None: the dtype default, 1e-8 in float64)
     jitter: float | None = None
-    #: "output" (one CP inducing set of `num_inducing` per output, the supplement's) or "latent" (one per latent
-    #: process, on a smoothed latent; `models.amogp.AMOGP`)
-    cp_inducing: str = "output"
+    #: "latent" (one CP inducing set of `num_inducing` per latent process, on a smoothed latent) or "output" (one
+    #: per output, the supplement's); see `models.amogp.AMOGP`
+    cp_inducing: str = "latent"
     inducing_shapes: Any = field(default=None, compare=False, repr=False)
 
 

@@ -375,6 +375,9 @@ class Estimator:
             raise ValueError(f"{path} holds a {state.get('class')}, not a {cls.__name__}")
         params = {_RENAMED_PARAMETERS.get((target.__name__, name), name): value
                   for name, value in state["params"].items()}
+        for (owner, name), value in _VALUE_BEFORE_PARAMETER.items():
+            if owner == target.__name__ and name not in params:
+                params[name] = value
         if device is not None:
             params["device"] = device
         objects = {name: _flow_from_saved(saved) for name, saved in state.get("records", {}).items()}
@@ -393,6 +396,10 @@ class Estimator:
 #: older files keep loading (the deep GPs' DSVI warm-up fraction was `warm_start`, which scikit-learn reserves)
 _RENAMED_PARAMETERS = {("DeepGPRegressor", "warm_start"): "dsvi_warmup",
                        ("DeepGPClassifier", "warm_start"): "dsvi_warmup"}
+
+#: (class, parameter) -> the behaviour files saved before the parameter existed had, where its default differs
+#: (AMO-GP's CP inducing sets were per output until cp_inducing arrived with the latent form as default)
+_VALUE_BEFORE_PARAMETER = {("AlignedMultiOutputGPRegressor", "cp_inducing"): "output"}
 
 
 class InputDependentFlowOptions:

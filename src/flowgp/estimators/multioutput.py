@@ -7,6 +7,7 @@ share one time axis); each series' targets with their own.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import torch
@@ -27,7 +28,9 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
     """Aligned warped multi-output GP regression (AMO-GP, Kaiser et al. 2018) for 1-D inputs.
 
     Args:
-        num_inducing: inducing points of the shared CP layer per output.
+        num_inducing: inducing points of the shared CP layer per inducing set (per latent process with
+            cp_inducing="latent", per output with "output"); None (default): 20 per output's worth, i.e.
+            20·D/R per latent (20 per output).
         num_inducing_alignment / num_inducing_warping: inducing points per alignment / warping GP.
         latent_processes: R white-noise latents shared by the outputs.
         alignment, warping: "gp" or "identity"; both "identity" is the MO-GP (CP kernel alone), warping
@@ -49,9 +52,13 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             (standardised inputs). alignment_variance/lengthscale, warping_variance/lengthscale: SE inits.
         alignment_noise, latent_noise: initial σ²_a, σ²_f.
         num_samples: Monte Carlo samples through the hierarchy for log_predictive_density and intervals.
-        cp_inducing: "output" (`num_inducing` CP inducing points per output, the supplement's) or "latent"
-            (`num_inducing` per latent process on a smoothed copy of the latent, Álvarez et al. 2010: the
-            same prior, a well-conditioned K_uu and (D/R)² less Ψ₂ work; `flowgp.models.amogp.AMOGP`).
+        cp_inducing: "latent" (default: inducing variables on a smoothed copy of each latent process,
+            Álvarez et al. 2010) or "output" (one set per output, the supplement's §3.1). The prior is the
+            same. With one latent the per-output sets are nearly linearly dependent (cond(K_uu) 1e17-1e19
+            on the London data), which makes the fit sensitive to rounding; the latent sets are not, their
+            inducing inputs spread over distinct places, and on the London PM2.5 table and gap blocks the
+            latent form fits better and faster (docs/results/amogp/README.md, "Inducing variables on the
+            latent"; `flowgp.models.amogp.AMOGP`).
         compile: train through `torch.compile` of the bound and its backward (`flowgp.training.train(compile=True)`;
             eager fallback with a warning where it cannot compile). Compiling takes seconds to a minute, then
             removes per-step overhead: worth it for long fits with small M (benchmarks/step_time.py).
@@ -59,13 +66,13 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             continues where it stopped.
     """
 
-    def __init__(self, num_inducing=20, num_inducing_alignment=10, num_inducing_warping=10, latent_processes=1,
+    def __init__(self, num_inducing=None, num_inducing_alignment=10, num_inducing_warping=10, latent_processes=1,
                  alignment="gp", warping="gp", num_outputs=None, batch_size="auto", epochs=500, lr=0.01, seed=0,
                  dtype="float64", device="cpu", noise=0.05, lengthscale=0.3, alignment_variance=0.01,
                  alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=1e-3,
                  latent_noise=1e-3, num_samples=200, verbose=True, checkpoint=None, natural_gradient=0.5,
                  natural_gradient_layers="all", tol=1e-4, patience=50, full_batch_max=2048,
-                 cp_inducing="output", compile=False):
+                 cp_inducing="latent", compile=False):
         self._store_arguments(locals())
 
     # ----- helpers -------------------------------------------------------------------------------------
@@ -75,6 +82,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                 raise ValueError(f"{name} must be 'gp' or 'identity', got {getattr(self, name)!r}")
         for name in ("num_inducing", "num_inducing_alignment", "num_inducing_warping", "latent_processes"):
             v = getattr(self, name)
+            if name == "num_inducing" and v is None:
+                continue
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if self.natural_gradient is not None and not (isinstance(self.natural_gradient, (int, float, np.floating))
@@ -139,10 +148,22 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         xt = self.tensor((X - self.x_mean_) / self.x_std_)
         return xt, self.tensor(o, torch.long), o
 
+    def resolved_num_inducing(self, num_outputs: int) -> int:
+        """CP inducing points per inducing set for `num_outputs` outputs (see `num_inducing`)."""
+        if self.num_inducing is not None:
+            return int(self.num_inducing)
+        if self.cp_inducing == "output":
+            return 20
+        return max(1, math.ceil(20 * num_outputs / int(self.latent_processes)))
+
     def config(self, **overrides) -> AMOGPConfig:
         """The `flowgp.build.AMOGPConfig` of this estimator's model (fields in `overrides` replaced)."""
+        d = getattr(self, "n_outputs_", self.num_outputs)
+        if d is None and self.num_inducing is None:
+            raise ValueError("num_outputs: the default num_inducing depends on the number of outputs; fit first "
+                             "or pass num_outputs / num_inducing")
         config = AMOGPConfig(
-            num_outputs=getattr(self, "n_outputs_", self.num_outputs), num_inducing=int(self.num_inducing),
+            num_outputs=d, num_inducing=self.resolved_num_inducing(d if d is not None else 1),
             num_inducing_alignment=int(self.num_inducing_alignment),
             num_inducing_warping=int(self.num_inducing_warping), latent_processes=int(self.latent_processes),
             alignment=self.alignment == "gp", warping=self.warping == "gp", lengthscale=self.lengthscale,
