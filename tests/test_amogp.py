@@ -529,6 +529,10 @@ def test_estimator_natural_gradient_full_batch_and_plateau_stop():
     est.fit(X, y, o)
     adam = AlignedMultiOutputGPRegressor(natural_gradient=None, tol=None, **kw).fit(X, y, o)
     assert est.history_[-1] < adam.history_[-1]  # natural gradients reach a better bound in the same steps
+    # full batch: every history entry is the exact -bound per point, and the fit ends at the lowest one
+    overshoot = AlignedMultiOutputGPRegressor(natural_gradient=1.0, tol=None, **kw).fit(X, y, o)
+    per_point = -(overshoot.elbo(X, y, o) + np.log(overshoot.y_std_[o]).sum()) / len(y)
+    assert per_point == pytest.approx(min(overshoot.history_), rel=1e-9)
     stopped = AlignedMultiOutputGPRegressor(natural_gradient=0.5, tol=1e6, patience=5, **{**kw, "epochs": 200})
     assert len(stopped.fit(X, y, o).history_) == 10  # first window is the baseline, the second shows no gain
     for bad in (dict(natural_gradient=2.0), dict(natural_gradient_layers="some"), dict(tol=-1.0),

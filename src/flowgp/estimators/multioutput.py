@@ -199,11 +199,15 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                             dtype=self.torch_dtype(), device=self.device, generator=self.generator(device="cpu"),
                             output=torch.as_tensor(o))
         early = None if self.tol is None else EarlyStop(window=int(self.patience), rel_tol=float(self.tol))
+        batch = self.resolved_batch_size(len(yt))
+        # full batch: every step's loss is the exact bound, so the fit ends at the best point it evaluated
+        # (natural-gradient steps on this non-conjugate bound occasionally overshoot, see docs/results/amogp)
         kwargs = dict(epochs=int(self.epochs), lr=self.lr, seed=self.seed, verbose=self.verbose,
                       compile=self.compile, desc=type(self).__name__, checkpoint_path=self.checkpoint_path(),
-                      natural_gradient=self._natural_gradient(), early_stop=early)
+                      natural_gradient=self._natural_gradient(), early_stop=early,
+                      keep_best=batch is None or batch >= len(yt))
         # the output index is a batch tensor of its own, passed to AMOGP.elbo as output=
-        sampler = ArrayBatches(self.tensor(xt[:, None]), self.tensor(yt), self.resolved_batch_size(len(yt)),
+        sampler = ArrayBatches(self.tensor(xt[:, None]), self.tensor(yt), batch,
                                extra={"output": self.tensor(o, torch.long)}, seed=self.seed)
         self.history_ = train(self.model_, sampler, **kwargs)
         return self
