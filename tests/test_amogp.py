@@ -324,6 +324,45 @@ def test_files_saved_before_cp_inducing_load_with_per_output_sets(tmp_path):
     np.testing.assert_allclose(loaded.predict(X[:5], o[:5]), est.predict(X[:5], o[:5]))
 
 
+def test_start_from_copies_the_shared_cp_layer(float64_default):
+    gen = torch.Generator().manual_seed(5)
+    kw = {"cp_inducing": "latent", "num_outputs": 2}
+    mogp = AMOGP(None, _z(1, 6), None, alignment=False, warping=False, **kw)
+    _set_random_q(mogp.latent, gen)
+    with torch.no_grad():
+        for p in (mogp.kernel.raw_lengthscale, mogp.raw_inducing_lengthscale, mogp.offset, mogp.raw_noise):
+            p.add_(torch.randn(p.shape, generator=gen))
+    amogp = AMOGP(_z(2, 4), _z(1, 6), _z(2, 4), **kw)
+    align_before = {k: v.clone() for k, v in amogp.state_dict().items() if k.startswith(("align", "warp"))}
+    amogp.start_from(mogp)
+    for k, v in mogp.state_dict().items():
+        torch.testing.assert_close(amogp.state_dict()[k], v, rtol=0, atol=0)
+    for k, v in align_before.items():  # alignments and warpings keep their initial near-identity
+        torch.testing.assert_close(amogp.state_dict()[k], v, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="same CP layer"):
+        amogp.start_from(AMOGP(None, _z(1, 5), None, alignment=False, warping=False, **kw))
+    with pytest.raises(ValueError, match="same CP layer"):
+        amogp.start_from(AMOGP(None, _z(2, 6), None, alignment=False, warping=False))
+    with pytest.raises(TypeError, match="AMOGP"):
+        amogp.start_from(object())
+
+
+def test_estimator_starts_from_the_fitted_mogp():
+    from flowgp import AlignedMultiOutputGPRegressor
+
+    X, y, o = _series(gap=True)
+    kw = dict(num_inducing=10, num_inducing_alignment=4, num_inducing_warping=4, epochs=30, batch_size=None,
+              verbose=False, tol=None)
+    warm = AlignedMultiOutputGPRegressor(**kw).fit(X, y, o)
+    cold = AlignedMultiOutputGPRegressor(start_from_mogp=False, **kw).fit(X, y, o)
+    assert len(warm.mogp_history_) == 30 and cold.mogp_history_ == []
+    # the AMO-GP starts where the fitted MO-GP's CP layer is, far better than from the prior
+    assert warm.history_[0] < cold.history_[0] - 1.0
+    assert min(warm.history_) < min(cold.history_)
+    mogp_only = AlignedMultiOutputGPRegressor(alignment="identity", warping="identity", **kw).fit(X, y, o)
+    assert mogp_only.mogp_history_ == []  # nothing to start from: the MO-GP is fitted once
+
+
 def test_default_num_inducing_keeps_the_count_per_output():
     from flowgp import AlignedMultiOutputGPRegressor
 

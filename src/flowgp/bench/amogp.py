@@ -60,6 +60,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cp-inducing", default="output", choices=("output", "latent"),
                         help="CP inducing sets of the AMO-GP family: --num-inducing per output (default, the "
                              "supplement's) or per latent process")
+    parser.add_argument("--start-from-mogp", action="store_true",
+                        help="AMO-GP starts from the fitted MO-GP (the estimator's default; off here: the "
+                             "committed protocol)")
     parser.add_argument("--out", default="docs/results/amogp")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--wait", action="store_true",
@@ -159,7 +162,8 @@ def _fit_eval(model, seed, train, test, target, args, lengthscale, num_inducing)
                     batch_size=args.batch_size if minibatch else None, lr=args.lr, seed=seed,
                     lengthscale=lengthscale, num_samples=500, verbose=verbose,
                     natural_gradient=getattr(args, "natural_gradient", 0.0) or None, natural_gradient_layers="all",
-                    tol=getattr(args, "tol", None), cp_inducing=getattr(args, "cp_inducing", "output"))
+                    tol=getattr(args, "tol", None), cp_inducing=getattr(args, "cp_inducing", "output"),
+                    start_from_mogp=bool(getattr(args, "start_from_mogp", False)))
         est.fit(X, y, o)
         mean = est.predict(Xt, ot)
         lpd = est.log_predictive_density(Xt, yt, ot, method="mc")

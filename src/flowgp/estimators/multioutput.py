@@ -52,6 +52,10 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             (standardised inputs). alignment_variance/lengthscale, warping_variance/lengthscale: SE inits.
         alignment_noise, latent_noise: initial σ²_a, σ²_f.
         num_samples: Monte Carlo samples through the hierarchy for log_predictive_density and intervals.
+        start_from_mogp: with an alignment or warping GP, first fit the MO-GP (identity layers, the same CP
+            sets and training settings, `epochs` at most) and start AMO-GP's CP layer, offsets and noise from
+            it (`AMOGP.start_from`); the MO-GP's history is `mogp_history_`. On the London gap blocks this
+            lifted two fits stuck in poor optima (docs/results/amogp/README.md).
         cp_inducing: "latent" (default: inducing variables on a smoothed copy of each latent process,
             Álvarez et al. 2010) or "output" (one set per output, the supplement's §3.1). The prior is the
             same. With one latent the per-output sets are nearly linearly dependent (cond(K_uu) 1e17-1e19
@@ -72,7 +76,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                  alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=1e-3,
                  latent_noise=1e-3, num_samples=200, verbose=True, checkpoint=None, natural_gradient=0.5,
                  natural_gradient_layers="all", tol=1e-4, patience=50, full_batch_max=2048,
-                 cp_inducing="latent", compile=False):
+                 cp_inducing="latent", start_from_mogp=True, compile=False):
         self._store_arguments(locals())
 
     # ----- helpers -------------------------------------------------------------------------------------
@@ -111,14 +115,14 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             return None if n <= int(self.full_batch_max) else 256
         return self.batch_size
 
-    def _natural_gradient(self):
+    def _natural_gradient(self, model):
         """The flowgp.optim.NaturalGradient of `natural_gradient` over the chosen layers' q(u), or None."""
         if self.natural_gradient is None:
             return None
-        sets = [self.model_.latent]
+        sets = [model.latent]
         if self.natural_gradient_layers == "all":
-            sets += [s for s, on in ((getattr(self.model_, "align", None), self.model_.alignment),
-                                     (getattr(self.model_, "warp", None), self.model_.warping)) if on]
+            sets += [s for s, on in ((getattr(model, "align", None), model.alignment),
+                                     (getattr(model, "warp", None), model.warping)) if on]
         return NaturalGradient(sets, lr=float(self.natural_gradient))
 
     def _output_index(self, output, n, num_outputs=None):
@@ -195,21 +199,30 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         self.y_std_ = np.array([y[o == i].std() or 1.0 for i in range(d)])
         xt = (X[:, 0] - self.x_mean_) / self.x_std_
         yt = (y - self.y_mean_[o]) / self.y_std_[o]
-        self.model_ = build(self.config(), torch.as_tensor(xt[:, None]), torch.as_tensor(yt),
-                            dtype=self.torch_dtype(), device=self.device, generator=self.generator(device="cpu"),
-                            output=torch.as_tensor(o))
+        def make(**overrides):
+            return build(self.config(**overrides), torch.as_tensor(xt[:, None]), torch.as_tensor(yt),
+                         dtype=self.torch_dtype(), device=self.device, generator=self.generator(device="cpu"),
+                         output=torch.as_tensor(o))
+
+        self.model_ = make()
         early = None if self.tol is None else EarlyStop(window=int(self.patience), rel_tol=float(self.tol))
         batch = self.resolved_batch_size(len(yt))
         # full batch: every step's loss is the exact bound, so the fit ends at the best point it evaluated
         # (natural-gradient steps on this non-conjugate bound occasionally overshoot, see docs/results/amogp)
         kwargs = dict(epochs=int(self.epochs), lr=self.lr, seed=self.seed, verbose=self.verbose,
-                      compile=self.compile, desc=type(self).__name__, checkpoint_path=self.checkpoint_path(),
-                      natural_gradient=self._natural_gradient(), early_stop=early,
-                      keep_best=batch is None or batch >= len(yt))
+                      compile=self.compile, early_stop=early, keep_best=batch is None or batch >= len(yt))
         # the output index is a batch tensor of its own, passed to AMOGP.elbo as output=
         sampler = ArrayBatches(self.tensor(xt[:, None]), self.tensor(yt), batch,
                                extra={"output": self.tensor(o, torch.long)}, seed=self.seed)
-        self.history_ = train(self.model_, sampler, **kwargs)
+        self.mogp_history_ = []
+        if self.start_from_mogp and (self.model_.alignment or self.model_.warping):
+            mogp = make(alignment=False, warping=False)
+            self.mogp_history_ = train(mogp, sampler, natural_gradient=self._natural_gradient(mogp),
+                                       desc=f"{type(self).__name__} (MO-GP start)",
+                                       checkpoint_path=self.checkpoint_path(".mogp"), **kwargs)
+            self.model_.start_from(mogp)
+        self.history_ = train(self.model_, sampler, natural_gradient=self._natural_gradient(self.model_),
+                              desc=type(self).__name__, checkpoint_path=self.checkpoint_path(), **kwargs)
         return self
 
     def predict(self, X, output, return_std=False):

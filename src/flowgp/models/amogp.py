@@ -243,6 +243,22 @@ class AMOGP(nn.Module):
         """(σ²_g,d, ℓ_g,d) of the warping kernels, each [D]."""
         return self.warp_kernel.variance.reshape(-1), self.warp_kernel.base.lengthscale.reshape(-1)
 
+    #: state-dict prefixes of what an MO-GP and an AMO-GP with the same CP sets share (see `start_from`)
+    _SHARED_STATE = ("kernel.", "latent.", "raw_inducing_lengthscale", "offset", "raw_noise")
+
+    def start_from(self, other: "AMOGP") -> None:
+        """Copy the CP layer (kernel, inducing inputs and q(u), latent smoothing lengthscales), the offsets b_d and
+        the output noise σ²_y of `other`, e.g. the MO-GP (identity layers) fitted first on the same data: AMO-GP
+        then starts from the model it extends, with its alignments and warpings at their initial near-identity."""
+        if not isinstance(other, AMOGP):
+            raise TypeError(f"other must be an AMOGP, got {type(other).__name__}")
+        if (other.cp_inducing, other.num_outputs, other.kernel.latent_processes, tuple(other.latent.z.shape)) != (
+                self.cp_inducing, self.num_outputs, self.kernel.latent_processes, tuple(self.latent.z.shape)):
+            raise ValueError("other must have the same CP layer (cp_inducing, outputs, latents, inducing inputs) "
+                             "to start from it")
+        state = {k: v for k, v in other.state_dict().items() if k.startswith(self._SHARED_STATE)}
+        self.load_state_dict(state, strict=False)
+
     def kl_divergence(self) -> torch.Tensor:
         """Σ KL[q(u) || p(u)] over the CP layer's, the alignments' and the warpings' inducing sets."""
         kl = self.latent.kl_divergence()
