@@ -52,7 +52,7 @@ def parse(argv=None):
                    help="initial CP lengthscale in standardised time (0.05 of a 3-week window ≈ 7 hours)")
     p.add_argument("--num-samples", type=int, default=500)
     p.add_argument("--start-from-mogp", action="store_true",
-                   help="AMO-GP starts from the fitted MO-GP (the estimator's default; off: the first table's protocol)")
+                   help="AMO-GP starts from the fitted MO-GP (the estimator's start_from_mogp)")
     p.add_argument("--cp-inducing", default="output", choices=["output", "latent"],
                    help="AMO-GP / MO-GP CP inducing sets: `--num-inducing` per site (the supplement's) or on the "
                         "latent process (`--num-inducing` in all with one latent)")

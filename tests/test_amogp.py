@@ -353,13 +353,14 @@ def test_estimator_starts_from_the_fitted_mogp():
     X, y, o = _series(gap=True)
     kw = dict(num_inducing=10, num_inducing_alignment=4, num_inducing_warping=4, epochs=30, batch_size=None,
               verbose=False, tol=None)
-    warm = AlignedMultiOutputGPRegressor(**kw).fit(X, y, o)
-    cold = AlignedMultiOutputGPRegressor(start_from_mogp=False, **kw).fit(X, y, o)
+    warm = AlignedMultiOutputGPRegressor(start_from_mogp=True, **kw).fit(X, y, o)
+    cold = AlignedMultiOutputGPRegressor(**kw).fit(X, y, o)
     assert len(warm.mogp_history_) == 30 and cold.mogp_history_ == []
     # the AMO-GP starts where the fitted MO-GP's CP layer is, far better than from the prior
     assert warm.history_[0] < cold.history_[0] - 1.0
     assert min(warm.history_) < min(cold.history_)
-    mogp_only = AlignedMultiOutputGPRegressor(alignment="identity", warping="identity", **kw).fit(X, y, o)
+    mogp_only = AlignedMultiOutputGPRegressor(alignment="identity", warping="identity", start_from_mogp=True,
+                                              **kw).fit(X, y, o)
     assert mogp_only.mogp_history_ == []  # nothing to start from: the MO-GP is fitted once
 
 

@@ -61,8 +61,7 @@ def add_arguments(parser) -> None:
                         help="CP inducing sets of the AMO-GP family: --num-inducing per output (default, the "
                              "supplement's) or per latent process")
     parser.add_argument("--start-from-mogp", action="store_true",
-                        help="AMO-GP starts from the fitted MO-GP (the estimator's default; off here: the "
-                             "committed protocol)")
+                        help="AMO-GP starts from the fitted MO-GP (the estimator's start_from_mogp)")
     parser.add_argument("--out", default="docs/results/amogp")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--wait", action="store_true",

@@ -54,8 +54,10 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         num_samples: Monte Carlo samples through the hierarchy for log_predictive_density and intervals.
         start_from_mogp: with an alignment or warping GP, first fit the MO-GP (identity layers, the same CP
             sets and training settings, `epochs` at most) and start AMO-GP's CP layer, offsets and noise from
-            it (`AMOGP.start_from`); the MO-GP's history is `mogp_history_`. On the London gap blocks this
-            lifted two fits stuck in poor optima (docs/results/amogp/README.md).
+            it (`AMOGP.start_from`); the MO-GP's history is `mogp_history_`. Off by default: it lifts fits
+            stuck in poor optima where the outputs are nearly aligned (London gap blocks), but where they are
+            not, the MO-GP has already fitted the misaligned shape and the alignments stay near the identity
+            (artificial gap experiment: gap RMSE 1.07 against 0.08; docs/results/amogp/README.md).
         cp_inducing: "latent" (default: inducing variables on a smoothed copy of each latent process,
             Álvarez et al. 2010) or "output" (one set per output, the supplement's §3.1). The prior is the
             same. With one latent the per-output sets are nearly linearly dependent (cond(K_uu) 1e17-1e19
@@ -76,7 +78,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                  alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=1e-3,
                  latent_noise=1e-3, num_samples=200, verbose=True, checkpoint=None, natural_gradient=0.5,
                  natural_gradient_layers="all", tol=1e-4, patience=50, full_batch_max=2048,
-                 cp_inducing="latent", start_from_mogp=True, compile=False):
+                 cp_inducing="latent", start_from_mogp=False, compile=False):
         self._store_arguments(locals())
 
     # ----- helpers -------------------------------------------------------------------------------------
