@@ -53,7 +53,7 @@ SIGNATURES = {
     "AlignedMultiOutputGPRegressor": "(self, num_inducing=None, num_inducing_alignment=10, num_inducing_warping=10, "
     "latent_processes=1, alignment='gp', warping='gp', num_outputs=None, batch_size='auto', epochs=500, lr=0.01, "
     "seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=0.3, alignment_variance=0.01, "
-    "alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=0.001, "
+    "alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=1e-05, "
     "latent_noise=0.001, num_samples=200, verbose=True, checkpoint=None, natural_gradient=0.5, "
     "natural_gradient_layers='all', tol=0.0001, patience=50, full_batch_max=2048, cp_inducing='latent', start_from_mogp=False, compile=False)",
 }

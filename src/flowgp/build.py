@@ -199,7 +199,7 @@ class AMOGPConfig:
     warping_variance: float = 0.05
     warping_lengthscale: float = 1.0
     noise: float = 0.05
-    alignment_noise: float = 1e-3
+    alignment_noise: float = 1e-5
     latent_noise: float = 1e-3
     #: diagonal jitter of the CP layer's K_uu (None: the dtype default, 1e-8 in float64)
     jitter: float | None = None
