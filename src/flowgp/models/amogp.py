@@ -150,10 +150,9 @@ class AMOGP(nn.Module):
             set u_{f,d} per output, z_latent [D, M_f]); "latent": one set per latent process on a smoothed copy
             of the latent with a learned smoothing lengthscale (Álvarez et al. 2010, flowgp.convolution),
             z_latent [R, M_f], num_outputs required. The prior is the same; only the variational family
-            differs. With one latent
-            the outputs are smoothed copies of one process, so per-output sets are nearly linearly dependent
-            (cond(K_uu) 1e17-1e19 on the London data, docs/results/amogp); R·M_f latent inducing variables
-            replace D·M_f: a well-conditioned K_uu and (D/R)² fewer terms in the Ψ₂ contraction.
+            differs. With one latent the outputs are smoothed copies of one process, so per-output sets are
+            nearly linearly dependent (cond(K_uu) 1e17-1e19 on the London data, docs/results/amogp); the
+            latent sets are not, and R·M_f of them cost (D/R)² less Ψ₂ work than D·M_f per-output ones.
     """
 
     def __init__(self, z_alignment, z_latent, z_warping, latent_processes: int = 1, alignment: bool = True,
@@ -191,8 +190,8 @@ class AMOGP(nn.Module):
         self.alignment, self.warping = bool(alignment), bool(warping)
         self.kernel = ConvolutionKernel(d, 1, latent_processes, lengthscale=lengthscale, variance=variance,
                                         dtype=dtype)
-        # jitter: of the CP layer's K_uu (None: the dtype default). With one latent process and the outputs'
-        # inducing inputs at the same places K_uu is close to singular (benchmarks/amogp_sensitivity.py)
+        # jitter: of the CP layer's K_uu (None: the dtype default). With one latent process and per-output sets
+        # at the same places K_uu is close to singular (benchmarks/amogp_sensitivity.py)
         if cp_inducing == "output":
             self.latent = InducingSet(z_latent.reshape(1, d * mf, 1), q_var_init, jitter)
             self.register_buffer("latent_output", torch.arange(d).repeat_interleave(mf), persistent=False)
