@@ -47,6 +47,8 @@ def parse(argv=None):
     p.add_argument("--svgp-epochs", type=int, default=1000)
     p.add_argument("--lr", type=float, default=0.02)
     p.add_argument("--natural-gradient", type=float, default=0.5, help="γ on every layer's q(u) (0: Adam only)")
+    p.add_argument("--natural-gradient-layers", default="all", choices=["all", "latent"],
+                   help="layers whose q(u) take the natural-gradient steps (the estimator's default: latent)")
     p.add_argument("--tol", type=float, default=1e-4, help="plateau stop over 50 epochs")
     p.add_argument("--lengthscale", type=float, default=0.05,
                    help="initial CP lengthscale in standardised time (0.05 of a 3-week window ≈ 7 hours)")
@@ -76,7 +78,7 @@ def fit_one(model, site, seed, args):
             num_inducing=args.num_inducing, num_inducing_alignment=8, num_inducing_warping=8, alignment=layers,
             warping=layers, batch_size=None, epochs=args.epochs, lr=args.lr, seed=seed,
             lengthscale=args.lengthscale, num_samples=args.num_samples, verbose=False,
-            natural_gradient=args.natural_gradient or None, natural_gradient_layers="all", tol=args.tol,
+            natural_gradient=args.natural_gradient or None, natural_gradient_layers=args.natural_gradient_layers, tol=args.tol,
             cp_inducing=args.cp_inducing, start_from_mogp=args.start_from_mogp)
         est.fit(X, y, o)
         mean, sd = est.predict(Xt, ot, return_std=True)

@@ -60,6 +60,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cp-inducing", default="output", choices=("output", "latent"),
                         help="CP inducing sets of the AMO-GP family: --num-inducing per output (default, the "
                              "supplement's) or per latent process")
+    parser.add_argument("--natural-gradient-layers", default="all", choices=("all", "latent"),
+                        help="the layers whose q(u) take natural-gradient steps (with --natural-gradient)")
     parser.add_argument("--alignment-noise", type=float, default=1e-3,
                         help="initial alignment noise σ²_a of the AMO-GP family (default 1e-3: the committed "
                              "protocol; the estimator's default is now 1e-5)")
@@ -163,7 +165,8 @@ def _fit_eval(model, seed, train, test, target, args, lengthscale, num_inducing)
                     epochs=args.epochs if minibatch else args.baseline_epochs,
                     batch_size=args.batch_size if minibatch else None, lr=args.lr, seed=seed,
                     lengthscale=lengthscale, num_samples=500, verbose=verbose,
-                    natural_gradient=getattr(args, "natural_gradient", 0.0) or None, natural_gradient_layers="all",
+                    natural_gradient=getattr(args, "natural_gradient", 0.0) or None,
+                    natural_gradient_layers=getattr(args, "natural_gradient_layers", "all"),
                     tol=getattr(args, "tol", None), cp_inducing=getattr(args, "cp_inducing", "output"),
                     start_from_mogp=bool(getattr(args, "start_from_mogp", False)),
                     **({} if getattr(args, "alignment_noise", None) is None
