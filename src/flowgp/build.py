@@ -181,10 +181,8 @@ class AMOGPConfig:
     """Aligned warped multi-output GP (AMO-GP, Kaiser et al. 2018) for 1-D inputs, see `models.amogp.AMOGP`.
 
     The initial inducing inputs are evenly spaced: the CP layer's `num_inducing` over the range of x, each
-    alignment GP's over the range of its own output's rows, each warping GP's over [-2.5, 2.5]. With a
-    `generator`, each one is moved by a uniform offset within ±half its spacing, so seeds give different
-    starting points (a full-batch fit depends on the seed through them alone). `build` needs the per-row
-    output index as the keyword `output` (integers 0..num_outputs-1).
+    alignment GP's over the range of its own output's rows, each warping GP's over [-2.5, 2.5]. `build` needs
+    the per-row output index as the keyword `output` (integers 0..num_outputs-1).
     """
 
     num_outputs: int | None = None
@@ -370,16 +368,6 @@ def _build_latent(config: LatentDeepGPConfig, x, y, *, generator=None):
         learn_hidden_variance=config.learn_hidden_variance, **_generator_kwarg(build_latent_deep_gp, generator))
 
 
-def _offset_grid(z: torch.Tensor, generator=None) -> torch.Tensor:
-    """Rows of evenly spaced points [G, M], each moved by U(-1/2, 1/2) of its row's spacing (none without a
-    generator or with one point)."""
-    if generator is None or z.shape[-1] < 2:
-        return z
-    step = (z[:, -1:] - z[:, :1]) / (z.shape[-1] - 1)
-    u = torch.rand(z.shape, generator=generator, dtype=torch.float64, device=generator.device) - 0.5
-    return z + u.to(z.device) * step
-
-
 def _build_amogp(config: AMOGPConfig, x, y, *, generator=None, output=None):
     from .models.amogp import AMOGP
 
@@ -398,7 +386,7 @@ def _build_amogp(config: AMOGPConfig, x, y, *, generator=None, output=None):
         z_a = np.stack([np.linspace(xt[o == i].min(), xt[o == i].max(), config.num_inducing_alignment)
                         for i in range(d)])
         z_g = np.tile(np.linspace(-2.5, 2.5, config.num_inducing_warping), (d, 1))
-        z_a, z_f, z_g = (_offset_grid(torch.as_tensor(z, dtype=torch.float64), generator) for z in (z_a, z_f, z_g))
+        z_a, z_f, z_g = (torch.as_tensor(z, dtype=torch.float64) for z in (z_a, z_f, z_g))
     return AMOGP(z_a, z_f, z_g, latent_processes=int(config.latent_processes), alignment=bool(config.alignment),
                  warping=bool(config.warping), lengthscale=config.lengthscale, variance=config.variance,
                  alignment_variance=config.alignment_variance, alignment_lengthscale=config.alignment_lengthscale,
