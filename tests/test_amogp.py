@@ -364,6 +364,37 @@ def test_estimator_starts_from_the_fitted_mogp():
     assert mogp_only.mogp_history_ == []  # nothing to start from: the MO-GP is fitted once
 
 
+def test_nested_bound_pays_for_a_sparse_cp_layer(float64_default):
+    """AMO-GP started from a fitted MO-GP (near-identity alignments and warpings) ends below the MO-GP's bound by
+    roughly the CP layer's Nyström residual over σ²_f (benchmarks/amogp_nested_bound.py): a few nats with a
+    dense CP layer, tens with a sparse one. The richer prior does not give a bound that contains the MO-GP's."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(60, 1, generator=g) * 4 - 2
+    out = torch.arange(60) % 2
+    y = torch.sin(3 * x[:, 0]) * (1 + out) + 0.1 * torch.randn(60, generator=g)
+
+    def fit(model, lr):
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
+        for _ in range(600):
+            opt.zero_grad()
+            (-model.elbo(x, y, out)).backward()
+            opt.step()
+        with torch.no_grad():
+            return model.elbo(x, y, out).item()
+
+    gaps = {}
+    for m in (3, 12):
+        kw = {"cp_inducing": "latent", "num_outputs": 2, "lengthscale": 0.5}
+        mogp = AMOGP(None, _z(1, m), None, alignment=False, warping=False, noise=0.05, **kw)
+        bound_mogp = fit(mogp, 0.03)
+        amogp = AMOGP(_z(2, 4), _z(1, m), _z(2, 4), alignment_variance=1e-6, alignment_noise=1e-6,
+                      warping_variance=1e-6, latent_noise=1e-3, **kw)
+        amogp.start_from(mogp)
+        gaps[m] = fit(amogp, 0.01) - bound_mogp
+    assert -5.0 < gaps[12] < 0.0  # dense CP layer: the two bounds nearly meet
+    assert gaps[3] < gaps[12] - 20.0  # sparse: the residual's price at 1/σ²_f
+
+
 def test_default_num_inducing_keeps_the_count_per_output():
     from flowgp import AlignedMultiOutputGPRegressor
 
