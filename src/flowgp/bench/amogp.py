@@ -169,8 +169,7 @@ def _fit_eval(model, seed, train, test, target, args, lengthscale, num_inducing)
                     natural_gradient_layers=getattr(args, "natural_gradient_layers", "all"),
                     tol=getattr(args, "tol", None), cp_inducing=getattr(args, "cp_inducing", "output"),
                     start_from_mogp=bool(getattr(args, "start_from_mogp", False)),
-                    **({} if getattr(args, "alignment_noise", None) is None
-                       else {"alignment_noise": float(args.alignment_noise)}))
+                    alignment_noise=float(getattr(args, "alignment_noise", 1e-3)))
         est.fit(X, y, o)
         mean = est.predict(Xt, ot)
         lpd = est.log_predictive_density(Xt, yt, ot, method="mc")

@@ -352,8 +352,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         return {"n_outputs": self.n_outputs_, "y_mean": torch.as_tensor(self.y_mean_),
                 "y_std": torch.as_tensor(self.y_std_),
                 "shapes": {"a": list(self.model_.align.z.shape[:2]) if self.model_.alignment else [self.n_outputs_, 1],
-                           "f": ([self.n_outputs_, self.model_.latent.z.shape[1] // self.n_outputs_]
-                                 if self.model_.cp_inducing == "output" else list(self.model_.latent.z.shape[:2])),
+                           "f": list(self.model_.cp_inducing_shape),
                            "g": list(self.model_.warp.z.shape[:2]) if self.model_.warping else [self.n_outputs_, 1]}}
 
     def _restore(self, state):

@@ -78,14 +78,18 @@ def _se_kernel(num_outputs: int, variance: float, lengthscale: float, dtype: tor
                  batch_shape=(num_outputs,), dtype=dtype)
 
 
-def _point_se(x, z, variance, lengthscale):
-    """k_d(n)(x_n, z) for each point n with its own output's SE kernel: x [..., N], z [N, M, 1], variance and
-    lengthscale [N] -> [..., N, M]. This is Ψ₁ of a point mass (supplement eq. 24 with v = 0), so it comes
-    from the same closed form as the Ψ-statistics of random inputs."""
+def _per_point_psi(x, z, variance, lengthscale, var=None, with_mean: bool = False):
+    """Ψ₁ of each point n under its own output's SE kernel: x [..., N] (with `var` [..., N] the input is
+    N(x_n, var_n), without it a point mass, giving k_d(n)(x_n, z)), z [N, M, 1], variance and lengthscale [N]
+    -> [..., N, M] (supplement eq. 24); with_mean also returns Ξ [..., N, M] (identity mean functions)."""
     amp = variance[:, None, None].expand(z.shape[0], 1, z.shape[1])  # [N, 1, M]
     lsq = lengthscale.square()[:, None, None, None].expand(z.shape[0], 1, z.shape[1], 1)  # [N, 1, M, 1]
     mean = x[..., None, None]  # [..., N, 1, 1]: each point is its own batch of one input
-    return gaussian_psi1(mean, torch.zeros_like(mean), z, amp, lsq)[..., 0, :]
+    v = torch.zeros_like(mean) if var is None else var[..., None, None]
+    psi1 = gaussian_psi1(mean, v, z, amp, lsq)
+    if not with_mean:
+        return psi1[..., 0, :]
+    return psi1[..., 0, :], gaussian_psi_mean(mean, v, z, psi1, lsq)[..., 0, :, 0]
 
 
 #: state-dict keys of the SE hyperparameters before they moved into flowgp.kernels, and their constraints then
@@ -125,9 +129,8 @@ def _layer_moments(psi0, psi1, phi_w, alpha, cov, in_mean=None, in_var=None, xi=
     return mean, var.clamp_min(0.0), psi_c
 
 
-def _weight(post):
-    """W = ααᵀ + C - K⁻¹ for each inducing set ([G, M, M])."""
-    alpha, cov, kinv, _ = post
+def _weight(alpha, cov, kinv):
+    """W = ααᵀ + C - K⁻¹ (batched over leading dimensions, e.g. [G, M, M] for G inducing sets)."""
     return alpha.unsqueeze(-1) * alpha.unsqueeze(-2) + cov - kinv
 
 
@@ -298,6 +301,13 @@ class AMOGP(nn.Module):
         """Smoothing lengthscales ℓ_{u,r} [R, 1] of the latent inducing variables (cp_inducing="latent")."""
         return _INDUCING_LS(self.raw_inducing_lengthscale) if self.cp_inducing == "latent" else None
 
+    @property
+    def cp_inducing_shape(self) -> tuple:
+        """The shape of `z_latent` as the constructor takes it: [D, M_f] ("output") or [R, M_f] ("latent")."""
+        if self.cp_inducing == "latent":
+            return tuple(self.latent.z.shape[:2])
+        return (self.num_outputs, self.latent.z.shape[1] // self.num_outputs)
+
     def cp_kuu(self) -> torch.Tensor:
         """K_uu of the CP layer's inducing sets, [G, M, M]: one [D·M_f]² block over all outputs
         (cp_inducing="output") or one [M_f]² block per latent ("latent")."""
@@ -345,8 +355,8 @@ class AMOGP(nn.Module):
         """Moments (mean, var, ΨCΨᵀ) of â at deterministic x [B, 1]: eq. 15's pieces (Φ_n = Ψ_nᵀΨ_n)."""
         var, ls = self._align_params()
         alpha, cov, _, _ = post["a"]
-        psi1 = _point_se(x[:, 0], self.align.z[out], var[out], ls[out])  # deterministic input: Ψ₁ = k(x, Z)
-        phi_w = torch.einsum("bm,bmk,bk->b", psi1, _weight(post["a"])[out], psi1)
+        psi1 = _per_point_psi(x[:, 0], self.align.z[out], var[out], ls[out])  # deterministic input: Ψ₁ = k(x, Z)
+        phi_w = torch.einsum("bm,bmk,bk->b", psi1, _weight(*post["a"][:3])[out], psi1)
         return _layer_moments(var[out], psi1, phi_w, alpha[out], cov[out], in_mean=x[:, 0])
 
     def _latent_layer(self, post, mean, var, out):
@@ -354,7 +364,7 @@ class AMOGP(nn.Module):
         alpha, cov, kinv = self._cp_posterior(post)
         groups = self._cp_groups(out)
         psi1 = self._cp_psi1(mean, var, groups)
-        w = alpha.unsqueeze(-1) * alpha.unsqueeze(-2) + cov - kinv
+        w = _weight(alpha, cov, kinv)
         if not bool(torch.any(var > 0)):
             phi_w = torch.einsum("bm,mk,bk->b", psi1, w, psi1)
         else:
@@ -382,21 +392,15 @@ class AMOGP(nn.Module):
         zw = self.warp.z[..., 0]  # [D, M]
         pair = wvar[:, None, None].square() * torch.exp(
             -(zw[:, :, None] - zw[:, None, :]).square() / (4.0 * lam[:, None, None]))  # [D, M, M]
-        folded = pair * _weight(post["g"])  # Σ_ij Φ_n,ij W_ij needs Φ only through this
+        folded = pair * _weight(*post["g"][:3])  # Σ_ij Φ_n,ij W_ij needs Φ only through this
         centre = 0.5 * (zw[:, :, None] + zw[:, None, :])
         c = 0.5 * lam[out]
         cv = c + var  # [B]
         e = torch.exp(-(mean[:, None, None] - centre[out]).square() / (2.0 * cv)[:, None, None])  # [B, M, M]
         phi_w = torch.sqrt(c / cv) * torch.einsum("bij,bij->b", e, folded[out])
-        z = self.warp.z[out]  # [B, M, 1]
-        mg = z.shape[1]
-        amp = wvar[out, None, None].expand(-1, 1, mg)  # [B, 1, M]
-        lsq = lam[out][:, None, None, None].expand(-1, 1, mg, 1)  # [B, 1, M, 1]
-        m, v = mean[:, None, None], var[:, None, None]  # [B, 1, 1]: each point its own batch of one input
-        psi1 = gaussian_psi1(m, v, z, amp, lsq)  # [B, 1, M]
-        xi = gaussian_psi_mean(m, v, z, psi1, lsq)[:, 0, :, 0]
+        psi1, xi = _per_point_psi(mean, self.warp.z[out], wvar[out], wls[out], var=var, with_mean=True)
         random_input = bool(torch.any(var > 0))
-        return _layer_moments(wvar[out], psi1[:, 0], phi_w, alpha[out], cov[out], in_mean=mean, in_var=var,
+        return _layer_moments(wvar[out], psi1, phi_w, alpha[out], cov[out], in_mean=mean, in_var=var,
                               xi=xi if random_input else None)
 
     def _propagate(self, x, out, post, exact: bool):
@@ -511,7 +515,7 @@ class AMOGP(nn.Module):
             var, ls = self._align_params()
             _, _, kinv, chol = post["a"]
             beta = self.align.sample_beta(chol, s, generator)[:, output]  # [S, N, M]
-            k = _point_se(x[:, 0], self.align.z[output], var[output], ls[output])  # [N, M]
+            k = _per_point_psi(x[:, 0], self.align.z[output], var[output], ls[output])  # [N, M]
             cond = var[output] - torch.einsum("nm,nmk,nk->n", k, kinv[output], k)
             a = x[:, 0] + (k * beta).sum(-1) + cond.clamp_min(0).sqrt() * draw((s, n))
             a = a + self.alignment_noise[output].sqrt() * draw((s, n))
@@ -531,7 +535,7 @@ class AMOGP(nn.Module):
         var, ls = self._warp_params()
         _, _, kinv, chol = post["g"]
         beta = self.warp.sample_beta(chol, s, generator)[:, output]  # [S, N, M]
-        k = _point_se(f_noisy, self.warp.z[output], var[output], ls[output])  # [S, N, M]
+        k = _per_point_psi(f_noisy, self.warp.z[output], var[output], ls[output])  # [S, N, M]
         cond = var[output] - torch.einsum("snm,nmk,snk->sn", k, kinv[output], k)
         g_mean = f_noisy + (k * beta).sum(-1)
         g = g_mean + cond.clamp_min(0).sqrt() * draw((s, n))
