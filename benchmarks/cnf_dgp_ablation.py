@@ -14,6 +14,10 @@ These six are the CNF paper's design, `cnf-paper-dgpL` since issue 20. The Gauss
 - `gcnf`: DSVI's full-covariance Gaussian base + two convolutional/sinh-arcsinh steps, one U per data point;
 - `gcnf-coupled`, `gcnf-coupled-warm80`: the same with draws="coupled" (DSVI's chain with locally
   reparameterised draws of U), from the start or after 80 % of the steps as DSVI;
+- `gcnf-dsvi-base`: coupled draws, with everything DSVI also has (base q(v), kernels, Z, likelihood) following
+  DSVI's bound on the same draws and only the flow steps following the flow's change of it (base_gradient="dsvi"),
+  then the flow scaled toward the identity where that raises the training bound (flow_selection, every cnf
+  variant since issue 20's selection; `-raw` without it);
 - `gcnf-channel`: its element-wise steps share (a, b) per channel (the paper's sharing) instead of per entry;
 - `gcnf-warm50`, `gcnf-warm80`: the first 50 % / 80 % of the steps train the DSVI model, the flow starts there.
 The training ELBO (standardised targets, per point) says how far each variant got with the same budget; the
@@ -47,6 +51,9 @@ VARIANTS = {
     # the flow's bound without the DSVI coupling (one pathwise draw of U per point): the default before it
     "gcnf-coupled": ("cnf-dgp", {"draws": "coupled"}),
     "gcnf-coupled-warm80": ("cnf-dgp", {"draws": "coupled", "dsvi_warmup": 0.8}),
+    # coupled draws, the parameters DSVI also has trained on DSVI's bound, the flow on its change of it
+    "gcnf-dsvi-base": ("cnf-dgp", {"draws": "coupled", "base_gradient": "dsvi"}),
+    "gcnf-dsvi-base-raw": ("cnf-dgp", {"draws": "coupled", "base_gradient": "dsvi", "flow_selection": False}),
 }
 
 

@@ -73,8 +73,11 @@ def test_identity_flow_kl_is_dsvi_closed_form_kl_and_the_bound_is_dsvi_in_expect
     x, y = _toy()
     dsvi = build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="gaussian")
     _perturb_gaussian_q(dsvi)
-    flow = warm_start_from_gaussian(build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf"), dsvi)
-    assert flow.draws == "per-point" and isinstance(flow.posterior, GaussianConvolutionalFlowPosterior)
+    default = build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf")
+    assert (default.draws, default.base_gradient) == ("coupled", "dsvi")  # "cnf"'s defaults (issue 20)
+    flow = warm_start_from_gaussian(build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf",
+                                                  draws="per-point"), dsvi)
+    assert flow.base_gradient == "joint" and isinstance(flow.posterior, GaussianConvolutionalFlowPosterior)
     closed = sum(layer.kl_divergence() for layer in dsvi.layers)
     vs, kl_gauss, correction = flow.draw_inducing(50, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(kl_gauss, closed, rtol=1e-13, atol=0)
@@ -114,6 +117,77 @@ def test_coupled_bound_is_exactly_dsvis_estimator_at_the_identity_flow():
         torch.testing.assert_close(f_grads[name], d_grads[name], rtol=1e-9, atol=1e-9, msg=name)
     # the flow's own parameters still get a gradient (the change's derivative does not vanish with it)
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in flow.posterior.parameters())
+
+
+def test_dsvi_base_gradient_gives_dsvis_gradients_and_the_flows_own_anywhere():
+    """base_gradient="dsvi": the value is the coupled bound, every parameter DSVI also has gets exactly the DSVI
+    model's gradient for the same generator state even with the flow far from the identity, and the flow's
+    parameters get exactly their gradient under the joint objective (the only term depending on them)."""
+    x, y = _toy()
+    dsvi = build_deep_gp(x, 1, 3, num_inducing=5, kmeans_restarts=1, posterior="gaussian")
+    _perturb_gaussian_q(dsvi)
+
+    def flow_model(base_gradient):
+        model = warm_start_from_gaussian(build_deep_gp(x, 1, 3, num_inducing=5, kmeans_restarts=1, posterior="cnf",
+                                                       draws="coupled", base_gradient=base_gradient), dsvi)
+        _perturb(model.posterior.parameters(), 0.3, seed=7)
+        return model
+
+    split, joint = flow_model("dsvi"), flow_model("joint")
+    d_value, d_grads = _bound_and_grads(dsvi, x, y, seed=3)
+    s_value, s_grads = _bound_and_grads(split, x, y, seed=3)
+    j_value, j_grads = _bound_and_grads(joint, x, y, seed=3)
+    torch.testing.assert_close(s_value, j_value, rtol=1e-12, atol=1e-10)
+    assert abs(float(s_value - d_value)) > 1e-3  # the flow is far from the identity: the bounds differ
+    assert s_grads.keys() == d_grads.keys()
+    for name in d_grads:
+        torch.testing.assert_close(s_grads[name], d_grads[name], rtol=1e-9, atol=1e-9, msg=name)
+    # ... where the joint objective's gradients of those parameters differ (the flow's change depends on them)
+    assert any(not torch.allclose(j_grads[n], d_grads[n], rtol=1e-6, atol=1e-8) for n in d_grads)
+    for (name, ps), pj in zip(split.posterior.named_parameters(), joint.posterior.parameters()):
+        torch.testing.assert_close(ps.grad, pj.grad, rtol=1e-9, atol=1e-12, msg=name)
+    assert any(p.grad.abs().sum() > 0 for p in split.posterior.parameters())
+    with torch.no_grad():  # evaluation: the plain bound
+        torch.testing.assert_close(split.elbo(x, y, num_data=60, num_samples=3,
+                                              generator=torch.Generator().manual_seed(3)), s_value)
+    with pytest.raises(ValueError, match="base_gradient"):
+        build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf", draws="per-point",
+                      base_gradient="dsvi")
+    with pytest.raises(ValueError, match="base_gradient"):
+        build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf", draws="coupled",
+                      base_gradient="flow")
+
+
+def test_dsvi_base_gradient_follows_a_dsvi_fit_step_by_step_and_selection_keeps_the_bound_above_it():
+    """With base_gradient="dsvi" the coupling's own draws come from a generator derived from (not advancing) the
+    model's, so the DSVI part consumes a DSVI model's random numbers: trained with the same seed, every shared
+    parameter stays on the DSVI fit's trajectory while the flow moves. `select_flow_strength` then scales the flow
+    toward the identity where that helps: the selected bound is never below the DSVI fit's on the same draws."""
+    from flowgp.models.deep_gp import select_flow_strength
+
+    x, y = _toy(n=40)
+    dsvi = build_deep_gp(x, 1, 2, num_inducing=6, kmeans_restarts=1)
+    flow = build_deep_gp(x, 1, 2, num_inducing=6, kmeans_restarts=1, posterior="cnf", draws="coupled",
+                         base_gradient="dsvi")
+    train(dsvi, x, y, epochs=15, batch_size=20, lr=0.03, seed=4, verbose=False)
+    train(flow, x, y, epochs=15, batch_size=20, lr=0.03, seed=4, verbose=False)
+    shared = dict(dsvi.named_parameters())
+    for name, p in flow.named_parameters():
+        if not name.startswith("posterior."):
+            torch.testing.assert_close(p, shared[name], rtol=0, atol=0, msg=name)  # bit for bit
+    assert max(float(p.abs().max()) for p in flow.posterior.parameters()) > 1e-3  # the flow did move
+    with torch.no_grad():  # a flow pushed far off: the selection must fall back toward the identity
+        for p in flow.posterior.parameters():
+            p.add_(0.5 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1), dtype=p.dtype))
+    scores = select_flow_strength(flow, x, y, num_samples=16, seed=2)
+    assert scores["selected"] < 1.0 and scores[scores["selected"]] >= max(scores[0.0], scores[1.0])
+    chosen = scores["selected"]
+    d_value = float(dsvi.elbo(x, y, num_samples=16, generator=torch.Generator().manual_seed(2))) / x.shape[0]
+    assert scores[0.0] == pytest.approx(d_value, rel=1e-9, abs=1e-9)  # λ = 0 is the DSVI fit, draw for draw
+    f_value = float(flow.elbo(x, y, num_samples=16, generator=torch.Generator().manual_seed(2))) / x.shape[0]
+    assert f_value == pytest.approx(scores[chosen], rel=1e-12) and f_value >= d_value
+    with pytest.raises(ValueError, match="Gaussian-base"):
+        select_flow_strength(dsvi, x, y)
 
 
 def test_coupled_and_per_point_bounds_agree_and_coupling_cuts_the_gradient_noise():
@@ -323,3 +397,53 @@ def test_regressor_warm_start_trains_dsvi_then_the_flow_and_refuses_bad_values()
                               lr=0.03, num_samples_predict=5, kmeans_restarts=1, verbose=False).fit(X, y)
     assert coupled.model_.draws == "coupled" and np.isfinite(coupled.history_).all()
     assert np.isfinite(coupled.elbo(X, y))
+
+
+def test_regressor_flow_posterior_never_ends_below_the_dsvi_fit():
+    """The invariant through the estimator: with base_gradient="dsvi" the fitted cnf model is the DSVI fit plus a
+    flow kept only where it raises the training bound, so its ELBO is at or above the DSVI estimator's (same seed,
+    same data, the same evaluation draws for the shared part)."""
+    import numpy as np
+
+    from flowgp import DeepGPRegressor
+
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-2, 2, size=(60, 2))
+    y = np.sign(X[:, 0]) * np.abs(X[:, 0]) ** 0.5 + 0.1 * rng.standard_normal(60)
+    common = dict(layers=2, num_inducing=8, epochs=30, batch_size=20, lr=0.03, num_samples_predict=5,
+                  kmeans_restarts=1, verbose=False, seed=5)
+    dsvi = DeepGPRegressor(**common).fit(X, y)
+    flow = DeepGPRegressor(posterior="cnf", draws="coupled", base_gradient="dsvi", **common).fit(X, y)
+    scores = flow.flow_strength_
+    assert scores["selected"] in scores and scores[scores["selected"]] >= scores[0.0]
+    for a, b in zip(dsvi.model_.layers.parameters(), flow.model_.layers.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)  # the base is the DSVI fit, bit for bit
+    assert flow.elbo(X, y) >= dsvi.elbo(X, y) - 1e-9 * abs(dsvi.elbo(X, y))
+    with pytest.raises(ValueError, match="base_gradient"):
+        DeepGPRegressor(posterior="cnf", draws="per-point", base_gradient="dsvi").fit(X, y)  # needs coupled draws
+    with pytest.raises(TypeError, match="flow_selection"):
+        DeepGPRegressor(posterior="cnf", flow_selection="yes").fit(X, y)
+    with pytest.raises(ValueError, match="flow_lr_scale"):
+        DeepGPRegressor(posterior="cnf", flow_lr_scale=0).fit(X, y)
+    # the flow steps train at flow_lr_scale x lr in a group of their own, the rest at lr
+    opt = flow._optimizer()([p for p in flow.model_.parameters() if p.requires_grad])
+    flow_ids = {id(p) for p in flow.model_.posterior.parameters()}
+    assert sorted(g["lr"] for g in opt.param_groups) == [0.03 * 0.1, 0.03]
+    assert all((id(p) in flow_ids) == (g["lr"] < 0.03) for g in opt.param_groups for p in g["params"])
+
+
+def test_coupled_evaluation_in_chunks_uses_dsvis_random_numbers(monkeypatch):
+    """Without gradients a many-sample bound is evaluated in chunks of samples; the chain noise is still drawn in
+    DSVI's order, so at the identity flow the estimate is the DSVI model's for the same generator state (not
+    only equal in expectation)."""
+    import flowgp.models.deep_gp as deep_gp
+
+    x, y = _toy()
+    dsvi = build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1)
+    _perturb_gaussian_q(dsvi)
+    flow = warm_start_from_gaussian(build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf"), dsvi)
+    monkeypatch.setattr(deep_gp, "_EVAL_CHUNK_ELEMENTS", 24 * 30 * 3)  # 3 samples per chunk
+    with torch.no_grad():
+        d = dsvi.elbo(x, y, num_samples=10, generator=torch.Generator().manual_seed(8))
+        f = flow.elbo(x, y, num_samples=10, generator=torch.Generator().manual_seed(8))
+    torch.testing.assert_close(f, d, rtol=1e-12, atol=1e-10)

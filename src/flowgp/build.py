@@ -145,9 +145,12 @@ class DeepGPConfig:
     predict_quadrature_points: int = 100
     kmeans_restarts: int = 10
     # issue 20: element-wise steps of posterior="cnf" ("entry" or "channel") and how U is drawn in the bound
-    # ("per-point", "shared"; None: "shared" for "cnf-paper", "per-point" for the other flows)
+    # ("coupled", "per-point", "shared"; None: "coupled" for "cnf", "shared" for "cnf-paper", "per-point" else)
     flow_elementwise: str = "entry"
     draws: str | None = None
+    # which bound the parameters shared with DSVI follow under draws="coupled" ("dsvi" or "joint"; None: "dsvi"
+    # with coupled draws)
+    base_gradient: str | None = None
     # issue 22: the hidden layers' skip-layer connection ("linear", or "conv" for images of `image_shape`)
     skip: str = "linear"
     image_shape: tuple | None = None
@@ -349,7 +352,8 @@ def _build_deep(config: DeepGPConfig, x, y, *, generator=None):
         kmeans_restarts=config.kmeans_restarts, seed=_kmeans_seed(generator), inducing_points=inducing,
         learn_inducing=config.learn_inducing, flow_steps=int(config.flow_steps), flow_base=config.flow_base,
         quadrature_points=config.quadrature_points, predict_quadrature_points=config.predict_quadrature_points,
-        draws=config.draws, flow_elementwise=config.flow_elementwise, skip=config.skip,
+        draws=config.draws, base_gradient=config.base_gradient, flow_elementwise=config.flow_elementwise,
+        skip=config.skip,
         image_shape=None if config.image_shape is None else tuple(config.image_shape),
         **_generator_kwarg(build_deep_gp, generator))
 

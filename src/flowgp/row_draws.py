@@ -7,11 +7,12 @@ So a row's draw is the same for any number of processes, and one process (offset
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Callable, Sequence
 
 import torch
 
-__all__ = ["draw_rows"]
+__all__ = ["draw_rows", "derived_generator", "generator_copy"]
 
 
 def draw_rows(draw: Callable[[tuple], torch.Tensor], shape: Sequence[int], batch_rows=None,
@@ -24,3 +25,34 @@ def draw_rows(draw: Callable[[tuple], torch.Tensor], shape: Sequence[int], batch
     offset, rows = int(batch_rows[0]), int(batch_rows[1])
     dim %= len(shape)
     return draw(shape[:dim] + (rows,) + shape[dim + 1:]).narrow(dim, offset, shape[dim])
+
+
+def _parent(generator, device):
+    if generator is not None:
+        return generator
+    if device.type == "cpu":
+        return torch.default_generator
+    return torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
+
+
+def generator_copy(generator: torch.Generator | None, device) -> torch.Generator:
+    """A new generator on `device` in `generator`'s current state (None: torch's default generator of that
+    device, read only): it replays the draws `generator` is about to make."""
+    device = torch.device(device)
+    copy = torch.Generator(device=device)
+    copy.set_state(_parent(generator, device).get_state())
+    return copy
+
+
+def derived_generator(generator: torch.Generator | None, device) -> torch.Generator:
+    """A new generator on `device` seeded from a hash of `generator`'s current state, which is read, not advanced
+    (None: torch's default generator of that device, read only).
+
+    For draws that must not shift a stream another computation shares: a deep GP's coupled flow draws come from
+    here so that its DSVI part consumes exactly the random numbers a DSVI model would. The derived draws are a
+    deterministic function of the parent's state, so a run resumed from a checkpoint (which holds the parent's
+    state) repeats them without storing anything more.
+    """
+    device = torch.device(device)
+    digest = hashlib.blake2b(_parent(generator, device).get_state().cpu().numpy().tobytes(), digest_size=8).digest()
+    return torch.Generator(device=device).manual_seed(int.from_bytes(digest, "little") >> 1)

@@ -20,9 +20,9 @@ from ..build import DeepGPConfig, build
 from ..data_sources import is_table
 from ..likelihoods import BernoulliLikelihood
 from ..models.cnf_posterior import ELEMENTWISE_SHAPES, FLOW_BASES
-from ..models.deep_gp import DRAWS, POSTERIORS, SKIPS, warm_start_from_gaussian
+from ..models.deep_gp import BASE_GRADIENTS, DRAWS, POSTERIORS, SKIPS, select_flow_strength, warm_start_from_gaussian
 from ..models.image_skip import check_image_shape
-from ..training import train
+from ..training import default_optimizer, train
 from ..build import resolve_dtype
 from .base import Estimator, as_2d_float
 from .chunking import chunk_rows, inducing_row_elements, map_row_chunks
@@ -52,6 +52,18 @@ class _DeepMixin:
             raise ValueError(f"dsvi_warmup must be a fraction in [0, 1) of the epochs trained as DSVI first, got {warm!r}")
         if self.draws is not None and self.draws not in DRAWS:
             raise ValueError(f"draws must be one of {DRAWS} or None (the posterior's default), got {self.draws!r}")
+        if self.base_gradient is not None and self.base_gradient not in BASE_GRADIENTS:
+            raise ValueError(f"base_gradient must be one of {BASE_GRADIENTS} or None (the default for the draws), "
+                             f"got {self.base_gradient!r}")
+        if self.base_gradient == "dsvi" and (self.posterior != "cnf" or self.draws not in (None, "coupled")):
+            raise ValueError("base_gradient='dsvi' needs posterior='cnf' with draws='coupled' (its default), got "
+                             f"posterior={self.posterior!r}, draws={self.draws!r}")
+        scale = self.flow_lr_scale
+        if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)) or \
+                not 0 < scale <= 1e3 or not math.isfinite(scale):
+            raise ValueError(f"flow_lr_scale must be a positive number (a fraction of lr), got {scale!r}")
+        if not isinstance(self.flow_selection, (bool, np.bool_)):
+            raise TypeError(f"flow_selection must be True or False, got {self.flow_selection!r}")
         if warm > 0 and self.posterior != "cnf":
             raise ValueError(f"dsvi_warmup > 0 needs posterior='cnf' (the flow over DSVI's Gaussian base), "
                              f"got posterior={self.posterior!r}")
@@ -90,6 +102,7 @@ class _DeepMixin:
             lengthscale=self.lengthscale, period=self.period, num_samples=int(self.num_samples_train),
             flow_steps=int(self.flow_steps), flow_base=self.flow_base, learn_inducing=self.learn_inducing,
             flow_elementwise=self.flow_elementwise, skip=self.skip, draws=self.draws,
+            base_gradient=self.base_gradient,
             image_shape=None if self.image_shape is None else tuple(int(v) for v in self.image_shape),
             quadrature_points=self.quadrature_points, predict_quadrature_points=self.predict_quadrature_points,
             kmeans_restarts=self.kmeans_restarts)
@@ -98,6 +111,23 @@ class _DeepMixin:
     def _build(self, x, y=None, **overrides):
         return build(self.config(**overrides), x, y, dtype=self.torch_dtype(), device=self.device,
                      generator=self.generator(device="cpu"))
+
+    def _optimizer(self):
+        """None (the training loop's Adam), or for posterior="cnf" with flow_lr_scale != 1 a factory of the same
+        Adam with the flow steps' parameters in a group of their own at flow_lr_scale x lr."""
+        scale = float(self.flow_lr_scale)
+        if self.posterior != "cnf" or scale == 1.0:
+            return None
+        flow = {id(p) for p in self.model_.posterior.parameters()}
+        lr = float(self.lr)
+
+        def factory(params):
+            params = list(params)
+            groups = [{"params": [p for p in params if id(p) not in flow]},
+                      {"params": [p for p in params if id(p) in flow], "lr": lr * scale}]
+            return default_optimizer([g for g in groups if g["params"]], lr)
+
+        return factory
 
     def _fit_model(self, xt, yt, sampler=None):
         """Build the model from (xt, yt) and train it on them, or on `sampler()` (a fresh flowgp.batches sampler
@@ -120,10 +150,14 @@ class _DeepMixin:
             fix_noise = 0.0 if fix_noise * self.epochs <= warm_epochs else \
                 (fix_noise * self.epochs - warm_epochs) / (self.epochs - warm_epochs)
         history += list(train(self.model_, **self._train_data(xt, yt, sampler), epochs=self.epochs - warm_epochs,
-                              lr=self.lr,
+                              lr=self.lr, optimizer=self._optimizer(),
                               fix_noise_fraction=fix_noise, seed=self.seed, verbose=self.verbose,
                               compile=self.compile, desc=type(self).__name__, checkpoint_path=self.checkpoint_path()))
         self.history_ = history
+        if self.posterior == "cnf" and self.flow_selection:
+            # the richer family must not end below its own Gaussian base: the flow is kept at the strength
+            # (0 = the DSVI posterior) whose training bound is highest
+            self.flow_strength_ = select_flow_strength(self.model_, xt, yt, seed=self.seed)
         self.model_.eval()
 
     def _fit_table(self, X, y):
@@ -151,8 +185,9 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
 
     Args:
         layers: number of GP layers L (hidden layers get `hidden_width` GPs, default max(min(D, 16), 1)).
-        posterior: "gaussian" (DSVI), "cnf" (convolutional flow over DSVI's Gaussian base, per-point draws of
-            U), "cnf-paper" (the CNF paper's design, shared draws) or
+        posterior: "gaussian" (DSVI), "cnf" (convolutional flow over DSVI's Gaussian base, coupled draws of U,
+            trained as DSVI plus a learned correction and kept at the strength that maximises the training
+            bound), "cnf-paper" (the CNF paper's design, shared draws) or
             "flow-layerwise" (ablation).
         num_samples_train: S samples per ELBO evaluation (flow posteriors: S draws of U per data point);
             num_samples_predict: S for prediction (paper: 100).
@@ -161,8 +196,21 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         flow_elementwise: "entry" or "channel": parameter sharing of the "cnf" posterior's sinh-arcsinh steps.
         draws: how a flow posterior's bound draws U (`flowgp.models.deep_gp.DeepGP`): "per-point", "coupled"
             ("cnf" only: DSVI's chain with locally reparameterised draws, DSVI's own estimator while the flow
-            is the identity; measured best for fine-tuning after `dsvi_warmup`) or "shared"; None takes the
-            posterior's default ("shared" for "cnf-paper", "per-point" otherwise).
+            is the identity) or "shared"; None takes the posterior's default ("coupled" for "cnf", "shared"
+            for "cnf-paper", "per-point" for "flow-layerwise").
+        base_gradient: with coupled draws, "dsvi" (None's choice: everything DSVI also has follows DSVI's bound,
+            bit for bit a DSVI fit with the same seed, and the flow steps the flow's change of it: DSVI plus a
+            learned correction) or "joint" (every parameter follows the flow posterior's bound); see
+            `flowgp.models.deep_gp.DeepGP`.
+        flow_selection: ("cnf" only) after training, scale the flow toward the identity where that raises the
+            training bound (`flowgp.models.deep_gp.select_flow_strength`, λ in {0, 1/8, 1/4, 1/2, 1} with common
+            random numbers); λ = 0 is the Gaussian base, so the fitted bound never ends below it. The scores
+            are kept in `flow_strength_`.
+        flow_lr_scale: ("cnf" only) the flow steps' Adam step size as a fraction of `lr` (the base and the
+            hyperparameters keep `lr`). The flow's gradient is mostly Monte Carlo noise where the posterior is
+            nearly Gaussian, and Adam moves every parameter by about its step size whatever its signal-to-noise
+            ratio: at the full `lr` the flow drifts away from where the bound is highest (energy, 2 layers,
+            quick budget: gain per point of the selected flow over its base 0 at x1, +0.0007 at x0.1).
         dsvi_warmup: fraction of `epochs` trained as DSVI first ("cnf" only); the flow then starts from the
             fitted DSVI posterior (`flowgp.models.deep_gp.warm_start_from_gaussian`) for the remaining epochs.
         skip: the hidden layers' skip-layer connection: "linear" (DSVI's fixed projection), "conv", the
@@ -180,7 +228,8 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
                  batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05,
                  lengthscale=1.0, period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
                  quadrature_points=20, predict_quadrature_points=100, verbose=True, checkpoint=None,
-                 flow_elementwise="entry", dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None, compile=False):
+                 flow_elementwise="entry", dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None, compile=False,
+                 base_gradient=None, flow_selection=True, flow_lr_scale=0.1):
         self._store_arguments(locals())
 
     def _likelihood_name(self):
@@ -269,7 +318,8 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
                  kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu",
                  lengthscale=1.0, period=1.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
                  predict_quadrature_points=100, verbose=True, checkpoint=None, flow_elementwise="entry",
-                 dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None, compile=False):
+                 dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None, compile=False,
+                 base_gradient=None, flow_selection=True, flow_lr_scale=0.1):
         self._store_arguments(locals())
 
     def _likelihood_name(self):

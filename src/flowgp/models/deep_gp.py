@@ -38,7 +38,7 @@ from torch import nn
 from ..kernels import Kernel, Sum, White, make_kernel
 from ..likelihoods import GaussianLikelihood, Likelihood
 from ..objective import minibatch_bound
-from ..row_draws import draw_rows
+from ..row_draws import derived_generator, draw_rows, generator_copy
 from ..prediction import gaussian_mixture_quantiles
 from ..variational import SparseVariationalGP
 from ._checks import as_inputs, as_targets
@@ -46,6 +46,7 @@ from .cnf_posterior import FLOW_BASES, standard_normal
 from .image_skip import ConvSkip, check_image_shape
 
 __all__ = ["LinearMean", "GPLayer", "DeepGP", "build_deep_gp", "hidden_layer_width", "POSTERIORS", "DRAWS",
+           "BASE_GRADIENTS", "select_flow_strength",
            "warm_start_from_gaussian"]
 
 #: the variational families over the inducing outputs understood by `build_deep_gp`: DSVI's Gaussian, the
@@ -60,6 +61,8 @@ FULL_WIDTH_SKIPS = ("dense", "conv")
 #: how a flow posterior's U is drawn in the bound: per data point locally reparameterised on DSVI's chain
 #: (Gaussian-base flows only), per data point, or one draw for the batch (the paper's eq. 6)
 DRAWS = ("coupled", "per-point", "shared")
+#: which bound the parameters shared with DSVI follow under draws="coupled" (`DeepGP`)
+BASE_GRADIENTS = ("joint", "dsvi")
 #: below this many elements per Monte Carlo chunk the no-grad bound evaluates all samples at once
 _EVAL_CHUNK_ELEMENTS = 2 ** 24
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -299,6 +302,13 @@ class DeepGP(nn.Module):
             (Gaussian-base flows: DSVI's chain with locally reparameterised draws of U, exactly DSVI's estimator
             at the identity flow; see the module docstring) or "shared" (one draw per sample shared by the batch,
             the paper's eq. 6); flow posteriors only.
+        base_gradient: with draws="coupled", "dsvi" (the default: the base q(v), kernels, inducing inputs, mean
+            functions and likelihood follow DSVI's bound, computed by DSVI's own code on the same draws, and only
+            the flow steps follow the flow's change of the bound: trained with the same seed, the shared
+            parameters are a DSVI fit's bit for bit, the model is DSVI plus a learned correction, and the flow's
+            gradient noise never reaches the base) or "joint" (every parameter follows the flow posterior's
+            bound). The value returned is the flow posterior's bound either way. None: "dsvi" with coupled
+            draws, "joint" otherwise.
         quadrature_points: Gauss-Hermite points for non-Gaussian likelihood expectations.
         predict_quadrature_points: points for predictive densities under non-Gaussian likelihoods.
     """
@@ -312,6 +322,7 @@ class DeepGP(nn.Module):
         quadrature_points: int = 20,
         predict_quadrature_points: int = 100,
         draws: str | None = None,
+        base_gradient: str | None = None,
     ):
         super().__init__()
         gaussian_base = getattr(posterior, "gaussian_base", False)
@@ -322,7 +333,15 @@ class DeepGP(nn.Module):
         if draws == "coupled" and not gaussian_base:
             raise ValueError("draws='coupled' needs a Gaussian-base flow posterior (posterior='cnf'), whose base is "
                              "DSVI's q(U); use draws='per-point' or 'shared' for other posteriors")
+        if base_gradient is None:
+            base_gradient = "dsvi" if draws == "coupled" else "joint"
+        if base_gradient not in BASE_GRADIENTS:
+            raise ValueError(f"base_gradient must be one of {BASE_GRADIENTS}, got {base_gradient!r}")
+        if base_gradient == "dsvi" and draws != "coupled":
+            raise ValueError("base_gradient='dsvi' needs draws='coupled' (the bound split into DSVI's estimate and "
+                             f"the flow's change on the same draws), got draws={draws!r}")
         self.draws = draws
+        self.base_gradient = base_gradient
         layers = list(layers)
         if not layers:
             raise ValueError("a DeepGP needs at least one layer")
@@ -459,6 +478,8 @@ class DeepGP(nn.Module):
         """
         x, y = self.validate(x, y)
         num_samples = self.num_samples if num_samples is None else _positive_int(num_samples, "num_samples")
+        if self.draws == "coupled" and self.base_gradient == "dsvi" and torch.is_grad_enabled():
+            return self._dsvi_plus_flow_elbo(x, y, num_data, num_samples, generator)
         if self.posterior is not None and self.draws in ("per-point", "coupled"):
             return self._per_point_elbo(x, y, num_data, num_samples, generator)
         vs, kl = self.sample_inducing(num_samples, generator)
@@ -478,11 +499,18 @@ class DeepGP(nn.Module):
         chunk = num_samples
         if not torch.is_grad_enabled():
             chunk = max(1, min(num_samples, _EVAL_CHUNK_ELEMENTS // max(1, width * x.shape[0])))
-        ell_sum, corr_sum, kl_closed, done = 0.0, 0.0, None, 0
+        # ell_sum: Σ_s E[log p(y_n | f_L)] per point (coupled draws: DSVI's part; change_sum the flow's change)
+        ell_sum, change_sum, corr_sum, kl_closed, done = 0.0, 0.0, 0.0, None, 0
+        if self.draws == "coupled":
+            # all S samples' chain noise first (small: S·N·d per layer), in DSVI's order, then the coupling's
+            # draws: the DSVI part then uses a DSVI model's random numbers however the samples are chunked
+            chain_noise, flow_generator = self._chain_noise(x, num_samples, generator)
         while done < num_samples:
             s = min(chunk, num_samples - done)
             if self.draws == "coupled":
-                ell, kl_closed, corr = self._coupled_terms(x, y, s, generator)
+                ell, change, kl_closed, corr = self._coupled_terms(x, y, [e[done:done + s] for e in chain_noise],
+                                                                   flow_generator)
+                change_sum = change_sum + change
             else:
                 vs, kl_closed, corr = self.draw_inducing(s * x.shape[0], generator)
                 _, mean, var = self.propagate_per_point(x, vs, generator)[-1]
@@ -491,10 +519,51 @@ class DeepGP(nn.Module):
             corr_sum = corr_sum + corr.sum()
             done += s
         kl = kl_closed + corr_sum / (num_samples * x.shape[0])
-        return minibatch_bound(ell_sum / num_samples, [kl], num_data, x.shape[0])
+        return minibatch_bound((ell_sum + change_sum) / num_samples, [kl], num_data, x.shape[0])
 
-    def _coupled_terms(self, x, y, num_samples, generator):
-        """Σ_s of the coupled estimate of E[log p(y_n | f_L)] per point, Gaussian KL, c(V) per draw (draws="coupled").
+    def _dsvi_plus_flow_elbo(self, x, y, num_data, num_samples, generator):
+        """The coupled bound for training with base_gradient="dsvi": its value, DSVI's gradient for every parameter
+        but the flow's.
+
+        The DSVI part is computed by DSVI's own code (`propagate` with the layers' Gaussian marginals and the
+        closed-form KL, as a DSVI model's `elbo`), so it is that model's estimate bit for bit; the flow's change Δ
+        (0 at the identity) is computed on the same chain (its ε replayed from a copy of the generator) and only
+        its derivative with respect to the flow's parameters is kept: the flow steps get ∂Δ/∂φ, the only part of
+        the bound that depends on them, and the base q(v), kernels, inducing inputs, mean functions and likelihood
+        get DSVI's gradient, whose noise does not grow as T leaves the identity.
+        """
+        replay = generator_copy(generator, x.device)
+        chain = self.propagate(x, num_samples, generator)
+        ell = self.pointwise_expected_log_likelihood(y, chain[-1][1], chain[-1][2]).mean(0)
+        dsvi = minibatch_bound(ell, [sum(layer.kl_divergence() for layer in self.layers)], num_data, x.shape[0])
+        _, change, _, corr = self._coupled_terms(x, y, *self._chain_noise(x, num_samples, replay), chain=chain)
+        delta = minibatch_bound(change / num_samples, [corr.sum() / (num_samples * x.shape[0])], num_data,
+                                x.shape[0])
+        flow = [p for p in self.posterior.parameters() if p.requires_grad]
+        if not flow or not delta.requires_grad:
+            return dsvi + delta.detach()
+        grads = torch.autograd.grad(delta, flow, allow_unused=True)
+        # a term whose value is 0 and whose gradient is ∂Δ/∂φ for the flow's parameters and nothing else
+        link = sum(((g * p).sum() for g, p in zip(grads, flow) if g is not None), delta.new_zeros(()))
+        return dsvi + delta.detach() + (link - link.detach())
+
+    def _chain_noise(self, x, num_samples, generator):
+        """(DSVI's ε per layer [S, N, d_ℓ], the coupling's generator) for the coupled bound.
+
+        The ε are drawn as DSVI's own `propagate` draws them (same shapes, order and dtype), so that at the
+        identity flow the estimate equals the DSVI model's for the same generator state. The coupling's own
+        draws (η, the free part of ξ) come from a generator derived from `generator`'s state, which they leave
+        untouched: the DSVI part then consumes exactly a DSVI model's random numbers, step after step, so that
+        with base_gradient="dsvi" the shared parameters follow a DSVI fit's trajectory.
+        """
+        dtype = self.layers[0].gp.q_mu.dtype
+        noise = [torch.randn((num_samples, x.shape[0], layer.output_dim), dtype=dtype, device=x.device,
+                             generator=generator) for layer in self.layers]
+        return noise, derived_generator(generator, x.device)
+
+    def _coupled_terms(self, x, y, chain_noise, flow_generator, chain=None):
+        """Σ_s of DSVI's estimate of E[log p(y_n | f_L)] per point, Σ_s of the flow's change of it per point, the
+        Gaussian KL and c(V) per draw (draws="coupled"); the coupled estimate is the sum of the first two.
 
         DSVI's chain runs on every point: at layer ℓ, f = μ + σ ε with σ² = k̃ + s², s = |Rᵀa| (U integrated
         out), the last layer's expectation in closed form: ℓ_DSVI(n). Each point's base draw of layer ℓ is then
@@ -507,13 +576,13 @@ class DeepGP(nn.Module):
             Σ_n ℓ_DSVI(n) + Σ_n [ℓ(n | T(V)) - ℓ(n | V)],
         where ℓ(n | V) takes the last layer at f ~ N(μ + s ζ_L, k̃) (the draw whose average is DSVI's closed
         form), so the change is 0 at the identity draw by draw and grows smoothly with T.
+
+        `chain_noise`, `flow_generator`: from `_chain_noise` (S = the ε's first axis). `chain`: DSVI's
+        [(sample, mean, var)] per layer computed with those ε: its samples are the layers' inputs, and DSVI's
+        part (the first value returned) is not computed again (None is returned for it).
         """
         n, last = x.shape[0], len(self.layers) - 1
-        # DSVI's ε for every layer first, as DSVI's own `propagate` draws them (same shapes, order and dtype):
-        # at the identity flow the estimate then equals the DSVI model's for the same generator state
-        dtype = self.layers[0].gp.q_mu.dtype
-        chain_noise = [torch.randn((num_samples, n, layer.output_dim), dtype=dtype, device=x.device,
-                                   generator=generator) for layer in self.layers]
+        num_samples = chain_noise[0].shape[0]
         draws, flow_noise, h = [], [], x
         for i, layer in enumerate(self.layers):
             mean, kt, rta = layer.marginal_parts(h)  # [(S,) N, d], [(S,) N, d], [d, M, (S·)N]
@@ -524,12 +593,12 @@ class DeepGP(nn.Module):
             rta = rta.reshape(d_out, m, num_samples, n)
             s2 = rta.square().sum(1).permute(1, 2, 0)  # [S, N, d]
             if i == last:
-                ell = self.pointwise_expected_log_likelihood(y, mean, kt + s2).sum(0)
+                ell = None if chain is not None else self.pointwise_expected_log_likelihood(y, mean, kt + s2).sum(0)
             else:
                 eps, sd = chain_noise[i], (kt + s2).sqrt()
-                sample = mean + sd * eps
+                sample = mean + sd * eps if chain is None else chain[i][0]
             s_ = s2.clamp_min(torch.finfo(s2.dtype).tiny).sqrt()
-            eta = standard_normal(mean.shape, mean, generator)
+            eta = standard_normal(mean.shape, mean, flow_generator)
             if i == last:
                 zeta = eta  # the last layer is integrated in closed form: its draw needs no coupling noise
                 base_mean, base_var = mean + s_ * zeta, kt
@@ -538,7 +607,7 @@ class DeepGP(nn.Module):
                 zeta = (s_ * eps + skt * eta) / sd
                 flow_noise.append((skt * eps - s_ * eta) / sd)
             w = rta / s_.permute(2, 0, 1).unsqueeze(1)  # [d, M, S, N] unit vectors (0 where Rᵀa = 0)
-            free = standard_normal((d_out, m, num_samples, n), mean, generator)
+            free = standard_normal((d_out, m, num_samples, n), mean, flow_generator)
             xi = free + w * (zeta.permute(2, 0, 1).unsqueeze(1) - (w * free).sum(1, keepdim=True))
             draws.append(torch.baddbmm(layer.gp.q_mu.unsqueeze(-1), layer.gp.q_sqrt_tril(),
                                        xi.reshape(d_out, m, num_samples * n)))
@@ -552,7 +621,7 @@ class DeepGP(nn.Module):
                 h = mean_f + kt_f.sqrt() * flow_noise[i]
         change = (self.pointwise_expected_log_likelihood(y, mean_f, kt_f)
                   - self.pointwise_expected_log_likelihood(y, base_mean, base_var)).sum(0)
-        return ell + change, kl_closed, corr
+        return ell, change, kl_closed, corr
 
     # ----- prediction --------------------------------------------------------------------------------
     def predict_f_samples(self, x: torch.Tensor, num_samples: int = 100, generator=None, common_noise: bool = False):
@@ -658,6 +727,7 @@ def build_deep_gp(
     flow_elementwise: str = "entry",
     skip: str = "linear",
     image_shape: tuple | None = None,
+    base_gradient: str | None = None,
 ) -> DeepGP:
     """A DeepGP initialised as in Salimbeni & Deisenroth / TGP appendix B.6.
 
@@ -671,9 +741,10 @@ def build_deep_gp(
     `flow_elementwise` "entry" or "channel"), "cnf-paper" (the paper's exact design: diagonal base from φ(Z),
     one draw of U shared by the batch) or "flow-layerwise" (the naive flow of Fig. 1); `flow_base` is the
     paper CNF's base: "network" (eq. 9) or "free" (ablation), unused by the other posteriors. `draws`
-    ("per-point", "coupled" or "shared", see `DeepGP`) overrides how the bound draws U; by default "shared"
-    for "cnf-paper" (the paper's eq. 6) and "per-point" for the other flows ("coupled", DSVI's chain with
-    locally reparameterised draws of U, is for "cnf" only).
+    ("per-point", "coupled" or "shared", see `DeepGP`) overrides how the bound draws U; by default "coupled"
+    for "cnf" (DSVI's chain with locally reparameterised draws of U; "cnf" only), "shared" for "cnf-paper"
+    (the paper's eq. 6) and "per-point" for "flow-layerwise"; `base_gradient` ("dsvi", the default with coupled
+    draws, or "joint") is which bound the parameters shared with DSVI follow (see `DeepGP`).
 
     `skip` is the hidden layers' skip-layer connection: "linear" (the fixed projection above), "conv", the
     convolutional skip-layer connection of CNF-DGP §IV-B for images (`image_shape` = (C, H, W), x holding the
@@ -698,7 +769,7 @@ def build_deep_gp(
     if flow_base not in FLOW_BASES:
         raise ValueError(f"flow_base must be 'network' (CNF-DGP eq. 9) or 'free', got {flow_base!r}")
     if draws is None:
-        draws = "shared" if posterior == "cnf-paper" else "per-point"
+        draws = {"cnf-paper": "shared", "cnf": "coupled"}.get(posterior, "per-point")
     if draws not in DRAWS:
         raise ValueError(f"draws must be one of {DRAWS} (or None for the posterior's default), got {draws!r}")
     if generator is not None and not isinstance(generator, torch.Generator):
@@ -761,7 +832,7 @@ def build_deep_gp(
         flow = LayerwiseFlowPosterior(layers, num_steps=flow_steps, nonlinear=flow_nonlinear,
                                       scale_init=math.sqrt(q_var_init), generator=generator)
     model = DeepGP(layers, likelihood, flow, num_samples=num_samples, quadrature_points=quadrature_points,
-                   predict_quadrature_points=predict_quadrature_points, draws=draws)
+                   predict_quadrature_points=predict_quadrature_points, draws=draws, base_gradient=base_gradient)
     return model.to(device=x.device if device is None else device, dtype=x.dtype if dtype is None else dtype)
 
 
@@ -791,3 +862,42 @@ def warm_start_from_gaussian(model: DeepGP, gaussian_model: DeepGP) -> DeepGP:
             dst.gp.jitter_memory = copy.deepcopy(src.gp.jitter_memory)
         model.likelihood.load_state_dict(gaussian_model.likelihood.state_dict())
     return model
+
+
+def select_flow_strength(model: DeepGP, x: torch.Tensor, y: torch.Tensor,
+                         fractions: Sequence[float] = (0.0, 0.125, 0.25, 0.5, 1.0), num_samples: int = 8,
+                         seed: int = 0, max_rows: int = 4096) -> dict:
+    """Scale a trained Gaussian-base flow toward the identity where that raises the bound: θ ← λ*·θ.
+
+    Every parameter of `GaussianConvolutionalFlowPosterior` is 0 at the identity (LU factors, log-scales,
+    sinh-arcsinh a and log b), so λ·θ runs from the DSVI posterior (λ = 0: exactly the base q(v)) to the trained
+    flow (λ = 1). The bound is estimated at every λ in `fractions` with the same random numbers (one generator
+    seed, `num_samples` draws per point, on at most `max_rows` rows drawn with that seed), so the differences
+    between the λ are estimated far more precisely than the bound itself, and λ* is the best. λ = 0 is always a
+    candidate: the selected model's bound is never below that of its own base, the DSVI posterior (the richer
+    family contains the simpler one, and the selection keeps the containment when the flow's training has not
+    paid off, e.g. where the flow's gradient noise outweighs what a non-Gaussian q(U) can gain).
+
+    Returns {λ: bound estimate (per row)} with the key "selected": λ*. The model is left at λ*.
+    """
+    if not getattr(model.posterior, "gaussian_base", False):
+        raise ValueError("select_flow_strength needs a Gaussian-base flow posterior (posterior='cnf')")
+    fractions = sorted({float(f) for f in fractions} | {0.0})
+    if any(not 0.0 <= f <= 1.0 for f in fractions):
+        raise ValueError(f"fractions must lie in [0, 1], got {fractions}")
+    x, y = model.validate(x, y)
+    if x.shape[0] > max_rows:
+        rows = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(int(seed)))[:max_rows]
+        x, y = x[rows.to(x.device)], y[rows.to(y.device)]
+    trained = [p.detach().clone() for p in model.posterior.parameters()]
+    scores = {}
+    with torch.no_grad():
+        for f in fractions:
+            for p, t in zip(model.posterior.parameters(), trained):
+                p.copy_(f * t)
+            gen = torch.Generator(device=x.device).manual_seed(int(seed))
+            scores[f] = float(model.elbo(x, y, num_data=x.shape[0], num_samples=num_samples, generator=gen)) / x.shape[0]
+        best = max(fractions, key=lambda f: (scores[f], -f))  # ties go to the smaller flow
+        for p, t in zip(model.posterior.parameters(), trained):
+            p.copy_(best * t)
+    return {**scores, "selected": best}
