@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from test_cnf_gaussian_base import skewed_step_toy  # noqa: E402  (the test's toy, full size here)
 
-from flowgp.models.deep_gp import warm_start_from_gaussian  # noqa: E402
+from flowgp.models.deep_gp import select_flow_strength, warm_start_from_gaussian  # noqa: E402
 from flowgp.training import train  # noqa: E402
 
 
@@ -60,6 +60,21 @@ def main():
     train(dsvi, x, y, epochs=a.steps, lr=0.02, seed=1, verbose=False)
     result = {"dsvi_elbo": elbo(dsvi, x, y), "flow_elbo_at_warm_start": start, "flow_elbo": elbo(flow, x, y),
               "dsvi_steps": a.dsvi_steps, "steps": a.steps}
+    # the estimator's defaults since the DSVI-base training: both from scratch with the same seed and budget,
+    # the flow with coupled draws and DSVI's gradient for the base (so its base *is* this DSVI fit), the flow
+    # steps at 0.1 x lr, then kept at the strength with the highest bound
+    total = a.dsvi_steps + a.steps
+    scratch_dsvi = make(flow=False)
+    train(scratch_dsvi, x, y, epochs=total, lr=0.05, seed=2, verbose=False)
+    scratch = make(flow=True)
+    scratch.draws, scratch.base_gradient = "coupled", "dsvi"
+    flow_ids = {id(q) for q in scratch.posterior.parameters()}
+    train(scratch, x, y, epochs=total, lr=0.05, seed=2, verbose=False, optimizer=lambda ps: torch.optim.Adam(
+        [{"params": [q for q in ps if id(q) not in flow_ids]},
+         {"params": [q for q in ps if id(q) in flow_ids], "lr": 0.005}], lr=0.05))
+    strength = select_flow_strength(scratch, x, y, num_samples=50)
+    result.update(scratch_steps=total, scratch_dsvi_elbo=elbo(scratch_dsvi, x, y),
+                  scratch_flow_elbo=elbo(scratch, x, y), scratch_flow_strength=strength["selected"])
     print(json.dumps(result))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -110,6 +110,10 @@ def fit_and_score(est, split, task: str = "regression") -> dict:
         report = getattr(est, "fit_report_", None)
         if isinstance(report, dict) and report.get("svgp_bound") is not None:
             row["svgp_train_elbo"] = float(report["svgp_bound"]) * len(split.y_train)
+    # deep GPs with the Gaussian-base flow (issue 20): the strength the flow was kept at (0 = its DSVI base)
+    strength = getattr(est, "flow_strength_", None)
+    if isinstance(strength, dict):
+        row["flow_strength"] = float(strength["selected"])
     return row
 
 
