@@ -27,6 +27,7 @@ on the same draws (zero at the identity).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from typing import Sequence
@@ -584,35 +585,38 @@ class DeepGP(nn.Module):
         n, last = x.shape[0], len(self.layers) - 1
         num_samples = chain_noise[0].shape[0]
         draws, flow_noise, h = [], [], x
-        for i, layer in enumerate(self.layers):
-            mean, kt, rta = layer.marginal_parts(h)  # [(S,) N, d], [(S,) N, d], [d, M, (S·)N]
-            d_out, m = layer.output_dim, layer.num_inducing
-            if mean.dim() == 2:  # the first layer: x is shared by the samples
-                mean, kt = mean.expand(num_samples, -1, -1), kt.expand(num_samples, -1, -1)
-                rta = rta.unsqueeze(-2).expand(d_out, m, num_samples, n)
-            rta = rta.reshape(d_out, m, num_samples, n)
-            s2 = rta.square().sum(1).permute(1, 2, 0)  # [S, N, d]
-            if i == last:
-                ell = None if chain is not None else self.pointwise_expected_log_likelihood(y, mean, kt + s2).sum(0)
-            else:
-                eps, sd = chain_noise[i], (kt + s2).sqrt()
-                sample = mean + sd * eps if chain is None else chain[i][0]
-            s_ = s2.clamp_min(torch.finfo(s2.dtype).tiny).sqrt()
-            eta = standard_normal(mean.shape, mean, flow_generator)
-            if i == last:
-                zeta = eta  # the last layer is integrated in closed form: its draw needs no coupling noise
-                base_mean, base_var = mean + s_ * zeta, kt
-            else:
-                skt = kt.sqrt()
-                zeta = (s_ * eps + skt * eta) / sd
-                flow_noise.append((skt * eps - s_ * eta) / sd)
-            w = rta / s_.permute(2, 0, 1).unsqueeze(1)  # [d, M, S, N] unit vectors (0 where Rᵀa = 0)
-            free = standard_normal((d_out, m, num_samples, n), mean, flow_generator)
-            xi = free + w * (zeta.permute(2, 0, 1).unsqueeze(1) - (w * free).sum(1, keepdim=True))
-            draws.append(torch.baddbmm(layer.gp.q_mu.unsqueeze(-1), layer.gp.q_sqrt_tril(),
-                                       xi.reshape(d_out, m, num_samples * n)))
-            if i != last:
-                h = sample
+        # with DSVI's chain given (base_gradient="dsvi") only the flow's parameters need a gradient, and the base
+        # draws V do not depend on them: the draws are built without autograd
+        with torch.no_grad() if chain is not None else contextlib.nullcontext():
+            for i, layer in enumerate(self.layers):
+                mean, kt, rta = layer.marginal_parts(h)  # [(S,) N, d], [(S,) N, d], [d, M, (S·)N]
+                d_out, m = layer.output_dim, layer.num_inducing
+                if mean.dim() == 2:  # the first layer: x is shared by the samples
+                    mean, kt = mean.expand(num_samples, -1, -1), kt.expand(num_samples, -1, -1)
+                    rta = rta.unsqueeze(-2).expand(d_out, m, num_samples, n)
+                rta = rta.reshape(d_out, m, num_samples, n)
+                s2 = rta.square().sum(1).permute(1, 2, 0)  # [S, N, d]
+                if i == last:
+                    ell = None if chain is not None else self.pointwise_expected_log_likelihood(y, mean, kt + s2).sum(0)
+                else:
+                    eps, sd = chain_noise[i], (kt + s2).sqrt()
+                    sample = mean + sd * eps if chain is None else chain[i][0]
+                s_ = s2.clamp_min(torch.finfo(s2.dtype).tiny).sqrt()
+                eta = standard_normal(mean.shape, mean, flow_generator)
+                if i == last:
+                    zeta = eta  # the last layer is integrated in closed form: its draw needs no coupling noise
+                    base_mean, base_var = mean + s_ * zeta, kt
+                else:
+                    skt = kt.sqrt()
+                    zeta = (s_ * eps + skt * eta) / sd
+                    flow_noise.append((skt * eps - s_ * eta) / sd)
+                w = rta / s_.permute(2, 0, 1).unsqueeze(1)  # [d, M, S, N] unit vectors (0 where Rᵀa = 0)
+                free = standard_normal((d_out, m, num_samples, n), mean, flow_generator)
+                xi = free + w * (zeta.permute(2, 0, 1).unsqueeze(1) - (w * free).sum(1, keepdim=True))
+                draws.append(torch.baddbmm(layer.gp.q_mu.unsqueeze(-1), layer.gp.q_sqrt_tril(),
+                                           xi.reshape(d_out, m, num_samples * n)))
+                if i != last:
+                    h = sample
         inducing, kl_closed, corr = self.posterior.push(self.layers, torch.cat(draws, 0))
         h = x
         for i, (layer, v) in enumerate(zip(self.layers, inducing)):
