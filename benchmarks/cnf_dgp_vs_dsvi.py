@@ -1,0 +1,75 @@
+"""Issue 20's scorecard: the `cnf-dgpL` rows of a bench results file against the `dgpL` rows of the same splits.
+
+    python benchmarks/cnf_dgp_vs_dsvi.py docs/results/cnf-dgp-v3/uci.jsonl [--markdown]
+
+Per depth L: splits where both rows exist; how often the flow's training ELBO is above DSVI's (win), equal to
+rounding (tie: |difference| <= 1e-9 of the bound, the flow kept at strength 0, i.e. exactly its DSVI base) or
+below (loss); the mean and largest ELBO gain per point; the mean difference of test log-likelihood (−NLL) and
+each model's average rank by test NLL over the splits (1 = better). Targets of the issue: >= 50 wins of 60 per
+depth, mean test log-likelihood no worse than DSVI's by more than 0.01, average rank no worse.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+
+
+def scorecard(rows):
+    by_key = defaultdict(dict)
+    for r in rows:
+        model = r["model"]
+        for prefix, name in (("cnf-dgp", "cnf"), ("dgp", "dsvi")):
+            if model.startswith(prefix) and model[len(prefix):].isdigit():
+                by_key[(int(model[len(prefix):]), r["dataset"], r["split"])][name] = r
+    out = {}
+    for depth in sorted({k[0] for k in by_key}):
+        pairs = [v for k, v in sorted(by_key.items()) if k[0] == depth and len(v) == 2]
+        if not pairs:
+            continue
+        wins = ties = losses = 0
+        gains, dll, rank_cnf, rank_dsvi, strengths = [], [], [], [], []
+        for p in pairs:
+            c, d = p["cnf"], p["dsvi"]
+            diff = c["train_elbo"] - d["train_elbo"]
+            tol = 1e-9 * abs(d["train_elbo"])
+            wins += diff > tol
+            ties += abs(diff) <= tol
+            losses += diff < -tol
+            gains.append(diff / c["n_train"])
+            dll.append(d["nll"] - c["nll"])
+            rank_cnf.append(1.0 if c["nll"] < d["nll"] else 2.0 if c["nll"] > d["nll"] else 1.5)
+            rank_dsvi.append(3.0 - rank_cnf[-1])
+            if c.get("flow_strength") is not None:
+                strengths.append(c["flow_strength"])
+        n = len(pairs)
+        out[depth] = {"splits": n, "wins": wins, "ties": ties, "losses": losses,
+                      "mean_gain_per_point": sum(gains) / n, "max_gain_per_point": max(gains),
+                      "mean_test_ll_difference": sum(dll) / n, "rank_cnf": sum(rank_cnf) / n,
+                      "rank_dsvi": sum(rank_dsvi) / n,
+                      "flow_kept": sum(s > 0 for s in strengths), "datasets": sorted({p["cnf"]["dataset"] for p in pairs})}
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("results")
+    p.add_argument("--markdown", action="store_true")
+    a = p.parse_args()
+    with open(a.results) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    card = scorecard(rows)
+    if not a.markdown:
+        print(json.dumps(card, indent=1))
+        return
+    print("| L | splits | wins / ties / losses (training ELBO) | flow kept (λ* > 0) | mean / max gain per point | "
+          "mean test LL cnf − DSVI | average rank cnf / DSVI |")
+    print("|---|---|---|---|---|---|---|")
+    for depth, c in card.items():
+        print(f"| {depth} | {c['splits']} | {c['wins']} / {c['ties']} / {c['losses']} | {c['flow_kept']} | "
+              f"{c['mean_gain_per_point']:+.5f} / {c['max_gain_per_point']:+.5f} | "
+              f"{c['mean_test_ll_difference']:+.4f} | {c['rank_cnf']:.2f} / {c['rank_dsvi']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
