@@ -8,7 +8,8 @@ Run from the repository root (one quick-preset fit per variant, one JSON line pe
 Every variant is the bench's `cnf-dgpL` quick fit (coupled draws, DSVI's gradient for the base, so the base is
 the `dgpL` fit of the same split bit for bit) with the estimator parameters of the variant changed. The row
 holds the training bound per point (standardised targets, 8 samples per point, common random numbers) at every
-flow strength λ that `select_flow_strength` tried (λ = 0 is the DSVI base) and the gain of the selected λ.
+flow strength λ that `select_flow_strength` tried (λ = 0 is the DSVI base), for the final flow and for the
+moving average of its iterates, and the gain of the selected (source, λ).
 """
 from __future__ import annotations
 
@@ -40,10 +41,12 @@ def main():
         start = time.perf_counter()
         est.fit(split.x_train, split.y_train)
         scores = est.flow_strength_
+        kept = scores if scores["source"] == "trained" else scores[scores["source"]]
         row = {"dataset": a.dataset, "layers": a.layers, "split": a.split, "variant": name, "params": params,
-               "seconds": time.perf_counter() - start, "selected": scores["selected"],
-               "gain_per_point": scores[scores["selected"]] - scores[0.0],
-               "bound_per_point": {str(k): v for k, v in scores.items() if k != "selected"}}
+               "seconds": time.perf_counter() - start, "selected": scores["selected"], "source": scores["source"],
+               "gain_per_point": kept[scores["selected"]] - scores[0.0],
+               "bound_per_point": {str(k): v for k, v in scores.items() if isinstance(k, float)},
+               "averaged_bound_per_point": {str(k): v for k, v in scores.get("averaged", {}).items()}}
         print(json.dumps(row), flush=True)
         with open(a.out, "a") as f:
             f.write(json.dumps(row) + "\n")

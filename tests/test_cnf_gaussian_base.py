@@ -188,6 +188,15 @@ def test_dsvi_base_gradient_follows_a_dsvi_fit_step_by_step_and_selection_keeps_
     assert f_value == pytest.approx(scores[chosen], rel=1e-12) and f_value >= d_value
     with pytest.raises(ValueError, match="Gaussian-base"):
         select_flow_strength(dsvi, x, y)
+    # alternatives (e.g. averaged iterates) compete with the trained values; the identity scores as λ = 0 does
+    zero = [torch.zeros_like(p) for p in flow.posterior.parameters()]
+    trained = [p.detach().clone() for p in flow.posterior.parameters()]
+    both = select_flow_strength(flow, x, y, num_samples=16, seed=2, alternatives={"zero": zero, "again": trained})
+    assert all(v == pytest.approx(both[0.0], rel=1e-12) for v in both["zero"].values())
+    assert both["again"] == {f: pytest.approx(both[f], rel=1e-12) for f in (0.0, 0.125, 0.25, 0.5, 1.0)}
+    assert both["source"] == "trained"  # "again" ties with the trained values everywhere: ties go to the trained
+    with pytest.raises(ValueError, match="alternatives"):
+        select_flow_strength(flow, x, y, alternatives={"bad": zero[:1]})
 
 
 def test_coupled_and_per_point_bounds_agree_and_coupling_cuts_the_gradient_noise():
@@ -415,7 +424,8 @@ def test_regressor_flow_posterior_never_ends_below_the_dsvi_fit():
     dsvi = DeepGPRegressor(**common).fit(X, y)
     flow = DeepGPRegressor(posterior="cnf", draws="coupled", base_gradient="dsvi", **common).fit(X, y)
     scores = flow.flow_strength_
-    assert scores["selected"] in scores and scores[scores["selected"]] >= scores[0.0]
+    kept = scores if scores["source"] == "trained" else scores[scores["source"]]
+    assert kept[scores["selected"]] >= scores[0.0] and set(scores["averaged"]) == {0.0, 0.125, 0.25, 0.5, 1.0}
     for a, b in zip(dsvi.model_.layers.parameters(), flow.model_.layers.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)  # the base is the DSVI fit, bit for bit
     assert flow.elbo(X, y) >= dsvi.elbo(X, y) - 1e-9 * abs(dsvi.elbo(X, y))

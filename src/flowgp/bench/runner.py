@@ -114,6 +114,7 @@ def fit_and_score(est, split, task: str = "regression") -> dict:
     strength = getattr(est, "flow_strength_", None)
     if isinstance(strength, dict):
         row["flow_strength"] = float(strength["selected"])
+        row["flow_source"] = strength.get("source", "trained")
     return row
 
 

@@ -870,7 +870,7 @@ def warm_start_from_gaussian(model: DeepGP, gaussian_model: DeepGP) -> DeepGP:
 
 def select_flow_strength(model: DeepGP, x: torch.Tensor, y: torch.Tensor,
                          fractions: Sequence[float] = (0.0, 0.125, 0.25, 0.5, 1.0), num_samples: int = 8,
-                         seed: int = 0, max_rows: int = 4096) -> dict:
+                         seed: int = 0, max_rows: int = 4096, alternatives: dict | None = None) -> dict:
     """Scale a trained Gaussian-base flow toward the identity where that raises the bound: θ ← λ*·θ.
 
     Every parameter of `GaussianConvolutionalFlowPosterior` is 0 at the identity (LU factors, log-scales,
@@ -882,26 +882,47 @@ def select_flow_strength(model: DeepGP, x: torch.Tensor, y: torch.Tensor,
     family contains the simpler one, and the selection keeps the containment when the flow's training has not
     paid off, e.g. where the flow's gradient noise outweighs what a non-Gaussian q(U) can gain).
 
-    Returns {λ: bound estimate (per row)} with the key "selected": λ*. The model is left at λ*.
+    `alternatives` ({name: parameter values in the order of `model.posterior.parameters()`}, e.g. averaged
+    iterates) are scaled and scored the same way and compete with the trained values.
+
+    Returns {λ: bound estimate per row of the trained flow, name: {λ: estimate} per alternative, "selected": λ*,
+    "source": "trained" or the alternative's name}. The model is left at λ*·θ of the selected source.
     """
     if not getattr(model.posterior, "gaussian_base", False):
         raise ValueError("select_flow_strength needs a Gaussian-base flow posterior (posterior='cnf')")
     fractions = sorted({float(f) for f in fractions} | {0.0})
     if any(not 0.0 <= f <= 1.0 for f in fractions):
         raise ValueError(f"fractions must lie in [0, 1], got {fractions}")
+    params = list(model.posterior.parameters())
+    sources = {"trained": [p.detach().clone() for p in params]}
+    for name, values in (alternatives or {}).items():
+        values = [torch.as_tensor(v) for v in values]
+        if name in ("trained", "selected", "source") or [tuple(v.shape) for v in values] != \
+                [tuple(p.shape) for p in params]:
+            raise ValueError(f"alternatives[{name!r}] must be a new name with one value per flow parameter, "
+                             f"shaped like model.posterior.parameters()")
+        sources[name] = values
     x, y = model.validate(x, y)
     if x.shape[0] > max_rows:
         rows = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(int(seed)))[:max_rows]
         x, y = x[rows.to(x.device)], y[rows.to(y.device)]
-    trained = [p.detach().clone() for p in model.posterior.parameters()]
-    scores = {}
+    scores = {name: {} for name in sources}
     with torch.no_grad():
-        for f in fractions:
-            for p, t in zip(model.posterior.parameters(), trained):
+        def score(values, f):
+            for p, t in zip(params, values):
                 p.copy_(f * t)
             gen = torch.Generator(device=x.device).manual_seed(int(seed))
-            scores[f] = float(model.elbo(x, y, num_data=x.shape[0], num_samples=num_samples, generator=gen)) / x.shape[0]
-        best = max(fractions, key=lambda f: (scores[f], -f))  # ties go to the smaller flow
-        for p, t in zip(model.posterior.parameters(), trained):
+            return float(model.elbo(x, y, num_data=x.shape[0], num_samples=num_samples, generator=gen)) / x.shape[0]
+
+        base = score(sources["trained"], 0.0)  # λ = 0 is the same model for every source
+        for name, values in sources.items():
+            scores[name] = {f: base if f == 0.0 else score(values, f) for f in fractions}
+        # the best (source, λ); ties go to the smaller flow and to the trained values
+        order = list(sources)
+        best_name, best = max(((n, f) for n in order for f in fractions),
+                              key=lambda c: (scores[c[0]][c[1]], -c[1], -order.index(c[0])))
+        for p, t in zip(params, sources[best_name]):
             p.copy_(best * t)
-    return {**scores, "selected": best}
+    out = dict(scores.pop("trained"))
+    out.update(scores)
+    return {**out, "selected": best, "source": best_name if best > 0 else "trained"}
