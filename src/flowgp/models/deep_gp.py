@@ -480,7 +480,7 @@ class DeepGP(nn.Module):
         x, y = self.validate(x, y)
         num_samples = self.num_samples if num_samples is None else _positive_int(num_samples, "num_samples")
         if self.draws == "coupled" and self.base_gradient == "dsvi" and torch.is_grad_enabled():
-            return self._dsvi_plus_flow_elbo(x, y, num_data, num_samples, generator)
+            return self._dsvi_plus_flow_elbo(x, y, num_data, num_samples, generator, batch_rows)
         if self.posterior is not None and self.draws in ("per-point", "coupled"):
             return self._per_point_elbo(x, y, num_data, num_samples, generator)
         vs, kl = self.sample_inducing(num_samples, generator)
@@ -522,7 +522,7 @@ class DeepGP(nn.Module):
         kl = kl_closed + corr_sum / (num_samples * x.shape[0])
         return minibatch_bound((ell_sum + change_sum) / num_samples, [kl], num_data, x.shape[0])
 
-    def _dsvi_plus_flow_elbo(self, x, y, num_data, num_samples, generator):
+    def _dsvi_plus_flow_elbo(self, x, y, num_data, num_samples, generator, batch_rows=None):
         """The coupled bound for training with base_gradient="dsvi": its value, DSVI's gradient for every parameter
         but the flow's.
 
@@ -534,10 +534,11 @@ class DeepGP(nn.Module):
         get DSVI's gradient, whose noise does not grow as T leaves the identity.
         """
         replay = generator_copy(generator, x.device)
-        chain = self.propagate(x, num_samples, generator)
+        chain = self.propagate(x, num_samples, generator, batch_rows=batch_rows)
         ell = self.pointwise_expected_log_likelihood(y, chain[-1][1], chain[-1][2]).mean(0)
         dsvi = minibatch_bound(ell, [sum(layer.kl_divergence() for layer in self.layers)], num_data, x.shape[0])
-        _, change, _, corr = self._coupled_terms(x, y, *self._chain_noise(x, num_samples, replay), chain=chain)
+        _, change, _, corr = self._coupled_terms(x, y, *self._chain_noise(x, num_samples, replay, batch_rows),
+                                                 chain=chain)
         delta = minibatch_bound(change / num_samples, [corr.sum() / (num_samples * x.shape[0])], num_data,
                                 x.shape[0])
         flow = [p for p in self.posterior.parameters() if p.requires_grad]
@@ -548,18 +549,20 @@ class DeepGP(nn.Module):
         link = sum(((g * p).sum() for g, p in zip(grads, flow) if g is not None), delta.new_zeros(()))
         return dsvi + delta.detach() + (link - link.detach())
 
-    def _chain_noise(self, x, num_samples, generator):
+    def _chain_noise(self, x, num_samples, generator, batch_rows=None):
         """(DSVI's ε per layer [S, N, d_ℓ], the coupling's generator) for the coupled bound.
 
         The ε are drawn as DSVI's own `propagate` draws them (same shapes, order and dtype), so that at the
         identity flow the estimate equals the DSVI model's for the same generator state. The coupling's own
         draws (η, the free part of ξ) come from a generator derived from `generator`'s state, which they leave
         untouched: the DSVI part then consumes exactly a DSVI model's random numbers, step after step, so that
-        with base_gradient="dsvi" the shared parameters follow a DSVI fit's trajectory.
+        with base_gradient="dsvi" the shared parameters follow a DSVI fit's trajectory. `batch_rows`: as in
+        `GPLayer.forward` (rows of a global batch split over processes; the DSVI part's draws then do not depend
+        on the split, the coupling's own draws do).
         """
         dtype = self.layers[0].gp.q_mu.dtype
-        noise = [torch.randn((num_samples, x.shape[0], layer.output_dim), dtype=dtype, device=x.device,
-                             generator=generator) for layer in self.layers]
+        noise = [draw_rows(lambda shape: torch.randn(shape, dtype=dtype, device=x.device, generator=generator),
+                           (num_samples, x.shape[0], layer.output_dim), batch_rows) for layer in self.layers]
         return noise, derived_generator(generator, x.device)
 
     def _coupled_terms(self, x, y, chain_noise, flow_generator, chain=None):
