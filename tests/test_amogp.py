@@ -204,7 +204,7 @@ def test_warping_layer_moments_match_monte_carlo(float64_default):
     post = model._posteriors()
     m, v, out = torch.tensor([0.3, -0.5, 1.0]), torch.tensor([0.2, 0.5, 0.1]), torch.tensor([0, 1, 1])
     with torch.no_grad():
-        mean, var, _ = model._warping_layer(post, m, v, out)
+        mean, var, _ = model._warping_layer(post, m, v, out, random_input=True)
         f = m + v.sqrt() * torch.randn(100_000, 3, generator=g)
         _, _, kinv, chol = post["g"]
         beta = model.warp.sample_beta(chol, 100_000, g)[:, out]
@@ -532,7 +532,7 @@ def test_latent_layer_grouped_contract_equals_materialised_psi2(float64_default,
     out = torch.tensor([0, 2, 1, 1, 0, 2])
     mean = torch.randn(6, generator=gen)
     var = 0.3 * torch.rand(6, generator=gen)
-    m, v, pc = model._latent_layer(post, mean, var, out)
+    m, v, pc = model._latent_layer(post, mean, var, out, random_input=True)
     stats = cp_psi_statistics(model.kernel, mean[:, None], var[:, None], out, model.latent.z[0], model.latent_output)
     alpha, cov, kinv, _ = post["f"]
     w = alpha[0][:, None] * alpha[0][None, :] + cov[0] - kinv[0]
@@ -559,7 +559,7 @@ def test_latent_inducing_layer_equals_materialised_psi_statistics(float64_defaul
     out = torch.tensor([0, 2, 1, 1, 0, 2])
     mean = torch.randn(6, generator=gen)
     var = 0.3 * torch.rand(6, generator=gen)
-    m, v, pc = model._latent_layer(post, mean, var, out)
+    m, v, pc = model._latent_layer(post, mean, var, out, random_input=True)
     amp, lsq = model.kernel.inducing_parameters(out, model.inducing_lengthscale)  # [R, N], [R, N, 1]
     amp = amp.T.repeat_interleave(5, 1)  # [N, R·M]
     lsq = lsq.transpose(0, 1).repeat_interleave(5, 1)  # [N, R·M, 1]

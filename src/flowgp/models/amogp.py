@@ -280,7 +280,8 @@ class AMOGP(nn.Module):
             raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() != 2 or x.shape[1] != 1:
             raise ValueError(f"x must have shape [N, 1] (AMO-GP takes 1-D inputs), got {tuple(x.shape)}")
-        if not torch.isfinite(x).all():
+        compiling = torch.compiler.is_compiling()  # data-dependent checks are the eager path's (flowgp.compiled)
+        if not compiling and not torch.isfinite(x).all():
             raise ValueError("x contains NaN or inf; drop or impute those rows first")
         out = check_output_index(out, x.shape[0], self.num_outputs)
         if y is None:
@@ -291,7 +292,7 @@ class AMOGP(nn.Module):
             y = y[:, 0]
         if y.dim() != 1 or y.shape[0] != x.shape[0]:
             raise ValueError(f"y must have shape [{x.shape[0]}] to match x, got {tuple(y.shape)}")
-        if not torch.isfinite(y).all():
+        if not compiling and not torch.isfinite(y).all():
             raise ValueError("y contains NaN or inf; drop or impute those rows first")
         return x, out, y
 
@@ -359,13 +360,14 @@ class AMOGP(nn.Module):
         phi_w = torch.einsum("bm,bmk,bk->b", psi1, _weight(*post["a"][:3])[out], psi1)
         return _layer_moments(var[out], psi1, phi_w, alpha[out], cov[out], in_mean=x[:, 0])
 
-    def _latent_layer(self, post, mean, var, out):
-        """Moments of f̂ under q(a_n) = N(mean, var) with the CP Ψ-statistics (A.3)."""
+    def _latent_layer(self, post, mean, var, out, random_input: bool):
+        """Moments of f̂ under q(a_n) = N(mean, var) with the CP Ψ-statistics (A.3); `random_input` False: var is 0
+        (a deterministic input, Φ_n = Ψ_nᵀΨ_n)."""
         alpha, cov, kinv = self._cp_posterior(post)
         groups = self._cp_groups(out)
         psi1 = self._cp_psi1(mean, var, groups)
         w = _weight(alpha, cov, kinv)
-        if not bool(torch.any(var > 0)):
+        if not random_input:
             phi_w = torch.einsum("bm,mk,bk->b", psi1, w, psi1)
         else:
             # inducing inputs in groups with one prefactor and lengthscale each, so tr(Φ_n W) is evaluated
@@ -378,7 +380,7 @@ class AMOGP(nn.Module):
         psi0 = self.kernel.variance.sum(-1)[out]
         return _layer_moments(psi0, psi1, phi_w, alpha, cov)
 
-    def _warping_layer(self, post, mean, var, out):
+    def _warping_layer(self, post, mean, var, out, random_input: bool):
         """Moments of ĝ(f) + f under q(f_n) = N(mean, var) with SE Ψ-statistics and Ξ for the identity mean.
 
         Every output's warping GP has one lengthscale, so eq. 25 with A = B = λ_d reads
@@ -399,7 +401,6 @@ class AMOGP(nn.Module):
         e = torch.exp(-(mean[:, None, None] - centre[out]).square() / (2.0 * cv)[:, None, None])  # [B, M, M]
         phi_w = torch.sqrt(c / cv) * torch.einsum("bij,bij->b", e, folded[out])
         psi1, xi = _per_point_psi(mean, self.warp.z[out], wvar[out], wls[out], var=var, with_mean=True)
-        random_input = bool(torch.any(var > 0))
         return _layer_moments(wvar[out], psi1, phi_w, alpha[out], cov[out], in_mean=mean, in_var=var,
                               xi=xi if random_input else None)
 
@@ -417,7 +418,8 @@ class AMOGP(nn.Module):
         else:
             a_mean, a_var = x[:, 0], torch.zeros_like(x[:, 0])
             layers["a"] = (a_mean, a_var)
-        m, v, pc = self._latent_layer(post, a_mean, a_var, out)
+        # with an alignment layer the CP input is random (its variance includes σ²_a > 0)
+        m, v, pc = self._latent_layer(post, a_mean, a_var, out, random_input=self.alignment)
         layers["f"] = (m, v)
         if not self.warping:
             layers["g"] = (m, v)
@@ -426,7 +428,7 @@ class AMOGP(nn.Module):
         penalty = penalty + (v - pc) / (2.0 * s2)
         f_mean, f_var = m, (v if exact else pc) + s2
         layers["f_input"] = (f_mean, f_var)
-        layers["g"] = self._warping_layer(post, f_mean, f_var, out)[:2]
+        layers["g"] = self._warping_layer(post, f_mean, f_var, out, random_input=True)[:2]  # σ²_f > 0
         return layers, penalty
 
     # ----- bound ---------------------------------------------------------------------------------------
@@ -484,7 +486,7 @@ class AMOGP(nn.Module):
         """q(f̂_d(a)) at deterministic CP inputs a [N, 1]: (mean, var) [N]."""
         out = torch.full((a.shape[0],), int(d), dtype=torch.long, device=a.device)
         a, out = self.validate(a, out)
-        return self._latent_layer(self._posteriors(), a[:, 0], torch.zeros_like(a[:, 0]), out)[:2]
+        return self._latent_layer(self._posteriors(), a[:, 0], torch.zeros_like(a[:, 0]), out, random_input=False)[:2]
 
     def warping_function(self, f, d: int):
         """q(ĝ_d(f)) at deterministic warping inputs f [N, 1]: (mean, var) [N] (identity when warping=False)."""
@@ -492,7 +494,8 @@ class AMOGP(nn.Module):
         f, out = self.validate(f, out)
         if not self.warping:
             return f[:, 0], torch.zeros_like(f[:, 0])
-        return self._warping_layer(self._posteriors(), f[:, 0], torch.zeros_like(f[:, 0]), out)[:2]
+        return self._warping_layer(self._posteriors(), f[:, 0], torch.zeros_like(f[:, 0]), out,
+                                   random_input=False)[:2]
 
     def sample(self, x, output, num_samples: int = 100, generator=None, common_noise: bool = False):
         """Samples through the hierarchy (u ~ q(u) per sample, then each layer's conditional at the sampled
