@@ -457,3 +457,23 @@ def test_coupled_evaluation_in_chunks_uses_dsvis_random_numbers(monkeypatch):
         d = dsvi.elbo(x, y, num_samples=10, generator=torch.Generator().manual_seed(8))
         f = flow.elbo(x, y, num_samples=10, generator=torch.Generator().manual_seed(8))
     torch.testing.assert_close(f, d, rtol=1e-12, atol=1e-10)
+
+
+def test_identity_flow_predicts_through_dsvis_marginals():
+    """A flow kept at strength 0 is exactly its Gaussian base: its predictions then integrate U per layer as DSVI
+    does (the same distribution, the lower-variance estimator), so they equal the DSVI model's for the same
+    generator state; any non-zero flow parameter switches back to sampling U."""
+    x, y = _toy()
+    dsvi = build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1)
+    _perturb_gaussian_q(dsvi)
+    flow = warm_start_from_gaussian(build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf"), dsvi)
+    assert flow.posterior.is_identity()
+    with torch.no_grad():
+        d = dsvi.log_predictive_density(x, y, num_samples=20, generator=torch.Generator().manual_seed(3))
+        f = flow.log_predictive_density(x, y, num_samples=20, generator=torch.Generator().manual_seed(3))
+        torch.testing.assert_close(f, d, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(flow.predict(x, 20, torch.Generator().manual_seed(4)),
+                                   dsvi.predict(x, 20, torch.Generator().manual_seed(4)), rtol=1e-12, atol=1e-12)
+        flow.posterior.elementwise[0].a[0, 0, 0] = 1e-3
+    assert not flow.posterior.is_identity()
+    assert flow.sample_inducing(3, torch.Generator().manual_seed(0))[0] is not None

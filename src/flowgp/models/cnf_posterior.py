@@ -417,6 +417,12 @@ class GaussianConvolutionalFlowPosterior(nn.Module):
         self.elementwise = nn.ModuleList([SinhArcsinhStep(shape, dtype) for _ in range(num_steps)]) \
             if nonlinear else nn.ModuleList()
 
+    def is_identity(self) -> bool:
+        """Whether every step is exactly the identity (all parameters 0 and the LU signs +1), so q(U) is the base."""
+        with torch.no_grad():
+            return all(bool((lin.sign > 0).all()) for lin in self.linear) and \
+                not any(bool(p.any()) for p in self.parameters())
+
     def gaussian_kl(self, layers: Sequence[nn.Module]) -> torch.Tensor:
         """KL[q(V) || N(0, I)] of the Gaussian base in closed form (TGP appendix eq. 9), summed over layers."""
         return sum(layer.kl_divergence() for layer in layers)

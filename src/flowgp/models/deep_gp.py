@@ -400,6 +400,10 @@ class DeepGP(nn.Module):
         if self.posterior is None:
             return None, sum(layer.kl_divergence() for layer in self.layers)
         if getattr(self.posterior, "gaussian_base", False):
+            if self.posterior.is_identity():
+                # q(U) is exactly the Gaussian base (e.g. a flow kept at strength 0): integrate U per layer as
+                # DSVI does, the same distribution with the lower-variance estimator (draws nothing for U)
+                return None, self.posterior.gaussian_kl(self.layers)
             return self.posterior.sample(num_samples, self.layers, generator=generator)
         z = [layer.gp.inducing_points for layer in self.layers]
         vs, log_q = self.posterior.sample(num_samples, z, generator=generator)
