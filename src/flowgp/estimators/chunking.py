@@ -34,7 +34,12 @@ def inducing_row_elements(model) -> int:
     """Floats one row (one sample) of a prediction holds for the projections onto every layer's inducing inputs:
     the sum of M + D over the model's `inducing_points` parameters [..., M, D] (at least 1)."""
     shapes = [p.shape for name, p in model.named_parameters() if name.endswith("inducing_points")]
-    return sum(shape[-2] + shape[-1] for shape in shapes) if shapes else 1
+    total = sum(shape[-2] + shape[-1] for shape in shapes) if shapes else 1
+    if getattr(getattr(model, "posterior", None), "gaussian_base", False):
+        # a Gaussian-base flow predicts with coupled draws of U per point (DeepGP.predict_components): Rᵀa, ξ and
+        # V of every layer per row and sample
+        total += 3 * sum(layer.output_dim * layer.num_inducing for layer in model.layers)
+    return total
 
 
 def map_row_chunks(function: Callable, tensors: Sequence[torch.Tensor], rows: int, dim: int = 0):

@@ -553,7 +553,7 @@ class DeepGP(nn.Module):
         link = sum(((g * p).sum() for g, p in zip(grads, flow) if g is not None), delta.new_zeros(()))
         return dsvi + delta.detach() + (link - link.detach())
 
-    def _chain_noise(self, x, num_samples, generator, batch_rows=None):
+    def _chain_noise(self, x, num_samples, generator, batch_rows=None, common_noise: bool = False):
         """(DSVI's ε per layer [S, N, d_ℓ], the coupling's generator) for the coupled bound.
 
         The ε are drawn as DSVI's own `propagate` draws them (same shapes, order and dtype), so that at the
@@ -562,16 +562,30 @@ class DeepGP(nn.Module):
         untouched: the DSVI part then consumes exactly a DSVI model's random numbers, step after step, so that
         with base_gradient="dsvi" the shared parameters follow a DSVI fit's trajectory. `batch_rows`: as in
         `GPLayer.forward` (rows of a global batch split over processes; the DSVI part's draws then do not depend
-        on the split, the coupling's own draws do).
+        on the split, the coupling's own draws do). `common_noise`: one ε per sample and output for all points
+        ([S, 1, d_ℓ]), as `propagate(common_noise=True)` draws them.
         """
         dtype = self.layers[0].gp.q_mu.dtype
+        rows = 1 if common_noise else x.shape[0]
         noise = [draw_rows(lambda shape: torch.randn(shape, dtype=dtype, device=x.device, generator=generator),
-                           (num_samples, x.shape[0], layer.output_dim), batch_rows) for layer in self.layers]
+                           (num_samples, rows, layer.output_dim), None if common_noise else batch_rows)
+                 for layer in self.layers]
         return noise, derived_generator(generator, x.device)
 
     def _coupled_terms(self, x, y, chain_noise, flow_generator, chain=None):
         """Σ_s of DSVI's estimate of E[log p(y_n | f_L)] per point, Σ_s of the flow's change of it per point, the
         Gaussian KL and c(V) per draw (draws="coupled"); the coupled estimate is the sum of the first two.
+        The draws are `_coupled_parts`'s; DSVI's part is None when `chain` is given (see there).
+        """
+        dsvi_last, base_last, flow_last, kl_closed, corr = self._coupled_parts(x, chain_noise, flow_generator, chain)
+        ell = None if dsvi_last is None else self.pointwise_expected_log_likelihood(y, *dsvi_last).sum(0)
+        change = (self.pointwise_expected_log_likelihood(y, *flow_last)
+                  - self.pointwise_expected_log_likelihood(y, *base_last)).sum(0)
+        return ell, change, kl_closed, corr
+
+    def _coupled_parts(self, x, chain_noise, flow_generator, chain=None, common_noise: bool = False):
+        """The last layer's marginals on the coupled draws: DSVI's (mean, var) (None when `chain` is given), the
+        base draw's and the flow's, each [S, N, d_L], with the Gaussian KL and c(V) per draw.
 
         DSVI's chain runs on every point: at layer ℓ, f = μ + σ ε with σ² = k̃ + s², s = |Rᵀa| (U integrated
         out), the last layer's expectation in closed form: ℓ_DSVI(n). Each point's base draw of layer ℓ is then
@@ -587,7 +601,8 @@ class DeepGP(nn.Module):
 
         `chain_noise`, `flow_generator`: from `_chain_noise` (S = the ε's first axis). `chain`: DSVI's
         [(sample, mean, var)] per layer computed with those ε: its samples are the layers' inputs, and DSVI's
-        part (the first value returned) is not computed again (None is returned for it).
+        part is not computed again. `common_noise`: the coupling's own draws (η, the free part of ξ) are shared
+        by the points too (with ε of shape [S, 1, d]), so a point's draws do not depend on the other points.
         """
         n, last = x.shape[0], len(self.layers) - 1
         num_samples = chain_noise[0].shape[0]
@@ -604,12 +619,12 @@ class DeepGP(nn.Module):
                 rta = rta.reshape(d_out, m, num_samples, n)
                 s2 = rta.square().sum(1).permute(1, 2, 0)  # [S, N, d]
                 if i == last:
-                    ell = None if chain is not None else self.pointwise_expected_log_likelihood(y, mean, kt + s2).sum(0)
+                    dsvi_last = None if chain is not None else (mean, kt + s2)
                 else:
                     eps, sd = chain_noise[i], (kt + s2).sqrt()
                     sample = mean + sd * eps if chain is None else chain[i][0]
                 s_ = s2.clamp_min(torch.finfo(s2.dtype).tiny).sqrt()
-                eta = standard_normal(mean.shape, mean, flow_generator)
+                eta = standard_normal(mean.shape[:-2] + (1 if common_noise else n, d_out), mean, flow_generator)
                 if i == last:
                     zeta = eta  # the last layer is integrated in closed form: its draw needs no coupling noise
                     base_mean, base_var = mean + s_ * zeta, kt
@@ -618,7 +633,7 @@ class DeepGP(nn.Module):
                     zeta = (s_ * eps + skt * eta) / sd
                     flow_noise.append((skt * eps - s_ * eta) / sd)
                 w = rta / s_.permute(2, 0, 1).unsqueeze(1)  # [d, M, S, N] unit vectors (0 where Rᵀa = 0)
-                free = standard_normal((d_out, m, num_samples, n), mean, flow_generator)
+                free = standard_normal((d_out, m, num_samples, 1 if common_noise else n), mean, flow_generator)
                 xi = free + w * (zeta.permute(2, 0, 1).unsqueeze(1) - (w * free).sum(1, keepdim=True))
                 draws.append(torch.baddbmm(layer.gp.q_mu.unsqueeze(-1), layer.gp.q_sqrt_tril(),
                                            xi.reshape(d_out, m, num_samples * n)))
@@ -630,9 +645,7 @@ class DeepGP(nn.Module):
             mean_f, kt_f = layer.conditional_per_point(h, v)
             if i != last:
                 h = mean_f + kt_f.sqrt() * flow_noise[i]
-        change = (self.pointwise_expected_log_likelihood(y, mean_f, kt_f)
-                  - self.pointwise_expected_log_likelihood(y, base_mean, base_var)).sum(0)
-        return ell, change, kl_closed, corr
+        return dsvi_last, (base_mean, base_var), (mean_f, kt_f), kl_closed, corr
 
     # ----- prediction --------------------------------------------------------------------------------
     def predict_f_samples(self, x: torch.Tensor, num_samples: int = 100, generator=None, common_noise: bool = False):
@@ -644,26 +657,62 @@ class DeepGP(nn.Module):
         _, mean, var = self.propagate(x, num_samples, generator, vs, common_noise)[-1]
         return mean, var
 
+    def predict_components(self, x: torch.Tensor, num_samples: int = 100, generator=None,
+                           common_noise: bool = False):
+        """q(f_L(x*)) as a weighted Gaussian mixture: (mean, var [C, N, L], weights [C] summing to 1).
+
+        Usually the S samples of `predict_f_samples` with weights 1/S. For a Gaussian-base flow away from the
+        identity the weights are signed (a control variate): the S components of DSVI's estimate under the
+        base (U integrated per layer), plus the flow's last-layer conditionals on S coupled draws of U per point
+        (`_coupled_parts`), minus the base's conditionals on the same draws, each 1/S. Both added terms have the
+        same expectation under the base, so the estimate is unbiased for the flow's predictive; its noise is
+        DSVI's plus what the flow changes, where the flow's samples alone (U shared by the points, each
+        component a conditional given U) put a mixture of narrow conditionals whose log-density estimate is
+        biased low. At the identity the last two terms cancel draw by draw.
+        """
+        x = self.validate(x)
+        posterior = self.posterior
+        if not getattr(posterior, "gaussian_base", False) or posterior.is_identity():
+            mean, var = self.predict_f_samples(x, num_samples, generator, common_noise)
+            return mean, var, mean.new_full((mean.shape[0],), 1.0 / mean.shape[0])
+        num_samples = _positive_int(num_samples, "num_samples")
+        replay = generator_copy(generator, x.device)
+        chain = self.propagate(x, num_samples, generator, common_noise=common_noise)
+        noise, flow_generator = self._chain_noise(x, num_samples, replay, common_noise=common_noise)
+        _, base, flow, _, _ = self._coupled_parts(x, noise, flow_generator, chain=chain, common_noise=common_noise)
+        mean = torch.cat([chain[-1][1], flow[0], base[0]])
+        var = torch.cat([chain[-1][2], flow[1], base[1]])
+        weights = mean.new_full((3 * num_samples,), 1.0 / num_samples)
+        weights[2 * num_samples:] = -1.0 / num_samples
+        return mean, var, weights
+
     def predict_f(self, x: torch.Tensor, num_samples: int = 100, generator=None):
-        """Mean and variance of the S-component Gaussian mixture q(f_L(x*)), each [N, L]."""
-        mean, var = self.predict_f_samples(x, num_samples, generator)
-        return _mixture_moments(mean, var)
+        """Mean and variance of q(f_L(x*)) (the mixture of `predict_components`), each [N, L]."""
+        return _mixture_moments(*self.predict_components(x, num_samples, generator))
 
     def predict(self, x: torch.Tensor, num_samples: int = 100, generator=None, common_noise: bool = False):
-        """Predictive mean and variance of y* (noise included) under the mixture over S samples, [N, L]."""
-        mean, var = self.predict_f_samples(x, num_samples, generator, common_noise)
+        """Predictive mean and variance of y* (noise included) under the mixture of `predict_components`, [N, L]."""
+        mean, var, weights = self.predict_components(x, num_samples, generator, common_noise)
         if not hasattr(self.likelihood, "predictive_moments"):
             raise TypeError(f"{type(self.likelihood).__name__} has no predictive_moments; use predict_f")
-        return _mixture_moments(*self.likelihood.predictive_moments(mean, var))
+        return _mixture_moments(*self.likelihood.predictive_moments(mean, var), weights)
 
     def log_predictive_density(self, x: torch.Tensor, y: torch.Tensor, num_samples: int = 100, generator=None,
                                common_noise: bool = False):
-        """log p(y* | x*) ≈ log (1/S) Σ_s p(y* | q_s(f_L)) by log-sum-exp over the S samples, [N, L] (or [N])."""
+        """log p(y* | x*) ≈ log Σ_c w_c p(y* | component c), [N, L] (or [N]): the S samples' log-mean-exp, or
+        the signed control variate of `predict_components` (where its estimate is not positive, a point falls
+        back to the flow's own components)."""
         x, y = self.validate(x, y)
-        vs, _ = self.sample_inducing(num_samples, generator)
-        _, mean, var = self.propagate(x, num_samples, generator, vs, common_noise)[-1]
+        mean, var, weights = self.predict_components(x, num_samples, generator, common_noise)
         lpd = self.likelihood.predictive_log_density(_match_labels(y, mean), mean, var, self.predict_quadrature_points)
-        return torch.logsumexp(lpd, dim=0) - math.log(lpd.shape[0])
+        if bool((weights > 0).all()):
+            return torch.logsumexp(lpd + weights.log().reshape((-1,) + (1,) * (lpd.dim() - 1)), dim=0)
+        top = lpd.amax(0)
+        scaled = (lpd - top).exp() * weights.reshape((-1,) + (1,) * (lpd.dim() - 1))
+        total = scaled.sum(0)
+        s = weights.shape[0] // 3
+        flow_only = torch.logsumexp(lpd[s:2 * s], dim=0) - math.log(s)
+        return torch.where(total > 0, top + total.clamp_min(torch.finfo(total.dtype).tiny).log(), flow_only)
 
     def predict_quantiles(self, x: torch.Tensor, probs, num_samples: int = 100, generator=None,
                           iterations: int = 80, common_noise: bool = False) -> torch.Tensor:
@@ -701,10 +750,15 @@ def _match_labels(y: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
     return y
 
 
-def _mixture_moments(mean: torch.Tensor, var: torch.Tensor):
-    """Mean and variance of an equal-weight mixture over dim 0: E[m], E[v + m²] - E[m]²."""
-    first = mean.mean(0)
-    return first, ((var + mean.square()).mean(0) - first.square()).clamp_min(0)
+def _mixture_moments(mean: torch.Tensor, var: torch.Tensor, weights: torch.Tensor | None = None):
+    """Mean and variance of a mixture over dim 0 (equal weights, or `weights` [C] summing to 1, possibly signed):
+    E[m], E[v + m²] - E[m]²."""
+    if weights is None:
+        first = mean.mean(0)
+        return first, ((var + mean.square()).mean(0) - first.square()).clamp_min(0)
+    w = weights.reshape((-1,) + (1,) * (mean.dim() - 1))
+    first = (w * mean).sum(0)
+    return first, ((w * (var + mean.square())).sum(0) - first.square()).clamp_min(0)
 
 
 def build_deep_gp(
