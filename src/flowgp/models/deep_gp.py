@@ -664,11 +664,12 @@ class DeepGP(nn.Module):
         Usually the S samples of `predict_f_samples` with weights 1/S. For a Gaussian-base flow away from the
         identity the weights are signed (a control variate): the S components of DSVI's estimate under the
         base (U integrated per layer), plus the flow's last-layer conditionals on S coupled draws of U per point
-        (`_coupled_parts`), minus the base's conditionals on the same draws, each 1/S. Both added terms have the
-        same expectation under the base, so the estimate is unbiased for the flow's predictive; its noise is
-        DSVI's plus what the flow changes, where the flow's samples alone (U shared by the points, each
-        component a conditional given U) put a mixture of narrow conditionals whose log-density estimate is
-        biased low. At the identity the last two terms cancel draw by draw.
+        (`_coupled_parts`), minus the base's conditionals on the same draws, each 1/S. The DSVI term and the base
+        term have the same expectation (the base's predictive) and the flow term's is the flow's, so the
+        estimate is unbiased for the flow's predictive; its noise is DSVI's plus what the flow changes. The
+        flow's samples alone (U shared by the points, each component a conditional given U) give a mixture of
+        narrow conditionals whose log-density estimate is biased low. At the identity the last two terms cancel
+        draw by draw.
         """
         x = self.validate(x)
         posterior = self.posterior
