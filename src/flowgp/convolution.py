@@ -54,8 +54,6 @@ def check_output_index(output, num_points: int, num_outputs: int, name: str = "o
         raise TypeError(f"{name} must be a torch.Tensor of output indices, got {type(output).__name__}")
     if output.dim() != 1 or output.shape[0] != num_points:
         raise ValueError(f"{name} must have shape [{num_points}] (one output index per row), got {tuple(output.shape)}")
-    if torch.compiler.is_compiling():  # data-dependent checks are the eager path's (flowgp.compiled)
-        return output.long()
     if output.dtype.is_floating_point:
         if not torch.all(output == output.round()):
             raise ValueError(f"{name} must hold integer output indices, got non-integer values")

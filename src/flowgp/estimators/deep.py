@@ -149,14 +149,14 @@ class _DeepMixin:
             warm_start_from_gaussian(self.model_, dsvi)
             fix_noise = 0.0 if fix_noise * self.epochs <= warm_epochs else \
                 (fix_noise * self.epochs - warm_epochs) / (self.epochs - warm_epochs)
-        average = _FlowAverage(self.model_.posterior.parameters()) \
-            if self.posterior == "cnf" and self.flow_selection else None
+        select = self.posterior == "cnf" and self.flow_selection
+        average = _FlowAverage(self.model_.posterior.parameters()) if select else None
         history += list(train(self.model_, **self._train_data(xt, yt, sampler), epochs=self.epochs - warm_epochs,
                               lr=self.lr, optimizer=self._optimizer(), callback=average,
                               fix_noise_fraction=fix_noise, seed=self.seed, verbose=self.verbose,
                               compile=self.compile, desc=type(self).__name__, checkpoint_path=self.checkpoint_path()))
         self.history_ = history
-        if self.posterior == "cnf" and self.flow_selection:
+        if select:
             # the richer family must not end below its own Gaussian base: the flow is kept at the strength
             # (0 = the DSVI posterior) whose training bound is highest
             self.flow_strength_ = select_flow_strength(self.model_, xt, yt, seed=self.seed,

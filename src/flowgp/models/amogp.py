@@ -280,8 +280,7 @@ class AMOGP(nn.Module):
             raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() != 2 or x.shape[1] != 1:
             raise ValueError(f"x must have shape [N, 1] (AMO-GP takes 1-D inputs), got {tuple(x.shape)}")
-        compiling = torch.compiler.is_compiling()  # data-dependent checks are the eager path's (flowgp.compiled)
-        if not compiling and not torch.isfinite(x).all():
+        if not torch.isfinite(x).all():
             raise ValueError("x contains NaN or inf; drop or impute those rows first")
         out = check_output_index(out, x.shape[0], self.num_outputs)
         if y is None:
@@ -292,7 +291,7 @@ class AMOGP(nn.Module):
             y = y[:, 0]
         if y.dim() != 1 or y.shape[0] != x.shape[0]:
             raise ValueError(f"y must have shape [{x.shape[0]}] to match x, got {tuple(y.shape)}")
-        if not compiling and not torch.isfinite(y).all():
+        if not torch.isfinite(y).all():
             raise ValueError("y contains NaN or inf; drop or impute those rows first")
         return x, out, y
 

@@ -488,9 +488,14 @@ class DeepGP(nn.Module):
         if self.posterior is not None and self.draws in ("per-point", "coupled"):
             return self._per_point_elbo(x, y, num_data, num_samples, generator)
         vs, kl = self.sample_inducing(num_samples, generator)
-        _, mean, var = self.propagate(x, num_samples, generator, vs, batch_rows=batch_rows)[-1]
-        ell = self.pointwise_expected_log_likelihood(y, mean, var).mean(0)  # [N] or [N, L]
-        return minibatch_bound(ell, [kl], num_data, x.shape[0])
+        return self._propagated_bound(x, y, num_data, num_samples, generator, vs, kl, batch_rows)[0]
+
+    def _propagated_bound(self, x, y, num_data, num_samples, generator, inducing, kl, batch_rows=None):
+        """(minibatch bound, [(sample, mean, var) per layer]) with S samples pushed through the layers (`inducing`
+        None: each layer's Gaussian marginals, DSVI's estimator) and the KL `kl`."""
+        chain = self.propagate(x, num_samples, generator, inducing, batch_rows=batch_rows)
+        ell = self.pointwise_expected_log_likelihood(y, chain[-1][1], chain[-1][2]).mean(0)  # [N] or [N, L]
+        return minibatch_bound(ell, [kl], num_data, x.shape[0]), chain
 
     def _per_point_elbo(self, x, y, num_data, num_samples, generator):
         """(N/B) Σ_n (1/S) Σ_s E[log p(y_n | f_L) | U⁽ⁿˢ⁾] - KL with an independent U per point and sample.
@@ -530,17 +535,16 @@ class DeepGP(nn.Module):
         """The coupled bound for training with base_gradient="dsvi": its value, DSVI's gradient for every parameter
         but the flow's.
 
-        The DSVI part is computed by DSVI's own code (`propagate` with the layers' Gaussian marginals and the
-        closed-form KL, as a DSVI model's `elbo`), so it is that model's estimate bit for bit; the flow's change Δ
+        The DSVI part is computed by DSVI's own code (`_propagated_bound` with the layers' Gaussian marginals and
+        the closed-form KL, as a DSVI model's `elbo`), so it is that model's estimate bit for bit; the flow's change Δ
         (0 at the identity) is computed on the same chain (its ε replayed from a copy of the generator) and only
         its derivative with respect to the flow's parameters is kept: the flow steps get ∂Δ/∂φ, the only part of
         the bound that depends on them, and the base q(v), kernels, inducing inputs, mean functions and likelihood
         get DSVI's gradient, whose noise does not grow as T leaves the identity.
         """
         replay = generator_copy(generator, x.device)
-        chain = self.propagate(x, num_samples, generator, batch_rows=batch_rows)
-        ell = self.pointwise_expected_log_likelihood(y, chain[-1][1], chain[-1][2]).mean(0)
-        dsvi = minibatch_bound(ell, [sum(layer.kl_divergence() for layer in self.layers)], num_data, x.shape[0])
+        dsvi, chain = self._propagated_bound(x, y, num_data, num_samples, generator, None,
+                                             self.posterior.gaussian_kl(self.layers), batch_rows)
         _, change, _, corr = self._coupled_terms(x, y, *self._chain_noise(x, num_samples, replay, batch_rows),
                                                  chain=chain)
         delta = minibatch_bound(change / num_samples, [corr.sum() / (num_samples * x.shape[0])], num_data,
