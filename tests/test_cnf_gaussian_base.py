@@ -158,6 +158,54 @@ def test_dsvi_base_gradient_gives_dsvis_gradients_and_the_flows_own_anywhere():
                       base_gradient="flow")
 
 
+def test_flow_rows_estimates_the_flows_change_on_a_subset_without_touching_dsvis_part():
+    """flow_rows = b < B: the flow's change Δ of the bound is estimated on b random rows of the batch (scaled by
+    N/b), drawn by the coupling's generator. DSVI's part and every shared parameter's gradient are those of the
+    full estimator bit for bit, and value and flow gradient stay unbiased (same means over many draws)."""
+    import copy
+
+    x, y = _toy(n=16)
+    dsvi = build_deep_gp(x, 1, 3, num_inducing=5, kmeans_restarts=1, posterior="gaussian")
+    _perturb_gaussian_q(dsvi)
+    every = warm_start_from_gaussian(build_deep_gp(x, 1, 3, num_inducing=5, kmeans_restarts=1, posterior="cnf",
+                                                   flow_rows=None), dsvi)
+    _perturb(every.posterior.parameters(), 0.3, seed=7)
+    few = copy.deepcopy(every)
+    few.flow_rows = 4
+    d_value, d_grads = _bound_and_grads(dsvi, x, y, seed=3)
+    for model in (every, few):
+        value, grads = _bound_and_grads(model, x, y, seed=3)
+        assert abs(float(value - d_value)) > 1e-3  # the flow's change is there
+        for name in d_grads:  # DSVI's part: DSVI's gradient exactly, whatever the rows of Δ
+            torch.testing.assert_close(grads[name], d_grads[name], rtol=1e-9, atol=1e-9, msg=name)
+
+    def moments(model, reps=200):
+        g = torch.Generator().manual_seed(11)
+        values, grads = [], []
+        for _ in range(reps):
+            model.zero_grad()
+            value = model.elbo(x, y, num_data=40, num_samples=2, generator=g)
+            value.backward()
+            values.append(value.detach())
+            grads.append(torch.cat([p.grad.reshape(-1) for p in model.posterior.parameters()]))
+        values, grads = torch.stack(values), torch.stack(grads)
+        return values.mean(), values.std() / math.sqrt(reps), grads.mean(0), grads.std(0) / math.sqrt(reps)
+
+    e_mean, e_se, e_grad, e_gse = moments(every)
+    f_mean, f_se, f_grad, f_gse = moments(few)
+    assert abs(e_mean - f_mean) < 4 * math.hypot(e_se, f_se)
+    z = (e_grad - f_grad) / torch.hypot(e_gse, f_gse).clamp_min(1e-12)
+    assert float(z.abs().max()) < 5 and float(z.square().mean()) < 2  # the flow's gradient: same mean
+    assert float(f_gse.sum()) > float(e_gse.sum())  # ... from fewer rows, noisier
+    with torch.no_grad():  # evaluation uses every row whatever flow_rows is
+        g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+        torch.testing.assert_close(few.elbo(x, y, num_samples=3, generator=g1),
+                                   every.elbo(x, y, num_samples=3, generator=g2), rtol=1e-12, atol=1e-12)
+    for bad in (0, -3, 1.5):
+        with pytest.raises((ValueError, TypeError), match="flow_rows"):
+            build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf", flow_rows=bad)
+
+
 def test_dsvi_base_gradient_follows_a_dsvi_fit_step_by_step_and_selection_keeps_the_bound_above_it():
     """With base_gradient="dsvi" the coupling's own draws come from a generator derived from (not advancing) the
     model's, so the DSVI part consumes a DSVI model's random numbers: trained with the same seed, every shared

@@ -39,12 +39,12 @@ SIGNATURES = {
     "epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, "
     "fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20, "
     "predict_quadrature_points=100, verbose=True, checkpoint=None, flow_elementwise='entry', dsvi_warmup=0.0, "
-    "skip='linear', image_shape=None, draws=None, compile=False, base_gradient=None, flow_selection=True, flow_lr_scale=0.1)",
+    "skip='linear', image_shape=None, draws=None, compile=False, base_gradient=None, flow_selection=True, flow_lr_scale=0.1, flow_rows=32)",
     "DeepGPClassifier": "(self, layers=3, posterior='gaussian', num_samples_train=1, num_samples_predict=100, "
     "hidden_width=None, flow_steps=2, flow_base='network', likelihood='robustmax', num_inducing=100, kernel='rbf', "
     "batch_size=None, epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', lengthscale=1.0, period=1.0, "
     "kmeans_restarts=10, learn_inducing=True, quadrature_points=20, predict_quadrature_points=100, verbose=True, "
-    "checkpoint=None, flow_elementwise='entry', dsvi_warmup=0.0, skip='linear', image_shape=None, draws=None, compile=False, base_gradient=None, flow_selection=True, flow_lr_scale=0.1)",
+    "checkpoint=None, flow_elementwise='entry', dsvi_warmup=0.0, skip='linear', image_shape=None, draws=None, compile=False, base_gradient=None, flow_selection=True, flow_lr_scale=0.1, flow_rows=32)",
     "LatentDeepGPRegressor": "(self, layers=2, latent_dim=1, num_importance=5, gradient='dreg', amortized=True, "
     "natgrad=False, hidden_width=5, num_inducing=128, kernel='rbf', batch_size=None, epochs=1000, lr=0.005, "
     "lr_decay=0.98, natgrad_lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.01, kmeans_restarts=10, "

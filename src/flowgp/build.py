@@ -31,6 +31,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from .models.deep_gp import FLOW_ROWS
+
 __all__ = ["InputDependence", "SparseGPFields", "SparseGPConfig", "ClassificationConfig", "DeepGPConfig", "LatentDeepGPConfig",
            "AMOGPConfig", "build", "register_builder", "builders", "resolve_flow", "resolve_kernel",
            "resolve_dtype", "DTYPES"]
@@ -151,6 +153,9 @@ class DeepGPConfig:
     # which bound the parameters shared with DSVI follow under draws="coupled" ("dsvi" or "joint"; None: "dsvi"
     # with coupled draws)
     base_gradient: str | None = None
+    # rows of each training batch on which the flow's change of the bound is estimated with base_gradient="dsvi"
+    # (a random subset; None: every row)
+    flow_rows: int | None = FLOW_ROWS
     # issue 22: the hidden layers' skip-layer connection ("linear", or "conv" for images of `image_shape`)
     skip: str = "linear"
     image_shape: tuple | None = None
@@ -352,7 +357,8 @@ def _build_deep(config: DeepGPConfig, x, y, *, generator=None):
         kmeans_restarts=config.kmeans_restarts, seed=_kmeans_seed(generator), inducing_points=inducing,
         learn_inducing=config.learn_inducing, flow_steps=int(config.flow_steps), flow_base=config.flow_base,
         quadrature_points=config.quadrature_points, predict_quadrature_points=config.predict_quadrature_points,
-        draws=config.draws, base_gradient=config.base_gradient, flow_elementwise=config.flow_elementwise,
+        draws=config.draws, base_gradient=config.base_gradient, flow_rows=config.flow_rows,
+        flow_elementwise=config.flow_elementwise,
         skip=config.skip,
         image_shape=None if config.image_shape is None else tuple(config.image_shape),
         **_generator_kwarg(build_deep_gp, generator))

@@ -403,7 +403,8 @@ _VALUE_BEFORE_PARAMETER = {("AlignedMultiOutputGPRegressor", "cp_inducing"): "ou
                            # deep GPs saved before issue 20's DSVI-base training and flow selection
                            ("DeepGPRegressor", "base_gradient"): "joint", ("DeepGPClassifier", "base_gradient"): "joint",
                            ("DeepGPRegressor", "flow_selection"): False, ("DeepGPClassifier", "flow_selection"): False,
-                           ("DeepGPRegressor", "flow_lr_scale"): 1.0, ("DeepGPClassifier", "flow_lr_scale"): 1.0}
+                           ("DeepGPRegressor", "flow_lr_scale"): 1.0, ("DeepGPClassifier", "flow_lr_scale"): 1.0,
+                           ("DeepGPRegressor", "flow_rows"): None, ("DeepGPClassifier", "flow_rows"): None}
 
 
 class InputDependentFlowOptions:

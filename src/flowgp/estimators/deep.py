@@ -20,7 +20,7 @@ from ..build import DeepGPConfig, build
 from ..data_sources import is_table
 from ..likelihoods import BernoulliLikelihood
 from ..models.cnf_posterior import ELEMENTWISE_SHAPES, FLOW_BASES
-from ..models.deep_gp import BASE_GRADIENTS, DRAWS, POSTERIORS, SKIPS, select_flow_strength, warm_start_from_gaussian
+from ..models.deep_gp import BASE_GRADIENTS, DRAWS, FLOW_ROWS, POSTERIORS, SKIPS, select_flow_strength, warm_start_from_gaussian
 from ..models.image_skip import check_image_shape
 from ..training import default_optimizer, train
 from ..build import resolve_dtype
@@ -62,6 +62,10 @@ class _DeepMixin:
         if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)) or \
                 not 0 < scale <= 1e3 or not math.isfinite(scale):
             raise ValueError(f"flow_lr_scale must be a positive number (a fraction of lr), got {scale!r}")
+        rows = self.flow_rows
+        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1):
+            raise ValueError(f"flow_rows must be a positive integer (rows of each batch on which the flow's change "
+                             f"of the bound is estimated) or None (every row), got {rows!r}")
         if not isinstance(self.flow_selection, (bool, np.bool_)):
             raise TypeError(f"flow_selection must be True or False, got {self.flow_selection!r}")
         if warm > 0 and self.posterior != "cnf":
@@ -102,7 +106,7 @@ class _DeepMixin:
             lengthscale=self.lengthscale, period=self.period, num_samples=int(self.num_samples_train),
             flow_steps=int(self.flow_steps), flow_base=self.flow_base, learn_inducing=self.learn_inducing,
             flow_elementwise=self.flow_elementwise, skip=self.skip, draws=self.draws,
-            base_gradient=self.base_gradient,
+            base_gradient=self.base_gradient, flow_rows=self.flow_rows,
             image_shape=None if self.image_shape is None else tuple(int(v) for v in self.image_shape),
             quadrature_points=self.quadrature_points, predict_quadrature_points=self.predict_quadrature_points,
             kmeans_restarts=self.kmeans_restarts)
@@ -242,6 +246,8 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
             nearly Gaussian, and Adam moves every parameter by about its step size whatever its signal-to-noise
             ratio: at the full `lr` the flow drifts away from where the bound is highest (energy, 2 layers,
             quick budget: gain per point of the selected flow over its base 0 at x1, +0.0007 at x0.1).
+        flow_rows: ("cnf" with base_gradient "dsvi") rows of each batch on which the flow's change of the bound is
+            estimated (a random subset; None: every row); see `flowgp.models.deep_gp.DeepGP`.
         dsvi_warmup: fraction of `epochs` trained as DSVI first ("cnf" only); the flow then starts from the
             fitted DSVI posterior (`flowgp.models.deep_gp.warm_start_from_gaussian`) for the remaining epochs.
         skip: the hidden layers' skip-layer connection: "linear" (DSVI's fixed projection), "conv", the
@@ -260,7 +266,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
                  lengthscale=1.0, period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
                  quadrature_points=20, predict_quadrature_points=100, verbose=True, checkpoint=None,
                  flow_elementwise="entry", dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None, compile=False,
-                 base_gradient=None, flow_selection=True, flow_lr_scale=0.1):
+                 base_gradient=None, flow_selection=True, flow_lr_scale=0.1, flow_rows=FLOW_ROWS):
         self._store_arguments(locals())
 
     def _likelihood_name(self):
@@ -350,7 +356,7 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
                  lengthscale=1.0, period=1.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
                  predict_quadrature_points=100, verbose=True, checkpoint=None, flow_elementwise="entry",
                  dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None, compile=False,
-                 base_gradient=None, flow_selection=True, flow_lr_scale=0.1):
+                 base_gradient=None, flow_selection=True, flow_lr_scale=0.1, flow_rows=FLOW_ROWS):
         self._store_arguments(locals())
 
     def _likelihood_name(self):

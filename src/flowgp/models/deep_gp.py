@@ -38,6 +38,7 @@ from torch import nn
 
 from ..kernels import Kernel, Sum, White, make_kernel
 from ..likelihoods import GaussianLikelihood, Likelihood
+from ..linalg import lower_inverse
 from ..objective import minibatch_bound
 from ..row_draws import derived_generator, draw_rows, generator_copy
 from ..prediction import gaussian_mixture_quantiles
@@ -64,6 +65,9 @@ FULL_WIDTH_SKIPS = ("dense", "conv")
 DRAWS = ("coupled", "per-point", "shared")
 #: which bound the parameters shared with DSVI follow under draws="coupled" (`DeepGP`)
 BASE_GRADIENTS = ("joint", "dsvi")
+#: rows of each training batch on which the coupled bound's flow change Δ is estimated with base_gradient="dsvi"
+#: (see DeepGP); None: every row
+FLOW_ROWS = 32
 #: below this many elements per Monte Carlo chunk the no-grad bound evaluates all samples at once
 _EVAL_CHUNK_ELEMENTS = 2 ** 24
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -197,18 +201,28 @@ class GPLayer(nn.Module):
         mean, var = self.gp.conditional(x, v)
         return mean, var
 
-    def _projection(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A = Lz⁻¹ K_ZX [Lb, M, Q] and the conditional variance k̃ = diag K_XX - Σ A² [Lb, Q] of points [Q, D_in]."""
-        a, _ = self.gp.projection(flat)
+    def chol_inverse(self) -> torch.Tensor:
+        """Lz⁻¹ [Lb, M, M] of the layer's K_ZZ (for several projections in one step: one Cholesky for all)."""
+        return lower_inverse(self.gp.kzz_cholesky())
+
+    def _projection(self, flat: torch.Tensor, chol_inverse: torch.Tensor | None = None):
+        """A = Lz⁻¹ K_ZX [Lb, M, Q] and the conditional variance k̃ = diag K_XX - Σ A² [Lb, Q] of points [Q, D_in]
+        (`chol_inverse`: Lz⁻¹ when the caller has it)."""
+        if chol_inverse is None:
+            a, _ = self.gp.projection(flat)
+        else:
+            a = chol_inverse @ self.gp.kernel(self.gp.inducing_points, flat.unsqueeze(-3))
         return a, (self.gp.kernel.diag(flat.unsqueeze(-3)) - a.square().sum(-2)).clamp_min(1e-12)
 
-    def conditional_per_point(self, x: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def conditional_per_point(self, x: torch.Tensor, v: torch.Tensor,
+                              chol_inverse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Marginals of p(f(x_p) | v⁽ᵖ⁾) with one whitened draw per point: mean, var [S, N, D_out].
 
         x: [N, D_in] (shared by the S samples) or [S, N, D_in]; v: [D_out, M, P] channels-first with P = S·N
         columns in sample-major order (column s·N + n is sample s of point n). Since A = Lz⁻¹ K_ZX does not
         depend on v, mean_p = a_pᵀ v⁽ᵖ⁾ is a batched dot product and var_p = k_pp - a_pᵀ a_p is shared by all
-        draws of a point (TGP appendix eq. 12 with S = 0, one v per column).
+        draws of a point (TGP appendix eq. 12 with S = 0, one v per column). `chol_inverse`: Lz⁻¹ when the
+        caller has it (see `chol_inverse`).
         """
         if x.dim() not in (2, 3) or x.shape[-1] != self.input_dim:
             raise ValueError(f"x must have shape [N, {self.input_dim}] or [S, N, {self.input_dim}], got {tuple(x.shape)}")
@@ -221,7 +235,7 @@ class GPLayer(nn.Module):
         if v.shape[-1] % q or (x.dim() == 3 and v.shape[-1] != q):
             raise ValueError(f"v has {v.shape[-1]} draws, not a multiple of the {q} points of x (S·N draws needed)")
         reps = v.shape[-1] // q
-        a, var = self._projection(flat)
+        a, var = self._projection(flat, chol_inverse)
         mean = (a.unsqueeze(-2) * v.reshape(d_out, m, reps, q)).sum(-3)  # [D_out, reps, Q]
         var = var.unsqueeze(-2).expand(d_out, reps, q)
         s = v.shape[-1] // n
@@ -231,17 +245,19 @@ class GPLayer(nn.Module):
             mean = mean + self.gp.mean_function(x)
         return mean, var
 
-    def marginal_parts(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def marginal_parts(self, x: torch.Tensor,
+                       chol_inverse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q(f(x)) marginals split into their parts: mean [..., N, D_out], the conditional variance
         k̃ = k_xx - aᵀa [..., N, D_out] and Rᵀa [D_out, M, Q] (Q = the points of x, leading axes folded in
         row-major order), so that var = k̃ + |Rᵀa|² (TGP appendix eq. 12, a = Lz⁻¹ k_Zx, S = R Rᵀ).
 
         What the locally reparameterised per-point draws of U need (`DeepGP`, draws="coupled").
+        `chol_inverse`: Lz⁻¹ when the caller has it.
         """
         lead, n = x.shape[:-2], x.shape[-2]
         flat = x.reshape(-1, x.shape[-1])
         d_out = self.output_dim
-        a, kt = self._projection(flat)
+        a, kt = self._projection(flat, chol_inverse)
         a = a.expand(d_out, -1, -1)
         mean = (self.gp.q_mu.unsqueeze(-1) * a).sum(-2)  # [D_out, Q]
         rta = self.gp.q_sqrt_tril().mT @ a  # [D_out, M, Q]
@@ -310,6 +326,13 @@ class DeepGP(nn.Module):
             gradient noise never reaches the base) or "joint" (every parameter follows the flow posterior's
             bound). The value returned is the flow posterior's bound either way. None: "dsvi" with coupled
             draws, "joint" otherwise.
+        flow_rows: with base_gradient="dsvi", the number of rows of each training batch on which the flow's
+            change Δ of the bound is estimated: a uniformly random subset (a minibatch of the minibatch, so
+            (N/b) Σ_b Δ_n stays unbiased), drawn by the coupling's generator, so DSVI's part and every shared
+            parameter's gradient are unchanged. Δ is a difference of two estimates on the same draws (0 at the
+            identity), far less noisy per row than the bound itself, and pushing every row's U through the flow
+            costs several DSVI steps: a few dozen rows carry the flow's gradient for a fraction of that cost.
+            None: every row. Evaluation without gradients always uses every row.
         quadrature_points: Gauss-Hermite points for non-Gaussian likelihood expectations.
         predict_quadrature_points: points for predictive densities under non-Gaussian likelihoods.
     """
@@ -324,6 +347,7 @@ class DeepGP(nn.Module):
         predict_quadrature_points: int = 100,
         draws: str | None = None,
         base_gradient: str | None = None,
+        flow_rows: int | None = FLOW_ROWS,
     ):
         super().__init__()
         gaussian_base = getattr(posterior, "gaussian_base", False)
@@ -343,6 +367,9 @@ class DeepGP(nn.Module):
                              f"the flow's change on the same draws), got draws={draws!r}")
         self.draws = draws
         self.base_gradient = base_gradient
+        if flow_rows is not None:
+            flow_rows = _positive_int(flow_rows, "flow_rows")
+        self.flow_rows = flow_rows
         layers = list(layers)
         if not layers:
             raise ValueError("a DeepGP needs at least one layer")
@@ -545,10 +572,17 @@ class DeepGP(nn.Module):
         replay = generator_copy(generator, x.device)
         dsvi, chain = self._propagated_bound(x, y, num_data, num_samples, generator, None,
                                              self.posterior.gaussian_kl(self.layers), batch_rows)
-        _, change, _, corr = self._coupled_terms(x, y, *self._chain_noise(x, num_samples, replay, batch_rows),
-                                                 chain=chain)
-        delta = minibatch_bound(change / num_samples, [corr.sum() / (num_samples * x.shape[0])], num_data,
-                                x.shape[0])
+        noise, flow_generator = self._chain_noise(x, num_samples, replay, batch_rows)
+        rows = x.shape[0] if self.flow_rows is None else min(x.shape[0], self.flow_rows)
+        if rows < x.shape[0]:
+            # Δ on a uniformly random subset of the batch (itself a uniform minibatch, so (N/b) Σ_b Δ_n stays
+            # unbiased), drawn by the coupling's generator: the DSVI part's draws are unchanged
+            keep = torch.randperm(x.shape[0], generator=flow_generator, device=x.device)[:rows]
+            x, y = x[keep], y[keep]
+            noise = [e[:, keep] for e in noise]
+            chain = [tuple(t[..., keep, :] for t in layer) for layer in chain]
+        _, change, _, corr = self._coupled_terms(x, y, noise, flow_generator, chain=chain)
+        delta = minibatch_bound(change / num_samples, [corr.sum() / (num_samples * rows)], num_data, rows)
         flow = [p for p in self.posterior.parameters() if p.requires_grad]
         if not flow or not delta.requires_grad:
             return dsvi + delta.detach()
@@ -614,8 +648,10 @@ class DeepGP(nn.Module):
         # with DSVI's chain given (base_gradient="dsvi") only the flow's parameters need a gradient, and the base
         # draws V do not depend on them: the draws are built without autograd
         with torch.no_grad() if chain is not None else contextlib.nullcontext():
+            # one Lz⁻¹ per layer for both passes (no gradient through K_ZZ is needed from Δ with DSVI's chain)
+            inverses = [layer.chol_inverse() for layer in self.layers]
             for i, layer in enumerate(self.layers):
-                mean, kt, rta = layer.marginal_parts(h)  # [(S,) N, d], [(S,) N, d], [d, M, (S·)N]
+                mean, kt, rta = layer.marginal_parts(h, inverses[i])  # [(S,) N, d], [(S,) N, d], [d, M, (S·)N]
                 d_out, m = layer.output_dim, layer.num_inducing
                 if mean.dim() == 2:  # the first layer: x is shared by the samples
                     mean, kt = mean.expand(num_samples, -1, -1), kt.expand(num_samples, -1, -1)
@@ -646,7 +682,7 @@ class DeepGP(nn.Module):
         inducing, kl_closed, corr = self.posterior.push(self.layers, torch.cat(draws, 0))
         h = x
         for i, (layer, v) in enumerate(zip(self.layers, inducing)):
-            mean_f, kt_f = layer.conditional_per_point(h, v)
+            mean_f, kt_f = layer.conditional_per_point(h, v, inverses[i])
             if i != last:
                 h = mean_f + kt_f.sqrt() * flow_noise[i]
         return dsvi_last, (base_mean, base_var), (mean_f, kt_f), kl_closed, corr
@@ -798,6 +834,7 @@ def build_deep_gp(
     skip: str = "linear",
     image_shape: tuple | None = None,
     base_gradient: str | None = None,
+    flow_rows: int | None = FLOW_ROWS,
 ) -> DeepGP:
     """A DeepGP initialised as in Salimbeni & Deisenroth / TGP appendix B.6.
 
@@ -902,7 +939,7 @@ def build_deep_gp(
         flow = LayerwiseFlowPosterior(layers, num_steps=flow_steps, nonlinear=flow_nonlinear,
                                       scale_init=math.sqrt(q_var_init), generator=generator)
     model = DeepGP(layers, likelihood, flow, num_samples=num_samples, quadrature_points=quadrature_points,
-                   predict_quadrature_points=predict_quadrature_points, draws=draws, base_gradient=base_gradient)
+                   predict_quadrature_points=predict_quadrature_points, draws=draws, base_gradient=base_gradient, flow_rows=flow_rows)
     return model.to(device=x.device if device is None else device, dtype=x.dtype if dtype is None else dtype)
 
 
