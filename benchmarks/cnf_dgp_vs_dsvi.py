@@ -1,6 +1,10 @@
 """Issue 20's scorecard: the `cnf-dgpL` rows of a bench results file against the `dgpL` rows of the same splits.
 
-    python benchmarks/cnf_dgp_vs_dsvi.py docs/results/cnf-dgp-v3/uci.jsonl [--markdown]
+    python benchmarks/cnf_dgp_vs_dsvi.py docs/results/cnf-dgp-v3/uci.jsonl [more.jsonl ...] [--markdown] [--per-split]
+
+Several files are read as one (a row of a later file replaces an earlier row of the same model, set and split).
+`--per-split` (with --markdown) also prints one line per pair: DSVI's training ELBO per point on standardised
+targets (the bench's ELBO plus n·log y_scale), the flow's gain, the kept (source, λ*) and both test NLLs.
 
 Per depth L: splits where both rows exist; how often the flow's training ELBO is above DSVI's (win), equal to
 rounding (tie: |difference| <= 1e-9 of the bound, the flow kept at strength 0, i.e. exactly its DSVI base) or
@@ -12,16 +16,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections import defaultdict
 
 
-def scorecard(rows):
+def pairs_by_key(rows):
+    """{(L, set, split): {"cnf": row, "dsvi": row}} (later rows replace earlier ones)."""
     by_key = defaultdict(dict)
     for r in rows:
         model = r["model"]
         for prefix, name in (("cnf-dgp", "cnf"), ("dgp", "dsvi")):
             if model.startswith(prefix) and model[len(prefix):].isdigit():
                 by_key[(int(model[len(prefix):]), r["dataset"], r["split"])][name] = r
+    return by_key
+
+
+def scorecard(rows):
+    by_key = pairs_by_key(rows)
     out = {}
     for depth in sorted({k[0] for k in by_key}):
         pairs = [v for k, v in sorted(by_key.items()) if k[0] == depth and len(v) == 2]
@@ -53,11 +64,14 @@ def scorecard(rows):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("results")
+    p.add_argument("results", nargs="+")
     p.add_argument("--markdown", action="store_true")
+    p.add_argument("--per-split", action="store_true")
     a = p.parse_args()
-    with open(a.results) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = []
+    for path in a.results:
+        with open(path) as f:
+            rows += [json.loads(line) for line in f if line.strip()]
     card = scorecard(rows)
     if not a.markdown:
         print(json.dumps(card, indent=1))
@@ -69,6 +83,17 @@ def main():
         print(f"| {depth} | {c['splits']} | {c['wins']} / {c['ties']} / {c['losses']} | {c['flow_kept']} | "
               f"{c['mean_gain_per_point']:+.5f} / {c['max_gain_per_point']:+.5f} | "
               f"{c['mean_test_ll_difference']:+.4f} | {c['rank_cnf']:.2f} / {c['rank_dsvi']:.2f} |")
+    if a.per_split:
+        print("\n| L | set | split | DSVI ELBO/N | cnf − DSVI ELBO/N | flow kept (source, λ*) | test NLL DSVI / cnf |")
+        print("|---|---|---|---|---|---|---|")
+        for (depth, dataset, split), pair in sorted(pairs_by_key(rows).items()):
+            if len(pair) != 2:
+                continue
+            d, c = pair["dsvi"], pair["cnf"]
+            n = d["n_train"]
+            standardised = (d["train_elbo"] + n * math.log(d["y_scale"])) / n
+            print(f"| {depth} | {dataset} | {split} | {standardised:+.4f} | {(c['train_elbo'] - d['train_elbo']) / n:+.5f} | "
+                  f"{c.get('flow_source')}, {c.get('flow_strength')} | {d['nll']:.4f} / {c['nll']:.4f} |")
 
 
 if __name__ == "__main__":
