@@ -243,7 +243,8 @@ class BlockBatches:
     the blocks in a random order and each block's rows in a random order (a two-level shuffle: the usual
     compromise between a full permutation, which needs random row access, and the file order); consecutive
     `batch_size` rows of that order form the global batches. `transform(X, y) -> (x, y)` turns the raw rows
-    of one batch into the model's tensors (the estimators standardise there).
+    of one batch into the model's tensors (the estimators standardise there); a transform returning
+    (x, y, extra) also gives the batch named tensors of the same rows (`Batch.extra`, e.g. an output index).
 
     Memory: one block, one batch and the block's permutation, whatever the number of rows. With
     `shard(rank, world_size)` every rank reads every block (the order comes from the shared generator) but
@@ -303,10 +304,11 @@ class BlockBatches:
         y_all = np.concatenate(ys) if len(ys) > 1 else ys[0]
         i_all = np.concatenate(idx) if len(idx) > 1 else idx[0]
         part = _part(count, self.rank, self.world_size) if self.world_size > 1 else slice(0, count)
-        x, y = self.transform(x_all[part], y_all[part])
+        x, y, *extra = self.transform(x_all[part], y_all[part])
         index = torch.as_tensor(i_all[part], dtype=torch.long, device=self._device)
         rest = (x_all[count:], y_all[count:], i_all[count:])
-        batch = Batch(x, y, index, {}, global_size=count if self.world_size > 1 else None, offset=part.start)
+        batch = Batch(x, y, index, extra[0] if extra else {}, global_size=count if self.world_size > 1 else None,
+                      offset=part.start)
         return batch, rest
 
     def __iter__(self) -> Iterator[Batch]:

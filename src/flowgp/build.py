@@ -378,7 +378,10 @@ def _build_latent(config: LatentDeepGPConfig, x, y, *, generator=None):
         learn_hidden_variance=config.learn_hidden_variance, **_generator_kwarg(build_latent_deep_gp, generator))
 
 
-def _build_amogp(config: AMOGPConfig, x, y, *, generator=None, output=None):
+def _build_amogp(config: AMOGPConfig, x, y, *, generator=None, output=None, input_ranges=None):
+    """AMO-GP (supplement §3) with inducing inputs spread evenly: the CP layer's over the range of x, each
+    alignment GP's over its output's range (from `input_ranges` [D, 2] when given, e.g. a streamed table's
+    ranges while x is a sample of it), the warpings' over [-2.5, 2.5]."""
     from .models.amogp import AMOGP
 
     if config.inducing_shapes is not None:  # structure only (loading saved weights): placeholder Z
@@ -392,9 +395,15 @@ def _build_amogp(config: AMOGPConfig, x, y, *, generator=None, output=None):
         o = torch.as_tensor(output).reshape(-1).cpu().numpy().astype(np.int64)
         d = int(config.num_outputs) if config.num_outputs is not None else int(o.max()) + 1
         sets = d if config.cp_inducing == "output" else int(config.latent_processes)
-        z_f = np.tile(np.linspace(xt.min(), xt.max(), config.num_inducing), (sets, 1))
-        z_a = np.stack([np.linspace(xt[o == i].min(), xt[o == i].max(), config.num_inducing_alignment)
-                        for i in range(d)])
+        if input_ranges is None:
+            input_ranges = [(xt[o == i].min(), xt[o == i].max()) for i in range(d)]
+        elif np.shape(input_ranges) != (d, 2):
+            raise ValueError(f"input_ranges must have shape [{d}, 2] (min and max of x per output), got "
+                             f"{np.shape(input_ranges)}")
+        bounds = np.asarray(input_ranges, dtype=np.float64)
+        z_f = np.tile(np.linspace(min(xt.min(), bounds.min()), max(xt.max(), bounds.max()), config.num_inducing),
+                      (sets, 1))
+        z_a = np.stack([np.linspace(lo, hi, config.num_inducing_alignment) for lo, hi in input_ranges])
         z_g = np.tile(np.linspace(-2.5, 2.5, config.num_inducing_warping), (d, 1))
         z_a, z_f, z_g = (torch.as_tensor(z, dtype=torch.float64) for z in (z_a, z_f, z_g))
     return AMOGP(z_a, z_f, z_g, latent_processes=int(config.latent_processes), alignment=bool(config.alignment),

@@ -383,22 +383,29 @@ class TableStats:
     sample_y: Optional[np.ndarray]
     #: the target's distinct values (scan with max_labels), None when not collected or more than max_labels
     y_values: Optional[np.ndarray] = None
+    #: per group of rows (scan with group_feature: the groups are the values 0..G-1 of that feature column):
+    #: "count" [G], the target's "y_mean" and "y_std" [G], each feature's "x_min" and "x_max" [G, D]
+    groups: Optional[dict] = None
 
 
 def scan(source, sample_size: int = 10000, seed: int = 0, chunk_rows: int = BLOCK_ROWS,
-         name: str = "data", max_labels: Optional[int] = None) -> TableStats:
+         name: str = "data", max_labels: Optional[int] = None, group_feature: Optional[int] = None) -> TableStats:
     """One pass over `source`: moments (Chan, Golub & LeVeque's pairwise combination of per-chunk means and
     sums of squares, exact up to rounding whatever the chunking) and a reservoir sample (algorithm R: row i >=
     S replaces a uniform slot with probability S / (i + 1); the uniforms come from one numpy Generator seeded
     with `seed`, drawn row by row, so the sample depends on the seed and the data only). Non-finite values
     raise ValueError naming the row. With `max_labels` the target's distinct values are collected too (class
-    labels: every class, not only those the sample happens to hold), up to that many (more: y_values None)."""
+    labels: every class, not only those the sample happens to hold), up to that many (more: y_values None).
+    With `group_feature` (a feature column holding integers 0..G-1, e.g. the series of a multi-output table)
+    the same pass also gives each group's row count, target mean and std (the same pairwise combination) and
+    feature ranges (`TableStats.groups`); a value that is not a non-negative integer raises ValueError."""
     rng = np.random.default_rng(seed)
     count = 0
     mean = m2 = None
     y_stats = [0.0, 0.0, np.inf, -np.inf]  # mean, m2, min, max
     sample_x = sample_y = None
     labels = set() if max_labels is not None else None
+    group = _GroupMoments(group_feature, name) if group_feature is not None else None
     for x, y in source.chunks(chunk_rows):
         k = x.shape[0]
         if not k:
@@ -419,6 +426,8 @@ def scan(source, sample_size: int = 10000, seed: int = 0, chunk_rows: int = BLOC
             total = count + k
             mean = mean + delta * k / total
             m2 = m2 + cv + delta ** 2 * count * k / total
+        if group is not None:
+            group.add(x, y, count)
         if y is not None and labels is not None:
             labels.update(np.unique(y).tolist())
             if len(labels) > max_labels:
@@ -451,7 +460,61 @@ def scan(source, sample_size: int = 10000, seed: int = 0, chunk_rows: int = BLOC
     std = np.sqrt(m2 / count)
     y_std = float(np.sqrt(y_stats[1] / count))
     values = None if labels is None else np.array(sorted(labels))
-    return TableStats(count, mean, std, y_stats[0], y_std, y_stats[2], y_stats[3], sample_x, sample_y, values)
+    return TableStats(count, mean, std, y_stats[0], y_std, y_stats[2], y_stats[3], sample_x, sample_y, values,
+                      None if group is None else group.result())
+
+
+class _GroupMoments:
+    """Per-group row counts, target moments (pairwise combination, as `scan`) and feature ranges, chunk by chunk."""
+
+    def __init__(self, column: int, name: str):
+        self.column, self.name = int(column), name
+        self.count = np.zeros(0)
+        self.mean = np.zeros(0)
+        self.m2 = np.zeros(0)
+        self.x_min = self.x_max = None
+
+    def _grow(self, size: int, d: int) -> None:
+        if self.x_min is None:
+            self.x_min, self.x_max = np.full((0, d), np.inf), np.full((0, d), -np.inf)
+        extra = size - len(self.count)
+        if extra > 0:
+            self.count, self.mean, self.m2 = (np.concatenate([a, np.zeros(extra)]) for a in (self.count, self.mean, self.m2))
+            self.x_min = np.concatenate([self.x_min, np.full((extra, d), np.inf)])
+            self.x_max = np.concatenate([self.x_max, np.full((extra, d), -np.inf)])
+
+    def add(self, x: np.ndarray, y: Optional[np.ndarray], first_row: int) -> None:
+        g = x[:, self.column]
+        bad = (g < 0) | (g != np.round(g))
+        if bad.any():
+            raise ValueError(f"{self.name}: row {first_row + int(np.argmax(bad))} has group value "
+                             f"{g[bad][0]!r}; the group column must hold integers 0..G-1")
+        g = g.astype(np.int64)
+        size = int(g.max()) + 1
+        self._grow(size, x.shape[1])
+        k = np.bincount(g, minlength=size).astype(float)
+        np.minimum.at(self.x_min, g, x)
+        np.maximum.at(self.x_max, g, x)
+        if y is not None:
+            chunk_mean = np.bincount(g, weights=y, minlength=size) / np.maximum(k, 1)
+            chunk_m2 = np.bincount(g, weights=(y - chunk_mean[g]) ** 2, minlength=size)
+            idx = np.flatnonzero(k)  # the groups this chunk holds
+            k, chunk_mean, chunk_m2 = k[idx], chunk_mean[idx], chunk_m2[idx]
+            before = self.count[idx]
+            total = before + k
+            delta = chunk_mean - self.mean[idx]
+            self.mean[idx] += delta * k / total
+            self.m2[idx] += chunk_m2 + delta ** 2 * before * k / total
+            self.count[idx] = total
+        else:
+            self.count[:size] += k
+
+    def result(self) -> dict:
+        count = self.count
+        with np.errstate(invalid="ignore", divide="ignore"):
+            std = np.where(count > 0, np.sqrt(self.m2 / np.maximum(count, 1)), np.nan)
+        return {"count": count.astype(np.int64), "y_mean": np.where(count > 0, self.mean, np.nan), "y_std": std,
+                "x_min": self.x_min, "x_max": self.x_max}
 
 
 class _TableWriter:

@@ -137,9 +137,9 @@ class Estimator:
     def check_fitted(self) -> None:
         """RuntimeError unless `fit` has run."""
         if not hasattr(self, "model_"):
-            # the arguments fit needs: fit(X, y), or fit(X, y, output) for the multi-output estimator
+            # the arguments fit needs with arrays: fit(X, y), or fit(X, y, output) for the multi-output estimator
             needed = [name for name, p in inspect.signature(self.fit).parameters.items()
-                      if p.default is inspect.Parameter.empty or name == "y"]
+                      if p.default is inspect.Parameter.empty or name in ("y", "output")]
             arguments = ", ".join(needed)
             raise NotFittedYet(f"this {type(self).__name__} is not fitted yet; call fit({arguments}) first")
 

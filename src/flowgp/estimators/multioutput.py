@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 
 import numpy as np
 import torch
@@ -18,7 +19,8 @@ from ..build import AMOGPConfig, build
 from ..models.amogp import layer_curves
 from ..optim import NaturalGradient
 from ..training import EarlyStop, train
-from .base import Estimator, as_1d_float, as_2d_float
+from ..data_sources import is_table
+from .base import Estimator, as_1d_float, as_2d_float, positive_int
 from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, map_row_chunks
 
 __all__ = ["AlignedMultiOutputGPRegressor"]
@@ -185,8 +187,11 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         return dataclasses.replace(config, **overrides)
 
     # ----- public API ----------------------------------------------------------------------------------
-    def fit(self, X, y, output):
-        """Fit on X [n, 1], y [n] and output [n] (series index per row); returns self."""
+    def fit(self, X, y=None, output=None):
+        """Fit on X [n, 1], y [n] and output [n] (series index per row); returns self. X may instead be a table
+        streamed in chunks, with y the target column and output the output column (see `fit_stream`)."""
+        if is_table(X):
+            return self.fit_stream(X, y, output=output)
         self._check_options()
         X = as_2d_float(X)
         if X.shape[1] != 1:
@@ -194,11 +199,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         y = as_1d_float(y, X.shape[0])
         o = self._output_index(output, X.shape[0], self.num_outputs)
         d = int(self.num_outputs) if self.num_outputs is not None else int(o.max()) + 1
-        counts = np.bincount(o, minlength=d)
-        if np.any(counts < 2):
-            empty = [i for i in range(d) if counts[i] < 2]
-            raise ValueError(f"every output needs at least 2 training rows; output(s) {empty} have "
-                             f"{[int(counts[i]) for i in empty]} (drop them or renumber the outputs)")
+        self._check_counts(np.bincount(o, minlength=d))
         self.n_outputs_ = d
         self.n_features_in_ = 1
         self.x_mean_, self.x_std_ = float(X.mean()), float(X.std()) or 1.0
@@ -206,21 +207,117 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         self.y_std_ = np.array([y[o == i].std() or 1.0 for i in range(d)])
         xt = (X[:, 0] - self.x_mean_) / self.x_std_
         yt = (y - self.y_mean_[o]) / self.y_std_[o]
+
         def make(**overrides):
             return build(self.config(**overrides), torch.as_tensor(xt[:, None]), torch.as_tensor(yt),
                          dtype=self.torch_dtype(), device=self.device, generator=self.generator(device="cpu"),
                          output=torch.as_tensor(o))
 
+        # the output index is a batch tensor of its own, passed to AMOGP.elbo as output=
+        sampler = ArrayBatches(self.tensor(xt[:, None]), self.tensor(yt), self.resolved_batch_size(len(yt)),
+                               extra={"output": self.tensor(o, torch.long)}, seed=self.seed)
+        self._train_model(make, sampler, len(yt))
+        return self
+
+    def fit_stream(self, data, target=None, *, output=None, features=None, sample_size: int = 10000, callback=None):
+        """Fit on a table streamed in chunks: a path (.csv, .parquet, .npy) or an iterator of (X, y) chunks, with
+        `target` the target column and two feature columns, the input and `output` (the series index 0..D-1:
+        its name, or its index among the feature columns for .npy tables and chunk iterators); `features`
+        picks the two from a wider table.
+
+        One streaming pass (`flowgp.data_sources.scan` with the output as group column) gives the input's
+        standardisation, each series' target mean and std and input range, and a uniform sample of at most
+        `sample_size` rows; the model is built from those (CP inducing inputs over the input's range, each
+        alignment GP's over its series' range) and trained on the whole table block by block
+        (`flowgp.batches.BlockBatches`), the output index travelling as a batch tensor. The batch is as in
+        `fit` (`batch_size="auto"`: the full table up to `full_batch_max` rows). The result is the fit of the
+        same rows as arrays, up to the order in which minibatches visit them.
+        """
+        from ..batches import BlockBatches
+        from ..data_sources import open_table, scan
+
+        if callback is not None:
+            raise TypeError(f"callback: {type(self).__name__}'s training takes no callback")
+        self._check_options()
+        sample_size = positive_int(sample_size, "sample_size")
+        source = open_table(data, target, features)
+        try:
+            names = list(source.feature_names)
+            if len(names) != 2:
+                raise ValueError(f"features: an AMO-GP table has two feature columns, the input and the output "
+                                 f"index, got {names}; name them with features=[input, output]")
+            col = self._output_column(output, names)
+            xcol = 1 - col
+            stats = scan(source, sample_size, seed=int(self.seed), group_feature=col)
+            if stats.sample_y is None:
+                raise ValueError("target: the table has no target column; name it with target=")
+            groups = stats.groups
+            seen = len(groups["count"])
+            d = int(self.num_outputs) if self.num_outputs is not None else seen
+            if seen > d:
+                raise ValueError(f"output indices must lie in 0..{d - 1}, got values up to {seen - 1}")
+            self._check_counts(np.pad(groups["count"], (0, d - seen)))
+            self.n_outputs_ = d
+            self.n_features_in_ = 1
+            self.x_mean_, self.x_std_ = float(stats.x_mean[xcol]), float(stats.x_std[xcol]) or 1.0
+            self.y_mean_ = groups["y_mean"].astype(np.float64)
+            self.y_std_ = np.where(groups["y_std"] > 0, groups["y_std"], 1.0)
+            ranges = (np.stack([groups["x_min"][:, xcol], groups["x_max"][:, xcol]], -1) - self.x_mean_) / self.x_std_
+            o_sample = stats.sample_x[:, col].astype(np.int64)
+            xs = (stats.sample_x[:, xcol] - self.x_mean_) / self.x_std_
+            ys = (stats.sample_y - self.y_mean_[o_sample]) / self.y_std_[o_sample]
+
+            def make(**overrides):
+                return build(self.config(**overrides), torch.as_tensor(xs[:, None]), torch.as_tensor(ys),
+                             dtype=self.torch_dtype(), device=self.device, generator=self.generator(device="cpu"),
+                             output=torch.as_tensor(o_sample), input_ranges=ranges)
+
+            def transform(x, y):
+                o = x[:, col].astype(np.int64)
+                return (self.tensor(((x[:, xcol] - self.x_mean_) / self.x_std_)[:, None]),
+                        self.tensor((y - self.y_mean_[o]) / self.y_std_[o]), {"output": self.tensor(o, torch.long)})
+
+            sampler = BlockBatches(source, self.resolved_batch_size(stats.num_rows), transform, seed=int(self.seed),
+                                   device=self.device)
+            start = time.perf_counter()
+            self._train_model(make, sampler, stats.num_rows)
+            self.train_seconds_ = time.perf_counter() - start
+        finally:
+            if source is not data:
+                source.close()
+        return self
+
+    @staticmethod
+    def _output_column(output, names) -> int:
+        """The position among the table's two feature columns of the output index column `output`."""
+        if output is None:
+            raise ValueError("output: name the table's output-index column (output='site', or its index among "
+                             "the feature columns)")
+        if isinstance(output, (int, np.integer)) and not isinstance(output, bool):
+            if output not in (0, 1):
+                raise ValueError(f"output must be 0 or 1 (a position among the feature columns {names}), got {output}")
+            return int(output)
+        if output not in names:
+            raise ValueError(f"output {output!r} is not one of the table's feature columns {names}")
+        return names.index(output)
+
+    @staticmethod
+    def _check_counts(counts) -> None:
+        if np.any(counts < 2):
+            empty = [i for i in range(len(counts)) if counts[i] < 2]
+            raise ValueError(f"every output needs at least 2 training rows; output(s) {empty} have "
+                             f"{[int(counts[i]) for i in empty]} (drop them or renumber the outputs)")
+
+    def _train_model(self, make, sampler, n: int) -> None:
+        """Build the model with `make(**config overrides)` and train it on `sampler` (n rows): the MO-GP start
+        when asked, then AMO-GP, both through flowgp.training.train."""
         self.model_ = make()
         early = None if self.tol is None else EarlyStop(window=int(self.patience), rel_tol=float(self.tol))
-        batch = self.resolved_batch_size(len(yt))
+        batch = self.resolved_batch_size(n)
         # full batch: every step's loss is the exact bound, so the fit ends at the best point it evaluated
         # (natural-gradient steps on this non-conjugate bound occasionally overshoot, see docs/results/amogp)
         kwargs = dict(epochs=int(self.epochs), lr=self.lr, seed=self.seed, verbose=self.verbose,
-                      compile=self.compile, early_stop=early, keep_best=batch is None or batch >= len(yt))
-        # the output index is a batch tensor of its own, passed to AMOGP.elbo as output=
-        sampler = ArrayBatches(self.tensor(xt[:, None]), self.tensor(yt), batch,
-                               extra={"output": self.tensor(o, torch.long)}, seed=self.seed)
+                      compile=self.compile, early_stop=early, keep_best=batch is None or batch >= n)
         self.mogp_history_ = []
         if self.start_from_mogp and (self.model_.alignment or self.model_.warping):
             mogp = make(alignment=False, warping=False)
@@ -230,7 +327,6 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             self.model_.start_from(mogp)
         self.history_ = train(self.model_, sampler, natural_gradient=self._natural_gradient(self.model_),
                               desc=type(self).__name__, checkpoint_path=self.checkpoint_path(), **kwargs)
-        return self
 
     def predict(self, X, output, return_std=False):
         """Moment-matched predictive mean of y* (and its standard deviation with return_std=True)."""
