@@ -302,6 +302,19 @@ def test_an_amogp_streams_a_table(tmp_path):
     np.testing.assert_allclose(parquet.predict(grid, out), arrays.predict(grid, out), rtol=1e-5)
     np.testing.assert_allclose(parquet.y_mean_, arrays.y_mean_, rtol=1e-12)
     np.testing.assert_allclose(parquet.y_std_, arrays.y_std_, rtol=1e-12)
+    # prediction of a table chunk by chunk, written as it goes: the in-memory predictions and scores
+    summary = parquet.predict_to_file(tmp_path / "s.parquet", tmp_path / "p.csv", target="pm", output="site",
+                                      chunk_rows=70, verbose=False)
+    written = np.loadtxt(tmp_path / "p.csv", delimiter=",", skiprows=1)
+    mean, std = parquet.predict(x[:, None], o, return_std=True)
+    np.testing.assert_allclose(written[:, 0], mean, rtol=1e-12)
+    np.testing.assert_allclose(written[:, 1], std, rtol=1e-12)
+    assert summary["rows"] == len(x)
+    np.testing.assert_allclose(summary["rmse"], np.sqrt(np.mean((y - mean) ** 2)), rtol=1e-12)
+    np.testing.assert_allclose(summary["nll"], -np.mean(parquet.log_predictive_density(x[:, None], y, o)), rtol=1e-9)
+    with pytest.raises(TypeError, match="output"):
+        SVGPRegressor(num_inducing=5, epochs=1, verbose=False).fit(x[:, None], y).predict_to_file(
+            tmp_path / "s.parquet", tmp_path / "q.csv", target="pm", features=["t"], output="site")
     # minibatches from a sample smaller than the table: the alignment inducing ranges come from the full pass
     mini = AlignedMultiOutputGPRegressor(**{**kw, "epochs": 60, "lr": 0.02}, batch_size=64).fit_stream(
         tmp_path / "s.npy", 2, output=1, sample_size=40)

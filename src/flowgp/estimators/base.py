@@ -264,14 +264,15 @@ class Estimator:
         return lambda y: self.tensor((y - y_shift) / y_scale)[:, None]
 
     def predict_to_file(self, data, path, *, level: float = 0.95, target=None, features=None,
-                        chunk_rows: int = 65536, verbose: bool = True) -> dict:
+                        chunk_rows: int = 65536, verbose: bool = True, output=None) -> dict:
         """Predict a table chunk by chunk and append the rows (mean, std, lower, upper of the central `level`
         interval) to `path` (CSV, or Parquet for .parquet/.pq) as they are computed; memory is bounded by
         `chunk_rows`. The file is written under a temporary name and renamed into place at the end.
 
         `data`: as for `fit_stream` (features: default the ones the model was fitted on, when known). With a
         `target` column the summary also scores the predictions. Returns {"rows": n} plus, with a target,
-        "nll" (mean negative log predictive density), "rmse" and the interval's coverage.
+        "nll" (mean negative log predictive density), "rmse" and the interval's coverage. `output`: the
+        multi-output estimator's output-index column (as in its `fit_stream`); the others take none.
         """
         from tqdm.auto import tqdm
 
@@ -284,21 +285,21 @@ class Estimator:
         if features is None and isinstance(data, (str, Path)) and not str(data).endswith(".npy"):
             features = getattr(self, "feature_names_", None)
         if target is None and isinstance(data, (str, Path)) and str(data).endswith(".npy") and Path(data).exists():
-            if np.load(data, mmap_mode="r").shape[-1] == self.n_features_in_:
+            if np.load(data, mmap_mode="r").shape[-1] == self._table_feature_count():
                 target = False
         source = open_table(data, target, features)
+        columns = self._table_columns(list(source.feature_names), output)
         writer = table_writer(path, ["mean", "std", "lower", "upper"])
         totals = {"rows": 0, "lpd": 0.0, "se": 0.0, "inside": 0}
         ok = False
         bar = tqdm(total=source.num_rows, desc="predict", unit="rows", disable=not verbose, leave=False)
         try:
             for x, y in source.chunks(chunk_rows):
-                mean, std = self.predict(x, return_std=True)
-                lower, upper = self.predict_interval(x, level)
+                mean, std, lower, upper, lpd = self._chunk_predictions(x, y, level, columns)
                 writer.write(np.column_stack([mean, std, lower, upper]))
                 totals["rows"] += len(x)
                 if y is not None:
-                    totals["lpd"] += float(np.sum(self.log_predictive_density(x, y)))
+                    totals["lpd"] += float(np.sum(lpd))
                     totals["se"] += float(np.sum((y - mean) ** 2))
                     totals["inside"] += int(np.sum((y >= lower) & (y <= upper)))
                 bar.update(len(x))
@@ -314,6 +315,23 @@ class Estimator:
             out.update({"nll": -totals["lpd"] / n, "rmse": float(np.sqrt(totals["se"] / n)),
                         f"coverage{round(100 * level):d}": totals["inside"] / n})
         return out
+
+    def _table_feature_count(self) -> int:
+        """Feature columns of a table this estimator predicts (a .npy of that width has no target column)."""
+        return self.n_features_in_
+
+    def _table_columns(self, names, output):
+        """What `_chunk_predictions` needs to know about a table's feature columns `names` (here: nothing)."""
+        if output is not None:
+            raise TypeError(f"output: {type(self).__name__} has one output; output= names the multi-output "
+                            "estimator's output-index column")
+        return None
+
+    def _chunk_predictions(self, x, y, level, columns):
+        """(mean, std, lower, upper, log densities or None without y) of one chunk of a table's rows."""
+        mean, std = self.predict(x, return_std=True)
+        lower, upper = self.predict_interval(x, level)
+        return mean, std, lower, upper, None if y is None else self.log_predictive_density(x, y)
 
     # ----- save / load -------------------------------------------------------------------------------------
     def _saved_objects(self) -> tuple[dict, dict]:

@@ -259,6 +259,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             self._check_counts(np.pad(groups["count"], (0, d - seen)))
             self.n_outputs_ = d
             self.n_features_in_ = 1
+            self.feature_names_ = names  # the table's input and output columns, for predict_to_file
             self.x_mean_, self.x_std_ = float(stats.x_mean[xcol]), float(stats.x_std[xcol]) or 1.0
             self.y_mean_ = groups["y_mean"].astype(np.float64)
             self.y_std_ = np.where(groups["y_std"] > 0, groups["y_std"], 1.0)
@@ -286,6 +287,24 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             if source is not data:
                 source.close()
         return self
+
+    def _table_feature_count(self) -> int:
+        return 2  # the input and the output index
+
+    def _table_columns(self, names, output):
+        """(input column, output column) positions among a table's two feature columns (`predict_to_file`)."""
+        if len(names) != 2:
+            raise ValueError(f"features: an AMO-GP table has two feature columns, the input and the output "
+                             f"index, got {names}; name them with features=[input, output]")
+        col = self._output_column(output, names)
+        return 1 - col, col
+
+    def _chunk_predictions(self, x, y, level, columns):
+        xcol, col = columns
+        inputs, output = x[:, [xcol]], x[:, col]
+        mean, std = self.predict(inputs, output, return_std=True)
+        lower, upper = self.predict_interval(inputs, output, level)
+        return mean, std, lower, upper, None if y is None else self.log_predictive_density(inputs, y, output)
 
     @staticmethod
     def _output_column(output, names) -> int:
