@@ -1,6 +1,7 @@
 import json
 
 import numpy as np
+import pytest
 
 from flowgp.cli import main
 
@@ -69,6 +70,14 @@ def test_fit_takes_deep_models_and_their_options(tmp_path, capsys):
         out = tmp_path / "pred.csv"
         assert main(["predict", "--model", str(model), "--csv", str(csv), "--out", str(out)]) == 0
         assert len(out.read_text().strip().splitlines()) == 51
+
+
+def test_fit_posterior_choices_are_the_deep_gps_posteriors(capsys):
+    from flowgp.models.deep_gp import POSTERIORS
+
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    assert "--posterior {" + ",".join(POSTERIORS) + "}" in capsys.readouterr().out
 
 
 def test_fit_fails_before_training_on_a_bad_out_or_device(tmp_path, capsys, monkeypatch):

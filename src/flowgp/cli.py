@@ -348,8 +348,10 @@ def main(argv=None) -> int:
     p_fit.add_argument("--flow-init", default=None, choices=["identity", "data", "random", "none"],
                        help="tgp/wgp: flow initialisation (default identity)")
     p_fit.add_argument("--layers", type=int, default=None, help="dgp/ldgp: number of GP layers (default 2)")
-    p_fit.add_argument("--posterior", default=None, choices=["gaussian", "cnf", "flow-layerwise"],
-                       help="dgp: q(U) family, DSVI Gaussian or convolutional flow (default gaussian)")
+    # the names of flowgp.models.deep_gp.POSTERIORS, written out so that --help does not import torch
+    p_fit.add_argument("--posterior", default=None, choices=["gaussian", "cnf", "cnf-paper", "flow-layerwise"],
+                       help="dgp: q(U) family: DSVI Gaussian, convolutional flow over DSVI's base (cnf), the CNF "
+                            "paper's exact design (cnf-paper) or the layer-wise ablation (default gaussian)")
     p_fit.add_argument("--num-importance", type=int, default=None, help="ldgp: importance samples K (default 5)")
     p_fit.add_argument("--gradient", default=None, choices=["dreg", "reg"],
                        help="ldgp: q(z) gradient estimator (default dreg)")
