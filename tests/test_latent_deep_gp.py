@@ -124,6 +124,39 @@ def test_dreg_matches_hand_written_d23_on_one_layer(float64_default):
     torch.testing.assert_close(g, torch.cat([g_mu, g_sigma], -1))
 
 
+def test_literal_d23_weights_every_cross_term_by_the_squared_weight(float64_default):
+    """"dreg-d23" (ablation): the value is L_K, the model's parameters get the plain IW gradient, and the
+    coefficient at z_j is Σ_k w̃_k² ∂log w_k/∂z_j (all k, the cross terms included), checked against the K × K
+    Jacobian formed by hand; on one layer it is "dreg" itself."""
+    model, x, y = _model(layers=2, amortized=False, k=4, gradient="dreg-d23")
+    xb, yb, idx = x[:5], y[:5], torch.arange(5)
+    params = model.q_params(xb, yb, idx)
+    mean, std = (t.detach().requires_grad_(True) for t in params)
+    terms = model.iw_terms(xb, yb, 4, "dreg-d23", q_params=(mean, std), generator=_gen(3), indices=idx)
+    g_mean = torch.autograd.grad(terms.sum(), mean)[0]
+    # by hand, same draws: log w [S, K, B] and z [S, K, B, Q] with log q at fixed (μ, σ)
+    log_w, z = model.log_weights(xb, yb, 4, q_params=(mean, std), detach_q=True, generator=_gen(3), indices=idx)
+    wt = torch.softmax(log_w.detach(), dim=1)
+    rows = torch.stack([torch.autograd.grad(log_w[:, i].sum(), z, retain_graph=True)[0] for i in range(4)], 1)
+    coef = (wt.square()[:, :, None, :, None] * rows).sum(1)  # Σ_k w̃_k² G_kj: [S, K, B, Q]
+    torch.testing.assert_close(g_mean, coef.sum(1)[0], rtol=1e-9, atol=1e-12)  # ∂z_j/∂μ = 1
+    plain = model.iw_terms(xb, yb, 4, "dreg", q_params=(mean, std), generator=_gen(3), indices=idx)
+    torch.testing.assert_close(terms, plain, rtol=1e-12, atol=0)
+    assert not torch.allclose(torch.autograd.grad(plain.sum(), mean)[0], g_mean)  # the joint DREG differs
+    grads = {}
+    for g in ("dreg", "dreg-d23"):
+        model.zero_grad()
+        model.elbo(x, y, gradient=g, generator=_gen(5)).backward()
+        grads[g] = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    for n in grads["dreg"]:
+        if not n.startswith("qz."):
+            torch.testing.assert_close(grads["dreg-d23"][n], grads["dreg"][n])
+    one, x1, y1 = _model(layers=1, amortized=False, k=4)
+    a = latent_gradient_samples(one, x1, y1, torch.arange(4), 4, "dreg", repeats=2, seed=2, wrt="moments")
+    b = latent_gradient_samples(one, x1, y1, torch.arange(4), 4, "dreg-d23", repeats=2, seed=2, wrt="moments")
+    torch.testing.assert_close(a, b)
+
+
 @pytest.mark.parametrize("amortized", [True, False])
 def test_parameter_gradients_from_jacobian_match_direct_autograd(float64_default, amortized):
     model, x, y = _model(amortized=amortized, k=4)

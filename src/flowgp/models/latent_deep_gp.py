@@ -55,7 +55,8 @@ from ._checks import as_inputs, as_targets
 __all__ = ["LatentDeepGP", "ConcatProjectionLayer", "build_latent_deep_gp", "joint_gp_sample",
            "GRADIENT_ESTIMATORS", "HIDDEN_LAYERS", "check_num_importance", "check_gradient"]
 
-GRADIENT_ESTIMATORS = ("reg", "dreg")
+#: "dreg-d23" is eq. D.23 applied as written (an ablation: biased once a hidden layer couples the K slots)
+GRADIENT_ESTIMATORS = ("reg", "dreg", "dreg-d23")
 #: hidden-layer structures of `build_latent_deep_gp`: "pca" (GPs with a fixed PCA linear mean, the DSVI layer)
 #: and "concat" (supplement E.2: a fixed projection of 5 GPs concatenated with the layer's observed inputs)
 HIDDEN_LAYERS = ("pca", "concat")
@@ -326,15 +327,26 @@ class LatentDeepGP(nn.Module):
         returned value is L_K and the model's parameters keep the plain IW gradient. G is formed by K
         vector-Jacobian products of log w w.r.t. z (only when z carries a gradient and a hidden layer couples the
         slots; a one-layer model has a diagonal G and uses D.23 through a gradient hook on z).
+
+        "dreg-d23": D.23's surrogate taken literally, Σ_k sg(w̃_k²) log w_k differentiated through every z, which
+        gives z_j the coefficient Σ_k w̃_k² G_kj. It equals "dreg" for one layer and is biased once a hidden layer
+        couples the slots; kept to measure what the cross terms do to the gradient's signal-to-noise ratio.
         """
         gradient = check_gradient(gradient)
-        dreg = gradient == "dreg"
+        dreg = gradient in ("dreg", "dreg-d23")
         log_w, z = self.log_weights(x, y, num_importance, num_samples, indices, q_params, dreg, generator,
                                     batch_rows)
         terms = torch.logsumexp(log_w, dim=1) - math.log(log_w.shape[1])
         if dreg and z.requires_grad and torch.is_grad_enabled():
             k = log_w.shape[1]
             weights = torch.softmax(log_w.detach(), dim=1).unsqueeze(-1)  # w̃_k, [S, K, B, 1]
+            if gradient == "dreg-d23" and len(self.layers) > 1 and k > 1:
+                # D.23 as written, Σ_k sg(w̃_k²) ∇_φ log w_k through every z: at z_j Σ_k w̃_k² G_kj (the cross terms
+                # G_kj, k ≠ j, weighted as if they were own terms). Autograd of L_K brings Σ_k w̃_k G_kj; one
+                # vector-Jacobian product adds the difference
+                extra = torch.autograd.grad(((weights.squeeze(-1) ** 2 - weights.squeeze(-1)) * log_w).sum(), z,
+                                            retain_graph=True)[0]
+                return terms + (extra.detach() * (z - z.detach())).sum((1, -1))
             if len(self.layers) == 1 or k == 1:
                 # no sampled layer (or one slot): G is diagonal and c_j = w̃_j² G_jj, i.e. one more factor w̃_j
                 # on what autograd brings to z_j (eq. D.23 exactly), no Jacobian needed
