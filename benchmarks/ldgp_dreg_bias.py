@@ -1,0 +1,78 @@
+"""Is a q(z) gradient estimator unbiased? REG, the joint DREG and D.23 taken literally on a fitted latent DGP (issue 25).
+
+Run from the repository root (reuses the fitted models of `flowgp bench snr --out docs/results/snr/joint`):
+
+    OMP_NUM_THREADS=1 python benchmarks/ldgp_dreg_bias.py --layers 3 --num-importance 20 --repeats 1000
+
+For `--points` training points (the SNR bench's choice of points and seed) it draws `--repeats` independent
+estimates of ∇_(μ_n, σ_n) of each point's term of L_K under every estimator (`flowgp.diagnostics.
+latent_gradient_samples`, wrt="moments") and compares each estimator's mean with REG's (eq. C.17, plain autograd
+of L_K: unbiased by construction). The estimators see the same draws (one seed), so the comparison is paired:
+per coordinate, z = mean(e − REG) / (std(e − REG)/√R) over the R repeats. An unbiased estimator gives
+z ~ N(0, 1) (mean z² ≈ 1); a biased one, |z| growing like √R. REG is noisy, so D.23 is also compared with the
+joint DREG (unbiased and much quieter, a sharper test; "d23_vs_dreg"). Also printed: each estimator's SNR |mean| / std
+over the same draws (mean over coordinates). One JSON line per (layers, K) to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from flowgp.diagnostics import latent_gradient_samples
+from flowgp.estimators.latent import LatentDeepGPRegressor
+from flowgp.synthetic import make_multimodal_demo
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--num-importance", default="20")
+    p.add_argument("--repeats", type=int, default=1000)
+    p.add_argument("--points", type=int, default=10)
+    p.add_argument("--models", default="docs/results/snr/joint", help="folder of the SNR bench's fitted models")
+    p.add_argument("--num-data", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="docs/results/snr/joint/bias.jsonl")
+    a = p.parse_args()
+    path = Path(a.models) / f"ldgp{a.layers}-dreg-k5-seed{a.seed}.pt"
+    if not path.exists():
+        raise SystemExit(f"{path}: no fitted model; run `flowgp bench snr --layers {a.layers} --out {a.models}` first")
+    est = LatentDeepGPRegressor.load(path)
+    x, y, _ = make_multimodal_demo(a.num_data, seed=a.seed)
+    xt, yt = est.scaled_inputs(x), est.scaled_targets(y, x.shape[0])
+    idx = torch.randperm(xt.shape[0], generator=torch.Generator().manual_seed(a.seed))[: a.points]
+    for k in [int(v) for v in a.num_importance.split(",")]:
+        row = {"layers": a.layers, "num_importance": k, "repeats": a.repeats, "points": a.points}
+        samples, seconds = {}, {}
+        for g in ("reg", "dreg", "dreg-d23"):
+            start = time.perf_counter()
+            samples[g] = latent_gradient_samples(est.model_, xt, yt, idx, k, g, repeats=a.repeats, seed=a.seed + 1,
+                                                 wrt="moments").reshape(a.repeats, -1)
+            seconds[g] = time.perf_counter() - start
+        ref = samples["reg"]
+        for g, s in samples.items():
+            diff = s - ref  # paired: the same draws
+            z = diff.mean(0) / (diff.std(0) / math.sqrt(a.repeats)).clamp_min(1e-300)
+            paired = g != "reg"
+            if g == "dreg-d23":
+                # against the joint DREG (unbiased, and much less noisy than REG: a sharper test)
+                d2 = s - samples["dreg"]
+                z2 = d2.mean(0) / (d2.std(0) / math.sqrt(a.repeats)).clamp_min(1e-300)
+                row["d23_vs_dreg"] = {"mean_z2": float(z2.square().mean()), "max_abs_z": float(z2.abs().max()),
+                                      "relative_difference": float(d2.mean(0).norm() / samples["dreg"].mean(0).norm())}
+            row[g] = {"mean_z2_vs_reg": float(z.square().mean()) if paired else None,
+                      "max_abs_z_vs_reg": float(z.abs().max()) if paired else None,
+                      "relative_bias": float(diff.mean(0).norm() / ref.mean(0).norm()) if paired else None,
+                      "snr": float((s.mean(0).abs() / s.std(0)).mean()), "seconds": seconds[g]}
+        print(json.dumps(row), flush=True)
+        with open(a.out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
