@@ -201,12 +201,12 @@ def test_warping_layer_moments_match_monte_carlo(float64_default):
     g = torch.Generator().manual_seed(6)
     model = AMOGP(_z(2, 4), _z(2, 4), _z(2, 5), warping_variance=0.3)
     _set_random_q(model.warp, g)
-    post = model._posteriors()
     m, v, out = torch.tensor([0.3, -0.5, 1.0]), torch.tensor([0.2, 0.5, 0.1]), torch.tensor([0, 1, 1])
     with torch.no_grad():
-        mean, var, _ = model._warping_layer(post, m, v, out, random_input=True)
+        hyp = model._hyper()
+        mean, var = model._warping_layer(model._posteriors(hyp)["g"], m, v, out, model._point_values(hyp, out))
         f = m + v.sqrt() * torch.randn(100_000, 3, generator=g)
-        _, _, kinv, chol = post["g"]
+        _, _, kinv, chol = model._sampling_posteriors()["g"]
         beta = model.warp.sample_beta(chol, 100_000, g)[:, out]
         wv, wl = model._warp_params()
         k = wv[out, None] * torch.exp(-0.5 * (f.unsqueeze(-1) - model.warp.z[out][..., 0]).square() / wl[out, None] ** 2)
@@ -516,6 +516,13 @@ def test_parameters_follow_the_inducing_inputs_dtype_and_old_files_load():
     torch.testing.assert_close(fresh.elbo(x, y, out), model.elbo(x, y, out))
 
 
+def _latent_layer(model, mean, var, out):
+    """(mean, var, ΨCΨᵀ) of the CP layer under q(a_n) = N(mean, var), as the bound evaluates it."""
+    hyp = model._hyper()
+    return model._latent_layer(model._posteriors(hyp)["f"], mean, var, model._point_values(hyp, out),
+                               random_input=True)
+
+
 @pytest.mark.parametrize("latents", [1, 2])
 def test_latent_layer_grouped_contract_equals_materialised_psi2(float64_default, latents):
     """The CP layer's tr(Φ_n W) by groups (inducing inputs per output and latent) equals the contraction of
@@ -528,13 +535,12 @@ def test_latent_layer_grouped_contract_equals_materialised_psi2(float64_default,
     with torch.no_grad():
         model.kernel.raw_lengthscale.add_(0.3 * torch.randn(model.kernel.raw_lengthscale.shape, generator=gen))
     _set_random_q(model.latent, gen)
-    post = model._posteriors()
     out = torch.tensor([0, 2, 1, 1, 0, 2])
     mean = torch.randn(6, generator=gen)
     var = 0.3 * torch.rand(6, generator=gen)
-    m, v, pc = model._latent_layer(post, mean, var, out, random_input=True)
+    m, v, pc = _latent_layer(model, mean, var, out)
     stats = cp_psi_statistics(model.kernel, mean[:, None], var[:, None], out, model.latent.z[0], model.latent_output)
-    alpha, cov, kinv, _ = post["f"]
+    alpha, cov, kinv, _ = model._sampling_posteriors()["f"]  # InducingSet.posterior, autograd's path
     w = alpha[0][:, None] * alpha[0][None, :] + cov[0] - kinv[0]
     expected = stats.psi0 + torch.einsum("nij,ij->n", stats.psi2, w) - (stats.psi1 @ alpha[0]).square()
     torch.testing.assert_close(m, stats.psi1 @ alpha[0])
@@ -555,18 +561,17 @@ def test_latent_inducing_layer_equals_materialised_psi_statistics(float64_defaul
         model.kernel.raw_lengthscale.add_(0.3 * torch.randn(model.kernel.raw_lengthscale.shape, generator=gen))
         model.raw_inducing_lengthscale.add_(0.3 * torch.randn(model.raw_inducing_lengthscale.shape, generator=gen))
     _set_random_q(model.latent, gen)
-    post = model._posteriors()
     out = torch.tensor([0, 2, 1, 1, 0, 2])
     mean = torch.randn(6, generator=gen)
     var = 0.3 * torch.rand(6, generator=gen)
-    m, v, pc = model._latent_layer(post, mean, var, out, random_input=True)
+    m, v, pc = _latent_layer(model, mean, var, out)
     amp, lsq = model.kernel.inducing_parameters(out, model.inducing_lengthscale)  # [R, N], [R, N, 1]
     amp = amp.T.repeat_interleave(5, 1)  # [N, R·M]
     lsq = lsq.transpose(0, 1).repeat_interleave(5, 1)  # [N, R·M, 1]
     z = model.latent.z.reshape(-1, 1)
     psi1 = gaussian_psi1(mean[:, None], var[:, None], z, amp, lsq)
     psi2 = gaussian_psi2(mean[:, None], var[:, None], z, amp, lsq)
-    alpha, cov, kinv, _ = post["f"]
+    alpha, cov, kinv, _ = model._sampling_posteriors()["f"]
     a = alpha.reshape(-1)
     w = a[:, None] * a[None, :] + torch.block_diag(*cov) - torch.block_diag(*kinv)
     expected = model.kernel.variance.sum(-1)[out] + torch.einsum("nij,ij->n", psi2, w) - (psi1 @ a).square()
@@ -624,3 +629,204 @@ def test_monte_carlo_predictions_are_chunked_and_independent_of_the_other_rows()
     order = rng.permutation(60)[:17]
     np.testing.assert_allclose(est.log_predictive_density(X[order], y[order], o[order]), lpd[order], rtol=1e-9)
     assert np.all(lo < hi)
+
+
+# ----- issue 27: the bound's nodes with hand-written backwards ------------------------------------------------
+def _reference_elbo(model, x, y, out, num_data):
+    """The bound as the module docstring writes it, through autograd only: InducingSet.posterior, Φ_n
+    materialised per point (flowgp.psi_statistics.gaussian_psi1/psi2/psi_mean) and the KL of kl_divergence."""
+    from flowgp.psi_statistics import gaussian_psi1, gaussian_psi2, gaussian_psi_mean
+
+    def moments(psi, phi, psi0, alpha, cov, kinv, mean_in=None, var_in=None, xi=None):
+        w = alpha[..., :, None] * alpha[..., None, :] + cov - kinv
+        psi_a = (psi * alpha).sum(-1)
+        var = psi0 + (phi * w).sum((-1, -2)) - psi_a.square()
+        mean = psi_a
+        if mean_in is not None:
+            mean = mean + mean_in
+        if xi is not None:
+            var = var + var_in + 2.0 * ((xi * alpha).sum(-1) - mean_in * psi_a)
+        pc = torch.einsum("...m,...mk,...k->...", psi, cov, psi).clamp_min(0.0)
+        return mean, var.clamp_min(0.0), pc
+
+    def own_se(mean, var, ind, kern, alpha, cov, kinv, with_mean):
+        s2, ls = kern.variance.reshape(-1)[out], kern.base.lengthscale.reshape(-1)[out]
+        z = ind.z[out]  # [B, M, 1]
+        amp = s2[:, None, None].expand(-1, 1, z.shape[1])
+        lsq = ls.square()[:, None, None, None].expand(-1, 1, z.shape[1], 1)
+        m, v = mean[:, None, None], var[:, None, None]
+        psi = gaussian_psi1(m, v, z, amp, lsq)  # [B, 1, M]
+        phi = gaussian_psi2(m, v, z, amp, lsq)[:, 0]
+        xi = gaussian_psi_mean(m, v, z, psi, lsq)[:, 0, :, 0] if with_mean else None
+        return moments(psi[:, 0], phi, s2, alpha[out], cov[out], kinv[out], mean, var, xi)
+
+    xs = x[:, 0]
+    penalty = torch.zeros_like(xs)
+    if model.alignment:
+        alpha, cov, kinv, _ = model.align.posterior(model.align_kernel(model.align.z))
+        m, v, pc = own_se(xs, torch.zeros_like(xs), model.align, model.align_kernel, alpha, cov, kinv, False)
+        penalty = penalty + (v - pc) / (2.0 * model.alignment_noise[out])
+        a_mean, a_var = m, pc + model.alignment_noise[out]
+    else:
+        a_mean, a_var = xs, torch.zeros_like(xs)
+    alpha, cov, kinv, _ = model.latent.posterior(model.cp_kuu())
+    a, c, k = alpha.reshape(-1), torch.block_diag(*cov), torch.block_diag(*kinv)
+    if model.cp_inducing == "latent":
+        amp, lsq = model.kernel.inducing_parameters(out, model.inducing_lengthscale)  # [R, B], [R, B, 1]
+        mf = model.latent.z.shape[1]
+        amp, lsq = amp.T.repeat_interleave(mf, 1), lsq.transpose(0, 1).repeat_interleave(mf, 1)
+        z = model.latent.z.reshape(-1, 1)
+        psi = gaussian_psi1(a_mean[:, None], a_var[:, None], z, amp, lsq)
+        phi = gaussian_psi2(a_mean[:, None], a_var[:, None], z, amp, lsq)
+    else:
+        from flowgp.psi_statistics import cp_psi_statistics
+
+        stats = cp_psi_statistics(model.kernel, a_mean[:, None], a_var[:, None], out, model.latent.z[0],
+                                  model.latent_output)
+        psi, phi = stats.psi1, stats.psi2
+    m, v, pc = moments(psi, phi, model.kernel.variance.sum(-1)[out], a, c, k)
+    if model.warping:
+        penalty = penalty + (v - pc) / (2.0 * model.latent_noise[out])
+        f_mean, f_var = m, pc + model.latent_noise[out]
+        alpha, cov, kinv, _ = model.warp.posterior(model.warp_kernel(model.warp.z))
+        m, v, _ = own_se(f_mean, f_var, model.warp, model.warp_kernel, alpha, cov, kinv, True)
+    mean = m + model.offset[out]
+    s2 = model.noise[out]
+    ell = -0.5 * torch.log(2.0 * math.pi * s2) - ((y - mean).square() + v) / (2.0 * s2)
+    return (ell - penalty).sum() * num_data / x.shape[0] - model.kl_divergence()
+
+
+def _random_model(cp, latents, alignment, warping, seed):
+    """A small well-conditioned AMO-GP with every parameter moved off its initial value."""
+    d = 3
+    z_latent = _z(latents, 6) if cp == "latent" else _z(d, 3, -1.5, 1.5) + 0.5 * torch.arange(d)[:, None]
+    model = AMOGP(_z(d, 5), z_latent, _z(d, 5, -1.5, 2.5), latent_processes=latents, alignment=alignment,
+                  warping=warping, lengthscale=0.8, alignment_variance=0.1, warping_variance=0.2, noise=0.1,
+                  alignment_noise=0.05, latent_noise=0.05, cp_inducing=cp, num_outputs=d)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            if name.endswith("q_mu"):
+                p.copy_(torch.randn(p.shape, generator=gen))
+            elif name.endswith("q_sqrt"):
+                p.copy_(0.5 * torch.eye(p.shape[-1]) + 0.1 * torch.randn(p.shape, generator=gen))
+            else:
+                p.add_(0.1 * torch.randn(p.shape, generator=gen))
+    return model
+
+
+@pytest.mark.parametrize("cp,latents", [("latent", 1), ("latent", 2), ("output", 1), ("output", 2)])
+@pytest.mark.parametrize("layers", [(True, True), (True, False), (False, True), (False, False)])
+def test_bound_and_gradients_equal_the_materialised_reference(float64_default, cp, latents, layers):
+    """The bound (one node per posterior, the Ψ-statistics contractions with hand-written backwards, base-2
+    exponentials) equals the module docstring's bound through autograd with materialised Φ_n, value and every
+    parameter's gradient to rounding, on a minibatch."""
+    model = _random_model(cp, latents, *layers, seed=latents + 2 * layers[0] + 4 * layers[1])
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(40, 1, generator=gen) * 4 - 2
+    out = torch.randint(0, 3, (40,), generator=gen)
+    y = torch.sin(2 * x[:, 0]) + 0.3 * out + 0.1 * torch.randn(40, generator=gen)
+    params = [p for _, p in sorted(model.named_parameters())]
+    bound = model.elbo(x, y, out, num_data=100)
+    ref = _reference_elbo(model, x, y, out, 100)
+    torch.testing.assert_close(bound, ref, rtol=1e-10, atol=0.0)
+    grads = torch.autograd.grad(bound, params, allow_unused=True, materialize_grads=True)
+    ref_grads = torch.autograd.grad(ref, params, allow_unused=True, materialize_grads=True)
+    for (name, _), a, b in zip(sorted(model.named_parameters()), grads, ref_grads):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10 * float(b.abs().max()) + 1e-12, msg=name)
+
+
+def test_posterior_node_matches_autograd_and_gradcheck(float64_default):
+    """_WhitenedPosterior: (α, C, Δ, W, KL) equal InducingSet.posterior's and gaussian_kl_whitened's through
+    autograd, with gradcheck of the hand-written backward (K_uu through its symmetric part, as a kernel gives
+    it) for every subset of outputs."""
+    from flowgp.models.amogp import _WhitenedPosterior
+    from flowgp.variational import gaussian_kl_whitened
+
+    gen = torch.Generator().manual_seed(3)
+    g, m = 2, 4
+    a = torch.randn(g, m, m, generator=gen)
+    kuu = (a @ a.mT + m * torch.eye(m)).requires_grad_()
+    mu = torch.randn(g, m, generator=gen).requires_grad_()
+    r = (torch.randn(g, m, m, generator=gen).tril() + 2 * torch.eye(m)).requires_grad_()
+
+    def node(k, mu_, r_):
+        return _WhitenedPosterior.apply(0.5 * (k + k.mT), mu_, r_, None, None)[:5]
+
+    def reference(k, mu_, r_):
+        chol = torch.linalg.cholesky(0.5 * (k + k.mT) + 1e-8 * torch.eye(m))
+        x = torch.linalg.solve_triangular(chol, torch.eye(m).expand(g, m, m), upper=False)
+        alpha = (x.mT @ mu_[..., None])[..., 0]
+        cov = x.mT @ r_ @ r_.mT @ x
+        delta = cov - x.mT @ x
+        return alpha, cov, delta, alpha[..., :, None] * alpha[..., None, :] + delta, gaussian_kl_whitened(mu_, r_)
+
+    for o1, o2 in zip(node(kuu, mu, r), reference(kuu, mu, r)):
+        torch.testing.assert_close(o1, o2, rtol=1e-10, atol=1e-12)
+    assert torch.autograd.gradcheck(node, (kuu, mu, r))
+    probes = [torch.randn(t.shape, generator=gen) for t in node(kuu, mu, r)]
+    for used in ([0], [1], [2], [3], [4], [0, 3], [1, 2, 4]):
+        lhs = sum((t * probes[i]).sum() for i, t in enumerate(node(kuu, mu, r)) if i in used)
+        rhs = sum((t * probes[i]).sum() for i, t in enumerate(reference(kuu, mu, r)) if i in used)
+        for u, v in zip(torch.autograd.grad(lhs, (kuu, mu, r), allow_unused=True, materialize_grads=True),
+                        torch.autograd.grad(rhs, (kuu, mu, r), allow_unused=True, materialize_grads=True)):
+            torch.testing.assert_close(u, v, rtol=1e-9, atol=1e-10)
+
+
+def test_alignment_node_gradcheck(float64_default):
+    """_AlignmentMoments (Ψ of each point under its own output's SE kernel, Ψα, ΨCΨᵀ, ΨΔΨᵀ and the clamps):
+    gradcheck of the hand-written backward, the table C and Δ kept symmetric as the posterior gives them."""
+    from flowgp.models.amogp import _AlignmentMoments
+
+    gen = torch.Generator().manual_seed(4)
+    d, m, b = 3, 4, 9
+    x = torch.randn(b, generator=gen).requires_grad_()
+    out = torch.tensor([0, 1, 2, 2, 1, 0, 0, 2, 1])
+    z = torch.randn(d, m, generator=gen).requires_grad_()
+    variance = (0.5 + torch.rand(d, generator=gen)).requires_grad_()
+    coef = (-0.5 - torch.rand(d, generator=gen)).requires_grad_()
+    alpha = torch.randn(d, m, 1, generator=gen).requires_grad_()
+    a = torch.randn(d, m, m, generator=gen)
+    cov = (a @ a.mT).requires_grad_()
+    delta = (cov.detach() - 2.0 * torch.eye(m)).requires_grad_()
+
+    def node(x_, z_, v_, c_, al, co, de):
+        table = torch.cat([al, 0.5 * (co + co.mT), 0.5 * (de + de.mT)], -1)
+        return _AlignmentMoments.apply(x_, out, z_, v_, c_, table)
+
+    assert torch.autograd.gradcheck(node, (x, z, variance, coef, alpha, cov, delta))
+
+
+def test_batched_posteriors_factorise_each_layer_on_its_own_after_a_failure(float64_default):
+    """Alignment and warping sets go through one batched node; when the batched first Cholesky attempt fails,
+    each layer's K_uu is factorised on its own (robust_cholesky's retries), so a retry of one layer adds no jitter
+    to the other's."""
+    from flowgp.linalg import CholeskyJitterWarning, robust_cholesky
+    from flowgp.models.amogp import _WhitenedPosterior
+
+    m = 4
+    good = (torch.eye(m) + 0.1 * torch.ones(m, m)).expand(2, m, m)
+    bad = (torch.ones(m, m) - 1e-7 * torch.eye(m)).expand(2, m, m)  # indefinite: needs more jitter than 1e-8
+    kuu = torch.cat([good, bad])
+    mu, r = torch.zeros(4, m), torch.eye(m).expand(4, m, m).clone()
+    with pytest.warns(CholeskyJitterWarning):
+        chol = _WhitenedPosterior.apply(kuu, mu, r, None, (2, 2))[5]
+    torch.testing.assert_close(chol[:2], robust_cholesky(good))
+    with pytest.warns(CholeskyJitterWarning):
+        torch.testing.assert_close(chol[2:], robust_cholesky(bad))
+
+
+def test_bound_in_float32():
+    """The bound's nodes run in the parameters' dtype: float32 agrees with float64 to float32 accuracy."""
+    model = _random_model("latent", 1, True, True, seed=5)
+    gen = torch.Generator().manual_seed(1)
+    x = (torch.rand(30, 1, generator=gen, dtype=torch.float64) * 4 - 2)
+    out = torch.randint(0, 3, (30,), generator=gen)
+    y = torch.sin(2 * x[:, 0]) + 0.1 * torch.randn(30, generator=gen, dtype=torch.float64)
+    model = model.double()
+    ref = model.elbo(x, y, out).item()
+    bound = model.float().elbo(x.float(), y.float(), out)
+    assert bound.dtype == torch.float32
+    assert abs(bound.item() - ref) < 1e-3 * abs(ref)
+    bound.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)

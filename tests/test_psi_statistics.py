@@ -4,7 +4,7 @@ import torch
 
 from flowgp.convolution import ConvolutionKernel
 from flowgp.psi_statistics import (cp_psi_statistics, gaussian_psi2_contract, grouped_psi2_contract,
-                                   se_psi_statistics)
+                                   grouped_psi_statistics, own_group_psi_statistics, se_psi_statistics)
 
 NUM_MC = 100_000
 
@@ -167,9 +167,19 @@ def test_grouped_contract_float32_and_bad_shapes():
         grouped_psi2_contract(mean, var, z, w, amp[:, :2], lsq)
 
 
-def test_grouped_contract_skips_negligible_rows_exactly():
+def _small_chunks(monkeypatch):
+    """Chunks of a few points, none kept: the sorted, windowed, recomputing path of larger problems."""
+    from flowgp.psi_statistics import _BlockedExpContract
+
+    monkeypatch.setattr(_BlockedExpContract, "_CHUNK_ELEMENTS", 1 << 12)
+    monkeypatch.setattr(_BlockedExpContract, "_MIN_CHUNK", 1)
+    monkeypatch.setattr(_BlockedExpContract, "_KEEP_ELEMENTS", 0)
+
+
+def test_grouped_contract_skips_negligible_rows_exactly(monkeypatch):
     """Short lengthscales over a long input range: chunks of sorted points work on narrow windows of the
     inducing inputs (terms below e^-40 skipped); values and gradients equal the materialised contraction."""
+    _small_chunks(monkeypatch)
     gen = torch.Generator().manual_seed(8)
     n, g, mg = 150, 2, 40  # several chunks of points
     mean = (10 * torch.rand(n, 1, generator=gen, dtype=torch.float64) - 5).requires_grad_()
@@ -192,11 +202,14 @@ def test_grouped_contract_skips_negligible_rows_exactly():
 
 @pytest.mark.parametrize("keep", [True, False])
 def test_grouped_contract_kept_or_recomputed_exponentials(monkeypatch, keep):
-    """The backward reads the forward's exponentials when they fit the budget, recomputes them otherwise: the
-    same gradients either way, and a kept E is not overwritten (a second backward with retain_graph agrees)."""
-    from flowgp.psi_statistics import _BlockedExpContract
+    """The backward reads the forward's exponentials when they fit the budget (and forms E ∘ w in place on them),
+    recomputes them otherwise: the same gradients either way, and a second backward with retain_graph agrees."""
+    if keep:
+        from flowgp.psi_statistics import _BlockedExpContract
 
-    monkeypatch.setattr(_BlockedExpContract, "_KEEP_ELEMENTS", (1 << 23) if keep else 0)
+        monkeypatch.setattr(_BlockedExpContract, "_KEEP_ELEMENTS", 1 << 23)
+    else:
+        _small_chunks(monkeypatch)
     mean, var, z, x, amp, lsq = _grouped_problem(4, n=300, g=2, mg=5)  # several chunks of points
     inputs = [t.clone().requires_grad_() for t in (mean, var, z, x, amp, lsq)]
     out = grouped_psi2_contract(*inputs[:3], _sym(inputs[3], 2, 5), *inputs[4:])
@@ -209,3 +222,96 @@ def test_grouped_contract_kept_or_recomputed_exponentials(monkeypatch, keep):
     for a, b, c in zip(first, second, expected):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
         torch.testing.assert_close(a, c, rtol=1e-10, atol=1e-10)
+
+
+# ----- block-diagonal W (grouped_psi_statistics) and one group per point (own_group_psi_statistics) ---------
+def _block_diagonal(w):
+    """[G, Mg, Mg] blocks as the full [G, Mg, G, Mg] weight."""
+    g, mg, _ = w.shape
+    full = torch.zeros(g, mg, g, mg, dtype=w.dtype)
+    for i in range(g):
+        full[i, :, i, :] = w[i]
+    return full
+
+
+def _psi1_reference(mean, var, z, amp, lsq):
+    """Eq. 24 per point and group, [N, G, Mg]."""
+    den = lsq.unsqueeze(2) + var[:, None, None, :]  # [N, G, 1, Dx]
+    log = 0.5 * (lsq.unsqueeze(2) / den).log() - 0.5 * (mean[:, None, None, :] - z).square() / den
+    return amp.unsqueeze(-1) * log.sum(-1).exp()
+
+
+@pytest.mark.parametrize("chunks", [False, True])
+def test_block_diagonal_statistics_equal_materialised(monkeypatch, chunks):
+    """Ψ₁ and tr(Φ_n W) with a block-diagonal W (the diagonal-block node, one kept chunk or sorted, windowed and
+    recomputed chunks) equal eq. 24 and the materialised contraction, values and gradients (W through its
+    symmetric part)."""
+    if chunks:
+        _small_chunks(monkeypatch)
+    gen = torch.Generator().manual_seed(12)
+    n, g, mg = 60, 2, 20
+    mean = (6 * torch.rand(n, 1, generator=gen, dtype=torch.float64) - 3).requires_grad_()
+    var = (0.02 * torch.rand(n, 1, generator=gen, dtype=torch.float64)).requires_grad_()
+    z = (torch.linspace(-3, 3, mg, dtype=torch.float64)[torch.randperm(mg, generator=gen)].repeat(g, 1)[..., None]
+         + 0.05 * torch.randn(g, mg, 1, generator=gen, dtype=torch.float64)).requires_grad_()
+    w = torch.randn(g, mg, mg, generator=gen, dtype=torch.float64).requires_grad_()
+    amp = (0.5 + torch.rand(n, g, generator=gen, dtype=torch.float64)).requires_grad_()
+    lsq = (0.02 + 0.02 * torch.rand(n, g, 1, generator=gen, dtype=torch.float64)).requires_grad_()
+    psi, phi = grouped_psi_statistics(mean, var, z, w, amp, lsq)
+    ref_psi = _psi1_reference(mean, var, z, amp, lsq)
+    ref_phi = _reference(mean, var, z, _block_diagonal(0.5 * (w + w.mT)), amp, lsq)
+    torch.testing.assert_close(psi, ref_psi, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(phi, ref_phi, rtol=1e-12, atol=1e-12)
+    probe_psi = torch.randn(psi.shape, generator=gen, dtype=torch.float64)
+    probe_phi = torch.randn(n, generator=gen, dtype=torch.float64)
+    inputs = (mean, var, z, w, amp, lsq)
+    fast = torch.autograd.grad((psi * probe_psi).sum() + (phi * probe_phi).sum(), inputs)
+    ref = torch.autograd.grad((ref_psi * probe_psi).sum() + (ref_phi * probe_phi).sum(), inputs)
+    for a, b in zip(fast, ref):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("dx", [1, 2])
+def test_block_diagonal_statistics_gradcheck(monkeypatch, dx):
+    """gradcheck of the diagonal-block node (hand-written chain rule through Ψ₁, the row factors, κ and the
+    prefactors), in one chunk and in sorted chunks."""
+    gen = torch.Generator().manual_seed(dx)
+    n, g, mg = 9, 2, 3
+    inputs = [torch.randn(n, dx, generator=gen, dtype=torch.float64),
+              0.3 * torch.rand(n, dx, generator=gen, dtype=torch.float64) + 0.01,
+              torch.randn(g, mg, dx, generator=gen, dtype=torch.float64),
+              torch.randn(g, mg, mg, generator=gen, dtype=torch.float64),
+              0.5 + torch.rand(n, g, generator=gen, dtype=torch.float64),
+              0.3 + torch.rand(n, g, dx, generator=gen, dtype=torch.float64)]
+    inputs = [t.requires_grad_() for t in inputs]
+    assert torch.autograd.gradcheck(grouped_psi_statistics, inputs)
+    from flowgp.psi_statistics import _BlockedExpContract
+
+    monkeypatch.setattr(_BlockedExpContract, "_CHUNK_ELEMENTS", 1 << 4)
+    monkeypatch.setattr(_BlockedExpContract, "_MIN_CHUNK", 1)
+    monkeypatch.setattr(_BlockedExpContract, "_KEEP_ELEMENTS", 0)
+    monkeypatch.setattr(_BlockedExpContract, "_MIN_WINDOWED", 1)
+    assert torch.autograd.gradcheck(grouped_psi_statistics, inputs)
+
+
+@pytest.mark.parametrize("dx", [1, 2])
+def test_own_group_statistics(dx):
+    """Each point against its own group only: equal to the diagonal-block statistics with the other groups'
+    prefactors zero, and gradcheck of its hand-written backward."""
+    gen = torch.Generator().manual_seed(20 + dx)
+    n, g, mg = 8, 3, 4
+    mean = torch.randn(n, dx, generator=gen, dtype=torch.float64)
+    var = 0.3 * torch.rand(n, dx, generator=gen, dtype=torch.float64) + 0.01
+    z = torch.randn(g, mg, dx, generator=gen, dtype=torch.float64)
+    w = torch.randn(g, mg, mg, generator=gen, dtype=torch.float64)
+    amp = 0.5 + torch.rand(n, generator=gen, dtype=torch.float64)
+    lsq = 0.3 + torch.rand(n, dx, generator=gen, dtype=torch.float64)
+    group = torch.tensor([0, 2, 1, 1, 0, 2, 2, 0])
+    psi, phi = own_group_psi_statistics(mean, var, z, w, amp, lsq, group)
+    onehot = torch.nn.functional.one_hot(group, g).to(torch.float64)
+    psi_all, phi_all = grouped_psi_statistics(mean, var, z, w, onehot * amp[:, None],
+                                              lsq[:, None, :].expand(n, g, dx))
+    torch.testing.assert_close(phi, phi_all, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(psi, psi_all[torch.arange(n), group], rtol=1e-12, atol=1e-12)
+    inputs = [t.clone().requires_grad_() for t in (mean, var, z, w, amp, lsq)]
+    assert torch.autograd.gradcheck(lambda *a: own_group_psi_statistics(*a, group), inputs)

@@ -13,8 +13,9 @@ squared lengthscale λ may depend on the pair (n, i) (the CP kernel: λ = ℓ_d�
 
 (Eqs. 24-25 of the supplement write these with precisions 1/λ, printed as ℓ̂.) Φ is returned per data point,
 [..., N, M, M]; the bound sums it over the minibatch. Everything broadcasts over leading batch dimensions.
-The bound only needs Φ_n through tr(Φ_n W): `grouped_psi2_contract` computes that without per-point M x M
-blocks in autograd (the split of eq. 25's exponent is derived above `_BlockedExpContract`).
+The bound only needs Φ_n through tr(Φ_n W): `grouped_psi_statistics` (with Ψ₁) and `grouped_psi2_contract`
+compute that without per-point M x M blocks in autograd (the split of eq. 25's exponent is derived above
+`_BlockedExpContract`), and `own_group_psi_statistics` for points that each see one small group only.
 """
 from __future__ import annotations
 
@@ -26,7 +27,11 @@ import torch
 from .convolution import ConvolutionKernel
 
 __all__ = ["gaussian_psi1", "gaussian_psi2", "gaussian_psi_mean", "se_psi_statistics", "cp_psi_statistics",
-           "gaussian_psi2_contract", "grouped_psi2_contract", "PsiStatistics"]
+           "gaussian_psi2_contract", "grouped_psi2_contract", "grouped_psi_statistics", "own_group_psi_statistics",
+           "PsiStatistics"]
+
+_LOG2E = 1.0 / math.log(2.0)
+
 
 class PsiStatistics(NamedTuple):
     psi0: torch.Tensor  # [..., N]       E[k(a_n, a_n)]
@@ -166,114 +171,527 @@ def gaussian_psi2_contract(mean, var, z, weight, amp1, lsq1, amp2=None, lsq2=Non
 class _BlockedExpContract(torch.autograd.Function):
     """t[n, P] = Σ_ij exp(la[n,P,i] + lb[n,P,j] - Σ_k κ[n,P,k] dz[P,k,i,j]) w[P,i,j], chunked over n.
 
-    la, lb [N, P, Mg] (<= 0); kappa [N, P, Dx] (>= 0); dz [P, Dx, Mg, Mg] (>= 0); w [P, Mg, Mg]. The backward
-    recomputes the exponentials chunk by chunk (memory O(chunk · P · Mg²)) and returns the gradients of all five
-    inputs. Work buffers are laid out [P, chunk, ·, ·] so that every contraction is a batched matmul over P.
+    la, lb [N, P, Mg] (<= 0); kappa [N, P, Dx] (>= 0); dz [P, Dx, Mg, Mg] (>= 0); w [P, Mg, Mg]. lb None means
+    lb = la (every block is a diagonal block (p, p), with dz and w symmetric): then E_n is symmetric and its column
+    sums are its row sums. `order` [N] (or None) is the order in which points are taken into chunks, and
+    `row_order` / `col_order` [P, Mg] (or None) the order of each block's rows and columns; both only move work
+    between chunks and windows (the sums are invariant), so they are not differentiated. The work is done by
+    `_contract_forward` / `_contract_backward` (shared with `_DiagonalPsiContract`).
+
+    Work buffers are laid out [P, chunk, ·, ·] so that every contraction is a batched product over P. The
+    exponentials are taken in base 2, exp(x) = 2^(x log₂e) with log₂e folded into the small la, lb, κ: the
+    vectorised exp2 runs about three times faster than exp on CPU, and the product costs one rounding of the
+    exponent (a relative error of |x|·eps in each term, below 1e-14 for every term that is not negligible).
+
+    Gradients: with g = ∂F/∂t, ∂F/∂la_i = g Σ_j E_ij w_ij (row sums of E ∘ w), ∂F/∂lb_j = g Σ_i E_ij w_ij,
+    ∂F/∂κ_k = -g Σ_ij E w dz_k, ∂F/∂w = Σ_n g E_n and ∂F/∂dz_k = -w ∘ Σ_n g κ_k E_n: one batched product per chunk
+    for ∂w and ∂dz together, and the sums, which do not depend on g. Up to `_KEEP_ELEMENTS` exponentials are one
+    chunk kept from the forward (t = E·w there; the backward takes the sums from E ∘ w formed in place on them);
+    larger problems take the sums in the forward, where E ∘ w is formed anyway for t = Σ_i (row sum i), and the
+    backward recomputes each chunk's exponentials.
 
     Every term is at most exp(la_i + lb_j), so rows i (columns j) whose la (lb) is below `_NEGLIGIBLE` for every
     point and block of a chunk add less than e^-40 ≈ 4e-18 of |w| and are skipped: each chunk works on the
     window of rows and columns that matter to it (with points sorted by input and inducing inputs sorted within
-    their groups, as `grouped_psi2_contract` does, that window is narrow once lengthscales are short).
+    their groups, which `order`, `row_order` and `col_order` give, that window is narrow once lengthscales are
+    short).
     """
 
     _NEGLIGIBLE = -40.0
-    #: the forward keeps its exponentials for the backward when they fit in this many elements (64 MiB of
-    #: float64; the exps are most of the cost), and the backward recomputes them chunk by chunk otherwise
-    _KEEP_ELEMENTS = 1 << 23
-    #: exponents are clamped here first: exp of a number below about -745 underflows through the slow subnormal
-    #: path of the vectorised exp (6x slower), and exp(-700) ≈ 1e-304 is already 0 at the scale of any term
+    #: the forward keeps its exponentials for the backward when they fit in this many elements (8 MiB of
+    #: float64), and the backward recomputes them chunk by chunk otherwise: beyond the caches, writing and reading
+    #: back the kept exponentials costs more than recomputing them
+    _KEEP_ELEMENTS = 1 << 20
+    #: exponents are clamped here first where they can fall that low: exp of a number below about -708
+    #: underflows through the slow subnormal path of the vectorised exp (2.5x slower for exp2, 6x for exp), and
+    #: exp(-700) ≈ 1e-304 is already 0 at the scale of any term
     _FLOOR = -700.0
+    #: points per chunk: about this many elements of [P, chunk, Mg, Mg] (2 MiB of float64: the passes over a
+    #: chunk stay in the cache) but at least _MIN_CHUNK points (each chunk costs a few dozen small operations),
+    #: or all points in one chunk when their exponentials are kept
+    _CHUNK_ELEMENTS = 1 << 18
+    _MIN_CHUNK = 32
+    #: groups smaller than this are not windowed (every row and column counts, no host read): the search
+    #: costs more than it can skip
+    _MIN_WINDOWED = 16
 
     @staticmethod
-    def _window(logf):
-        """(start, stop) of the indices whose log factor [nc, P, Mg] exceeds _NEGLIGIBLE somewhere."""
-        idx = (logf.amax((0, 1)) > _BlockedExpContract._NEGLIGIBLE).nonzero()
-        return (0, 0) if idx.numel() == 0 else (int(idx[0, 0]), int(idx[-1, 0]) + 1)
+    def _chunk_size(n, p, mg):
+        per_point = max(1, p * mg * mg)
+        if n * per_point <= _BlockedExpContract._KEEP_ELEMENTS:
+            return max(1, n)
+        return max(_BlockedExpContract._MIN_CHUNK, _BlockedExpContract._CHUNK_ELEMENTS // per_point)
 
     @staticmethod
-    def _exp_chunk(la, lb, kappa, dz, buf, win):
-        """The chunk's exponentials [P, nc, rows, cols] in `buf` (a flat buffer; None: a new tensor)."""
-        (i0, i1), (j0, j1) = win
-        p, nc = dz.shape[0], la.shape[0]
-        shape = (p, nc, i1 - i0, j1 - j0)
-        e = la.new_empty(shape) if buf is None else buf.view(-1)[:math.prod(shape)].view(shape)
-        torch.add(la[..., i0:i1].transpose(0, 1).unsqueeze(-1), lb[..., j0:j1].transpose(0, 1).unsqueeze(-2), out=e)
-        kap = kappa.transpose(0, 1)  # [P, nc, Dx]
-        for k in range(dz.shape[1]):
-            e.addcmul_(kap[:, :, k, None, None], dz[:, k, i0:i1, j0:j1].unsqueeze(1), value=-1.0)
-        return e.clamp_(min=_BlockedExpContract._FLOOR).exp_()
-
-    @staticmethod
-    def _matvec(a, x, out):
-        """out[q] = a[q] @ x[q] for a [P, n, K], x [P, K] (one mv per block: bmm with a single column is
-        several times slower than mv on CPU)."""
-        for q in range(a.shape[0]):
-            out[q] = torch.mv(a[q], x[q])
-
-    @staticmethod
-    def _chunk_size(p, mg):
-        return max(1, min(256, (1 << 18) // max(1, p * mg * mg)))  # ~2 MiB of float64 per chunk
-
-    @staticmethod
-    def forward(ctx, la, lb, kappa, dz, w):
-        n, p, mg = la.shape
-        chunk = _BlockedExpContract._chunk_size(p, mg)
-        keep = n * p * mg * mg <= _BlockedExpContract._KEEP_ELEMENTS
-        buf = None if keep else la.new_empty(p, min(chunk, n), mg, mg)
-        out = la.new_zeros(p, n)
-        windows, kept = [], []
-        for s in range(0, n, chunk):
-            sl = slice(s, s + chunk)
-            win = (_BlockedExpContract._window(la[sl]), _BlockedExpContract._window(lb[sl]))
-            windows.append(win)
-            (i0, i1), (j0, j1) = win
-            if i1 == i0 or j1 == j0:
-                kept.append(None)
-                continue
-            e = _BlockedExpContract._exp_chunk(la[sl], lb[sl], kappa[sl], dz, buf, win)
-            kept.append(e if keep else None)
-            _BlockedExpContract._matvec(e.reshape(p, e.shape[1], -1), w[:, i0:i1, j0:j1].reshape(p, -1), out[:, sl])
-        ctx.save_for_backward(la, lb, kappa, dz, w)
-        ctx.windows = windows
-        ctx.kept = kept  # intermediates (not inputs or outputs): kept on ctx, read-only in the backward
-        return out.transpose(0, 1)
+    def forward(ctx, la, lb, kappa, dz, w, order, row_order, col_order):
+        t, state = _contract_forward(la, lb, kappa, dz, w, order, row_order, col_order,
+                                     any(ctx.needs_input_grad[:5]))
+        ctx.state = state  # intermediates (not inputs or outputs), read-only in the backward
+        return t
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        # with E = exp(exponent) and G = Σ_n,P g_n,P t_n,P: ∂G/∂w = Σ_n g E_n, ∂G/∂dz_k = -w ∘ Σ_n g κ_k E_n,
-        # ∂G/∂κ_k = -g Σ_ij E (w ∘ dz_k), ∂G/∂la_i = g Σ_j E (w), ∂G/∂lb_j = g Σ_i E (w)
-        la, lb, kappa, dz, w = ctx.saved_tensors
-        n, p, mg = la.shape
-        dx = dz.shape[1]
-        chunk = _BlockedExpContract._chunk_size(p, mg)
-        buf = la.new_empty(p, min(chunk, n), mg, mg)
-        g_la, g_lb = la.new_zeros(p, n, mg), lb.new_zeros(p, n, mg)
-        g_kappa = kappa.new_zeros(p, n, dx)
-        acc = la.new_zeros(p, 1 + dx, mg, mg)  # Σ_n g E_n and Σ_n g κ_k E_n
-        grad_t = grad.transpose(0, 1).contiguous()  # [P, N]
-        coeff = torch.cat([grad_t.unsqueeze(-1), grad_t.unsqueeze(-1) * kappa.transpose(0, 1)], -1)  # [P, N, 1+Dx]
-        wdz = w.unsqueeze(1) * dz  # [P, Dx, Mg, Mg]
-        for s, win, kept in zip(range(0, n, chunk), ctx.windows, ctx.kept):
-            (i0, i1), (j0, j1) = win
-            if i1 == i0 or j1 == j0:
-                continue
-            sl = slice(s, s + chunk)
-            e = kept if kept is not None else _BlockedExpContract._exp_chunk(la[sl], lb[sl], kappa[sl], dz, buf, win)
-            nc, ri, cj = e.shape[1], i1 - i0, j1 - j0
-            flat = e.reshape(p, nc, ri * cj)
-            acc[:, :, i0:i1, j0:j1] += torch.bmm(coeff[:, sl].transpose(1, 2), flat).reshape(p, 1 + dx, ri, cj)
-            for k in range(dx):
-                _BlockedExpContract._matvec(flat, wdz[:, k, i0:i1, j0:j1].reshape(p, -1), g_kappa[:, sl, k])
-            # E ∘ w into the work buffer: a kept E stays intact (a second backward with retain_graph reads it)
-            ew = buf.view(-1)[:e.numel()].view(e.shape)
-            torch.mul(e, w[:, i0:i1, j0:j1].unsqueeze(1), out=ew)
-            g_la[:, sl, i0:i1] = ew.sum(-1)
-            g_lb[:, sl, j0:j1] = ew.sum(-2)
-        g = grad_t.unsqueeze(-1)
-        g_w = acc[:, 0]
-        g_dz = -(w.unsqueeze(1) * acc[:, 1:])
-        return ((g * g_la).transpose(0, 1), (g * g_lb).transpose(0, 1), (-g * g_kappa).transpose(0, 1), g_dz, g_w)
+        need = ctx.needs_input_grad
+        return _contract_backward(ctx.state, grad, need[3] or need[4]) + (None, None, None)
+
+
+def _contract_plan(la2, lb2, kap2, dz, chunk):
+    """Per chunk of points (in `[P, N, ·]` layout): (row window, column window, clamp). A window (start, stop)
+    holds the indices whose base-2 log factor exceeds _NEGLIGIBLE for some point and block of the chunk ((0, 0)
+    where none does); clamp says whether an exponent of the chunk can fall below _FLOOR (la + lb - κ·max dz, a
+    lower bound from the small factors). One host read for all chunks, none for small groups (every row and
+    column counts, always clamped). A single chunk is not windowed: its window is every point's."""
+    p, n, mg = la2.shape
+    count = -(-n // chunk)
+    if mg < _BlockedExpContract._MIN_WINDOWED:
+        return [((0, mg), (0, mg), True)] * count
+    floor = _BlockedExpContract._FLOOR * _LOG2E
+    sym = lb2 is la2
+    low = la2.amin(-1) + (la2 if sym else lb2).amin(-1) - (kap2 * dz.amax((-2, -1)).unsqueeze(1)).sum(-1)  # [P, N]
+    if count == 1:
+        return [((0, mg), (0, mg), bool(low.amin() < floor))]
+    parts = [(low.amin(0) < floor).to(la2.dtype).unsqueeze(-1)] + (
+        [la2.amax(0)] if sym else [la2.amax(0), lb2.amax(0)])  # [N, 1], [N, Mg] (, [N, Mg])
+    stats = torch.cat(parts, -1)
+    if count * chunk != n:  # padding rows: inactive, no clamp
+        stats = torch.cat([stats, stats.new_full((count * chunk - n, stats.shape[-1]), -math.inf)])
+    stats = stats.view(count, chunk, -1).amax(1)  # [count, 1 + Mg (+ Mg)]
+    active = stats[:, 1:].view(count, -1, mg) > _BlockedExpContract._NEGLIGIBLE * _LOG2E
+    idx = torch.arange(mg, device=la2.device)
+    first = torch.where(active, idx, mg).amin(-1)  # [count, 1 or 2]
+    stop = torch.where(active, idx + 1, 0).amax(-1)
+    plan = []
+    for clamp, a, b in zip(stats[:, 0].tolist(), first.tolist(), stop.tolist()):
+        wins = [(i, j) if i < j else (0, 0) for i, j in zip(a, b)]
+        plan.append((wins[0], wins[-1], clamp > 0))
+    return plan
+
+
+class _ContractState:
+    """What the backward of `_contract_forward` reads: the chunks evaluated (with their windows of rows and
+    columns), the base-2 factors in chunk order and `[P, N, ·]` layout, and either the kept exponentials (the row sums Σ_j E w, column sums Σ_i E w and Σ E w dz are then
+    taken in the first backward, in place on them) or those sums (taken in the forward, the exponentials
+    recomputed for ∂w and ∂dz)."""
+
+    def __init__(self, sym, rows, cols, kap, kappa, dz, w, order, row_order, col_order):
+        self.sym = sym
+        self.pieces = []  # per chunk evaluated: (first point, count, (r0, r1), (c0, c1), clamp)
+        self.kept = []  # per piece: its exponentials [P, nc, rows, cols], or None (recomputed)
+        self.rows, self.cols, self.kap = rows, cols, kap  # [P, N, Mg, 1], [P, N, 1, Mg], [P, N, Dx, 1, 1]
+        self.kappa, self.dz, self.w = kappa, dz, w  # [P, N, Dx], [P, 1, Dx, Mg, Mg], [P, Mg, Mg]
+        self.order, self.row_order, self.col_order = order, row_order, col_order
+        p, n, mg = rows.shape[:3]
+        self.row_sum = rows.new_zeros(p, n, mg)
+        self.col_sum = self.row_sum if sym else rows.new_zeros(p, n, mg)
+        self.wdz_sum = rows.new_zeros(p, kappa.shape[-1], n)
+        self.sums_ready = False
+
+
+def _is_full(piece, mg):
+    _, _, (r0, r1), (c0, c1), _ = piece
+    return r0 == 0 and c0 == 0 and r1 == c1 == mg
+
+
+def _exp_piece(state, piece, out):
+    """The exponentials [P, nc, rows, cols] of a piece written into `out` (exp2 of the base-2 exponent)."""
+    s, nc, (r0, r1), (c0, c1), clamp = piece
+    sl = slice(s, s + nc)
+    full = _is_full(piece, state.w.shape[-1])
+    rows, cols = state.rows[:, sl], state.cols[:, sl]
+    if not full:
+        rows, cols = rows[:, :, r0:r1], cols[..., c0:c1]
+    torch.add(rows, cols, out=out)
+    kap = state.kap[:, sl]
+    for k in range(state.dz.shape[2]):
+        dz = state.dz[:, :, k] if full else state.dz[:, :, k, r0:r1, c0:c1]
+        out.addcmul_(kap[:, :, k], dz, value=-1.0)
+    if clamp:
+        out.clamp_(min=_BlockedExpContract._FLOOR * _LOG2E)
+    return out.exp2_()
+
+
+def _matvec(a, x, out):
+    """out[q] = a[q] @ x[q] for a [P, n, K], x [P, K], out [P, n]: one mv per block (bmm with a single column is
+    several times slower than mv on CPU), or for several small blocks one product and sum."""
+    p = a.shape[0]
+    if p > 1 and a.numel() <= 1 << 16:
+        torch.sum(a * x.unsqueeze(1), -1, out=out)
+        return
+    for q in range(p):
+        torch.mv(a[q], x[q], out=out[q])
+
+
+def _piece_sums(state, piece, e, t=None):
+    """E ∘ w in place in a chunk's exponentials `e` [P, nc, rows, cols] (they are not read again), then its row
+    sums, column sums and Σ E w dz into the state (and its Σ E w into t [P, N] when given)."""
+    s, nc, (r0, r1), (c0, c1), _ = piece
+    sl = slice(s, s + nc)
+    p = e.shape[0]
+    full = _is_full(piece, state.w.shape[-1])
+    ew = e.mul_(state.w.unsqueeze(1) if full else state.w[:, None, r0:r1, c0:c1])
+    if full:
+        rs = torch.sum(ew, -1, out=state.row_sum[:, sl])
+        if not state.sym:
+            torch.sum(ew, -2, out=state.col_sum[:, sl])
+    else:
+        rs = ew.sum(-1)
+        state.row_sum[:, sl, r0:r1] = rs
+        if not state.sym:
+            state.col_sum[:, sl, c0:c1] = ew.sum(-2)
+    flat = ew.view(p, nc, -1)
+    for k in range(state.dz.shape[2]):
+        dz = state.dz[:, 0, k] if full else state.dz[:, 0, k, r0:r1, c0:c1]
+        _matvec(flat, dz.reshape(p, -1), state.wdz_sum[:, k, sl])
+    if t is not None:
+        torch.sum(rs, -1, out=t[:, sl])
+
+
+def _contract_forward(la, lb, kappa, dz, w, order, row_order, col_order, grad: bool):
+    """t [N, P] of `_BlockedExpContract` and the state of its backward (None without grad).
+
+    Small problems (at most `_KEEP_ELEMENTS` exponentials) are one chunk whose exponentials are kept for the
+    backward: t = E·w here, and the backward forms E ∘ w in place on them. Larger ones run in chunks through one
+    work buffer: E ∘ w in place, and its sums for the backward, here; the backward recomputes E.
+    """
+    K = _BlockedExpContract
+    sym = lb is None
+    n, p, mg = la.shape
+    chunk = K._chunk_size(n, p, mg)
+    if n <= chunk:  # one chunk: its window is every point's, whatever the orders
+        order = row_order = col_order = None
+    # [P, N, ·] layouts: a chunk is then a slice along dim 1 and every product is batched over P
+    la2 = (la * _LOG2E).transpose(0, 1)
+    lb2 = la2 if sym else (lb * _LOG2E).transpose(0, 1)
+    kappa = kappa.transpose(0, 1)
+    kap2 = kappa * _LOG2E
+    if order is not None:
+        la2, kap2, kappa = la2[:, order], kap2[:, order], kappa[:, order]
+        lb2 = la2 if sym else lb2[:, order]
+    if row_order is not None:
+        la2 = la2.gather(2, row_order.unsqueeze(1).expand(p, n, mg))
+        lb2 = la2 if sym else lb2.gather(2, col_order.unsqueeze(1).expand(p, n, mg))
+        blocks = torch.arange(p, device=dz.device)[:, None, None]
+        ro, co = row_order[:, :, None], col_order[:, None, :]
+        dz = dz.permute(0, 2, 3, 1)[blocks, ro, co].permute(0, 3, 1, 2)
+        w = w[blocks, ro, co]
+    plan = _contract_plan(la2, lb2, kap2, dz, chunk)
+    keep = grad and n * p * mg * mg <= K._KEEP_ELEMENTS
+    state = _ContractState(sym, la2.unsqueeze(-1), lb2.unsqueeze(-2), kap2[..., None, None], kappa,
+                           dz.unsqueeze(1), w, order, row_order, col_order)
+    work = None if keep else la.new_empty(p * min(chunk, n) * mg * mg)
+    t = la.new_zeros(p, n)
+    for s, ((r0, r1), (c0, c1), clamp) in zip(range(0, n, chunk), plan):
+        if r1 == r0 or c1 == c0:
+            continue
+        nc = min(chunk, n - s)
+        piece = (s, nc, (r0, r1), (c0, c1), clamp)
+        shape = (p, nc, r1 - r0, c1 - c0)
+        e = la.new_empty(shape) if keep else work[:math.prod(shape)].view(shape)
+        _exp_piece(state, piece, e)
+        state.pieces.append(piece)
+        state.kept.append(e if keep else None)
+        if grad and not keep:
+            _piece_sums(state, piece, e, t)
+        else:
+            wc = w if _is_full(piece, mg) else w[:, r0:r1, c0:c1]
+            _matvec(e.view(p, nc, -1), wc.reshape(p, -1), t[:, s:s + nc])
+    state.sums_ready = grad and not keep
+    t = t.transpose(0, 1)
+    return (t if order is None else t[torch.argsort(order)]), (state if grad else None)
+
+
+def _contract_backward(state, grad, need_w: bool):
+    """(∂la, ∂lb (None when sym), ∂κ, ∂dz, ∂w) of `_contract_forward` for ∂F/∂t = grad [N, P] (∂dz, ∂w None
+    unless need_w)."""
+    sym, order, row_order, col_order = state.sym, state.order, state.row_order, state.col_order
+    p, n, mg = state.row_sum.shape
+    dx = state.kappa.shape[-1]
+    grad_t = grad.transpose(0, 1)  # [P, N]
+    if order is not None:
+        grad_t = grad_t[:, order]
+    g_w = g_dz = None
+    if need_w or not state.sums_ready:
+        mg_ = state.w.shape[-1]
+        buf = None
+        if any(e is None for e in state.kept):
+            buf = grad.new_empty(max(p * pc[1] * (pc[2][1] - pc[2][0]) * (pc[3][1] - pc[3][0])
+                                     for pc in state.pieces))
+        if need_w:
+            acc = grad.new_zeros(p, 1 + dx, mg, mg)  # Σ_n g E_n and Σ_n g κ_k E_n
+            coeff = torch.cat([grad_t.unsqueeze(1), grad_t.unsqueeze(1) * state.kappa.transpose(1, 2)], 1)
+        for piece, e in zip(state.pieces, state.kept):
+            s, nc, (r0, r1), (c0, c1), _ = piece
+            ri, cj = r1 - r0, c1 - c0
+            if e is None:
+                e = _exp_piece(state, piece, buf[:p * nc * ri * cj].view(p, nc, ri, cj))
+            if need_w:
+                if _is_full(piece, mg_):
+                    acc.view(p, 1 + dx, -1).baddbmm_(coeff[:, :, s:s + nc], e.view(p, nc, -1))
+                else:
+                    acc[:, :, r0:r1, c0:c1] += torch.bmm(coeff[:, :, s:s + nc], e.view(p, nc, -1)).view(
+                        p, 1 + dx, ri, cj)
+            if not state.sums_ready:
+                _piece_sums(state, piece, e)
+        if not state.sums_ready:  # the kept exponentials are now E ∘ w: a later backward recomputes E
+            state.kept = [None] * len(state.kept)
+            state.sums_ready = True
+        if need_w:
+            g_w, g_dz = acc[:, 0], -(state.w.unsqueeze(1) * acc[:, 1:])
+            if row_order is not None:  # back to the caller's order of rows and columns
+                blocks = torch.arange(p, device=grad.device)[:, None, None]
+                ro, co = row_order[:, :, None], col_order[:, None, :]
+                g_w = torch.zeros_like(g_w).index_put_((blocks, ro, co), g_w)
+                g_dz = g_dz.permute(0, 2, 3, 1)
+                g_dz = torch.zeros_like(g_dz).index_put_((blocks, ro, co), g_dz).permute(0, 3, 1, 2)
+    g = grad_t.unsqueeze(-1)
+    # la is both the row and the column factor of a symmetric block: its gradient counts twice
+    g_la = (2.0 * g if sym else g) * state.row_sum  # [P, N, Mg]
+    g_lb = None if sym else g * state.col_sum
+    g_kappa = (-grad_t.unsqueeze(1) * state.wdz_sum).transpose(1, 2)  # [P, N, Dx]
+    if row_order is not None:
+        g_la = torch.empty_like(g_la).scatter_(2, row_order.unsqueeze(1).expand(p, n, mg), g_la)
+        if not sym:
+            g_lb = torch.empty_like(g_lb).scatter_(2, col_order.unsqueeze(1).expand(p, n, mg), g_lb)
+    if order is not None:
+        inverse = torch.argsort(order)
+        g_la, g_kappa = g_la[:, inverse], g_kappa[:, inverse]
+        g_lb = None if sym else g_lb[:, inverse]
+    return (g_la.transpose(0, 1), None if sym else g_lb.transpose(0, 1), g_kappa.transpose(0, 1), g_dz, g_w)
+
+
+class _DiagonalPsiContract(torch.autograd.Function):
+    """Ψ₁ [N, G, Mg] and Σ_g scale_ng t_ng [N] for a block-diagonal W (blocks (g, g)), one node for eq. 24 and the
+    contraction of eq. 25 together, with the chain rule through the per-point factors written by hand.
+
+    With d = μ - z, c1 = λ + v and c2 = λ + 2v (per point, group and input dimension k; for a diagonal block
+    A = B = λ, S = 2λ and AB + S v = λ c2):
+        Ψ_ngi = c_ng exp(e1),   e1 = Σ_k ½ log(λ/c1) - ½ d²/c1                                        (eq. 24)
+        la_ngi = -Σ_k ½ d²/c2,   κ_ngk = ½ v/(λ c2),   scale_ng = c_ng² Π_k sqrt(λ/c2),   dz = (z_i - z_j)²,
+    t from `_contract_forward` (symmetric blocks) and w = ½(W + Wᵀ). Backward, for upstream Ψ̄ and φ̄ (ū = Ψ̄ Ψ):
+        ∂/∂c = Σ_i Ψ̄ exp(e1) + 2 c φ̄ t Π sqrt(λ/c2),   ∂/∂d = -ū d/c1 - l̄a d/c2,
+        ∂/∂c1 = Σ_i ū (½ d²/c1² - ½/c1),   ∂/∂c2 = Σ_i l̄a ½ d²/c2² - κ̄ κ/c2 - ½ s̄ scale/c2,
+        ∂/∂λ = Σ_i ū ½/λ + ∂/∂c1 + ∂/∂c2 - κ̄ κ/λ + ½ s̄ scale/λ,   ∂/∂v = Σ_g (∂/∂c1 + 2 ∂/∂c2 + κ̄ ½/(λ c2)),
+    with s̄ = φ̄ t, t̄ = φ̄ scale and (l̄a, κ̄, w̄, dz̄) from `_contract_backward`; μ and z take ∂/∂d (with opposite
+    signs) and z also dz's ∂/∂z_i = 2 Σ_j (dz̄_ij + dz̄_ji)(z_i - z_j).
+    """
+
+    @staticmethod
+    def forward(ctx, mean, var, z, weight, amp, lsq):
+        n, dx = mean.shape
+        g, mg = z.shape[0], z.shape[1]
+        # per (point, group, ·, dimension): [N, G, 1, Dx] factors broadcast against [N, G, Mg, Dx] differences
+        v = var[:, None, None, :]
+        lam = lsq.unsqueeze(2)
+        d = mean[:, None, None, :] - z
+        d2 = d.square()
+        inv1 = (lam + v).reciprocal()  # 1/c1
+        q1 = torch.exp(torch.addcmul(0.5 * (lam * inv1).log(), d2, inv1, value=-0.5).sum(-1))  # Ψ / c, [N, G, Mg]
+        psi1 = amp.unsqueeze(-1) * q1
+        inv2 = (lam + 2.0 * v).reciprocal()  # 1/c2
+        la = (d2 * inv2).sum(-1).mul_(-0.5)  # [N, G, Mg]
+        kappa = 0.5 * v * inv2 / lam  # [N, G, 1, Dx]
+        s0 = torch.exp(0.5 * (lam * inv2).log().sum((-2, -1)))  # Π_k sqrt(λ/c2), [N, G]
+        scale = amp.square() * s0
+        dz = (z.unsqueeze(2) - z.unsqueeze(1)).square().permute(0, 3, 1, 2)  # [G, Dx, Mg, Mg]
+        order = zorder = None
+        if n > _BlockedExpContract._chunk_size(n, g, mg):  # several chunks: sorted points and inducing inputs
+            order = torch.argsort(mean[:, 0])
+            zorder = torch.argsort(z[..., 0], dim=1)
+        grad = any(ctx.needs_input_grad)
+        t, state = _contract_forward(la, None, kappa[:, :, 0], dz, 0.5 * (weight + weight.mT), order, zorder,
+                                     zorder, grad)
+        phi = (scale * t).sum(-1)
+        if grad:
+            ctx.state = (state, d, d2, inv1, inv2, q1, psi1, kappa, s0, scale, t, amp, lam, z)
+        return psi1, phi
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_psi, g_phi):
+        state, d, d2, inv1, inv2, q1, psi1, kappa, s0, scale, t, amp, lam, z = ctx.state
+        need = ctx.needs_input_grad
+        n, g, mg, dx = d.shape
+        if g_psi is None:
+            g_psi = psi1.new_zeros(())
+        if g_phi is None:
+            g_phi = psi1.new_zeros(n)
+        u = g_psi * psi1  # ū = Ψ̄ ∂Ψ/∂e1, [N, G, Mg]
+        g_la, _, g_kappa, g_dz, g_w = _contract_backward(state, g_phi.unsqueeze(-1) * scale, need[2] or need[3])
+        uk, lk = u.unsqueeze(-1), g_la.unsqueeze(-1)
+        g_d = torch.addcmul(uk * inv1, lk, inv2).mul_(d)  # -∂/∂d
+        big_u = u.sum(-1)[..., None, None]  # [N, G, 1, 1]
+        gs = (g_phi.unsqueeze(-1) * t)  # s̄, [N, G]
+        g_amp = torch.addcmul((g_psi * q1).sum(-1), gs, 2.0 * amp * s0)
+        gs = (gs * scale)[..., None, None]  # s̄ · scale
+        gk = g_kappa[:, :, None, :] * kappa
+        g_c1 = ((uk * d2).sum(2, keepdim=True) * inv1 - big_u).mul_(0.5 * inv1)
+        g_c2 = ((lk * d2).sum(2, keepdim=True).mul_(0.5 * inv2) - gk - 0.5 * gs).mul_(inv2)
+        g_lam = ((0.5 * (big_u + gs) - gk) / lam).add_(g_c1).add_(g_c2)
+        g_v = (0.5 * g_kappa[:, :, None, :] * inv2 / lam).add_(g_c1).add_(g_c2, alpha=2.0)
+        g_z = g_weight = None
+        if need[2]:
+            g_z = g_d.sum(0)
+            if g_dz is not None:
+                diff = (z.unsqueeze(2) - z.unsqueeze(1)).permute(0, 3, 1, 2)  # z_i - z_j, [G, Dx, Mg, Mg]
+                g_z = g_z + 2.0 * ((g_dz + g_dz.mT) * diff).sum(-1).transpose(1, 2)
+        if need[3]:
+            g_weight = 0.5 * (g_w + g_w.mT)
+        return -g_d.sum((1, 2)), g_v.sum((1, 2)), g_z, g_weight, g_amp, g_lam[:, :, 0]
+
+
+class _OwnGroupPsiContract(torch.autograd.Function):
+    """Ψ₁ [N, Mg] and tr(Φ_n W_g(n)) [N] when point n sees only the inducing inputs of its own group g(n) (one
+    prefactor c_n and squared lengthscale λ_n each), materialised per point: for small groups (the per-point
+    [Mg, Mg] exponentials are the whole work, no chunks or windows). Same factors as `_DiagonalPsiContract`
+    (d = μ - z_g(n), c1 = λ + v, c2 = λ + 2v, la = -Σ_k ½ d²/c2, κ = ½ v/(λ c2), scale = c² Π sqrt(λ/c2)):
+        E_n,ij = exp(la_i + la_j - Σ_k κ_k (z_ik - z_jk)²),   t_n = Σ_ij E_n,ij w_g(n),ij,   w = ½(W + Wᵀ),
+    and the backward of `_DiagonalPsiContract` per point, with ∂la_i = 2 t̄ Σ_j E_ij w_ij, ∂κ_k = -t̄ Σ_ij E w dz_k,
+    ∂w_g = Σ_{n: g(n)=g} t̄_n E_n and ∂dz_k = -κ_k t̄ E ∘ w (gathered per point, summed back per group).
+    """
+
+    @staticmethod
+    def forward(ctx, mean, var, z, weight, amp, lsq, group):
+        g, mg, dx = z.shape
+        zg = z[group]  # [N, Mg, Dx]
+        v = var.unsqueeze(1)  # [N, 1, Dx]
+        lam = lsq.unsqueeze(1)
+        d = mean.unsqueeze(1) - zg
+        d2 = d.square()
+        inv1 = (lam + v).reciprocal()
+        q1 = torch.exp(torch.addcmul(0.5 * (lam * inv1).log(), d2, inv1, value=-0.5).sum(-1))  # [N, Mg]
+        psi1 = amp.unsqueeze(-1) * q1
+        inv2 = (lam + 2.0 * v).reciprocal()
+        la = (d2 * inv2).sum(-1).mul_(-0.5)  # [N, Mg]
+        kappa = 0.5 * v * inv2 / lam  # [N, 1, Dx]
+        s0 = torch.exp(0.5 * (lam * inv2).log().sum((-2, -1)))  # [N]
+        dzg = (zg.unsqueeze(2) - zg.unsqueeze(1)).square()  # [N, Mg, Mg, Dx]
+        la2 = la * _LOG2E  # base 2, as in `_BlockedExpContract`
+        expo = (la2.unsqueeze(-1) + la2.unsqueeze(-2)).sub_((dzg * (kappa * _LOG2E).unsqueeze(1)).sum(-1))
+        e = expo.clamp_(min=_BlockedExpContract._FLOOR * _LOG2E).exp2_()  # [N, Mg, Mg]
+        wg = (0.5 * (weight + weight.mT))[group]
+        ew = e * wg
+        rs = ew.sum(-1)  # [N, Mg]
+        t = rs.sum(-1)
+        phi = amp.square() * s0 * t
+        if any(ctx.needs_input_grad):
+            ctx.state = (group, g, zg, d, d2, inv1, inv2, q1, psi1, kappa, s0, t, rs, e, ew, dzg, amp, lam)
+        return psi1, phi
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_psi, g_phi):
+        group, g, zg, d, d2, inv1, inv2, q1, psi1, kappa, s0, t, rs, e, ew, dzg, amp, lam = ctx.state
+        n, mg, dx = d.shape
+        need = ctx.needs_input_grad
+        if g_psi is None:
+            g_psi = psi1.new_zeros(())
+        if g_phi is None:
+            g_phi = psi1.new_zeros(n)
+        scale = amp.square() * s0
+        g_t = g_phi * scale  # [N]
+        g_la = (2.0 * g_t).unsqueeze(-1) * rs  # [N, Mg]
+        g_kappa = -g_t[:, None, None] * (ew.unsqueeze(-1) * dzg).sum((1, 2)).unsqueeze(1)  # [N, 1, Dx]
+        u = g_psi * psi1
+        uk, lk = u.unsqueeze(-1), g_la.unsqueeze(-1)
+        g_d = torch.addcmul(uk * inv1, lk, inv2).mul_(d)  # -∂/∂d, [N, Mg, Dx]
+        big_u = u.sum(-1)[:, None, None]  # [N, 1, 1]
+        gs = g_phi * t  # s̄
+        g_amp = torch.addcmul((g_psi * q1).sum(-1), gs, 2.0 * amp * s0)
+        gs = (gs * scale)[:, None, None]
+        gk = g_kappa * kappa
+        g_c1 = ((uk * d2).sum(1, keepdim=True) * inv1 - big_u).mul_(0.5 * inv1)
+        g_c2 = ((lk * d2).sum(1, keepdim=True).mul_(0.5 * inv2) - gk - 0.5 * gs).mul_(inv2)
+        g_lam = ((0.5 * (big_u + gs) - gk) / lam).add_(g_c1).add_(g_c2)
+        g_v = (0.5 * g_kappa * inv2 / lam).add_(g_c1).add_(g_c2, alpha=2.0)
+        g_z = g_weight = None
+        if need[2]:
+            # dz_ij = Σ_k (z_ik - z_jk)²: ∂/∂z_i = 2 Σ_j (dz̄_ij + dz̄_ji)(z_i - z_j), dz̄ = -t̄ κ E ∘ w (symmetric)
+            g_dz = (-4.0 * g_t)[:, None, None, None] * ew.unsqueeze(-1) * kappa.unsqueeze(1)  # [N, Mg, Mg, Dx]
+            g_zg = (g_dz * (zg.unsqueeze(2) - zg.unsqueeze(1))).sum(2) + g_d  # + g_d: d = μ - z
+            g_z = torch.zeros(g, mg, dx, dtype=d.dtype, device=d.device).index_add_(0, group, g_zg)
+        if need[3]:
+            g_wg = g_t[:, None, None] * e
+            g_w = torch.zeros(g, mg, mg, dtype=d.dtype, device=d.device).index_add_(0, group, g_wg)
+            g_weight = 0.5 * (g_w + g_w.mT)
+        return -g_d.sum(1), g_v.sum(1), g_z, g_weight, g_amp, g_lam[:, 0], None
+
+
+def own_group_psi_statistics(mean, var, z, weight, amp, lsq, group):
+    """Ψ₁ and tr(Φ_n W_g(n)) when each point n sees only the inducing inputs of its own group g(n) (e.g. one GP
+    per output, each point belonging to one output), for SE-shaped kernels with one prefactor and squared
+    lengthscale per point:
+        Ψ_n,i = c_n Π_k sqrt(λ_nk/(λ_nk + v_nk)) exp(-(μ_nk - z_g(n),ik)²/(2(λ_nk + v_nk)))           (eq. 24)
+        Σ_ij Φ_n,ij W_g(n),ij   with Φ_n of eq. 25 over the group's inducing inputs (its symmetric part of W).
+
+    mean, var [N, Dx]; z [G, Mg, Dx]; weight [G, Mg, Mg]; amp [N]; lsq [N, Dx]; group [N] (long). Returns Ψ₁ [N, Mg]
+    and the contraction [N]. The per-point [Mg, Mg] terms are formed at once (N·Mg² memory): meant for small
+    groups; `grouped_psi_statistics` handles large ones in chunks.
+    """
+    return _OwnGroupPsiContract.apply(mean, var, z, weight, amp, lsq, group)
+
+
+def _grouped(mean, var, z, weight, amp, lsq, with_psi1: bool, validate: bool):
+    """Ψ₁ [N, G, Mg] (None unless with_psi1) and Σ_ij Φ_n,ij W_ij [N]: see `grouped_psi_statistics`."""
+    if validate:
+        _check_moments(mean, var)
+    n, dx = mean.shape
+    g, mg = z.shape[0], z.shape[1]
+    diagonal = weight.dim() == 3
+    expected = (g, mg, mg) if diagonal else (g, mg, g, mg)
+    if weight.shape != expected:
+        raise ValueError(f"weight must have shape {list(expected)} to match z, got {tuple(weight.shape)}")
+    if amp.shape != (n, g) or lsq.shape != (n, g, dx):
+        raise ValueError(f"amp must be [{n}, {g}] and lsq [{n}, {g}, {dx}], got {tuple(amp.shape)} and "
+                         f"{tuple(lsq.shape)}")
+    if diagonal:
+        psi1, phi = _DiagonalPsiContract.apply(mean, var, z, weight, amp, lsq)
+        return (psi1 if with_psi1 else None), phi
+    v = var.unsqueeze(1)  # [N, 1, Dx]
+    diff2 = (mean[:, None, None, :] - z).square()  # [N, G, Mg, Dx], shared by Ψ₁ and the row/column factors
+    psi1 = None
+    if with_psi1:  # eq. 24: c Π_k sqrt(λ/(λ+v)) exp(-(μ - z)²/(2(λ+v)))
+        den = lsq + v
+        expo = torch.addcmul((0.5 * (lsq / den).log()).unsqueeze(2), diff2, (-0.5 / den).unsqueeze(2))
+        psi1 = amp.unsqueeze(-1) * torch.exp(expo.sum(-1))
+    rows, cols = torch.triu_indices(g, g, device=mean.device)  # blocks P = (p, q), p <= q
+    a, b = lsq[:, rows], lsq[:, cols]  # [N, P, Dx]
+    ab = a * b
+    denom = ab + (a + b) * v  # AB + S v = S (C + v)
+    # per-(point, block) prefactor c_p c_q Π_k sqrt(C/(C+v)) = c_p c_q Π_k sqrt(AB/(AB + S v))
+    scale = amp[:, rows] * amp[:, cols] * torch.exp(0.5 * (ab.log() - denom.log()).sum(-1))
+    la = -0.5 * (diff2[:, rows] * (b / denom).unsqueeze(2)).sum(-1)  # [N, P, Mg]
+    lb = -0.5 * (diff2[:, cols] * (a / denom).unsqueeze(2)).sum(-1)
+    kappa = 0.5 * v / denom  # [N, P, Dx]
+    dz = (z[rows].unsqueeze(2) - z[cols].unsqueeze(1)).square().permute(0, 3, 1, 2)  # [P, Dx, Mg, Mg]
+    wsym = 0.5 * (weight + weight.permute(2, 3, 0, 1))
+    w = wsym[rows, :, cols, :]  # [P, Mg, Mg]
+    w = w * torch.where(rows == cols, 1.0, 2.0).to(w.dtype)[:, None, None]
+    order = row_order = col_order = None
+    if n > _BlockedExpContract._chunk_size(n, la.shape[1], mg):
+        # points sorted by (first) input and inducing inputs sorted within groups: a chunk of neighbouring points
+        # then only needs a contiguous window of rows and columns (see _BlockedExpContract); the sum is invariant
+        order = torch.argsort(mean[:, 0].detach())
+        zorder = torch.argsort(z[..., 0].detach(), dim=1)  # [G, Mg]
+        row_order, col_order = zorder[rows], zorder[cols]
+    t = _BlockedExpContract.apply(la, lb, kappa, dz, w, order, row_order, col_order)
+    return psi1, (scale * t).sum(-1)
+
+
+def grouped_psi_statistics(mean, var, z, weight, amp, lsq, validate: bool = True):
+    """Ψ₁ and tr(Φ_n W) of SE-shaped kernels whose inducing inputs come in G groups of equal size Mg, with a
+    prefactor and squared lengthscale constant over each group (they may depend on the point):
+        Ψ_n,gi = c_ng Π_k sqrt(λ_ngk/(λ_ngk + v_nk)) exp(-(μ_nk - z_gik)²/(2(λ_ngk + v_nk)))        (eq. 24)
+        Σ_ij Φ_n,ij W_ij   with Φ_n of eq. 25, without materialising Φ_n (comment above `_BlockedExpContract`).
+
+    mean, var [N, Dx] (moments of q(a_n)); z [G, Mg, Dx]; amp [N, G] (c of point n with group g); lsq [N, G, Dx]
+    (λ of point n with group g). weight: [G, Mg, G, Mg], W over all G·Mg inducing inputs, or [G, Mg, Mg], a
+    block-diagonal W (blocks (g, g) only, e.g. independent GPs of which each point sees one: the sum runs over
+    G blocks instead of G(G+1)/2, each block's exponentials symmetric). Only W's symmetric part counts (Φ_n is
+    symmetric). Returns Ψ₁ [N, G, Mg] and the contraction [N]. validate=False skips the check that var >= 0
+    (a host read) for callers whose variances are non-negative by construction.
+    """
+    return _grouped(mean, var, z, weight, amp, lsq, True, validate)
 
 
 def grouped_psi2_contract(mean, var, z, weight, amp, lsq) -> torch.Tensor:
@@ -282,40 +700,8 @@ def grouped_psi2_contract(mean, var, z, weight, amp, lsq) -> torch.Tensor:
     contracted with W without materialising Φ_n (see the comment block above `_BlockedExpContract`).
 
     mean, var [N, Dx] (moments of q(a_n)); z [G, Mg, Dx]; weight [G, Mg, G, Mg] (W over the G·Mg inducing
-    inputs; only its symmetric part matters since Φ_n is symmetric); amp [N, G] (c of point n with group g);
-    lsq [N, G, Dx] (λ of point n with group g). Equal to `gaussian_psi2_contract` on the ungrouped inputs.
+    inputs; only its symmetric part matters since Φ_n is symmetric) or [G, Mg, Mg] (a block-diagonal W, see
+    `grouped_psi_statistics`); amp [N, G] (c of point n with group g); lsq [N, G, Dx] (λ of point n with group
+    g). Equal to `gaussian_psi2_contract` on the ungrouped inputs.
     """
-    _check_moments(mean, var)
-    n, dx = mean.shape
-    g, mg = z.shape[0], z.shape[1]
-    if weight.shape != (g, mg, g, mg):
-        raise ValueError(f"weight must have shape [{g}, {mg}, {g}, {mg}] to match z, got {tuple(weight.shape)}")
-    if amp.shape != (n, g) or lsq.shape != (n, g, dx):
-        raise ValueError(f"amp must be [{n}, {g}] and lsq [{n}, {g}, {dx}], got {tuple(amp.shape)} and "
-                         f"{tuple(lsq.shape)}")
-    # points sorted by (first) input and inducing inputs sorted within groups: a chunk of neighbouring points
-    # then only needs a contiguous window of rows and columns (see _BlockedExpContract); the sum is invariant
-    order = torch.argsort(mean[:, 0].detach())
-    inverse = torch.argsort(order)
-    mean, var, amp, lsq = mean[order], var[order], amp[order], lsq[order]
-    zorder = torch.argsort(z[..., 0].detach(), dim=1)  # [G, Mg]
-    z = torch.gather(z, 1, zorder.unsqueeze(-1).expand_as(z))
-    gi = torch.arange(g, device=z.device)
-    weight = weight[gi[:, None, None, None], zorder[:, :, None, None], gi[None, None, :, None], zorder[None, None]]
-    rows, cols = torch.triu_indices(g, g, device=mean.device)  # blocks P = (p, q), p <= q
-    a, b = lsq[:, rows], lsq[:, cols]  # [N, P, Dx]
-    s = a + b
-    v = var.unsqueeze(1)  # [N, 1, Dx]
-    denom = a * b + s * v  # AB + S v = S (C + v)
-    # per-(point, block) prefactor c_p c_q Π_k sqrt(C/(C+v)) = c_p c_q Π_k sqrt(AB/(AB + S v))
-    scale = amp[:, rows] * amp[:, cols] * torch.exp(0.5 * ((a * b).log() - denom.log()).sum(-1))
-    mu = mean[:, None, None, :]  # [N, 1, 1, Dx]
-    la = -0.5 * ((mu - z[rows].unsqueeze(0)).square() * (b / denom).unsqueeze(2)).sum(-1)  # [N, P, Mg]
-    lb = -0.5 * ((mu - z[cols].unsqueeze(0)).square() * (a / denom).unsqueeze(2)).sum(-1)
-    kappa = 0.5 * v / denom  # [N, P, Dx]
-    dz = (z[rows].unsqueeze(2) - z[cols].unsqueeze(1)).square().permute(0, 3, 1, 2)  # [P, Dx, Mg, Mg]
-    wsym = 0.5 * (weight + weight.permute(2, 3, 0, 1))
-    w = wsym[rows, :, cols, :]  # [P, Mg, Mg]
-    w = w * torch.where(rows == cols, 1.0, 2.0).to(w.dtype)[:, None, None]
-    t = _BlockedExpContract.apply(la, lb, kappa, dz, w)
-    return (scale * t).sum(-1)[inverse]
+    return _grouped(mean, var, z, weight, amp, lsq, False, True)[1]

@@ -28,6 +28,7 @@ log predictive density.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -35,15 +36,96 @@ from torch import nn
 from ..constraints import Positive
 from ..convolution import ConvolutionKernel, check_output_index
 from ..kernels import LENGTHSCALE_CONSTRAINT, RBF, VARIANCE_CONSTRAINT, Scale
-from ..linalg import lower_inverse, robust_cholesky
+from ..linalg import cholesky_gradient_to_matrix, lower_inverse, robust_cholesky
 from ..objective import minibatch_bound
-from ..psi_statistics import gaussian_psi1, gaussian_psi_mean, grouped_psi2_contract
-from ..variational import WhitenedGaussian
+from ..psi_statistics import gaussian_psi1, grouped_psi_statistics, own_group_psi_statistics
+from ..variational import WhitenedGaussian, gaussian_kl_whitened
 
-__all__ = ["AMOGP", "InducingSet", "layer_curves"]
+__all__ = ["AMOGP", "InducingSet", "Posterior", "layer_curves"]
 
 _NOISE = Positive(lower=1e-8)
 _INDUCING_LS = Positive(lower=1e-6)  # smoothing lengthscales of the latent inducing variables (cp_inducing="latent")
+
+
+class Posterior(NamedTuple):
+    """Kernel-space q(u) of G inducing sets (`InducingSet.bound_posterior`), each batched over G."""
+    alpha: torch.Tensor  # [G, M]     α = K⁻¹ m_u
+    cov: torch.Tensor  # [G, M, M]    C = K⁻¹ S_u K⁻¹
+    delta: torch.Tensor  # [G, M, M]  Δ = C - K⁻¹
+    weight: torch.Tensor  # [G, M, M] W = ααᵀ + C - K⁻¹
+    kl: torch.Tensor | None  # []     Σ_g KL[q(u_g) || p(u_g)] (None: counted in another layer's entry)
+    chol: torch.Tensor  # [G, M, M]   L (K_uu = LLᵀ), not differentiable
+
+
+class _WhitenedPosterior(torch.autograd.Function):
+    """(α, C, Δ, W, KL, L) of G whitened inducing sets, with a backward written by hand.
+
+    With K_uu = L Lᵀ (robust_cholesky, jitter included), X = L⁻¹, u = L v and q(v) = N(m, S), S = R Rᵀ:
+        α = K⁻¹ m_u = Xᵀ m,   C = K⁻¹ S_u K⁻¹ = Xᵀ S X,   Δ = C - Xᵀ X,   W = ααᵀ + Δ,
+        KL = ½ Σ_g (tr S + mᵀm - M - log|S|)                          (TGP appendix eq. 9, gaussian_kl_whitened).
+    Backward: with the upstream gradients folded onto (α, C, K⁻¹), ᾱ' = ᾱ + (W̄ + W̄ᵀ)α, Δ̄' = Δ̄ + W̄, C̄' = C̄ + Δ̄'
+    and K̄⁻¹ = -Δ̄', and P = X (C̄' + C̄'ᵀ) Xᵀ,
+        ∂/∂m = X ᾱ' + k̄ m,   ∂/∂R = P R + k̄ (R - diag(1/R_ii)),
+        Lᵀ ∂/∂L = H = -m (X ᾱ')ᵀ - S P + X (Δ̄' + Δ̄'ᵀ) Xᵀ    (dX = -X dL X, and L X = I),
+    and ∂/∂K_uu = Xᵀ Ψ(H) X (`flowgp.linalg.cholesky_gradient_to_matrix`). One node with a few [M, M] products
+    in place of autograd's graph through the factorisation, the inverses, their products and the KL.
+    """
+
+    @staticmethod
+    def forward(ctx, kuu, q_mu, q_sqrt, jitter, segments):
+        if segments is None:
+            chol = robust_cholesky(kuu, jitter=jitter)
+        else:
+            # several layers' sets in one batch: factorised together when the first attempt succeeds for all,
+            # and each on its own otherwise, so that one layer's retry does not add jitter to the others
+            try:
+                chol = robust_cholesky(kuu, jitter=jitter, max_tries=1)
+            except RuntimeError:
+                chol = torch.cat([robust_cholesky(part, jitter=jitter) for part in kuu.split(segments)])
+        x = lower_inverse(chol)
+        xt = x.mT
+        alpha = torch.bmm(xt, q_mu.unsqueeze(-1)).squeeze(-1)
+        lr = torch.bmm(xt, q_sqrt)
+        cov = torch.bmm(lr, lr.mT)
+        delta = torch.baddbmm(cov, xt, x, alpha=-1.0)  # C - K⁻¹
+        weight = torch.baddbmm(delta, alpha.unsqueeze(-1), alpha.unsqueeze(-2))
+        kl = gaussian_kl_whitened(q_mu, q_sqrt)
+        ctx.save_for_backward(x, chol, q_mu, q_sqrt, alpha)
+        ctx.mark_non_differentiable(chol)
+        ctx.set_materialize_grads(False)
+        return alpha, cov, delta, weight, kl, chol
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_alpha, g_cov, g_delta, g_weight, g_kl, _):
+        x, chol, q_mu, q_sqrt, alpha = ctx.saved_tensors
+        if g_weight is not None:
+            g_w_alpha = torch.bmm(g_weight + g_weight.mT, alpha.unsqueeze(-1)).squeeze(-1)
+            g_alpha = g_w_alpha if g_alpha is None else g_alpha + g_w_alpha
+            g_delta = g_weight if g_delta is None else g_delta + g_weight
+        g_c = g_delta if g_cov is None else (g_cov if g_delta is None else g_cov + g_delta)
+        grad_m = grad_r = h = None
+        if g_c is not None:
+            # X (C̄' + C̄'ᵀ) Xᵀ and X (Δ̄' + Δ̄'ᵀ) Xᵀ as one batched pair of products
+            sym = g_c + g_c.mT if g_delta is None else torch.cat([g_c + g_c.mT, g_delta + g_delta.mT])
+            xx = x if g_delta is None else x.repeat(2, 1, 1)
+            prod = torch.bmm(torch.bmm(xx, sym), xx.mT)
+            p, xd = (prod, None) if g_delta is None else prod.chunk(2)
+            grad_r = torch.bmm(p, q_sqrt)
+            h = -torch.bmm(q_sqrt, torch.bmm(q_sqrt.mT, p))  # -S P
+            if xd is not None:
+                h = h + xd
+        if g_alpha is not None:
+            xa = torch.bmm(x, g_alpha.unsqueeze(-1))  # X ᾱ', [G, M, 1]
+            grad_m = xa.squeeze(-1)
+            outer = q_mu.unsqueeze(-1) * xa.mT
+            h = -outer if h is None else h - outer
+        if g_kl is not None:
+            grad_m = g_kl * q_mu if grad_m is None else grad_m + g_kl * q_mu
+            g_r_kl = g_kl * (q_sqrt - torch.diag_embed(torch.diagonal(q_sqrt, dim1=-2, dim2=-1).reciprocal()))
+            grad_r = g_r_kl if grad_r is None else grad_r + g_r_kl
+        grad_k = None if h is None else cholesky_gradient_to_matrix(x, h, chol)
+        return grad_k, grad_m, grad_r, None, None
 
 
 class InducingSet(WhitenedGaussian):
@@ -66,6 +148,11 @@ class InducingSet(WhitenedGaussian):
         lr = linv.mT @ self.q_sqrt_tril()
         return alpha, lr @ lr.mT, linv.mT @ linv, chol
 
+    def bound_posterior(self, kuu: torch.Tensor) -> Posterior:
+        """α, C, Δ = C - K⁻¹, W = ααᵀ + Δ, the KL and L from one `_WhitenedPosterior` node (what the bound and the
+        moment-matched predictions need; `posterior` gives K⁻¹ and a differentiable L for sampling)."""
+        return Posterior(*_WhitenedPosterior.apply(kuu, self.q_mu, self.q_sqrt_tril(), self.jitter, None))
+
     def sample_beta(self, chol, num_samples, generator=None):
         """β = K⁻¹ u for u ~ q(u): L⁻ᵀ (m + R ε), shape [S, G, M]."""
         v = self.sample_whitened(num_samples, generator)  # m + R ε, [S, G, M]
@@ -78,18 +165,13 @@ def _se_kernel(num_outputs: int, variance: float, lengthscale: float, dtype: tor
                  batch_shape=(num_outputs,), dtype=dtype)
 
 
-def _per_point_psi(x, z, variance, lengthscale, var=None, with_mean: bool = False):
-    """Ψ₁ of each point n under its own output's SE kernel: x [..., N] (with `var` [..., N] the input is
-    N(x_n, var_n), without it a point mass, giving k_d(n)(x_n, z)), z [N, M, 1], variance and lengthscale [N]
-    -> [..., N, M] (supplement eq. 24); with_mean also returns Ξ [..., N, M] (identity mean functions)."""
+def _per_point_psi(x, z, variance, lengthscale):
+    """k_d(n)(x_n, z) of each point n under its own output's SE kernel (Ψ₁ of a point mass, supplement eq. 24):
+    x [..., N], z [N, M, 1], variance and lengthscale [N] -> [..., N, M] (for `AMOGP.sample`)."""
     amp = variance[:, None, None].expand(z.shape[0], 1, z.shape[1])  # [N, 1, M]
     lsq = lengthscale.square()[:, None, None, None].expand(z.shape[0], 1, z.shape[1], 1)  # [N, 1, M, 1]
     mean = x[..., None, None]  # [..., N, 1, 1]: each point is its own batch of one input
-    v = torch.zeros_like(mean) if var is None else var[..., None, None]
-    psi1 = gaussian_psi1(mean, v, z, amp, lsq)
-    if not with_mean:
-        return psi1[..., 0, :]
-    return psi1[..., 0, :], gaussian_psi_mean(mean, v, z, psi1, lsq)[..., 0, :, 0]
+    return gaussian_psi1(mean, torch.zeros_like(mean), z, amp, lsq)[..., 0, :]
 
 
 #: state-dict keys of the SE hyperparameters before they moved into flowgp.kernels, and their constraints then
@@ -109,29 +191,71 @@ def _upgrade_state_dict(module, state_dict, prefix, *args):
             state_dict[prefix + new] = constraint.inverse(value).reshape(-1, 1, 1)
 
 
-def _layer_moments(psi0, psi1, phi_w, alpha, cov, in_mean=None, in_var=None, xi=None):
-    """Exact moments of the noise-free layer output under a Gaussian input (module docstring).
+def _se_gram(z, variance, coef):
+    """K_uu of D scalar-input SE kernels, σ²_d exp(-(z_di - z_dj)²/(2ℓ_d²)) for z [D, M] and coef = -½/ℓ² [D]:
+    [D, M, M] (σ² folded into the exponent, as `flowgp.kernels.Scale` does)."""
+    return torch.exp(torch.addcmul(variance.log().view(-1, 1, 1), (z.unsqueeze(-1) - z.unsqueeze(-2)).square(),
+                                   coef.view(-1, 1, 1)))
 
-    phi_w = tr(Φ_n W) with W = ααᵀ + C - K⁻¹, so var = ψ0 + tr(Φ_n W) - (Ψ_n α)² (+ identity-mean terms).
-    Returns (mean [B], var [B], psi_c [B]) with psi_c = Ψ C Ψᵀ. `in_mean` adds the identity mean; with a
-    random input, `in_var` adds its variance and `xi` (Ξ, [B, M]) its covariance with the GP part.
+
+class _AlignmentMoments(torch.autograd.Function):
+    """Moments of the alignment layer at deterministic inputs, one node with a backward written by hand.
+
+    Point n (output d = out[n], input x_n) sees its own output's SE kernel σ²_d exp(c_d (x - z)²), c_d = -½/ℓ_d²:
+        Ψ_n = σ²_d exp(c_d (x_n - z_d)²)   [M],   y_n = Ψ_n [α_d | C_d | Δ_d]   (table [D, M, 1 + 2M]),
+        mean = x + Ψα,   var = max(σ²_d + ΨΔΨᵀ, 0),   pc = max(ΨCΨᵀ, 0)
+    (eq. 15's pieces with Φ_n = Ψ_nᵀΨ_n: ψ0 + ΨWΨᵀ - (Ψα)² = ψ0 + ΨΔΨᵀ for W = ααᵀ + Δ, no (Ψα)² to cancel).
+    Backward, with the clamps' masks in ḡ_var and ḡ_pc: ȳ = [ḡ_mean | ḡ_pc Ψ | ḡ_var Ψ],
+        Ψ̄ = T ȳ + ḡ_pc (CΨ) + ḡ_var (ΔΨ),   T̄_d = Σ_{n: out[n]=d} Ψ_n ȳ_nᵀ,   ū = Ψ̄ ∘ Ψ,
+        σ̄²_d = Σ_n (ḡ_var + Ψ̄·Ψ/σ²),   c̄_d = Σ_n Σ_m ū (x - z)²,   z̄_d = -Σ_n 2 c ū (x - z),
+        x̄ = ḡ_mean + Σ_m 2 c ū (x - z)
+    (Ψ̄·Ψ/σ² written as Σ_m Ψ̄ e, e = exp(c (x - z)²), so that σ² = 0 is no division).
     """
-    psi_a = (psi1 * alpha).sum(-1)
-    # Ψ C Ψᵀ >= 0 (C is PSD); rounding in float32 can leave it slightly negative, which would make the next
-    # layer's input variance σ² + ΨCΨᵀ negative
-    psi_c = torch.einsum("...m,...mk,...k->...", psi1, cov, psi1).clamp_min(0.0)
-    var = psi0 + phi_w - psi_a.square()
-    mean = psi_a
-    if in_mean is not None:
-        mean = mean + in_mean
-    if xi is not None:
-        var = var + in_var + 2.0 * ((xi * alpha).sum(-1) - in_mean * psi_a)
-    return mean, var.clamp_min(0.0), psi_c
+
+    @staticmethod
+    def forward(ctx, x, out, z, variance, coef, table):
+        d, m = z.shape
+        s2, c = variance[out], coef[out]
+        dx = x.unsqueeze(-1) - z[out]  # [B, M]
+        e = torch.exp(c.unsqueeze(-1) * dx.square())
+        psi = s2.unsqueeze(-1) * e
+        tab = table[out]  # [B, M, 1 + 2M]
+        y = torch.bmm(psi.unsqueeze(1), tab).squeeze(1)  # [B, 1 + 2M]
+        quad = (y[:, 1:].view(-1, 2, m) * psi.unsqueeze(1)).sum(-1)  # Ψ C Ψᵀ, Ψ Δ Ψᵀ
+        var = s2 + quad[:, 1]
+        ctx.save_for_backward(out, z, dx, e, psi, tab, y, s2, c, var, quad[:, 0])
+        ctx.shapes = (d, m)
+        return x + y[:, 0], var.clamp_min(0.0), quad[:, 0].clamp_min(0.0)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_mean, g_var, g_pc):
+        out, z, dx, e, psi, tab, y, s2, c, var, pc = ctx.saved_tensors
+        d, m = ctx.shapes
+        g_var = g_var * (var >= 0)  # clamp_min's gradient mask
+        g_pc = g_pc * (pc >= 0)
+        g_y = torch.cat([g_mean.unsqueeze(-1), g_pc.unsqueeze(-1) * psi, g_var.unsqueeze(-1) * psi], -1)
+        g_psi = torch.bmm(tab, g_y.unsqueeze(-1)).squeeze(-1)  # T ȳ, [B, M]
+        g_psi += (y[:, 1:].view(-1, 2, m) * torch.stack([g_pc, g_var], -1).unsqueeze(-1)).sum(1)
+        g_table = torch.zeros(d, m, tab.shape[-1], dtype=psi.dtype, device=psi.device).index_add_(
+            0, out, psi.unsqueeze(-1) * g_y.unsqueeze(1))
+        u = g_psi * psi
+        dx2 = dx.square()
+        g_c = (u * dx2).sum(-1)
+        g_s2 = g_var + (g_psi * e).sum(-1)
+        g_dx = 2.0 * c.unsqueeze(-1) * u * dx  # ∂/∂(x - z)
+        g_z = torch.zeros_like(z).index_add_(0, out, -g_dx)
+        g_variance = torch.zeros(d, dtype=psi.dtype, device=psi.device).index_add_(0, out, g_s2)
+        g_coef = torch.zeros(d, dtype=psi.dtype, device=psi.device).index_add_(0, out, g_c)
+        g_x = g_mean + g_dx.sum(-1) if ctx.needs_input_grad[0] else None
+        return g_x, None, g_z, g_variance, g_coef, g_table
 
 
-def _weight(alpha, cov, kinv):
-    """W = ααᵀ + C - K⁻¹ (batched over leading dimensions, e.g. [G, M, M] for G inducing sets)."""
-    return alpha.unsqueeze(-1) * alpha.unsqueeze(-2) + cov - kinv
+def _quadratic_forms(y, psi, count):
+    """Ψ_n Q_k Ψ_nᵀ, k < count, [B, count], from y = Ψ [.. | Q_1 | ... | Q_count] (the last count·M columns of y,
+    [B, ·]) and Ψ [B, M]: one product for all k."""
+    b, m = psi.shape
+    return (y[:, -count * m:].view(b, count, m) * psi.unsqueeze(1)).sum(-1)
 
 
 class AMOGP(nn.Module):
@@ -190,6 +314,7 @@ class AMOGP(nn.Module):
                                  f"{num_outputs!r}")
             d = num_outputs
         self.num_outputs = d
+        self.register_buffer("_output_ids", torch.arange(d), persistent=False)
         self.alignment, self.warping = bool(alignment), bool(warping)
         self.kernel = ConvolutionKernel(d, 1, latent_processes, lengthscale=lengthscale, variance=variance,
                                         dtype=dtype)
@@ -216,6 +341,10 @@ class AMOGP(nn.Module):
             self.warp = InducingSet(z_g.unsqueeze(-1), q_var_init)
             self.warp_kernel = _se_kernel(d, warping_variance, warping_lengthscale, dtype)
             self.raw_latent_noise = nn.Parameter(_NOISE.inverse(torch.full((d,), latent_noise, dtype=dtype)))
+        # lower bounds of the positive hyperparameters `_hyper` transforms in one softplus (the SE kernels' and the
+        # noises' constraints, in the order of `_hyper_raw`)
+        floors = [torch.full((p.numel(),), c.lower, dtype=dtype) for p, c in self._hyper_raw()]
+        self.register_buffer("_hyper_floor", torch.cat(floors), persistent=False)
         self.register_load_state_dict_pre_hook(_upgrade_state_dict)
 
     def _check_z(self, z, name):
@@ -308,11 +437,13 @@ class AMOGP(nn.Module):
             return tuple(self.latent.z.shape[:2])
         return (self.num_outputs, self.latent.z.shape[1] // self.num_outputs)
 
-    def cp_kuu(self) -> torch.Tensor:
+    def cp_kuu(self, inducing_lengthscale=None) -> torch.Tensor:
         """K_uu of the CP layer's inducing sets, [G, M, M]: one [D·M_f]² block over all outputs
-        (cp_inducing="output") or one [M_f]² block per latent ("latent")."""
+        (cp_inducing="output") or one [M_f]² block per latent ("latent"; `inducing_lengthscale` [R, 1] when
+        already at hand, else `self.inducing_lengthscale`)."""
         if self.cp_inducing == "latent":
-            return self.kernel.inducing_covariance(self.latent.z, self.inducing_lengthscale)
+            ls = self.inducing_lengthscale if inducing_lengthscale is None else inducing_lengthscale
+            return self.kernel.inducing_covariance(self.latent.z, ls)
         return self.kernel(self.latent.z[0], self.latent_output).unsqueeze(0)
 
     def _cp_groups(self, out):
@@ -337,13 +468,14 @@ class AMOGP(nn.Module):
         return psi1.unflatten(-1, (repeats, -1)).sum(-2)
 
     def _cp_posterior(self, post):
-        """(α [M_total], C, K⁻¹ [M_total, M_total]) of the CP layer with its inducing sets stacked."""
+        """(α [M_total], C, K⁻¹ [M_total, M_total]) of the CP layer with its inducing sets stacked (for sampling)."""
         alpha, cov, kinv, _ = post["f"]
         if alpha.shape[0] == 1:
             return alpha[0], cov[0], kinv[0]
         return alpha.reshape(-1), torch.block_diag(*cov), torch.block_diag(*kinv)
 
-    def _posteriors(self):
+    def _sampling_posteriors(self):
+        """`InducingSet.posterior` of every layer ((α, C, K⁻¹, L), differentiable through L): for `sample`."""
         post = {"f": self.latent.posterior(self.cp_kuu())}
         if self.alignment:
             post["a"] = self.align.posterior(self.align_kernel(self.align.z))  # K_uu [D, M, M]
@@ -351,122 +483,251 @@ class AMOGP(nn.Module):
             post["g"] = self.warp.posterior(self.warp_kernel(self.warp.z))
         return post
 
-    def _alignment_layer(self, post, x, out):
-        """Moments (mean, var, ΨCΨᵀ) of â at deterministic x [B, 1]: eq. 15's pieces (Φ_n = Ψ_nᵀΨ_n)."""
-        var, ls = self._align_params()
-        alpha, cov, _, _ = post["a"]
-        psi1 = _per_point_psi(x[:, 0], self.align.z[out], var[out], ls[out])  # deterministic input: Ψ₁ = k(x, Z)
-        phi_w = torch.einsum("bm,bmk,bk->b", psi1, _weight(*post["a"][:3])[out], psi1)
-        return _layer_moments(var[out], psi1, phi_w, alpha[out], cov[out], in_mean=x[:, 0])
+    def _hyper_raw(self):
+        """(raw parameter, constraint) of the hyperparameters `_hyper` transforms together: the alignment and
+        warping SE variances and lengthscales (variances of both layers first, so that the two layers' values
+        lie side by side), the noises and the latent inducing lengthscales."""
+        pairs = []
+        kernels = [k for k, on in ((getattr(self, "align_kernel", None), self.alignment),
+                                   (getattr(self, "warp_kernel", None), self.warping)) if on]
+        pairs += [(k.raw_variance, VARIANCE_CONSTRAINT) for k in kernels]
+        pairs += [(k.base.raw_lengthscale, LENGTHSCALE_CONSTRAINT) for k in kernels]
+        pairs.append((self.raw_noise, _NOISE))
+        if self.alignment:
+            pairs.append((self.raw_align_noise, _NOISE))
+        if self.warping:
+            pairs.append((self.raw_latent_noise, _NOISE))
+        if self.cp_inducing == "latent":
+            pairs.append((self.raw_inducing_lengthscale, _INDUCING_LS))
+        return pairs
 
-    def _latent_layer(self, post, mean, var, out, random_input: bool):
-        """Moments of f̂ under q(a_n) = N(mean, var) with the CP Ψ-statistics (A.3); `random_input` False: var is 0
-        (a deterministic input, Φ_n = Ψ_nᵀΨ_n)."""
-        alpha, cov, kinv = self._cp_posterior(post)
-        groups = self._cp_groups(out)
-        psi1 = self._cp_psi1(mean, var, groups)
-        w = _weight(alpha, cov, kinv)
-        if not random_input:
-            phi_w = torch.einsum("bm,mk,bk->b", psi1, w, psi1)
+    def _hyper(self) -> dict:
+        """The constrained hyperparameters, each through its transform once per evaluation: the amogp-owned and
+        SE-kernel ones in one softplus (`_hyper_raw`; every property read would run one each), the SE kernels'
+        exponent factors -½/ℓ², and the CP layer's Ψ parameters per output (gathered per point by
+        `_point_values`)."""
+        raw = self._hyper_raw()
+        layers = [name for name, on in (("align", self.alignment), ("warp", self.warping)) if on]
+        d, count = self.num_outputs, len(layers)
+        sizes = [count * d] * (2 if count else 0) + [r.numel() for r, _ in raw[2 * count:]]
+        vals = list((torch.nn.functional.softplus(torch.cat([r.reshape(-1) for r, _ in raw]))
+                     + self._hyper_floor).split(sizes))
+        hyp = {}
+        if count:
+            var, ls = vals.pop(0), vals.pop(0)  # [count·D] each, the layers in `layers` order
+            coef = -0.5 / ls.square()
+            hyp["se_var"], hyp["se_coef"] = var, coef
+            for name, v, l_, c in zip(layers, var.view(count, d).unbind(0), ls.view(count, d).unbind(0),
+                                      coef.view(count, d).unbind(0)):
+                hyp[name + "_var"], hyp[name + "_ls"], hyp[name + "_coef"] = v, l_, c
+        hyp["noise"] = vals.pop(0)
+        if self.alignment:
+            hyp["align_noise"] = vals.pop(0)
+        if self.warping:
+            hyp["latent_noise"] = vals.pop(0)
+            hyp["warp_lsq"] = hyp["warp_ls"].square()
+        hyp["psi0_f"] = self.kernel.variance.sum(-1)
+        outputs = self._output_ids
+        if self.cp_inducing == "latent":
+            hyp["inducing_ls"] = vals.pop(0).view(self.raw_inducing_lengthscale.shape)
+            amp, lsq = self.kernel.inducing_parameters(outputs, hyp["inducing_ls"])  # [R, D], [R, D, 1]
+            hyp["cp_amp"], hyp["cp_lsq"] = amp.transpose(0, 1), lsq[..., 0].transpose(0, 1)  # [D, R]
         else:
-            # inducing inputs in groups with one prefactor and lengthscale each, so tr(Φ_n W) is evaluated
-            # without per-point M x M blocks (flowgp.psi_statistics.grouped_psi2_contract)
-            z, amp, lsq, repeats = groups
-            g, mg = z.shape[0], z.shape[1]
-            wg = w.reshape(1, g // repeats, mg, 1, g // repeats, mg).repeat(repeats, 1, 1, repeats, 1, 1)
-            phi_w = grouped_psi2_contract(mean.unsqueeze(-1), var.unsqueeze(-1), z, wg.reshape(g, mg, g, mg), amp,
-                                          lsq)
-        psi0 = self.kernel.variance.sum(-1)[out]
-        return _layer_moments(psi0, psi1, phi_w, alpha, cov)
+            amp, lsq = self.kernel.pair_parameters(outputs, outputs)  # [R, D, D], [R, D, D, 1]
+            r = self.kernel.latent_processes
+            hyp["cp_amp"] = amp.transpose(0, 1).reshape(d, -1)  # [D, R·D]: point's output, group (r, d')
+            hyp["cp_lsq"] = lsq.transpose(0, 1).reshape(d, r * d)
+        return hyp
 
-    def _warping_layer(self, post, mean, var, out, random_input: bool):
-        """Moments of ĝ(f) + f under q(f_n) = N(mean, var) with SE Ψ-statistics and Ξ for the identity mean.
+    def _point_values(self, hyp, out):
+        """Every per-output quantity the layers read per point, gathered with one index: a dict of [B] tensors
+        (and "cp_amp", "cp_lsq" [B, G] for the CP layer's groups)."""
+        names = ["noise", "offset", "psi0_f"] + (["align_noise"] if self.alignment else []) + (
+            ["warp_var", "warp_lsq", "latent_noise"] if self.warping else [])
+        scalars = torch.stack([self.offset if n == "offset" else hyp[n] for n in names], -1)  # [D, K]
+        g = hyp["cp_amp"].shape[-1]
+        table = torch.cat([scalars, hyp["cp_amp"], hyp["cp_lsq"]], -1).index_select(0, out)
+        vals, amp, lsq = table.split([len(names), g, g], -1)
+        pts = dict(zip(names, vals.unbind(-1)))
+        pts["cp_amp"], pts["cp_lsq"] = amp, lsq
+        return pts
 
-        Every output's warping GP has one lengthscale, so eq. 25 with A = B = λ_d reads
-            Φ_n,ij = σ⁴_d exp(-(z_i - z_j)²/(4λ_d)) sqrt(c/(c + v_n)) exp(-(μ_n - (z_i + z_j)/2)²/(2(c + v_n))),
-        c = λ_d/2: the (i, j) factor and the weight are folded per output once, and the points of all outputs
-        are evaluated together (each point against its own output's inducing inputs).
+    def _posteriors(self, hyp=None):
+        """`InducingSet.bound_posterior` (α, C, Δ, W, KL, L) of the CP layer ("f"), the alignments ("a") and the
+        warpings ("g"). Alignment and warping sets of the same size go through one batched node (the "a" entry
+        then carries both layers' KL and the "g" entry's is None)."""
+        hyp = self._hyper() if hyp is None else hyp
+        post = {"f": self.latent.bound_posterior(self.cp_kuu(hyp.get("inducing_ls")))}
+        sets = [(name, ind) for name, ind, on in (("a", getattr(self, "align", None), self.alignment),
+                                                  ("g", getattr(self, "warp", None), self.warping)) if on]
+        if not sets:
+            return post
+        z = [ind.z[..., 0] for _, ind in sets]
+        if len(sets) == 2 and z[0].shape == z[1].shape:
+            d = self.num_outputs
+            kuu = _se_gram(torch.cat(z), hyp["se_var"], hyp["se_coef"])  # K_uu [2D, M, M] (= the SE kernels')
+            both = _WhitenedPosterior.apply(kuu, torch.cat([ind.q_mu for _, ind in sets]),
+                                            torch.cat([ind.q_sqrt_tril() for _, ind in sets]), None, (d, d))
+            parts = [t.split(d) for t in both[:4]]
+            post["a"] = Posterior(*(t[0] for t in parts), both[4], both[5][:d])
+            post["g"] = Posterior(*(t[1] for t in parts), None, both[5][d:])
+            return post
+        for (name, ind), zs in zip(sets, z):
+            layer = "align" if name == "a" else "warp"
+            post[name] = ind.bound_posterior(_se_gram(zs, hyp[layer + "_var"], hyp[layer + "_coef"]))
+        return post
+
+    def _alignment_layer(self, p: Posterior, hyp, x, out):
+        """Moments (mean, var, ΨCΨᵀ) of â at deterministic x [B]: eq. 15's pieces (`_AlignmentMoments`)."""
+        table = torch.cat([p.alpha.unsqueeze(-1), p.cov, p.delta], -1)  # [D, M, 1 + 2M]
+        return _AlignmentMoments.apply(x, out, self.align.z[..., 0], hyp["align_var"], hyp["align_coef"], table)
+
+    def _cp_weight(self, p: Posterior):
+        """W over the CP layer's groups: [G, Mg, Mg] block-diagonal (one latent set: W itself) or [G, Mg, G, Mg]."""
+        if self.cp_inducing == "latent":
+            if p.alpha.shape[0] == 1:
+                return p.weight
+            # one set per latent: q(u) is independent across latents but its mean is not zero, so W's cross-latent
+            # blocks are α_r α_r'ᵀ
+            r, mg = p.alpha.shape
+            eye = torch.eye(r, dtype=p.alpha.dtype, device=p.alpha.device)
+            outer = p.alpha[:, :, None, None] * p.alpha[None, None]  # [R, Mg, R, Mg]
+            return outer + p.delta.unsqueeze(2) * eye[:, None, :, None]
+        r, d = self.kernel.latent_processes, self.num_outputs
+        w = p.weight[0]  # [D·Mf, D·Mf] over (output, point); the groups are (latent, output)
+        return w.reshape(1, d, -1, 1, d, w.shape[-1] // d).repeat(r, 1, 1, r, 1, 1).reshape(
+            r * d, -1, r * d, w.shape[-1] // d)
+
+    def _latent_layer(self, p: Posterior, mean, var, pts, random_input: bool):
+        """Moments (mean, var, ΨCΨᵀ) of f̂ under q(a_n) = N(mean, var) with the CP Ψ-statistics (A.3) evaluated
+        by groups of inducing inputs (`flowgp.psi_statistics.grouped_psi_statistics`). `random_input` False: var
+        is 0 (a deterministic input, Φ_n = Ψ_nᵀΨ_n, var = ψ0 + Ψ Δ Ψᵀ as in the alignment layer)."""
+        amp, lsq = pts["cp_amp"], pts["cp_lsq"]  # [B, G]
+        if self.cp_inducing == "latent":
+            z, repeats = self.latent.z, 1  # [R, Mg, 1]
+        else:
+            d = self.num_outputs
+            repeats = self.kernel.latent_processes
+            z = self.latent.z[0].reshape(d, -1, 1).repeat(repeats, 1, 1)  # [R·D, Mf, 1], groups (latent, output)
+        b = mean.shape[0]
+        if random_input:
+            psi, phi_w = grouped_psi_statistics(mean.unsqueeze(-1), var.unsqueeze(-1), z, self._cp_weight(p), amp,
+                                                lsq.unsqueeze(-1), validate=False)
+        else:  # point masses: Ψ₁ = K_fu
+            psi = amp.unsqueeze(-1) * torch.exp((mean[:, None, None] - z[..., 0]).square()
+                                                * (-0.5 / lsq).unsqueeze(-1))
+        psi = psi.reshape(b, repeats, -1).sum(1) if repeats > 1 else psi.flatten(1)  # [B, M_total]
+        if p.alpha.shape[0] == 1:
+            parts = [p.alpha[0].unsqueeze(-1), p.cov[0]] + ([] if random_input else [p.delta[0]])
+        else:
+            parts = [p.alpha.reshape(-1, 1), torch.block_diag(*p.cov)] + (
+                [] if random_input else [torch.block_diag(*p.delta)])
+        y = psi @ torch.cat(parts, -1)
+        psi_a = y[:, 0]
+        if random_input:
+            pc = _quadratic_forms(y, psi, 1)[:, 0]
+            var = pts["psi0_f"] + phi_w - psi_a.square()
+        else:
+            pc, pd = _quadratic_forms(y, psi, 2).unbind(-1)
+            var = pts["psi0_f"] + pd
+        return psi_a, var.clamp_min(0.0), pc.clamp_min(0.0)
+
+    def _warping_layer(self, p: Posterior, mean, var, out, pts):
+        """Moments (mean, var) of ĝ(f) + f under q(f_n) = N(mean, var) with SE Ψ-statistics and Ξ for the identity
+        mean: point n sees only its own output's warping GP (one lengthscale per output), so eq. 25's contraction
+        runs over that output's [M_g, M_g] block (`flowgp.psi_statistics.own_group_psi_statistics`). With
+        Ξ_n,i = Ψ_n,i (λ μ_n + v_n z_i)/(λ + v_n),
+            Ξ_n α - μ_n Ψ_n α = v_n (Ψ_n (α ∘ z) - μ_n Ψ_n α)/(λ + v_n),
+            var_n = ψ0 + tr(Φ_n W) - (Ψ_n α)² + v_n + 2 (Ξ_n α - μ_n Ψ_n α).
         """
-        wvar, wls = self._warp_params()
-        alpha, cov, _, _ = post["g"]
-        lam = wls.square()  # [D]
-        zw = self.warp.z[..., 0]  # [D, M]
-        pair = wvar[:, None, None].square() * torch.exp(
-            -(zw[:, :, None] - zw[:, None, :]).square() / (4.0 * lam[:, None, None]))  # [D, M, M]
-        folded = pair * _weight(*post["g"][:3])  # Σ_ij Φ_n,ij W_ij needs Φ only through this
-        centre = 0.5 * (zw[:, :, None] + zw[:, None, :])
-        c = 0.5 * lam[out]
-        cv = c + var  # [B]
-        e = torch.exp(-(mean[:, None, None] - centre[out]).square() / (2.0 * cv)[:, None, None])  # [B, M, M]
-        phi_w = torch.sqrt(c / cv) * torch.einsum("bij,bij->b", e, folded[out])
-        psi1, xi = _per_point_psi(mean, self.warp.z[out], wvar[out], wls[out], var=var, with_mean=True)
-        return _layer_moments(wvar[out], psi1, phi_w, alpha[out], cov[out], in_mean=mean, in_var=var,
-                              xi=xi if random_input else None)
+        z = self.warp.z  # [D, Mg, 1]
+        lam = pts["warp_lsq"]
+        psi, phi_w = own_group_psi_statistics(mean.unsqueeze(-1), var.unsqueeze(-1), z, p.weight, pts["warp_var"],
+                                              lam.unsqueeze(-1), out)  # [B, Mg], [B]
+        table = torch.stack([p.alpha, p.alpha * z[..., 0]], -1)[out]  # [B, Mg, 2]: α, α ∘ z of each point's output
+        psi_a, psi_az = (psi.unsqueeze(-1) * table).sum(1).unbind(-1)
+        xi_term = torch.addcmul(psi_az, mean, psi_a, value=-1.0) * (2.0 * var / (lam + var))
+        out_var = (pts["warp_var"] + phi_w + var + xi_term).addcmul_(psi_a, psi_a, value=-1.0)
+        return mean + psi_a, out_var.clamp_min(0.0)
 
-    def _propagate(self, x, out, post, exact: bool):
+    def _propagate(self, x, out, post, hyp, exact: bool):
         """Run the three layers. exact=False: the bound's inputs N(mean, σ² + ΨCΨᵀ) and its penalties;
-        exact=True: moment matching (input variance = exact var + σ²). Returns per-layer moments and penalty."""
-        penalty = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+        exact=True: moment matching (input variance = exact var + σ²). Returns per-layer moments, the per-point
+        compression penalty (None without alignment and warping) and the per-point values of `_point_values`."""
+        pts = self._point_values(hyp, out)
+        penalty = None
         layers = {}
         if self.alignment:
-            m, v, pc = self._alignment_layer(post, x, out)
-            s2 = self.alignment_noise[out]
-            penalty = penalty + (v - pc) / (2.0 * s2)
+            m, v, pc = self._alignment_layer(post["a"], hyp, x[:, 0], out)
+            s2 = pts["align_noise"]
+            penalty = (v - pc) / (2.0 * s2)
             layers["a"] = (m, v)
             a_mean, a_var = m, (v if exact else pc) + s2
         else:
             a_mean, a_var = x[:, 0], torch.zeros_like(x[:, 0])
             layers["a"] = (a_mean, a_var)
         # with an alignment layer the CP input is random (its variance includes σ²_a > 0)
-        m, v, pc = self._latent_layer(post, a_mean, a_var, out, random_input=self.alignment)
+        m, v, pc = self._latent_layer(post["f"], a_mean, a_var, pts, random_input=self.alignment)
         layers["f"] = (m, v)
         if not self.warping:
             layers["g"] = (m, v)
-            return layers, penalty
-        s2 = self.latent_noise[out]
-        penalty = penalty + (v - pc) / (2.0 * s2)
+            return layers, penalty, pts
+        s2 = pts["latent_noise"]
+        pen_f = (v - pc) / (2.0 * s2)
+        penalty = pen_f if penalty is None else penalty + pen_f
         f_mean, f_var = m, (v if exact else pc) + s2
         layers["f_input"] = (f_mean, f_var)
-        layers["g"] = self._warping_layer(post, f_mean, f_var, out, random_input=True)[:2]  # σ²_f > 0
-        return layers, penalty
+        layers["g"] = self._warping_layer(post["g"], f_mean, f_var, out, pts)  # σ²_f > 0
+        return layers, penalty, pts
 
     # ----- bound ---------------------------------------------------------------------------------------
+    def _bound_terms(self, x, y, out):
+        """(ell [B], penalty [B] or None, Σ KL): the bound's pieces from one pass over the posteriors."""
+        hyp = self._hyper()
+        post = self._posteriors(hyp)
+        layers, penalty, pts = self._propagate(x, out, post, hyp, exact=False)
+        mean, var = layers["g"]
+        mean = mean + pts["offset"]
+        s2 = pts["noise"]
+        ell = -0.5 * torch.log(2.0 * math.pi * s2) - ((y - mean).square() + var) / (2.0 * s2)
+        kl = post["f"].kl
+        for name in ("a", "g"):
+            if name in post and post[name].kl is not None:
+                kl = kl + post[name].kl
+        return ell, penalty, kl
+
     def elbo_terms(self, x, y, out):
         """Per-point expected log-likelihood and compression penalty, each [B] (no KL, no scaling)."""
-        post = self._posteriors()
-        layers, penalty = self._propagate(x, out, post, exact=False)
-        mean, var = layers["g"]
-        mean = mean + self.offset[out]
-        s2 = self.noise[out]
-        ell = -0.5 * torch.log(2.0 * math.pi * s2) - ((y - mean).square() + var) / (2.0 * s2)
-        return ell, penalty
+        ell, penalty, _ = self._bound_terms(x, y, out)
+        return ell, torch.zeros_like(ell) if penalty is None else penalty
 
     def elbo(self, x: torch.Tensor, y: torch.Tensor, output: torch.Tensor, num_data: int | None = None,
              generator: torch.Generator | None = None):
         """Nested variational compression bound (supplement eq. 22), minibatch-scaled by num_data / B.
 
-        Per-point terms (expected log-likelihood minus compression penalties) and the KL terms are assembled
-        by `flowgp.objective.minibatch_bound`. The bound is closed form: `generator` is accepted (the common
-        elbo signature) and unused.
+        Per-point terms (expected log-likelihood minus compression penalties) and the KL terms (of
+        `kl_divergence`, here from the posteriors' node) are assembled by `flowgp.objective.minibatch_bound`. The
+        bound is closed form: `generator` is accepted (the common elbo signature) and unused.
         """
         x, output, y = self.validate(x, output, y)
-        ell, penalty = self.elbo_terms(x, y, output)
-        return minibatch_bound(ell - penalty, [self.kl_divergence()], num_data, x.shape[0])
+        ell, penalty, kl = self._bound_terms(x, y, output)
+        return minibatch_bound(ell if penalty is None else ell - penalty, [kl], num_data, x.shape[0])
 
     # ----- predictions ---------------------------------------------------------------------------------
     def predict_layers(self, x, output, chunk: int = 512):
         """Propagated Gaussian approximation (A.4): dict of (mean, var) [N] for â (alignment, noise-free),
         f̂ (latent CP output at the propagated alignment) and y (warped output, noise included)."""
         x, output = self.validate(x, output)
-        post = self._posteriors()
+        hyp = self._hyper()
+        post = self._posteriors(hyp)
         res = {"a": [], "f": [], "y": []}
         for i in range(0, x.shape[0], chunk):
             xs, os_ = x[i:i + chunk], output[i:i + chunk]
-            layers, _ = self._propagate(xs, os_, post, exact=True)
+            layers, _, pts = self._propagate(xs, os_, post, hyp, exact=True)
             res["a"].append(layers["a"])
             res["f"].append(layers["f"])
             m, v = layers["g"]
-            res["y"].append((m + self.offset[os_], v + self.noise[os_]))
+            res["y"].append((m + pts["offset"], v + pts["noise"]))
         return {k: (torch.cat([p[0] for p in v]), torch.cat([p[1] for p in v])) for k, v in res.items()}
 
     def predict_y(self, x, output):
@@ -479,13 +740,16 @@ class AMOGP(nn.Module):
         x, out = self.validate(x, out)
         if not self.alignment:
             return x[:, 0], torch.zeros_like(x[:, 0])
-        return self._alignment_layer(self._posteriors(), x, out)[:2]
+        hyp = self._hyper()
+        return self._alignment_layer(self._posteriors(hyp)["a"], hyp, x[:, 0], out)[:2]
 
     def latent_function(self, a, d: int):
         """q(f̂_d(a)) at deterministic CP inputs a [N, 1]: (mean, var) [N]."""
         out = torch.full((a.shape[0],), int(d), dtype=torch.long, device=a.device)
         a, out = self.validate(a, out)
-        return self._latent_layer(self._posteriors(), a[:, 0], torch.zeros_like(a[:, 0]), out, random_input=False)[:2]
+        hyp = self._hyper()
+        return self._latent_layer(self._posteriors(hyp)["f"], a[:, 0], torch.zeros_like(a[:, 0]),
+                                  self._point_values(hyp, out), random_input=False)[:2]
 
     def warping_function(self, f, d: int):
         """q(ĝ_d(f)) at deterministic warping inputs f [N, 1]: (mean, var) [N] (identity when warping=False)."""
@@ -493,8 +757,9 @@ class AMOGP(nn.Module):
         f, out = self.validate(f, out)
         if not self.warping:
             return f[:, 0], torch.zeros_like(f[:, 0])
-        return self._warping_layer(self._posteriors(), f[:, 0], torch.zeros_like(f[:, 0]), out,
-                                   random_input=False)[:2]
+        hyp = self._hyper()
+        return self._warping_layer(self._posteriors(hyp)["g"], f[:, 0], torch.zeros_like(f[:, 0]), out,
+                                   self._point_values(hyp, out))
 
     def sample(self, x, output, num_samples: int = 100, generator=None, common_noise: bool = False):
         """Samples through the hierarchy (u ~ q(u) per sample, then each layer's conditional at the sampled
@@ -505,7 +770,7 @@ class AMOGP(nn.Module):
         numbers): each point's samples keep their distribution, and a point's samples no longer depend on
         which other points are drawn with it, so rows can be predicted in chunks with the generator replayed."""
         x, output = self.validate(x, output)
-        post = self._posteriors()
+        post = self._sampling_posteriors()
         s, n = int(num_samples), x.shape[0]
 
         def draw(shape):
