@@ -243,11 +243,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         source = open_table(data, target, features)
         try:
             names = list(source.feature_names)
-            if len(names) != 2:
-                raise ValueError(f"features: an AMO-GP table has two feature columns, the input and the output "
-                                 f"index, got {names}; name them with features=[input, output]")
-            col = self._output_column(output, names)
-            xcol = 1 - col
+            xcol, col = self._table_columns(names, output)
             stats = scan(source, sample_size, seed=int(self.seed), group_feature=col)
             if stats.sample_y is None:
                 raise ValueError("target: the table has no target column; name it with target=")
