@@ -5,7 +5,7 @@ Build them from spec strings with `make_flow("sal+softplus")` (names resolved th
 `flow_from_record`, and initialise them with `flowgp.initialisation` (init_identity, init_from_data, init_random).
 Write your own by subclassing `Flow` (see `flowgp.flows.base` for the contract).
 """
-from .base import Compose, Flow, FlowOfFlows, ParamSpec, compose
+from .base import Compose, Flow, FlowOfFlows, ParamSpec, asinh, compose
 from .combination import ArcsinhCombination, LinearCombination
 from .conditional import InputDependentFlow, input_dependent_flows, make_input_dependent, static_flow
 from .elementwise import (Affine, Arcsinh, BoxCox, Exp, Identity, InverseBoxCox, Log, Sinh, SinhArcsinh,
@@ -21,5 +21,5 @@ __all__ = [
     "ArcsinhCombination", "make_flow", "FLOW_NAMES", "FLOW_ALIASES",
     "monotone_inverse", "InputDependentFlow", "make_input_dependent", "static_flow",
     "input_dependent_flows", "WeightSampling", "flow_to_record",
-    "flow_from_record",
+    "flow_from_record", "asinh",
 ]
