@@ -8,7 +8,7 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from flowgp.data_sources import ArraySource, check_table, open_table, scan  # noqa: E402
-from flowgp.estimators.regression import SVGPRegressor  # noqa: E402
+from flowgp.estimators.regression import SVGPRegressor, TGPRegressor  # noqa: E402
 
 
 def _data(n=300, seed=0):
@@ -228,8 +228,12 @@ def test_a_latent_dgp_streams_a_table(tmp_path):
     grid = np.linspace(-2, 2, 5)[:, None].repeat(2, 1)
     np.testing.assert_allclose(a.predict(grid), b.predict(grid), rtol=1e-10)
     assert len(a.history_) == 3 * 4 and steps == list(range(12))  # epochs x ceil(200 / 64) iterations
+    seen = []
+    SVGPRegressor(num_inducing=8, epochs=2, batch_size=64, verbose=False).fit_stream(
+        tmp_path / "d.npy", callback=lambda step, loss, m: seen.append(step))
+    assert seen == list(range(8))  # the plain regressors' loop takes one: 2 epochs x ceil(200 / 64) steps
     with pytest.raises(TypeError, match="callback"):  # estimators whose training takes no callback refuse one
-        SVGPRegressor(num_inducing=8, epochs=1, verbose=False).fit_stream(tmp_path / "d.npy", callback=print)
+        TGPRegressor(num_inducing=8, epochs=1, verbose=False).fit_stream(tmp_path / "d.npy", callback=print)
     with pytest.raises(ValueError, match="amortized"):
         LatentDeepGPRegressor(amortized=False, **kw).fit(tmp_path / "d.npy")
 

@@ -102,30 +102,34 @@ def all_reduce_sum(value: torch.Tensor, world: World) -> torch.Tensor:
     return out
 
 
-def all_reduce_gradients(params: Sequence[torch.Tensor], world: World) -> None:
-    """Sum every parameter's .grad over ranks in one flat all-reduce.
+def all_reduce_gradients(params: Sequence[torch.Tensor], world: World,
+                         loss: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+    """Sum every parameter's .grad over ranks, and `loss` (a scalar) with them, in ONE all-reduce.
 
-    A parameter whose gradient is None on every rank keeps None (optimisers skip it, as in one process); one
-    with a gradient on some ranks only (a rank with no rows in the batch) gets the sum, zeros standing in for
-    the missing ones.
+    One collective per training step: on CPU (gloo) each costs 0.1-0.4 ms idle and, worse, a wait for the
+    slowest rank, so the step's three (loss, which gradients exist, gradients) cost more than a 2-process run
+    saved. The buffer is float64 - [loss, one presence flag per parameter, gradients] - so the loss sum is the
+    float64 sum `all_reduce_sum` gives and float32 gradients are summed without extra rounding. A parameter whose
+    gradient is None on every rank keeps None (optimisers skip it, as in one process); one with a gradient on
+    some ranks only (a rank with no rows in the batch) gets the sum, zeros standing in for the missing ones.
+    Returns the summed loss (float64), or None when no `loss` was given; one process: the loss unchanged.
     """
     if not world.distributed or not params:
-        return
-    device = params[0].device
-    present = torch.tensor([0.0 if p.grad is None else 1.0 for p in params], dtype=torch.float64, device=device)
-    torch.distributed.all_reduce(present, op=torch.distributed.ReduceOp.MAX)
-    chosen = [p for p, flag in zip(params, present.tolist()) if flag > 0]
-    if not chosen:
-        return
-    dtype = chosen[0].dtype
-    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to(dtype)
-                      for p in chosen])
+        return None if loss is None else loss.detach().to(torch.float64)
+    reference = params[0]
+    head = [] if loss is None else [loss.detach().reshape(1).to(torch.float64)]
+    flags = torch.tensor([0.0 if p.grad is None else 1.0 for p in params], dtype=torch.float64,
+                         device=reference.device)
+    grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to(torch.float64) for p in params]
+    flat = torch.cat(head + [flags] + grads)
     torch.distributed.all_reduce(flat, op=torch.distributed.ReduceOp.SUM)
-    offset = 0
-    for p in chosen:
+    offset = len(head) + len(params)
+    for p, present in zip(params, flat[len(head):offset].tolist()):
         n = p.numel()
-        p.grad = flat[offset:offset + n].view_as(p).to(p.dtype).clone()
+        if present > 0:
+            p.grad = flat[offset:offset + n].view_as(p).to(p.dtype).clone()
         offset += n
+    return None if loss is None else flat[0]
 
 
 @torch.no_grad()

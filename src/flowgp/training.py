@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 from .batches import ArrayBatches, Batch
 from .checkpoint import atomic_save, safe_load
 from .compiled import CompiledObjective
-from .distributed import World, all_reduce_gradients, all_reduce_sum, barrier, broadcast_module, current_world
+from .distributed import World, all_reduce_gradients, barrier, broadcast_module, current_world
 from .linalg import JitterMemory
 from .optim import NaturalGradient
 
@@ -472,26 +472,28 @@ def train(
 
         def distributed_evaluation(batch):
             """This rank's share of the global batch's loss, backpropagated; gradients and loss summed over
-            ranks. Every rank reaches the same decision (a non-finite sum fails everywhere)."""
+            ranks in one all-reduce. Every rank reaches the same decision: a rank whose share is not finite
+            (or raised) backpropagates nothing and sends it as the loss, so the sum is not finite everywhere."""
             error = None
             local = None
             if len(batch):
                 try:
                     local = objective(batch) * (len(batch) / batch.step_size)
+                    if bool(torch.isfinite(local)):
+                        local.backward()
                 except RuntimeError as err:
-                    error = err
+                    error, local = err, None
+                    for p in tracked:  # a backward that failed half-way leaves partial gradients
+                        p.grad = None
             reference = tracked[0]
             mine = (local.detach() if local is not None else
                     torch.tensor(math.nan if error is not None else 0.0, dtype=reference.dtype,
                                  device=reference.device)).reshape(())
-            total = all_reduce_sum(mine.to(torch.float64), world)
+            total = all_reduce_gradients(tracked, world, loss=mine)
             if not bool(torch.isfinite(total)):
                 if error is not None and not backoff:
                     raise error
                 raise _NonFinite(total.item())
-            if local is not None:
-                local.backward()
-            all_reduce_gradients(tracked, world)
             return total.to(reference.dtype)
 
         def fail():

@@ -193,16 +193,16 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                               natural_gradient=self._natural_gradient())
         return self
 
-    def _train_on_stream(self, xs, ys, stream, stats) -> None:
+    def _train_on_stream(self, xs, ys, stream, stats, callback=None) -> None:
         """The training of `fit_stream`: the model built and initialised from the sample (xs, ys), then trained
         on the whole table through `stream(shift, scale)` (a flowgp.batches sampler); `stats` is the scan's
-        summary (flowgp.data_sources.scan)."""
+        summary (flowgp.data_sources.scan); `callback(step, loss, model)` goes to the training loop."""
         self.model_ = self._build(xs, ys)
         self._initialise_flow(self.model_, ys, self.generator(device="cpu"), x_t=xs)
         self.history_ = train(self.model_, stream(self.y_shift_, self.y_scale_), epochs=self.epochs, lr=self.lr,
                               fix_noise_fraction=self.fix_noise_fraction, seed=self.seed, verbose=self.verbose,
                               compile=self.compile, desc=type(self).__name__, checkpoint_path=self.checkpoint_path(),
-                              natural_gradient=self._natural_gradient())
+                              natural_gradient=self._natural_gradient(), callback=callback)
 
     def _natural_gradient(self):
         """The NaturalGradient on q(u) of a plain fit (`natural_gradient`), or None (the flow estimators have
