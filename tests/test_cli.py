@@ -328,3 +328,38 @@ def test_nproc_refuses_a_text_column_before_launching(tmp_path, capsys):
                  "--out", str(tmp_path / "m.pt")]) == 2
     err = capsys.readouterr().err
     assert "column 'v'" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_fit_and_predict_a_multi_output_model_with_an_output_column(tmp_path, capsys):
+    # AMO-GP from a long table (time, site, value): --output names the site column, the saved metadata keeps it
+    # for `flowgp predict`, and the single-/multi-output flags are checked before any work
+    rng = np.random.default_rng(0)
+    rows = []
+    for site in range(3):
+        t = np.sort(rng.uniform(0, 10, 40))
+        rows += [(ti, site, np.sin(ti + 0.3 * site) + 0.1 * rng.standard_normal()) for ti in t]
+    csv = tmp_path / "long.csv"
+    np.savetxt(csv, np.array(rows), delimiter=",", header="time,site,value", comments="")
+    model = tmp_path / "amogp.pt"
+    assert main(["fit", "--data", str(csv), "--target", "value", "--output", "site", "--model", "amogp",
+                 "--epochs", "5", "--num-inducing", "8", "--quiet", "--out", str(model)]) == 0
+    meta = json.loads((tmp_path / "amogp.pt.json").read_text())
+    assert meta["output"] == "site" and meta["features"] == ["time", "site"]
+    out = tmp_path / "pred.csv"
+    assert main(["predict", "--model", str(model), "--data", str(csv), "--out", str(out), "--quiet"]) == 0
+    pred = np.loadtxt(out, delimiter=",", skiprows=1)
+    assert pred.shape == (120, 4) and np.all(pred[:, 1] > 0) and np.all(pred[:, 2] < pred[:, 3])
+    from flowgp import estimators
+
+    est = estimators.load(model)
+    data = np.array(rows)
+    np.testing.assert_allclose(pred[:, 0], est.predict(data[:, :1], data[:, 1].astype(int)), rtol=1e-10)
+    capsys.readouterr()
+    assert main(["fit", "--data", str(csv), "--target", "value", "--model", "amogp", "--out", str(model)]) == 2
+    assert "--output COL" in capsys.readouterr().err
+    assert main(["fit", "--data", str(csv), "--target", "value", "--output", "site", "--model", "svgp",
+                 "--out", str(model)]) == 2
+    assert "--output: --model svgp has one output" in capsys.readouterr().err
+    assert main(["fit", "--data", str(csv), "--target", "value", "--output", "site", "--model", "amogp",
+                 "--kernel", "matern32", "--out", str(model)]) == 2
+    assert "does not take --kernel" in capsys.readouterr().err

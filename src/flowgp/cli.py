@@ -27,11 +27,21 @@ def _models():
 
 
 def _csv_models() -> list[str]:
-    """Named models `flowgp fit` can train on a CSV file: single-output regressors."""
+    """Named models `flowgp fit` can train on a table: the regressors (the multi-output ones with --output)."""
     models = _models()
+    return [n for n in models.names() if "regression" in models.get(n).tasks]
+
+
+def _multi_output_models() -> list[str]:
     from .bench.models import is_multi_output
 
-    return [n for n in models.names() if "regression" in models.get(n).tasks and not is_multi_output(models.get(n))]
+    models = _models()
+    return [n for n in _csv_models() if is_multi_output(models.get(n))]
+
+
+#: `flowgp fit`'s values for the shared flags a single-output model gets when they are not given (a multi-output
+#: model keeps its estimator's own defaults: its inducing sets, epochs and batch rule differ)
+_SHARED_DEFAULTS = {"kernel": "rbf", "num_inducing": 100, "epochs": 1000, "lr": 0.01}
 
 
 def _estimator(name: str, **kw):
@@ -238,6 +248,23 @@ def _fit(args, argv) -> int:
         takes = ", ".join(f for f, n in _OPTION_FLAGS.items() if n in accepted) or "none of them"
         raise ValueError(f"--model {args.model} does not take {', '.join(foreign)} (of the model flags it takes "
                          f"{takes})")
+    from .bench.models import is_multi_output
+
+    multi = is_multi_output(entry)
+    if multi and args.output is None:
+        raise ValueError(f"--model {args.model} is a multi-output model: name the column of each row's output index "
+                         "(0..D-1) with --output COL; the other feature column is the input")
+    if not multi and args.output is not None:
+        raise ValueError(f"--output: --model {args.model} has one output; only the multi-output models "
+                         f"({', '.join(_multi_output_models())}) take an output-index column")
+    shared = {"kernel": args.kernel, "num_inducing": args.num_inducing, "epochs": args.epochs,
+              "batch_size": args.batch_size, "lr": args.lr}
+    if not multi:
+        shared = {k: (_SHARED_DEFAULTS.get(k) if v is None else v) for k, v in shared.items()}
+    refused = [k for k, v in shared.items() if v is not None and k not in accepted]
+    if refused:
+        raise ValueError(f"--model {args.model} does not take " + ", ".join("--" + k.replace("_", "-") for k in refused))
+    shared = {k: v for k, v in shared.items() if v is not None}
     _check_output_path(args.out, "--out")
     _check_device(args.device)
     if args.checkpoint is not None:
@@ -261,11 +288,13 @@ def _fit(args, argv) -> int:
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
     world = distributed.init_from_env(device)
     try:
-        est = _estimator(args.model, kernel=args.kernel, num_inducing=args.num_inducing, epochs=args.epochs,
-                         batch_size=args.batch_size, lr=args.lr, seed=args.seed, dtype=args.dtype, device=device,
-                         verbose=not args.quiet and world.is_main, **options)
+        est = _estimator(args.model, seed=args.seed, dtype=args.dtype, device=device,
+                         verbose=not args.quiet and world.is_main, **shared, **options)
         features = _table_features(args)
-        if getattr(est, "supports_streaming", lambda: False)():
+        if multi:
+            est.fit_stream(args.data, args.target, output=args.output, features=features)
+            names = est.feature_names_
+        elif getattr(est, "supports_streaming", lambda: False)():
             est.fit_stream(args.data, args.target, features=features)
             names = est.feature_names_
         else:  # families without a streamed fit read the table into memory
@@ -281,8 +310,10 @@ def _fit(args, argv) -> int:
         est.feature_names_ = names
         if world.is_main:
             path = est.save(args.out)
-            Path(str(path) + ".json").write_text(json.dumps({"features": names, "target": args.target,
-                                                             "model": args.model}, indent=2) + "\n")
+            meta = {"features": names, "target": args.target, "model": args.model}
+            if multi:
+                meta["output"] = args.output
+            Path(str(path) + ".json").write_text(json.dumps(meta, indent=2) + "\n")
             print(f"saved {type(est).__name__} to {path} (features: {', '.join(names)})")
         distributed.barrier(world)
     finally:
@@ -319,8 +350,10 @@ def _predict(args) -> None:
     if str(args.data).endswith(".npy"):
         features = None
     check_table(args.data, target, features, name="--data", target_flag="--target")
+    output = meta.get("output") if meta else None
+    extra = {} if output is None else {"output": output}
     summary = est.predict_to_file(args.data, args.out, level=args.level, target=target, features=features,
-                                  chunk_rows=args.chunk_rows, verbose=not args.quiet)
+                                  chunk_rows=args.chunk_rows, verbose=not args.quiet, **extra)
     print(f"wrote {summary.pop('rows')} predictions to {args.out}")
     if summary:
         print(json.dumps(summary))
@@ -343,7 +376,11 @@ def main(argv=None) -> int:
     p_fit.add_argument("--target", required=True, help="name of the target column (.npy: its index, e.g. -1)")
     p_fit.add_argument("--features", default=None, help="comma-separated feature columns (default: all others)")
     p_fit.add_argument("--model", default="tgp", choices=_csv_models(), metavar="MODEL",
-                       help="a named model of flowgp.registry.MODELS: " + ", ".join(_csv_models()))
+                       help="a named model of flowgp.registry.MODELS: " + ", ".join(_csv_models()) +
+                            " (" + ", ".join(_multi_output_models()) + ": multi-output, with --output)")
+    p_fit.add_argument("--output", default=None, metavar="COL",
+                       help="multi-output models: the column of each row's output index 0..D-1 (the table's other "
+                            "feature column is the input, e.g. time)")
     p_fit.add_argument("--flow", default=None, help="tgp/wgp: marginal flow, e.g. sal+softplus (default sal)")
     p_fit.add_argument("--flow-init", default=None, choices=["identity", "data", "random", "none"],
                        help="tgp/wgp: flow initialisation (default identity)")
@@ -355,11 +392,12 @@ def main(argv=None) -> int:
     p_fit.add_argument("--num-importance", type=int, default=None, help="ldgp: importance samples K (default 5)")
     p_fit.add_argument("--gradient", default=None, choices=["dreg", "reg"],
                        help="ldgp: q(z) gradient estimator (default dreg)")
-    p_fit.add_argument("--kernel", default="rbf")
-    p_fit.add_argument("--num-inducing", type=int, default=100)
-    p_fit.add_argument("--epochs", type=int, default=1000)
+    p_fit.add_argument("--kernel", default=None, help="default rbf (single-output models)")
+    p_fit.add_argument("--num-inducing", type=int, default=None,
+                       help="default 100 (multi-output models: the estimator's own rule)")
+    p_fit.add_argument("--epochs", type=int, default=None, help="default 1000 (multi-output models: 500)")
     p_fit.add_argument("--batch-size", type=int, default=None)
-    p_fit.add_argument("--lr", type=float, default=0.01)
+    p_fit.add_argument("--lr", type=float, default=None, help="default 0.01")
     p_fit.add_argument("--seed", type=int, default=0)
     p_fit.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     p_fit.add_argument("--device", default="cpu")
