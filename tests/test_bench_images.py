@@ -56,3 +56,26 @@ def test_expected_calibration_error():
     assert expected_calibration_error(np.ones(10, int), probs) == pytest.approx(0.9)
     with pytest.raises(ValueError, match="probs"):
         expected_calibration_error(labels[:5], probs)
+
+
+def test_the_flow_classifier_keeps_the_dsvi_fit_as_its_base():
+    # the bench's cnf-dgpL trains its Gaussian base with DSVI's own gradient from the first step (no DSVI warm
+    # start, whose restarted optimiser would leave a different base): every shared parameter ends equal to the
+    # dgpL fit's, and at flow strength 0 the class probabilities are the dgpL model's
+    import torch
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x, y = digits.data[:240] / 16.0, digits.target[:240]
+    fits = {}
+    for model in ("dgp2", "cnf-dgp2"):
+        est = make_classifier(model, "conv", (1, 8, 8), "tiny", len(y), 0).set_params(epochs=3, num_samples_predict=5)
+        fits[model] = est.fit(x, y)
+    base, flow = fits["dgp2"].model_.state_dict(), fits["cnf-dgp2"].model_.state_dict()
+    shared = [k for k in base if "posterior" not in k]
+    assert shared and all(torch.equal(base[k], flow[k]) for k in shared)
+    with torch.no_grad():
+        for p in fits["cnf-dgp2"].model_.posterior.parameters():
+            p.zero_()  # every flow parameter is 0 at the identity: q(U) is the base
+    np.testing.assert_allclose(fits["cnf-dgp2"].predict_proba(x[:50]), fits["dgp2"].predict_proba(x[:50]),
+                               rtol=1e-10, atol=1e-12)
