@@ -1,7 +1,8 @@
 """Data-parallel training (flowgp.distributed): 2 gloo processes on the CPU reproduce one process.
 
 One fork of 2 workers runs every 2-process case (SVGP, TGP, a 2-layer DSVI deep GP whose hidden-layer noise is
-drawn for the whole global batch and sliced, a 2-layer latent DGP whose z and joint hidden-layer draws are made
+drawn for the whole global batch and sliced, the same with the flow posterior (its rows for the flow's change and
+their coupling draws chosen from the global batch), a 2-layer latent DGP whose z and joint hidden-layer draws are made
 the same way, a TGP with an MC-dropout input-dependent flow whose per-row masks are too, a softmax classifier with such a
 flow whose Monte Carlo latents are too, an AMO-GP (its rows carry their output index), a streamed table, an
 interrupted run that leaves a checkpoint);
@@ -25,7 +26,7 @@ from flowgp.distributed import World, local_slice
 from flowgp.training import train
 
 N, D, BATCH, STEPS = 70, 2, 16, 20  # 70 = 4 x 16 + 6: the last batch of an epoch is partial
-KINDS = ("svgp", "tgp", "dsvi", "ldgp", "tgp-mcd", "cls-mcd", "amogp")
+KINDS = ("svgp", "tgp", "dsvi", "cnf", "ldgp", "tgp-mcd", "cls-mcd", "amogp")
 
 
 def _data():
@@ -57,6 +58,16 @@ def _model(kind):
     if kind == "dsvi":  # 2 layers, Monte Carlo noise in the hidden layer (2 samples per row)
         config = DeepGPConfig(layers=2, num_inducing=6, num_samples=2, kmeans_restarts=2)
         return build(config, x, y, generator=torch.Generator().manual_seed(0))
+    if kind == "cnf":  # the flow posterior over DSVI's base: its change of the bound on 5 random rows of the
+        # global batch (flow_rows), the coupling's draws made for those 5 rows on every rank; a flow away from
+        # the identity, so that Δ and its gradient are not 0
+        config = DeepGPConfig(layers=2, num_inducing=6, num_samples=2, kmeans_restarts=2, posterior="cnf",
+                              flow_rows=5)
+        model = build(config, x, y, generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            for p in model.posterior.parameters():
+                p.add_(0.05)
+        return model
     if kind == "ldgp":  # latent DGP, 3 importance samples, the hidden layer drawn jointly over them, DREG
         config = LatentDeepGPConfig(layers=2, num_inducing=6, hidden_width=2, num_importance=3, gradient="dreg",
                                     kmeans_restarts=2)

@@ -575,16 +575,32 @@ class DeepGP(nn.Module):
         dsvi, chain = self._propagated_bound(x, y, num_data, num_samples, generator, None,
                                              self.posterior.gaussian_kl(self.layers), batch_rows)
         noise, flow_generator = self._chain_noise(x, num_samples, replay, batch_rows)
-        rows = x.shape[0] if self.flow_rows is None else min(x.shape[0], self.flow_rows)
-        if rows < x.shape[0]:
-            # Δ on a uniformly random subset of the batch (itself a uniform minibatch, so (N/b) Σ_b Δ_n stays
-            # unbiased), drawn by the coupling's generator: the DSVI part's draws are unchanged
-            keep = torch.randperm(x.shape[0], generator=flow_generator, device=x.device)[:rows]
+        # the global batch: these n rows are rows offset..offset+n of it (data-parallel training) or all of it
+        n = x.shape[0]
+        offset, total = (0, n) if batch_rows is None else (int(batch_rows[0]), int(batch_rows[1]))
+        rows = total if self.flow_rows is None else min(total, self.flow_rows)
+        selected = None
+        if rows < total or batch_rows is not None:
+            # Δ on a uniformly random subset of the global batch (itself a uniform minibatch, so (N/b) Σ_b Δ_n
+            # stays unbiased), drawn by the coupling's generator: the DSVI part's draws are unchanged. Every
+            # rank draws the same subset and the coupling's draws for all of its rows, and keeps its own: a
+            # row's draws do not depend on the number of processes
+            order = (torch.randperm(total, generator=flow_generator, device=x.device)[:rows] if rows < total
+                     else torch.arange(total, device=x.device))
+            positions = ((order >= offset) & (order < offset + n)).nonzero().squeeze(-1)
+            keep = order[positions] - offset
             x, y = x[keep], y[keep]
             noise = [e[:, keep] for e in noise]
             chain = [tuple(t[..., keep, :] for t in layer) for layer in chain]
-        _, change, _, corr = self._coupled_terms(x, y, noise, flow_generator, chain=chain)
+            selected = (positions, rows)
+        if x.shape[0] == 0:  # none of this rank's rows is in the subset: its share of Δ is 0
+            return dsvi
+        _, change, _, corr = self._coupled_terms(x, y, noise, flow_generator, chain=chain, rows=selected)
+        # (B/n) [(N/b) Σ Δ_n - Σ c / (S b)] over this rank's selected rows: the training loop weighs a rank's
+        # bound by n/B, so the ranks' shares sum to the one-process estimate (the factor is 1 there)
         delta = minibatch_bound(change / num_samples, [corr.sum() / (num_samples * rows)], num_data, rows)
+        if total != n:
+            delta = delta * (total / n)
         flow = [p for p in self.posterior.parameters() if p.requires_grad]
         if not flow or not delta.requires_grad:
             return dsvi + delta.detach()
@@ -612,18 +628,19 @@ class DeepGP(nn.Module):
                  for layer in self.layers]
         return noise, derived_generator(generator, x.device)
 
-    def _coupled_terms(self, x, y, chain_noise, flow_generator, chain=None):
+    def _coupled_terms(self, x, y, chain_noise, flow_generator, chain=None, rows=None):
         """Σ_s of DSVI's estimate of E[log p(y_n | f_L)] per point, Σ_s of the flow's change of it per point, the
         Gaussian KL and c(V) per draw (draws="coupled"); the coupled estimate is the sum of the first two.
         The draws are `_coupled_parts`'s; DSVI's part is None when `chain` is given (see there).
         """
-        dsvi_last, base_last, flow_last, kl_closed, corr = self._coupled_parts(x, chain_noise, flow_generator, chain)
+        dsvi_last, base_last, flow_last, kl_closed, corr = self._coupled_parts(x, chain_noise, flow_generator, chain,
+                                                                               rows=rows)
         ell = None if dsvi_last is None else self.pointwise_expected_log_likelihood(y, *dsvi_last).sum(0)
         change = (self.pointwise_expected_log_likelihood(y, *flow_last)
                   - self.pointwise_expected_log_likelihood(y, *base_last)).sum(0)
         return ell, change, kl_closed, corr
 
-    def _coupled_parts(self, x, chain_noise, flow_generator, chain=None, common_noise: bool = False):
+    def _coupled_parts(self, x, chain_noise, flow_generator, chain=None, common_noise: bool = False, rows=None):
         """The last layer's marginals on the coupled draws: DSVI's (mean, var) (None when `chain` is given), the
         base draw's and the flow's, each [S, N, d_L], with the Gaussian KL and c(V) per draw.
 
@@ -643,8 +660,19 @@ class DeepGP(nn.Module):
         [(sample, mean, var)] per layer computed with those ε: its samples are the layers' inputs, and DSVI's
         part is not computed again. `common_noise`: the coupling's own draws (η, the free part of ξ) are shared
         by the points too (with ε of shape [S, 1, d]), so a point's draws do not depend on the other points.
+        `rows` = (positions [n], R): the points are rows `positions` of R (a global batch split over processes):
+        the coupling's own draws are made for all R rows and these rows' are kept.
         """
         n, last = x.shape[0], len(self.layers) - 1
+
+        def row_draws(shape, dim, like):
+            """standard normal draws with the points along `dim`: for all R rows when `rows` is given."""
+            if rows is None or common_noise:
+                return standard_normal(shape, like, flow_generator)
+            shape = list(shape)
+            shape[dim] = int(rows[1])
+            return standard_normal(shape, like, flow_generator).index_select(dim, rows[0])
+
         num_samples = chain_noise[0].shape[0]
         draws, flow_noise, h = [], [], x
         # with DSVI's chain given (base_gradient="dsvi") only the flow's parameters need a gradient, and the base
@@ -666,7 +694,7 @@ class DeepGP(nn.Module):
                     eps, sd = chain_noise[i], (kt + s2).sqrt()
                     sample = mean + sd * eps if chain is None else chain[i][0]
                 s_ = s2.clamp_min(torch.finfo(s2.dtype).tiny).sqrt()
-                eta = standard_normal(mean.shape[:-2] + (1 if common_noise else n, d_out), mean, flow_generator)
+                eta = row_draws(mean.shape[:-2] + (1 if common_noise else n, d_out), -2, mean)
                 if i == last:
                     zeta = eta  # the last layer is integrated in closed form: its draw needs no coupling noise
                     base_mean, base_var = mean + s_ * zeta, kt
@@ -675,7 +703,7 @@ class DeepGP(nn.Module):
                     zeta = (s_ * eps + skt * eta) / sd
                     flow_noise.append((skt * eps - s_ * eta) / sd)
                 w = rta / s_.permute(2, 0, 1).unsqueeze(1)  # [d, M, S, N] unit vectors (0 where Rᵀa = 0)
-                free = standard_normal((d_out, m, num_samples, 1 if common_noise else n), mean, flow_generator)
+                free = row_draws((d_out, m, num_samples, 1 if common_noise else n), -1, mean)
                 xi = free + w * (zeta.permute(2, 0, 1).unsqueeze(1) - (w * free).sum(1, keepdim=True))
                 draws.append(torch.baddbmm(layer.gp.q_mu.unsqueeze(-1), layer.gp.q_sqrt_tril(),
                                            xi.reshape(d_out, m, num_samples * n)))
