@@ -18,13 +18,18 @@ __all__ = ["draw_rows", "derived_generator", "generator_copy"]
 def draw_rows(draw: Callable[[tuple], torch.Tensor], shape: Sequence[int], batch_rows=None,
               dim: int = -2) -> torch.Tensor:
     """`draw(shape)` for a tensor whose axis `dim` holds the batch's rows; with `batch_rows` = (offset, B) the
-    rows offset..offset+shape[dim] of `draw` of the same shape with B rows (see the module docstring)."""
+    rows offset..offset+shape[dim] of `draw` of the same shape with B rows (see the module docstring), and with
+    `batch_rows` = (index, B), index a long tensor of shape[dim] row numbers, those rows of it (e.g. a random
+    subset of the global batch, of which this process holds some)."""
     shape = tuple(int(v) for v in shape)
     if batch_rows is None:
         return draw(shape)
-    offset, rows = int(batch_rows[0]), int(batch_rows[1])
+    where, rows = batch_rows[0], int(batch_rows[1])
     dim %= len(shape)
-    return draw(shape[:dim] + (rows,) + shape[dim + 1:]).narrow(dim, offset, shape[dim])
+    full = draw(shape[:dim] + (rows,) + shape[dim + 1:])
+    if isinstance(where, torch.Tensor):
+        return full.index_select(dim, where)
+    return full.narrow(dim, int(where), shape[dim])
 
 
 def _parent(generator, device):

@@ -661,18 +661,10 @@ class DeepGP(nn.Module):
         part is not computed again. `common_noise`: the coupling's own draws (η, the free part of ξ) are shared
         by the points too (with ε of shape [S, 1, d]), so a point's draws do not depend on the other points.
         `rows` = (positions [n], R): the points are rows `positions` of R (a global batch split over processes):
-        the coupling's own draws are made for all R rows and these rows' are kept.
+        the coupling's own draws are made for all R rows and these rows' are kept (`flowgp.row_draws.draw_rows`).
         """
         n, last = x.shape[0], len(self.layers) - 1
-
-        def row_draws(shape, dim, like):
-            """standard normal draws with the points along `dim`: for all R rows when `rows` is given."""
-            if rows is None or common_noise:
-                return standard_normal(shape, like, flow_generator)
-            shape = list(shape)
-            shape[dim] = int(rows[1])
-            return standard_normal(shape, like, flow_generator).index_select(dim, rows[0])
-
+        rows = None if common_noise else rows
         num_samples = chain_noise[0].shape[0]
         draws, flow_noise, h = [], [], x
         # with DSVI's chain given (base_gradient="dsvi") only the flow's parameters need a gradient, and the base
@@ -694,7 +686,8 @@ class DeepGP(nn.Module):
                     eps, sd = chain_noise[i], (kt + s2).sqrt()
                     sample = mean + sd * eps if chain is None else chain[i][0]
                 s_ = s2.clamp_min(torch.finfo(s2.dtype).tiny).sqrt()
-                eta = row_draws(mean.shape[:-2] + (1 if common_noise else n, d_out), -2, mean)
+                eta = draw_rows(lambda shape: standard_normal(shape, mean, flow_generator),
+                                mean.shape[:-2] + (1 if common_noise else n, d_out), rows)
                 if i == last:
                     zeta = eta  # the last layer is integrated in closed form: its draw needs no coupling noise
                     base_mean, base_var = mean + s_ * zeta, kt
@@ -703,7 +696,8 @@ class DeepGP(nn.Module):
                     zeta = (s_ * eps + skt * eta) / sd
                     flow_noise.append((skt * eps - s_ * eta) / sd)
                 w = rta / s_.permute(2, 0, 1).unsqueeze(1)  # [d, M, S, N] unit vectors (0 where Rᵀa = 0)
-                free = row_draws((d_out, m, num_samples, 1 if common_noise else n), -1, mean)
+                free = draw_rows(lambda shape: standard_normal(shape, mean, flow_generator),
+                                 (d_out, m, num_samples, 1 if common_noise else n), rows, dim=-1)
                 xi = free + w * (zeta.permute(2, 0, 1).unsqueeze(1) - (w * free).sum(1, keepdim=True))
                 draws.append(torch.baddbmm(layer.gp.q_mu.unsqueeze(-1), layer.gp.q_sqrt_tril(),
                                            xi.reshape(d_out, m, num_samples * n)))
