@@ -460,6 +460,38 @@ def _contract_backward(state, grad, need_w: bool):
     return (g_la.transpose(0, 1), None if sym else g_lb.transpose(0, 1), g_kappa.transpose(0, 1), g_dz, g_w)
 
 
+def _point_factors(d, v, lam, amp):
+    """The per-point factors of eqs. 24-25 shared by `_DiagonalPsiContract` and `_OwnGroupPsiContract`, with the
+    inducing inputs on axis -2 of d = μ - z and the input dimensions on axis -1 (v, λ broadcast against d):
+    d², 1/c1, 1/c2, Ψ/c, Ψ₁ = c Ψ/c, la = -Σ_k ½ d²/c2, κ = ½ v/(λ c2) and Π_k sqrt(λ/c2) (c1 = λ + v, c2 = λ + 2v)."""
+    d2 = d.square()
+    inv1 = (lam + v).reciprocal()  # 1/c1
+    q1 = torch.exp(torch.addcmul(0.5 * (lam * inv1).log(), d2, inv1, value=-0.5).sum(-1))  # Ψ / c
+    psi1 = amp.unsqueeze(-1) * q1
+    inv2 = (lam + 2.0 * v).reciprocal()  # 1/c2
+    la = (d2 * inv2).sum(-1).mul_(-0.5)
+    kappa = 0.5 * v * inv2 / lam
+    s0 = torch.exp(0.5 * (lam * inv2).log().sum((-2, -1)))  # Π_k sqrt(λ/c2)
+    return d2, inv1, inv2, q1, psi1, la, kappa, s0
+
+
+def _point_factor_gradients(u, g_la, g_kappa, gs, g_psi, factors, d, amp, lam, scale):
+    """(-∂/∂d, ∂/∂c, ∂/∂λ, ∂/∂v) through `_point_factors` (the backward formulas of `_DiagonalPsiContract`), for
+    ū = Ψ̄ Ψ, l̄a, κ̄ (shaped like κ) and s̄ = φ̄ t; ∂/∂λ and ∂/∂v still to be summed over the inducing inputs."""
+    d2, inv1, inv2, q1, _, _, kappa, s0 = factors
+    uk, lk = u.unsqueeze(-1), g_la.unsqueeze(-1)
+    g_d = torch.addcmul(uk * inv1, lk, inv2).mul_(d)  # -∂/∂d
+    big_u = u.sum(-1)[..., None, None]
+    g_amp = torch.addcmul((g_psi * q1).sum(-1), gs, 2.0 * amp * s0)
+    gs = (gs * scale)[..., None, None]  # s̄ · scale
+    gk = g_kappa * kappa
+    g_c1 = ((uk * d2).sum(-2, keepdim=True) * inv1 - big_u).mul_(0.5 * inv1)
+    g_c2 = ((lk * d2).sum(-2, keepdim=True).mul_(0.5 * inv2) - gk - 0.5 * gs).mul_(inv2)
+    g_lam = ((0.5 * (big_u + gs) - gk) / lam).add_(g_c1).add_(g_c2)
+    g_v = (0.5 * g_kappa * inv2 / lam).add_(g_c1).add_(g_c2, alpha=2.0)
+    return g_d, g_amp, g_lam, g_v
+
+
 class _DiagonalPsiContract(torch.autograd.Function):
     """Ψ₁ [N, G, Mg] and Σ_g scale_ng t_ng [N] for a block-diagonal W (blocks (g, g)), one node for eq. 24 and the
     contraction of eq. 25 together, with the chain rule through the per-point factors written by hand.
@@ -484,14 +516,9 @@ class _DiagonalPsiContract(torch.autograd.Function):
         v = var[:, None, None, :]
         lam = lsq.unsqueeze(2)
         d = mean[:, None, None, :] - z
-        d2 = d.square()
-        inv1 = (lam + v).reciprocal()  # 1/c1
-        q1 = torch.exp(torch.addcmul(0.5 * (lam * inv1).log(), d2, inv1, value=-0.5).sum(-1))  # Ψ / c, [N, G, Mg]
-        psi1 = amp.unsqueeze(-1) * q1
-        inv2 = (lam + 2.0 * v).reciprocal()  # 1/c2
-        la = (d2 * inv2).sum(-1).mul_(-0.5)  # [N, G, Mg]
-        kappa = 0.5 * v * inv2 / lam  # [N, G, 1, Dx]
-        s0 = torch.exp(0.5 * (lam * inv2).log().sum((-2, -1)))  # Π_k sqrt(λ/c2), [N, G]
+        # Ψ₁, la [N, G, Mg]; κ [N, G, 1, Dx]; Π_k sqrt(λ/c2) [N, G]
+        factors = _point_factors(d, v, lam, amp)
+        _, _, _, _, psi1, la, kappa, s0 = factors
         scale = amp.square() * s0
         dz = (z.unsqueeze(2) - z.unsqueeze(1)).square().permute(0, 3, 1, 2)  # [G, Dx, Mg, Mg]
         order = zorder = None
@@ -503,13 +530,14 @@ class _DiagonalPsiContract(torch.autograd.Function):
                                      zorder, grad)
         phi = (scale * t).sum(-1)
         if grad:
-            ctx.state = (state, d, d2, inv1, inv2, q1, psi1, kappa, s0, scale, t, amp, lam, z)
+            ctx.state = (state, d, factors, scale, t, amp, lam, z)
         return psi1, phi
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_psi, g_phi):
-        state, d, d2, inv1, inv2, q1, psi1, kappa, s0, scale, t, amp, lam, z = ctx.state
+        state, d, factors, scale, t, amp, lam, z = ctx.state
+        psi1 = factors[4]
         need = ctx.needs_input_grad
         n, g, mg, dx = d.shape
         if g_psi is None:
@@ -518,17 +546,8 @@ class _DiagonalPsiContract(torch.autograd.Function):
             g_phi = psi1.new_zeros(n)
         u = g_psi * psi1  # ū = Ψ̄ ∂Ψ/∂e1, [N, G, Mg]
         g_la, _, g_kappa, g_dz, g_w = _contract_backward(state, g_phi.unsqueeze(-1) * scale, need[2] or need[3])
-        uk, lk = u.unsqueeze(-1), g_la.unsqueeze(-1)
-        g_d = torch.addcmul(uk * inv1, lk, inv2).mul_(d)  # -∂/∂d
-        big_u = u.sum(-1)[..., None, None]  # [N, G, 1, 1]
-        gs = (g_phi.unsqueeze(-1) * t)  # s̄, [N, G]
-        g_amp = torch.addcmul((g_psi * q1).sum(-1), gs, 2.0 * amp * s0)
-        gs = (gs * scale)[..., None, None]  # s̄ · scale
-        gk = g_kappa[:, :, None, :] * kappa
-        g_c1 = ((uk * d2).sum(2, keepdim=True) * inv1 - big_u).mul_(0.5 * inv1)
-        g_c2 = ((lk * d2).sum(2, keepdim=True).mul_(0.5 * inv2) - gk - 0.5 * gs).mul_(inv2)
-        g_lam = ((0.5 * (big_u + gs) - gk) / lam).add_(g_c1).add_(g_c2)
-        g_v = (0.5 * g_kappa[:, :, None, :] * inv2 / lam).add_(g_c1).add_(g_c2, alpha=2.0)
+        g_d, g_amp, g_lam, g_v = _point_factor_gradients(u, g_la, g_kappa[:, :, None, :], g_phi.unsqueeze(-1) * t,
+                                                         g_psi, factors, d, amp, lam, scale)
         g_z = g_weight = None
         if need[2]:
             g_z = g_d.sum(0)
@@ -557,14 +576,8 @@ class _OwnGroupPsiContract(torch.autograd.Function):
         v = var.unsqueeze(1)  # [N, 1, Dx]
         lam = lsq.unsqueeze(1)
         d = mean.unsqueeze(1) - zg
-        d2 = d.square()
-        inv1 = (lam + v).reciprocal()
-        q1 = torch.exp(torch.addcmul(0.5 * (lam * inv1).log(), d2, inv1, value=-0.5).sum(-1))  # [N, Mg]
-        psi1 = amp.unsqueeze(-1) * q1
-        inv2 = (lam + 2.0 * v).reciprocal()
-        la = (d2 * inv2).sum(-1).mul_(-0.5)  # [N, Mg]
-        kappa = 0.5 * v * inv2 / lam  # [N, 1, Dx]
-        s0 = torch.exp(0.5 * (lam * inv2).log().sum((-2, -1)))  # [N]
+        factors = _point_factors(d, v, lam, amp)  # Ψ₁, la [N, Mg]; κ [N, 1, Dx]; Π_k sqrt(λ/c2) [N]
+        _, _, _, _, psi1, la, kappa, s0 = factors
         dzg = (zg.unsqueeze(2) - zg.unsqueeze(1)).square()  # [N, Mg, Mg, Dx]
         la2 = la * _LOG2E  # base 2, as in `_BlockedExpContract`
         expo = (la2.unsqueeze(-1) + la2.unsqueeze(-2)).sub_((dzg * (kappa * _LOG2E).unsqueeze(1)).sum(-1))
@@ -575,13 +588,14 @@ class _OwnGroupPsiContract(torch.autograd.Function):
         t = rs.sum(-1)
         phi = amp.square() * s0 * t
         if any(ctx.needs_input_grad):
-            ctx.state = (group, g, zg, d, d2, inv1, inv2, q1, psi1, kappa, s0, t, rs, e, ew, dzg, amp, lam)
+            ctx.state = (group, g, zg, d, factors, t, rs, e, ew, dzg, amp, lam)
         return psi1, phi
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_psi, g_phi):
-        group, g, zg, d, d2, inv1, inv2, q1, psi1, kappa, s0, t, rs, e, ew, dzg, amp, lam = ctx.state
+        group, g, zg, d, factors, t, rs, e, ew, dzg, amp, lam = ctx.state
+        psi1, kappa, s0 = factors[4], factors[6], factors[7]
         n, mg, dx = d.shape
         need = ctx.needs_input_grad
         if g_psi is None:
@@ -592,18 +606,8 @@ class _OwnGroupPsiContract(torch.autograd.Function):
         g_t = g_phi * scale  # [N]
         g_la = (2.0 * g_t).unsqueeze(-1) * rs  # [N, Mg]
         g_kappa = -g_t[:, None, None] * (ew.unsqueeze(-1) * dzg).sum((1, 2)).unsqueeze(1)  # [N, 1, Dx]
-        u = g_psi * psi1
-        uk, lk = u.unsqueeze(-1), g_la.unsqueeze(-1)
-        g_d = torch.addcmul(uk * inv1, lk, inv2).mul_(d)  # -∂/∂d, [N, Mg, Dx]
-        big_u = u.sum(-1)[:, None, None]  # [N, 1, 1]
-        gs = g_phi * t  # s̄
-        g_amp = torch.addcmul((g_psi * q1).sum(-1), gs, 2.0 * amp * s0)
-        gs = (gs * scale)[:, None, None]
-        gk = g_kappa * kappa
-        g_c1 = ((uk * d2).sum(1, keepdim=True) * inv1 - big_u).mul_(0.5 * inv1)
-        g_c2 = ((lk * d2).sum(1, keepdim=True).mul_(0.5 * inv2) - gk - 0.5 * gs).mul_(inv2)
-        g_lam = ((0.5 * (big_u + gs) - gk) / lam).add_(g_c1).add_(g_c2)
-        g_v = (0.5 * g_kappa * inv2 / lam).add_(g_c1).add_(g_c2, alpha=2.0)
+        g_d, g_amp, g_lam, g_v = _point_factor_gradients(g_psi * psi1, g_la, g_kappa, g_phi * t, g_psi, factors, d,
+                                                         amp, lam, scale)  # g_d: -∂/∂d, [N, Mg, Dx]
         g_z = g_weight = None
         if need[2]:
             # dz_ij = Σ_k (z_ik - z_jk)²: ∂/∂z_i = 2 Σ_j (dz̄_ij + dz̄_ji)(z_i - z_j), dz̄ = -t̄ κ E ∘ w (symmetric)
