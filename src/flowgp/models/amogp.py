@@ -221,7 +221,7 @@ class _AlignmentMoments(torch.autograd.Function):
         psi = s2.unsqueeze(-1) * e
         tab = table[out]  # [B, M, 1 + 2M]
         y = torch.bmm(psi.unsqueeze(1), tab).squeeze(1)  # [B, 1 + 2M]
-        quad = (y[:, 1:].view(-1, 2, m) * psi.unsqueeze(1)).sum(-1)  # Ψ C Ψᵀ, Ψ Δ Ψᵀ
+        quad = _quadratic_forms(y, psi, 2)  # Ψ C Ψᵀ, Ψ Δ Ψᵀ
         var = s2 + quad[:, 1]
         ctx.save_for_backward(out, z, dx, e, psi, tab, y, s2, c, var, quad[:, 0])
         ctx.shapes = (d, m)
