@@ -129,6 +129,11 @@ def interleaved(fns: dict, rounds, steps, warmup, device):
     return {k: statistics.median(v) for k, v in per.items()}, per
 
 
+#: (posterior, bench name, draws) of the flowgp deep GPs timed in part 1
+POSTERIORS = (("gaussian", "dgp", None), ("cnf", "cnf-dgp", None), ("cnf", "cnf-perpoint-dgp", "per-point"),
+              ("cnf-paper", "cnf-paper-dgp", None))
+
+
 def synthetic(args, device, dtype):
     g = torch.Generator().manual_seed(0)
     n, d = args.num_data, args.dim
@@ -141,9 +146,10 @@ def synthetic(args, device, dtype):
     compile_info = {}
     # models are built from float64 data (no global default dtype) and then moved to the timed dtype
     x64, z64 = x.to(torch.float64), z.to(torch.float64)
-    for layers in (2, 3):
-        for post, name, draws in (("gaussian", "dgp", None), ("cnf", "cnf-dgp", None),
-                                  ("cnf", "cnf-perpoint-dgp", "per-point"), ("cnf-paper", "cnf-paper-dgp", None)):
+    for layers in args.layer_counts:
+        for post, name, draws in POSTERIORS:
+            if name not in args.models:
+                continue
             model = build_deep_gp(x64, 1, layers, inducing_points=z64, posterior=post, hidden_width=width,
                                   draws=draws)
             fns[f"{name}{layers}"] = flowgp_step(model.to(device, dtype), x, y, args.batch)
@@ -165,17 +171,19 @@ def synthetic(args, device, dtype):
            "step_ms": {k: 1e3 * v for k, v in med.items()},
            "round_medians_ms": {k: [1e3 * t for t in v] for k, v in per.items()}}
     ratios = {}
-    for layers in (2, 3):
+    for layers in args.layer_counts:
         # issue 20 targets: the flow posterior's step <= 1.5x DSVI's, DSVI's <= 0.7x GPyTorch's
-        ratios[f"cnf-dgp{layers}/dgp{layers}"] = med[f"cnf-dgp{layers}"] / med[f"dgp{layers}"]
-        ratios[f"cnf-perpoint-dgp{layers}/dgp{layers}"] = med[f"cnf-perpoint-dgp{layers}"] / med[f"dgp{layers}"]
-        ratios[f"cnf-paper-dgp{layers}/dgp{layers}"] = med[f"cnf-paper-dgp{layers}"] / med[f"dgp{layers}"]
+        for name in ("cnf-dgp", "cnf-perpoint-dgp", "cnf-paper-dgp"):
+            if f"{name}{layers}" in med and f"dgp{layers}" in med:
+                ratios[f"{name}{layers}/dgp{layers}"] = med[f"{name}{layers}"] / med[f"dgp{layers}"]
         for name in ("dgp", "cnf-dgp", "cnf-paper-dgp"):
             key = f"{name}{layers}"
+            if key not in med:
+                continue
             if f"gpytorch-dgp{layers}" in med:
                 ratios[f"{key}/gpytorch-dgp{layers}"] = med[key] / med[f"gpytorch-dgp{layers}"]
             ratios[f"{key}/tgp"] = med[key] / med["tgp"]
-        if args.compile:
+        if args.compile and f"dgp{layers}" in med:
             ratios[f"dgp{layers}-compiled/dgp{layers}"] = med[f"dgp{layers}-compiled"] / med[f"dgp{layers}"]
             if f"gpytorch-dgp{layers}" in med:
                 ratios[f"dgp{layers}-compiled/gpytorch-dgp{layers}"] = (med[f"dgp{layers}-compiled"]
@@ -236,6 +244,9 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--predict-steps", type=int, default=3, help="timed predictions per round (part 2)")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--layers", default="2,3", help="depths timed in part 1")
+    p.add_argument("--models", default=",".join(name for _, name, _ in POSTERIORS),
+                   help="flowgp deep GPs timed in part 1 (GPyTorch's and the TGP always, unless --no-peer)")
     p.add_argument("--no-peer", action="store_true", help="skip GPyTorch")
     p.add_argument("--no-energy", action="store_true", help="skip part 2")
     p.add_argument("--compile", action="store_true",
@@ -243,6 +254,11 @@ def main():
     p.add_argument("--json", default=str(ROOT / "docs" / "results" / "dgp_step_time.json"))
     p.add_argument("--note", default="", help="conditions of the run, stored in the JSON (e.g. 'other jobs paused')")
     a = p.parse_args()
+    a.layer_counts = tuple(int(v) for v in a.layers.split(","))
+    a.models = tuple(a.models.split(","))
+    unknown = set(a.models) - {name for _, name, _ in POSTERIORS}
+    if unknown:
+        p.error(f"--models: unknown {sorted(unknown)}; choose from {[name for _, name, _ in POSTERIORS]}")
     device = torch.device(a.device)
     rows = []
     for dt in a.dtypes.split(","):

@@ -363,3 +363,32 @@ def test_fit_and_predict_a_multi_output_model_with_an_output_column(tmp_path, ca
     assert main(["fit", "--data", str(csv), "--target", "value", "--output", "site", "--model", "amogp",
                  "--kernel", "matern32", "--out", str(model)]) == 2
     assert "does not take --kernel" in capsys.readouterr().err
+
+
+def test_predict_takes_a_device_and_a_gpu_model_loads_on_a_cpu_only_machine(tmp_path, capsys, monkeypatch):
+    # a model saved from CUDA (its device parameter) loads on the CPU, with a warning, where there is no GPU;
+    # --device chooses explicitly and is checked before any work
+    import torch
+
+    import flowgp
+
+    csv = _sine_csv(tmp_path / "train.csv", 40, 2)
+    model = tmp_path / "m.pt"
+    assert main(["fit", "--csv", str(csv), "--target", "target", "--model", "svgp", "--epochs", "5",
+                 "--num-inducing", "5", "--quiet", "--out", str(model)]) == 0
+    est = flowgp.estimators.load(model)
+    est.set_params(device="cuda")  # what a GPU fit saves
+    est.save(model)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.warns(UserWarning, match="no CUDA device: loading it on the CPU"):
+        back = flowgp.estimators.load(model)
+    assert back.device == "cpu" and {p.device.type for p in back.model_.parameters()} == {"cpu"}
+    out = tmp_path / "p.csv"
+    with pytest.warns(UserWarning, match="no CUDA device"):
+        assert main(["predict", "--model", str(model), "--data", str(csv), "--out", str(out), "--quiet"]) == 0
+    assert len(out.read_text().strip().splitlines()) == 41
+    assert main(["predict", "--model", str(model), "--data", str(csv), "--out", str(out), "--device", "cpu",
+                 "--quiet"]) == 0
+    assert main(["predict", "--model", str(model), "--data", str(csv), "--out", str(out), "--device", "cuda",
+                 "--quiet"]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err

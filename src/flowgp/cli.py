@@ -332,7 +332,9 @@ def _predict(args) -> None:
     from .data_sources import check_table
 
     _check_output_path(args.out, "--out")
-    est = estimators.load(args.model)
+    if args.device is not None:
+        _check_device(args.device)
+    est = estimators.load(args.model, device=args.device)
     meta_path = Path(str(args.model) + ".json")
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
     features = meta["features"] if meta else getattr(est, "feature_names_", None)
@@ -417,6 +419,9 @@ def main(argv=None) -> int:
     p_pred.add_argument("--out", default="predictions.csv", help="a .csv or .parquet file, written as rows are predicted")
     p_pred.add_argument("--chunk-rows", type=int, default=65536, help="rows predicted at once (bounds the memory)")
     p_pred.add_argument("--quiet", action="store_true", help="no progress bar")
+    p_pred.add_argument("--device", default=None,
+                        help="where to predict (cpu, cuda, cuda:1); default: the device the model was trained on, "
+                             "or the CPU where that is CUDA and this machine has none")
     p_bench = sub.add_parser("bench", help="run the TGP paper's benchmarks (uci, airquality, rainfall, timing, report)")
     from .bench.cli import add_bench_parser, run_bench
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -384,7 +385,12 @@ class Estimator:
 
     @classmethod
     def load(cls, path, device=None):
-        """Load an estimator written by `save` (weights_only: no code is executed)."""
+        """Load an estimator written by `save` (weights_only: no code is executed).
+
+        device: where to put the model (the `device` parameter of the loaded estimator); None keeps the device it
+        was saved from, except that a model saved from CUDA loads on the CPU, with a warning, where this machine
+        has no CUDA device (a model trained on a GPU must stay usable on a laptop).
+        """
         state = safe_load(path)
         if not isinstance(state, dict) or state.get("format") != FORMAT:
             raise ValueError(f"{path} is not a flowgp estimator file")
@@ -398,6 +404,10 @@ class Estimator:
                 params[name] = value
         if device is not None:
             params["device"] = device
+        elif torch.device(params.get("device") or "cpu").type == "cuda" and not torch.cuda.is_available():
+            warnings.warn(f"{path} was saved from {params['device']}, and this machine has no CUDA device: "
+                          "loading it on the CPU (pass device= to choose)", stacklevel=2)
+            params["device"] = "cpu"
         objects = {name: _flow_from_saved(saved) for name, saved in state.get("records", {}).items()}
         est = target(**params, **state["spec"], **objects)
         est.n_features_in_ = int(state["n_features_in"])

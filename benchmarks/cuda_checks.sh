@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The GPU checks of issues 21 and 26 in one run, for a machine with one CUDA device (the CI machine has none):
+#   1. the CUDA tests (every test whose name or marker says cuda or device; tests/test_cuda.py fits every
+#      estimator family on the GPU in float32 and float64 and compares it with the CPU fit);
+#   2. step times of flowgp's SVGP and TGP against GPyTorch's SVGP on the same GPU, M = 100, 500, 1000,
+#      B = 1024 and 8192, float32 and float64 (benchmarks/step_time.py --device "$dev");
+#   3. step times of flowgp's DSVI deep GP (and the cnf flow posterior) against GPyTorch's DeepGP, same grid
+#      (benchmarks/dgp_step_time.py --device "$dev");
+#   4. the compiled SVGP/TGP step on the GPU (float32, B = 1024), compilation time apart.
+# Usage, from the repository root:  bash benchmarks/cuda_checks.sh OUTDIR [PHASES]
+# PHASES is a subset of "tests step dgp compile" (default: all). Each phase has its own time limit, so one
+# that hangs does not take the others with it; results land in OUTDIR as they are made (log.txt, *.json).
+set -u
+out=${1:?usage: cuda_checks.sh OUTDIR [PHASES]}
+phases=${2:-"tests step dgp compile"}
+mkdir -p "$out"
+root=$(cd "$(dirname "$0")/.." && pwd)
+export PYTHONPATH="$root/src:$root/benchmarks${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+py=${PYTHON:-python3}
+dev=${DEVICE:-cuda}  # DEVICE=cpu for a dry run of the script itself
+stamp() { echo "=== $(date -u +%H:%M:%S) $*"; }
+
+stamp env
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1
+$py -c "import torch, numpy, sklearn; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
+'device', torch.cuda.get_device_name(0), 'numpy', numpy.__version__, 'sklearn', sklearn.__version__)"
+$py -c "import gpytorch; print('gpytorch', gpytorch.__version__)" 2>&1
+nproc
+
+for phase in $phases; do
+  case $phase in
+    tests)
+      stamp "tests: pytest -k 'cuda or device'"
+      timeout 200 $py -m pytest -q -rs -p no:cacheprovider -o addopts="" -k "cuda or device" "$root/tests" \
+        2>&1 | tail -40
+      ;;
+    step)
+      for b in 1024 8192; do
+        stamp "step_time B=$b"
+        timeout 90 $py "$root/benchmarks/step_time.py" --device "$dev" --num-data 100000 --inducing 100,500,1000 \
+          --batch "$b" --dtypes float32,float64 --repeats 60 --warmup 10 --json "$out/step_time_cuda_b$b.json"
+      done
+      ;;
+    dgp)
+      for m in 100 500 1000; do
+        for b in 1024 8192; do
+          stamp "dgp_step_time M=$m B=$b"
+          timeout 70 $py "$root/benchmarks/dgp_step_time.py" --device "$dev" --no-energy --dtypes float32,float64 \
+            --num-data 100000 --inducing "$m" --batch "$b" --models dgp,cnf-dgp --rounds 5 --steps 10 \
+            --warmup 3 --note "cuda_checks.sh" --json "$out/dgp_step_time_cuda_m${m}_b$b.json" 2>&1 | grep -v "^wrote"
+        done
+      done
+      ;;
+    compile)
+      stamp "step_time --compile (float32, B=1024)"
+      timeout 240 $py "$root/benchmarks/step_time.py" --device "$dev" --num-data 100000 --inducing 100,1000 \
+        --batch 1024 --dtypes float32 --repeats 60 --warmup 10 --compile --json "$out/step_time_cuda_compiled.json"
+      ;;
+    *) echo "unknown phase $phase" ;;
+  esac
+done
+stamp done
