@@ -6,13 +6,15 @@
 #      B = 1024 and 8192, float32 and float64 (benchmarks/step_time.py --device "$dev");
 #   3. step times of flowgp's DSVI deep GP (and the cnf flow posterior) against GPyTorch's DeepGP, same grid
 #      (benchmarks/dgp_step_time.py --device "$dev");
-#   4. the compiled SVGP/TGP step on the GPU (float32, B = 1024), compilation time apart.
+#   4. a profile of the eager SVGP/TGP step on the GPU: launches, syncs and the lines that synchronise;
+#   5. the compiled SVGP/TGP step on the GPU (float32, M = 100, B = 1024) with CUDA graphs (reduce-overhead)
+#      and with the default mode, compilation time apart.
 # Usage, from the repository root:  bash benchmarks/cuda_checks.sh OUTDIR [PHASES]
-# PHASES is a subset of "tests step dgp compile" (default: all). Each phase has its own time limit, so one
+# PHASES is a subset of "tests step dgp profile compile" (default: all). Each phase has its own time limit, so one
 # that hangs does not take the others with it; results land in OUTDIR as they are made (log.txt, *.json).
 set -u
 out=${1:?usage: cuda_checks.sh OUTDIR [PHASES]}
-phases=${2:-"tests step dgp compile"}
+phases=${2:-"tests step dgp profile compile"}
 mkdir -p "$out"
 root=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH="$root/src:$root/benchmarks${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -31,8 +33,8 @@ for phase in $phases; do
   case $phase in
     tests)
       stamp "tests: pytest -k 'cuda or device'"
-      timeout 200 $py -m pytest -q -rs -p no:cacheprovider -o addopts="" -k "cuda or device" "$root/tests" \
-        2>&1 | tail -40
+      timeout 200 $py -m pytest -q -rfEs --tb=short -p no:cacheprovider -o addopts="" -k "cuda or device" \
+        "$root/tests" 2>&1 | grep -v "Warning\|warnings.warn\|^  \|^$" | tail -80
       ;;
     step)
       for b in 1024 8192; do
@@ -51,10 +53,18 @@ for phase in $phases; do
         done
       done
       ;;
+    profile)
+      stamp "cuda_step_profile (float32, M=100, B=1024)"
+      timeout 60 $py "$root/benchmarks/cuda_step_profile.py" --device "$dev" --inducing 100 --batch 1024 2>&1 \
+        | grep -v "USDT"
+      ;;
     compile)
-      stamp "step_time --compile (float32, B=1024)"
-      timeout 240 $py "$root/benchmarks/step_time.py" --device "$dev" --num-data 100000 --inducing 100,1000 \
-        --batch 1024 --dtypes float32 --repeats 60 --warmup 10 --compile --json "$out/step_time_cuda_compiled.json"
+      for mode in reduce-overhead default; do
+        stamp "step_time --compile --compile-mode $mode (float32, M=100, B=1024)"
+        timeout 110 $py "$root/benchmarks/step_time.py" --device "$dev" --num-data 100000 --inducing 100 \
+          --batch 1024 --dtypes float32 --repeats 60 --warmup 10 --compile --compile-mode "$mode" \
+          --json "$out/step_time_cuda_compiled_$mode.json" 2>&1 | grep -v "Warning\|warn\|check("
+      done
       ;;
     *) echo "unknown phase $phase" ;;
   esac

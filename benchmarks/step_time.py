@@ -113,7 +113,7 @@ def gemm_rate(dtype, device, repeats=5, size=GEMM_SIZE, clock="wall") -> float:
     return 2.0 * size ** 3 / best
 
 
-def flowgp_step(model, x, y, batch, lr=0.01, seed=0, compiled=False):
+def flowgp_step(model, x, y, batch, lr=0.01, seed=0, compiled=False, compile_mode=None):
     """One training step (minibatch ELBO, backward, Adam update) of a flowgp model, as a closure.
 
     compiled: evaluate the bound through flowgp.compiled.CompiledObjective; the closure's `compiler`
@@ -127,7 +127,7 @@ def flowgp_step(model, x, y, batch, lr=0.01, seed=0, compiled=False):
     def bound(xb, yb):
         return -model.elbo(xb, yb, num_data=n)
 
-    objective = CompiledObjective(bound, params) if compiled else bound
+    objective = CompiledObjective(bound, params, mode=compile_mode) if compiled else bound
     if compiled:
         objective(*next(_batches(x, y, batch, torch.Generator().manual_seed(seed + 1))))
 
@@ -177,7 +177,7 @@ def gpytorch_step(z, x, y, batch, lr=0.01, seed=0):
 
 def run(num_data=10_000, dim=8, batch=512, inducing=(20, 100, 500), dtypes=("float32", "float64"),
         repeats=30, warmup=5, device="cpu", quadrature_points=20, peer=True, compiled=False, fit_steps=1000,
-        clock="wall"):
+        clock="wall", compile_mode=None):
     device = torch.device(device)
     if clock not in ("wall", "cpu"):
         raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
@@ -217,11 +217,13 @@ def run(num_data=10_000, dim=8, batch=512, inducing=(20, 100, 500), dtypes=("flo
                 # function in one process) later configurations would run eagerly while reported as compiled
                 torch._dynamo.reset()
                 for name in ("svgp", "tgp"):
-                    step = flowgp_step(build(name), x, y, batch, compiled=True)
+                    step = flowgp_step(build(name), x, y, batch, compiled=True, compile_mode=compile_mode)
                     steps[f"{name}_compiled_ms"] = step
                     row[f"{name}_compile_s"] = step.compiler.compile_seconds  # wall time, whatever the clock
                     row[f"{name}_compile_failure"] = step.compiler.failure
             row["clock"] = clock
+            if compiled:
+                row["compile_mode"] = compile_mode or "default"
             row.update({k: 1e3 * v for k, v in _time_interleaved(steps, repeats, warmup, device, clock=clock).items()})
             row["tgp_over_svgp"] = row["tgp_ms"] / row["svgp_ms"]
             if peer:
@@ -278,6 +280,8 @@ def main():
     p.add_argument("--no-peer", action="store_true", help="skip GPyTorch")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's own)")
     p.add_argument("--compile", action="store_true", help="also time the compiled flowgp steps")
+    p.add_argument("--compile-mode", default=None,
+                   help="torch.compile mode of the compiled steps (e.g. reduce-overhead: CUDA graphs on a GPU)")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="wall time, or this process's CPU time (with --threads 1: robust to a loaded machine)")
     p.add_argument("--fit-steps", type=int, default=1000, help="fit length for the compiled end-to-end estimate")
@@ -287,7 +291,7 @@ def main():
         torch.set_num_threads(a.threads)
     rows = run(a.num_data, a.dim, a.batch, tuple(int(m) for m in a.inducing.split(",")), tuple(a.dtypes.split(",")),
                a.repeats, a.warmup, a.device, peer=not a.no_peer, compiled=a.compile, fit_steps=a.fit_steps,
-               clock=a.clock)
+               clock=a.clock, compile_mode=a.compile_mode)
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(rows, fh, indent=2)

@@ -128,7 +128,8 @@ def _check(name, dtype, device, tmp_path=None):
                 assert torch.equal(a.cpu(), b), name
         if deterministic:
             for key, value in _predict_all(back, kind, test).items():
-                tol = 1e-5 if dtype == "float32" else 1e-10
+                # float32: the CPU's and the GPU's kernels round differently (quadrature sums, exp/log)
+                tol = 1e-3 if dtype == "float32" else 1e-10
                 np.testing.assert_allclose(value, on_gpu[key], rtol=tol, atol=tol, err_msg=f"{name} {key} loaded")
         else:
             assert score(back, *test) <= score(gpu, *test) + 0.15, name
