@@ -161,8 +161,10 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="max_signatures"):
         CompiledObjective(lambda: None, [], max_signatures=-1)
     x, y = _data()
-    with pytest.raises(TypeError, match="compile must be True or False"):
+    with pytest.raises(ValueError, match="compile='yes' is not a torch.compile mode; use True, False or one of"):
         train(_svgp(x), x, y, epochs=1, batch_size=B, verbose=False, compile="yes")
+    with pytest.raises(TypeError, match="compile must be True, False or a torch.compile mode name"):
+        train(_svgp(x), x, y, epochs=1, batch_size=B, verbose=False, compile=1)
 
 
 def test_train_with_compile_follows_the_eager_fit(monkeypatch):
@@ -191,6 +193,23 @@ def test_traced_square_root_form_matches_eager_float64():
     compiled = CompiledObjective(objective, params, backend="aot_eager")
     _assert_same(objective, compiled, params, x[:M - 2], y[:M - 2])
     assert compiled.eager_calls == 0
+
+
+def test_train_passes_a_compile_mode_to_torch_compile(monkeypatch):
+    # compile="reduce-overhead" (CUDA graphs on a GPU) reaches torch.compile; True is its default mode
+    import flowgp.training as training_module
+
+    modes = []
+
+    def traced(*args, mode=None, **kwargs):
+        modes.append(mode)
+        return CompiledObjective(*args, backend="aot_eager", **kwargs)
+
+    monkeypatch.setattr(training_module, "CompiledObjective", traced)
+    x, y = _data()
+    for compile in (True, "default", "reduce-overhead"):
+        train(_svgp(x), x, y, epochs=1, batch_size=B, verbose=False, compile=compile)
+    assert modes == [None, None, "reduce-overhead"]
 
 
 @pytest.mark.parametrize("name, kwargs", [("SVGPRegressor", dict(num_inducing=8)),

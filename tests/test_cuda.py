@@ -22,7 +22,9 @@ needs_cuda = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available()
 
 FAST = dict(num_inducing=10, epochs=40, verbose=False, kmeans_restarts=1, lr=0.03)
 
-#: name -> (constructor taking dtype and device, problem kind, deterministic given the minibatch rows)
+#: name -> (constructor taking dtype and device, problem kind, whether its predictions are deterministic given the
+#: minibatch rows: True, False, or the names of the outputs that are (AMO-GP's mean and std are closed forms, its
+#: log density a Monte Carlo average over the warping layer's samples))
 CASES = {
     "svgp": (lambda **kw: SVGPRegressor(batch_size=32, **FAST, **kw), "regression", True),
     "svgp-natgrad": (lambda **kw: SVGPRegressor(natural_gradient=0.1, **FAST, **kw), "regression", True),
@@ -46,7 +48,7 @@ CASES = {
                                                          num_samples_predict=20, **FAST, **kw), "image", False),
     "amogp": (lambda **kw: AlignedMultiOutputGPRegressor(num_inducing=6, num_inducing_alignment=4,
                                                          num_inducing_warping=4, epochs=40, num_samples=5,
-                                                         verbose=False, **kw), "multioutput", True),
+                                                         verbose=False, **kw), "multioutput", ("mean", "std")),
 }
 
 
@@ -107,13 +109,14 @@ def _check(name, dtype, device, tmp_path=None):
         np.testing.assert_allclose(on_gpu["proba"].sum(1), 1.0, atol=1e-5)
     if "std" in on_gpu:
         assert np.all(on_gpu["std"] > 0)
-    if deterministic:
+    exact = () if deterministic is False else tuple(on_gpu) if deterministic is True else deterministic
+    if exact:
         # the same rows in the same order on both devices: the same fit up to rounding (which Adam amplifies
         # a little over the 40 epochs in float32)
         tol = 2e-2 if dtype == "float32" else 1e-6
-        for key in on_gpu:
+        for key in exact:
             np.testing.assert_allclose(on_gpu[key], on_cpu[key], rtol=tol, atol=tol, err_msg=f"{name} {key}")
-    else:
+    if deterministic is not True:
         # another random stream: as good a fit, not the same one
         assert score(gpu, *test) <= score(cpu, *test) + (0.15 if kind != "regression" else 0.25), name
     if tmp_path is not None:
@@ -126,12 +129,14 @@ def _check(name, dtype, device, tmp_path=None):
         for a, b in zip(gpu.model_.state_dict().values(), back.model_.state_dict().values()):
             if torch.is_tensor(a):
                 assert torch.equal(a.cpu(), b), name
-        if deterministic:
+        if exact:
             for key, value in _predict_all(back, kind, test).items():
+                if key not in exact:
+                    continue
                 # float32: the CPU's and the GPU's kernels round differently (quadrature sums, exp/log)
                 tol = 1e-3 if dtype == "float32" else 1e-10
                 np.testing.assert_allclose(value, on_gpu[key], rtol=tol, atol=tol, err_msg=f"{name} {key} loaded")
-        else:
+        if deterministic is not True:
             assert score(back, *test) <= score(gpu, *test) + 0.15, name
 
 
@@ -148,12 +153,13 @@ for _mark in needs_cuda:
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_compiled_step_on_cuda_gives_the_eager_bound(dtype):
-    # the compiled training step on the GPU (`compile=True`) trains the same model as the eager one
+@pytest.mark.parametrize("compile", [True, "reduce-overhead"])
+def test_compiled_step_on_cuda_gives_the_eager_bound(dtype, compile):
+    # the compiled training step on the GPU (`compile=True`, or CUDA graphs) trains the same model as the eager one
     train, test, score = _problem("regression")
     kw = dict(batch_size=32, dtype=dtype, device="cuda", **FAST)
     eager = SVGPRegressor(**kw).fit(*train)
-    compiled = SVGPRegressor(compile=True, **kw).fit(*train)
+    compiled = SVGPRegressor(compile=compile, **kw).fit(*train)
     tol = 2e-2 if dtype == "float32" else 1e-6
     np.testing.assert_allclose(compiled.predict(test[0]), eager.predict(test[0]), rtol=tol, atol=tol)
 

@@ -45,7 +45,8 @@ class LatentDeepGPRegressor(SVGPRegressor):
         noise: initial likelihood variance (E.2: 0.01). Other arguments as SVGPRegressor.
         compile: train through `torch.compile` of the bound and its backward (`flowgp.training.train(compile=True)`;
             eager fallback with a warning where it cannot compile). Compiling takes seconds to a minute, then
-            removes per-step overhead: worth it for long fits with small M (benchmarks/step_time.py).
+            removes per-step overhead: worth it for long fits with small M (benchmarks/step_time.py). A
+            torch.compile mode name instead of True picks that mode: "reduce-overhead" (CUDA graphs) on a GPU.
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped.
         hidden_layer: "pca" (hidden_width GPs with a fixed PCA mean) or "concat" (supplement E.2: a fixed
