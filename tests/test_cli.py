@@ -392,3 +392,30 @@ def test_predict_takes_a_device_and_a_gpu_model_loads_on_a_cpu_only_machine(tmp_
     assert main(["predict", "--model", str(model), "--data", str(csv), "--out", str(out), "--device", "cuda",
                  "--quiet"]) == 2
     assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_fit_compile_passes_the_mode_to_the_training_loop(tmp_path, monkeypatch, capsys):
+    # `--compile` (torch.compile's default mode) and `--compile reduce-overhead` (CUDA graphs on a GPU) reach
+    # train(compile=...); the compiler is swapped for a tracing backend here so that no kernels are built
+    import flowgp.training as training_module
+    from flowgp.compiled import CompiledObjective
+    from flowgp.training import COMPILE_MODES
+
+    modes = []
+
+    def traced(*args, mode=None, **kwargs):
+        modes.append(mode)
+        return CompiledObjective(*args, backend="aot_eager", **kwargs)
+
+    monkeypatch.setattr(training_module, "CompiledObjective", traced)
+    csv = _sine_csv(tmp_path / "train.csv", 40, 3)
+    for flag in (["--compile"], ["--compile", "reduce-overhead"]):
+        assert main(["fit", "--csv", str(csv), "--target", "target", "--model", "svgp", "--epochs", "2",
+                     "--num-inducing", "5", "--quiet", "--out", str(tmp_path / "m.pt"), *flag]) == 0
+    assert modes == [None, "reduce-overhead"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["fit", "--csv", str(csv), "--target", "target", "--out", str(tmp_path / "m.pt"), "--compile", "fast"])
+    # the CLI's list (written out so that --help does not import torch) is the training loop's
+    err = capsys.readouterr().err
+    assert "invalid choice: 'fast'" in err and all(repr(mode) in err for mode in COMPILE_MODES)

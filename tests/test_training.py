@@ -345,3 +345,33 @@ def test_a_ctrl_c_in_the_middle_of_a_step_is_held_until_the_step_is_done(tmp_pat
     h_res = train(fresh, x, y, epochs=3, batch_size=16, seed=2, verbose=False, checkpoint_path=ckpt, loss=loss)
     assert h_res == pytest.approx([h * 60 for h in h_ref], rel=1e-12)  # a loss hook's history is not per point
     _assert_same_parameters(reference, fresh, 1e-10)
+
+
+def test_regulariser_is_added_to_the_loss_once_and_checked():
+    # train(regulariser=): a global term of the parameters added to every evaluation of the loss (the robust TGP
+    # fit anchors its flow refinement with it); a strong pull moves the noise to its target
+    import math
+
+    import pytest
+
+    from flowgp import SVGP, GaussianLikelihood, make_kernel
+    from flowgp.training import train
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 1, generator=g, dtype=torch.float64)
+    y = torch.sin(x) + 0.1 * torch.randn(40, 1, generator=g, dtype=torch.float64)
+    model = SVGP(make_kernel("rbf", 1), x[:6].clone(), GaussianLikelihood(0.05)).double()
+    target = math.log(0.5)
+
+    def pull():
+        return 1e6 * (model.likelihood.noise.log().sum() - target) ** 2
+
+    seen = []
+    history = train(model, x, y, epochs=200, lr=0.05, verbose=False, regulariser=pull,
+                    callback=lambda step, loss, m: seen.append(loss))
+    assert abs(float(model.likelihood.noise.log().sum()) - target) < 1e-2
+    # the loss the loop reports includes the term: after the pull it is the bound plus a small remainder
+    bound = float(-model.elbo(x, y, num_data=40))
+    assert abs(seen[-1] - (bound + float(pull()))) < 1.0 and len(history) == 200
+    with pytest.raises(TypeError, match="regulariser must be callable"):
+        train(model, x, y, epochs=1, verbose=False, regulariser=1.0)

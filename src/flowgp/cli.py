@@ -15,7 +15,7 @@ __all__ = ["main"]
 
 #: `flowgp fit` flags that set a named model's options (`flowgp.registry.MODELS`), flag -> option name
 _OPTION_FLAGS = {"--flow": "flow", "--flow-init": "flow_init", "--layers": "layers", "--posterior": "posterior",
-                 "--num-importance": "num_importance", "--gradient": "gradient"}
+                 "--num-importance": "num_importance", "--gradient": "gradient", "--compile": "compile"}
 
 
 def _models():
@@ -403,6 +403,11 @@ def main(argv=None) -> int:
     p_fit.add_argument("--seed", type=int, default=0)
     p_fit.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     p_fit.add_argument("--device", default="cpu")
+    # flowgp.training.COMPILE_MODES, written out so that --help does not import torch
+    p_fit.add_argument("--compile", nargs="?", const="default", default=None, metavar="MODE",
+                       choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
+                       help="train through torch.compile (MODE: default, or reduce-overhead for CUDA graphs on a "
+                            "GPU; compiling takes seconds to a minute, then every step is cheaper: for long fits)")
     p_fit.add_argument("--quiet", action="store_true")
     p_fit.add_argument("--out", required=True, help="where to save the fitted model (.pt)")
     p_fit.add_argument("--checkpoint", default=None, metavar="PATH",

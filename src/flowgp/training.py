@@ -241,6 +241,7 @@ def train(
     nonfinite: str = "raise",
     world: Optional[World] = None,
     compile: bool = False,
+    regulariser: Optional[Callable] = None,
 ) -> list:
     """Minimise -model.elbo (or `loss`) over minibatches; returns the history (see the module doc).
 
@@ -268,6 +269,8 @@ def train(
             value, non-finite for a step skipped in backoff mode); a truthy return value stops the run. A callback
             with state_dict()/load_state_dict() has its state saved in the checkpoints and restored on resume.
         loss: loss(model, batch, num_data, generator) -> scalar tensor to minimise instead of -elbo.
+        regulariser: regulariser() -> scalar tensor added to the loss at every evaluation: a global term (of
+            the parameters alone, not the data), counted once whatever the number of processes.
         generator: the model's Monte Carlo generator (default: new, seeded with seed + 1, on the data's device).
         keep_best: True or a BestParameters: remember the trainable parameters at the lowest loss evaluated
             (L-BFGS line-search points included) and restore them at the end.
@@ -364,6 +367,16 @@ def train(
         def objective(batch):
             return loss(model, batch, n, generator)
         scale = 1.0
+    if regulariser is not None:
+        if not callable(regulariser):
+            raise TypeError(f"regulariser must be callable() -> scalar tensor, got {type(regulariser).__name__}")
+        unregularised = objective
+
+        def objective(batch):
+            # each process's share of the loss is weighted by its share of the batch, so the term is counted
+            # once in the all-reduced sum
+            return unregularised(batch) + regulariser()
+
     if isinstance(compile, str):
         if compile not in COMPILE_MODES:
             raise ValueError(f"compile={compile!r} is not a torch.compile mode; use True, False or one of "
