@@ -419,3 +419,21 @@ def test_fit_compile_passes_the_mode_to_the_training_loop(tmp_path, monkeypatch,
     # the CLI's list (written out so that --help does not import torch) is the training loop's
     err = capsys.readouterr().err
     assert "invalid choice: 'fast'" in err and all(repr(mode) in err for mode in COMPILE_MODES)
+
+
+def test_a_model_saved_from_another_gpu_index_loads_on_the_first(monkeypatch):
+    # saved from cuda:3, loaded on a machine with one GPU: cuda:0, with a warning (the device resolution only;
+    # nothing is built on a GPU here)
+    import torch
+
+    from flowgp.estimators.base import _device_here
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.warns(UserWarning, match="has 1 CUDA device"):
+        assert _device_here("cuda:3", "m.pt") == "cuda:0"
+    assert _device_here("cuda:0", "m.pt") == "cuda:0" and _device_here("cuda", "m.pt") == "cuda"
+    assert _device_here("cpu", "m.pt") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.warns(UserWarning, match="no CUDA device"):
+        assert _device_here("cuda:1", "m.pt") == "cpu"

@@ -404,10 +404,8 @@ class Estimator:
                 params[name] = value
         if device is not None:
             params["device"] = device
-        elif torch.device(params.get("device") or "cpu").type == "cuda" and not torch.cuda.is_available():
-            warnings.warn(f"{path} was saved from {params['device']}, and this machine has no CUDA device: "
-                          "loading it on the CPU (pass device= to choose)", stacklevel=2)
-            params["device"] = "cpu"
+        else:
+            params["device"] = _device_here(params.get("device") or "cpu", path)
         objects = {name: _flow_from_saved(saved) for name, saved in state.get("records", {}).items()}
         est = target(**params, **state["spec"], **objects)
         est.n_features_in_ = int(state["n_features_in"])
@@ -418,6 +416,24 @@ class Estimator:
         est.model_.load_state_dict(state["model"])
         est.model_.eval()
         return est
+
+
+def _device_here(saved: str, path) -> str:
+    """The device a model saved from `saved` loads on by default: the same one where this machine has it; a
+    model saved from CUDA loads on the CPU where there is no CUDA device, and on cuda:0 where its own index is
+    out of range (a model trained on a GPU must stay usable elsewhere), with a warning saying so."""
+    where = torch.device(saved)
+    if where.type != "cuda":
+        return saved
+    if not torch.cuda.is_available():
+        warnings.warn(f"{path} was saved from {saved}, and this machine has no CUDA device: loading it on the CPU "
+                      "(pass device= to choose)", stacklevel=3)
+        return "cpu"
+    if where.index is not None and where.index >= torch.cuda.device_count():
+        warnings.warn(f"{path} was saved from {saved}, and this machine has {torch.cuda.device_count()} CUDA "
+                      "device(s): loading it on cuda:0 (pass device= to choose)", stacklevel=3)
+        return "cuda:0"
+    return saved
 
 
 #: (class, old name) -> new name of constructor parameters renamed since files were first saved, so that
