@@ -7,8 +7,8 @@
 #   3. step times of flowgp's DSVI deep GP (and the cnf flow posterior) against GPyTorch's DeepGP, same grid
 #      (benchmarks/dgp_step_time.py --device "$dev");
 #   4. a profile of the eager SVGP/TGP step on the GPU: launches, syncs and the lines that synchronise;
-#   5. the compiled SVGP/TGP step on the GPU (float32, M = 100, B = 1024) with CUDA graphs (reduce-overhead)
-#      and with the default mode, compilation time apart.
+#   5. the compiled SVGP/TGP and 3-layer DSVI steps on the GPU (float32, M = 100, B = 1024) with CUDA graphs
+#      (reduce-overhead) and with the default mode, compilation time apart.
 # Usage, from the repository root:  bash benchmarks/cuda_checks.sh OUTDIR [PHASES]
 # PHASES is a subset of "tests step dgp profile compile" (default: all). Each phase has its own time limit, so one
 # that hangs does not take the others with it; results land in OUTDIR as they are made (log.txt, *.json).
@@ -64,6 +64,11 @@ for phase in $phases; do
         timeout 110 $py "$root/benchmarks/step_time.py" --device "$dev" --num-data 100000 --inducing 100 \
           --batch 1024 --dtypes float32 --repeats 60 --warmup 10 --compile --compile-mode "$mode" \
           --json "$out/step_time_cuda_compiled_$mode.json" 2>&1 | grep -v "Warning\|warn\|check("
+        stamp "dgp_step_time --compile --compile-mode $mode (float32, M=100, B=1024, 3 layers)"
+        timeout 110 $py "$root/benchmarks/dgp_step_time.py" --device "$dev" --no-energy --dtypes float32 \
+          --num-data 100000 --inducing 100 --batch 1024 --layers 3 --models dgp,cnf-dgp --rounds 3 --steps 10 \
+          --compile --compile-mode "$mode" --json "$out/dgp_step_time_cuda_compiled_$mode.json" 2>&1 \
+          | grep -v "Warning\|warn\|check(\|^wrote"
       done
       ;;
     *) echo "unknown phase $phase" ;;

@@ -157,10 +157,12 @@ def synthetic(args, device, dtype):
             # the DSVI step through flowgp.compiled (torch.compile of bound and backward); compile time apart
             torch._dynamo.reset()
             model = build_deep_gp(x64, 1, layers, inducing_points=z64, posterior="gaussian", hidden_width=width)
-            step = flowgp_step(model.to(device, dtype), x, y, args.batch, compiled=True)
+            step = flowgp_step(model.to(device, dtype), x, y, args.batch, compiled=True,
+                               compile_mode=args.compile_mode)
             fns[f"dgp{layers}-compiled"] = step
             compile_info[f"dgp{layers}"] = {"compile_s": step.compiler.compile_seconds,
-                                            "failure": step.compiler.failure}
+                                            "failure": step.compiler.failure,
+                                            "mode": args.compile_mode or "default"}
         if not args.no_peer:
             fns[f"gpytorch-dgp{layers}"] = gpytorch_step(x, y, z, layers, width, args.batch)
     tgp = TGP(make_kernel("rbf", d), z64, make_flow("sal"), GaussianLikelihood(0.05)).to(device, dtype)
@@ -251,6 +253,8 @@ def main():
     p.add_argument("--no-energy", action="store_true", help="skip part 2")
     p.add_argument("--compile", action="store_true",
                    help="also time the DSVI step compiled (flowgp.compiled; issue 26's dgp3 <= 0.5x GPyTorch)")
+    p.add_argument("--compile-mode", default=None,
+                   help="torch.compile mode of the compiled DSVI step (e.g. reduce-overhead: CUDA graphs on a GPU)")
     p.add_argument("--json", default=str(ROOT / "docs" / "results" / "dgp_step_time.json"))
     p.add_argument("--note", default="", help="conditions of the run, stored in the JSON (e.g. 'other jobs paused')")
     a = p.parse_args()
