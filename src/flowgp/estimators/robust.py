@@ -32,8 +32,10 @@ class RobustFit:
         map that makes it that SVGP). False: the flow model starts from `flow_init` as without `robust`.
     refine_flow: at the warm start, maximise the bound over the flow and the noise alone (GP held) by L-BFGS
         on the full data before the joint training (this is what moves a positive flow, which can only
-        approximate the shifted identity, above the SVGP's bound). WarpedGPRegressor refines only after an
-        inexact warm start: its bound's Jacobian term is unbounded on tied targets (see its `_refine_after`).
+        approximate the shifted identity, above the SVGP's bound), anchored at its start by a negligible
+        quadratic term so that a flat direction of the flow family has one answer (`regression.REFINE_ANCHOR`).
+        WarpedGPRegressor refines only after an inexact warm start: its bound's Jacobian term is unbounded on
+        tied targets (see its `_refine_after`).
     natural_gradient: γ of natural-gradient steps on q(u) (Salimbeni et al. 2018) in the flow model's
         training, Adam on the rest; None: Adam on everything. Adam on q(u) lags behind a changing warp and
         makes the bound oscillate by ~0.1 per point between epochs; γ = 0.1 keeps q(u) with it (ablation in
