@@ -240,7 +240,7 @@ def train(
     keep_best=False,
     nonfinite: str = "raise",
     world: Optional[World] = None,
-    compile: bool = False,
+    compile: bool | str = False,
     regulariser: Optional[Callable] = None,
 ) -> list:
     """Minimise -model.elbo (or `loss`) over minibatches; returns the history (see the module doc).

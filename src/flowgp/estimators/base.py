@@ -388,8 +388,8 @@ class Estimator:
         """Load an estimator written by `save` (weights_only: no code is executed).
 
         device: where to put the model (the `device` parameter of the loaded estimator); None keeps the device it
-        was saved from, except that a model saved from CUDA loads on the CPU, with a warning, where this machine
-        has no CUDA device (a model trained on a GPU must stay usable on a laptop).
+        was saved from where this machine has it (`_device_here`: a model saved from CUDA loads on the CPU where
+        there is no CUDA device, and on cuda:0 where its CUDA index does not exist, with a warning).
         """
         state = safe_load(path)
         if not isinstance(state, dict) or state.get("format") != FORMAT:
