@@ -171,7 +171,10 @@ def test_minibatch_bound_is_unbiased(float64_default, cp):
     full = model.elbo(x, y, out)
     perm = torch.randperm(24)
     parts = [model.elbo(x[i], y[i], out[i], num_data=24) for i in perm.split(8)]
-    torch.testing.assert_close(torch.stack(parts).mean(), full)
+    # to rounding: with per-output sets this K_uu is ill-conditioned (|W| up to 2e8, tr(Φ_n W) ≈ 5e8 cancelling to
+    # O(1)), and the Ψ₂ contraction's series (flowgp.psi_statistics) is centred on each batch's couplings, so a
+    # batch rounds its points differently from the full set: 1 ulp of tr(Φ_n W) is 1e-7 of this bound
+    torch.testing.assert_close(torch.stack(parts).mean(), full, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("cp", ["output", "latent"])

@@ -315,3 +315,157 @@ def test_own_group_statistics(dx):
     torch.testing.assert_close(psi, psi_all[torch.arange(n), group], rtol=1e-12, atol=1e-12)
     inputs = [t.clone().requires_grad_() for t in (mean, var, z, w, amp, lsq)]
     assert torch.autograd.gradcheck(lambda *a: own_group_psi_statistics(*a, group), inputs)
+
+
+def test_own_group_one_dimension_equals_general_node():
+    """The one-dimensional own-group node (gathers and products over [N, Mg²]) equals the general one (per-point
+    [N, Mg, Mg, Dx] blocks) in values and gradients."""
+    from flowgp.psi_statistics import _OwnGroupPsiContract, _OwnGroupPsiContract1D
+
+    gen = torch.Generator().manual_seed(31)
+    n, g, mg = 40, 3, 5
+    group = torch.randint(0, g, (n,), generator=gen)
+    inputs = [torch.randn(n, 1, generator=gen, dtype=torch.float64),
+              0.3 * torch.rand(n, 1, generator=gen, dtype=torch.float64),
+              torch.randn(g, mg, 1, generator=gen, dtype=torch.float64),
+              torch.randn(g, mg, mg, generator=gen, dtype=torch.float64),
+              0.5 + torch.rand(n, generator=gen, dtype=torch.float64),
+              0.3 + torch.rand(n, 1, generator=gen, dtype=torch.float64)]
+    inputs = [t.requires_grad_() for t in inputs]
+    probes = [torch.randn(n, mg, generator=gen, dtype=torch.float64), torch.randn(n, generator=gen, dtype=torch.float64)]
+    results = []
+    for node in (_OwnGroupPsiContract1D, _OwnGroupPsiContract):
+        out = node.apply(*inputs, group)
+        loss = sum((o * p).sum() for o, p in zip(out, probes))
+        results.append((out, torch.autograd.grad(loss, inputs)))
+    (out1, grad1), (out2, grad2) = results
+    for a, b in zip(out1 + grad1, out2 + grad2):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+# ----- the contraction as a series of products where the coupling is weak (_taylor_forward) -----------------
+def _series_problem(seed, diagonal: bool, var_kind: str, n=80, g=2, mg=12):
+    gen = torch.Generator().manual_seed(seed)
+    mean = 4 * torch.rand(n, 1, generator=gen, dtype=torch.float64) - 2
+    if var_kind == "zero":  # point masses: no coupling at all
+        var = torch.zeros(n, 1, dtype=torch.float64)
+    elif var_kind == "constant":  # one coupling per block: the series' centre, one term
+        var = torch.full((n, 1), 3e-4, dtype=torch.float64)
+    else:  # couplings spread over a range: several terms
+        var = 2e-3 * torch.rand(n, 1, generator=gen, dtype=torch.float64)
+    z = torch.linspace(-2, 2, mg, dtype=torch.float64).repeat(g, 1)[..., None] + 0.1 * torch.randn(
+        g, mg, 1, generator=gen, dtype=torch.float64)
+    shape = (g, mg, mg) if diagonal else (g, mg, g, mg)
+    w = torch.randn(*shape, generator=gen, dtype=torch.float64)
+    amp = 0.5 + torch.rand(n, g, generator=gen, dtype=torch.float64)
+    lsq = 0.3 + 0.3 * torch.rand(n, g, 1, generator=gen, dtype=torch.float64)
+    if var_kind == "constant":  # κ = ½ v/(AB + (A + B) v) then depends on the block only
+        lsq = lsq[:1].expand(n, g, 1).clone()
+    return [mean, var, z, w, amp, lsq]
+
+
+def _force_series(monkeypatch):
+    """The series wherever its terms are bounded (cost model off); returns the list of term counts used."""
+    from flowgp import psi_statistics as ps
+
+    used = []
+    original = ps._taylor_forward
+
+    def spy(*args):
+        used.append(args[5])
+        return original(*args)
+
+    monkeypatch.setattr(ps, "_taylor_forward", spy)
+    monkeypatch.setattr(ps._BlockedExpContract, "_TAYLOR_COST", 0.0)
+    return used
+
+
+@pytest.mark.parametrize("diagonal", [True, False])
+@pytest.mark.parametrize("var_kind", ["zero", "constant", "spread"])
+def test_series_contraction_equals_materialised(monkeypatch, diagonal, var_kind):
+    """The series of products equals eq. 25 materialised per point, values and gradients, for a block-diagonal W
+    (the diagonal-block node) and a full one (every block pair), with point masses (no coupling), one coupling per
+    block (the centre: one term plus one for the gradients) and couplings spread around the centre."""
+    used = _force_series(monkeypatch)
+    inputs = [t.requires_grad_() for t in _series_problem(40, diagonal, var_kind)]
+    mean, var, z, w, amp, lsq = inputs
+    phi = grouped_psi_statistics(*inputs)[1]
+    assert used, "the series was not used"
+    if var_kind != "spread":
+        assert used[-1] == 2  # one term for the value, one more for the gradients
+    else:
+        assert 3 <= used[-1] <= 16
+    full_w = _block_diagonal(0.5 * (w + w.mT)) if diagonal else w
+    ref = _reference(mean, var, z, full_w, amp, lsq)
+    torch.testing.assert_close(phi, ref, rtol=1e-12, atol=1e-12)
+    probe = torch.randn(phi.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    fast = torch.autograd.grad((phi * probe).sum(), inputs)
+    slow = torch.autograd.grad((ref * probe).sum(), inputs)
+    for a, b in zip(fast, slow):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("diagonal", [True, False])
+def test_series_contraction_gradcheck(monkeypatch, diagonal):
+    """gradcheck of the series' hand-written backward (∂la, ∂lb, ∂κ through the coefficients, ∂w and ∂dz through
+    the shifted powers and the centre's factor)."""
+    used = _force_series(monkeypatch)
+    inputs = [t.requires_grad_() for t in _series_problem(41, diagonal, "spread", n=7, g=2, mg=3)]
+    inputs[1] = (inputs[1].detach() + 1e-3).requires_grad_()  # away from 0: finite differences stay in range
+    assert torch.autograd.gradcheck(lambda *a: grouped_psi_statistics(*a)[1], inputs)
+    assert used
+
+
+def test_series_terms_bound_the_remainder():
+    """_taylor_terms gives the least T with ρ^T/sqrt(2πT) <= 2^-8 eps, 1 without coupling, None beyond the cap or
+    for a non-finite ρ; float32 needs fewer terms than float64."""
+    import math
+
+    from flowgp.psi_statistics import _BlockedExpContract, _taylor_terms
+
+    for dtype in (torch.float64, torch.float32):
+        tol = torch.finfo(dtype).eps / 256
+        for rho in (1e-9, 1e-6, 1e-4, 1e-3, 1e-2, 0.05):
+            t = _taylor_terms(rho, dtype)
+            if t is None:
+                assert rho ** _BlockedExpContract._TAYLOR_MAX_TERMS > tol
+                continue
+            assert rho ** t / math.sqrt(2 * math.pi * t) <= tol
+            assert t == 1 or rho ** (t - 1) / math.sqrt(2 * math.pi * (t - 1)) > tol
+        assert _taylor_terms(0.0, dtype) == 1
+        assert _taylor_terms(float("nan"), dtype) is None
+        assert _taylor_terms(0.9, dtype) is None
+    assert _taylor_terms(1e-3, torch.float32) < _taylor_terms(1e-3, torch.float64)
+
+
+def test_series_float32_matches_float64(monkeypatch):
+    used = _force_series(monkeypatch)
+    inputs = _series_problem(42, True, "spread")
+    ref = grouped_psi_statistics(*inputs)[1]
+    f32 = grouped_psi_statistics(*(t.float() for t in inputs))[1]
+    assert len(used) == 2
+    torch.testing.assert_close(f32.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_windowed_exponentials_preferred_where_cheaper(monkeypatch):
+    """With short lengthscales and sorted chunks the exponentials of the windows that matter cost less than the
+    series over every (point, i, j): the cost model keeps the exponential path (the result is the same)."""
+    from flowgp import psi_statistics as ps
+
+    used = []
+    original = ps._taylor_forward
+    monkeypatch.setattr(ps, "_taylor_forward", lambda *a: used.append(a[5]) or original(*a))
+    _small_chunks(monkeypatch)
+    gen = torch.Generator().manual_seed(43)
+    n, g, mg = 200, 1, 60
+    mean = 10 * torch.rand(n, 1, generator=gen, dtype=torch.float64) - 5
+    var = 1e-5 * torch.rand(n, 1, generator=gen, dtype=torch.float64)
+    z = torch.linspace(-5, 5, mg, dtype=torch.float64).view(1, mg, 1)
+    w = torch.randn(g, mg, mg, generator=gen, dtype=torch.float64)
+    amp = torch.ones(n, g, dtype=torch.float64)
+    lsq = torch.full((n, g, 1), 0.01, dtype=torch.float64)
+    phi = grouped_psi_statistics(mean, var, z, w, amp, lsq)[1]
+    assert not used
+    monkeypatch.setattr(ps._BlockedExpContract, "_TAYLOR_COST", 0.0)
+    torch.testing.assert_close(grouped_psi_statistics(mean, var, z, w, amp, lsq)[1], phi, rtol=1e-12, atol=1e-12)
+    assert used

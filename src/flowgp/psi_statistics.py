@@ -214,6 +214,15 @@ class _BlockedExpContract(torch.autograd.Function):
     #: groups smaller than this are not windowed (every row and column counts, no host read): the search
     #: costs more than it can skip
     _MIN_WINDOWED = 16
+    #: the series of `_taylor_forward` replaces the exponentials where at most this many terms suffice (each
+    #: costs two products of [N, Mg] x [Mg, Mg] per block, against N·Mg² exponentials and passes); 0 turns it off
+    _TAYLOR_MAX_TERMS = 16
+    #: cost of one term of the series per (point, i, j), relative to one exponential of the windows that matter
+    #: (forward and backward; measured 0.05-0.1 on CPU, float64, Mg = 50-200: docs/results/amogp)
+    _TAYLOR_COST = 0.1
+    #: points per chunk of the series: about this many elements of its [P, chunk, T·Mg] products (256 KiB of
+    #: float64, in the cache for the passes over them)
+    _TAYLOR_CHUNK_ELEMENTS = 1 << 15
 
     @staticmethod
     def _chunk_size(n, p, mg):
@@ -223,9 +232,9 @@ class _BlockedExpContract(torch.autograd.Function):
         return max(_BlockedExpContract._MIN_CHUNK, _BlockedExpContract._CHUNK_ELEMENTS // per_point)
 
     @staticmethod
-    def forward(ctx, la, lb, kappa, dz, w, order, row_order, col_order):
+    def forward(ctx, la, lb, kappa, dz, w, order, row_order, col_order, reach=None):
         t, state = _contract_forward(la, lb, kappa, dz, w, order, row_order, col_order,
-                                     any(ctx.needs_input_grad[:5]))
+                                     any(ctx.needs_input_grad[:5]), reach)
         ctx.state = state  # intermediates (not inputs or outputs), read-only in the backward
         return t
 
@@ -233,7 +242,7 @@ class _BlockedExpContract(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         need = ctx.needs_input_grad
-        return _contract_backward(ctx.state, grad, need[3] or need[4]) + (None, None, None)
+        return _contract_backward(ctx.state, grad, need[3] or need[4]) + (None, None, None, None)
 
 
 def _contract_plan(la2, lb2, kap2, dz, chunk):
@@ -347,14 +356,27 @@ def _piece_sums(state, piece, e, t=None):
         torch.sum(rs, -1, out=t[:, sl])
 
 
-def _contract_forward(la, lb, kappa, dz, w, order, row_order, col_order, grad: bool):
+def _contract_forward(la, lb, kappa, dz, w, order, row_order, col_order, grad: bool, reach=None):
     """t [N, P] of `_BlockedExpContract` and the state of its backward (None without grad).
 
-    Small problems (at most `_KEEP_ELEMENTS` exponentials) are one chunk whose exponentials are kept for the
+    reach [N, P] (or None): how far the coupling κ dz of each point and block can reach into the terms that matter
+    (see the comment above `_taylor_terms`); where every point's coupling is close enough to the block's centre,
+    the series of `_taylor_forward` replaces the exponentials. Otherwise:
+    small problems (at most `_KEEP_ELEMENTS` exponentials) are one chunk whose exponentials are kept for the
     backward: t = E·w here, and the backward forms E ∘ w in place on them. Larger ones run in chunks through one
     work buffer: E ∘ w in place, and its sums for the backward, here; the backward recomputes E.
     """
     K = _BlockedExpContract
+    terms = None
+    if reach is not None and kappa.shape[-1] == 1 and la.numel():
+        kap = kappa[..., 0].detach()  # [N, P]
+        centre = 0.5 * (kap.amin(0) + kap.amax(0))  # [P]
+        terms = _taylor_terms(float(((kap - centre).abs() * reach.detach()).amax()), la.dtype)
+        if terms is not None and grad:
+            # the derivatives in κ and dz are series with one term less (∂/∂κ of the k-th term is the (k-1)-th
+            # with w ∘ dz): one more term bounds their remainder as the value's
+            terms += 1
+        series = (la, lb, kappa, dz, w)
     sym = lb is None
     n, p, mg = la.shape
     chunk = K._chunk_size(n, p, mg)
@@ -376,6 +398,12 @@ def _contract_forward(la, lb, kappa, dz, w, order, row_order, col_order, grad: b
         dz = dz.permute(0, 2, 3, 1)[blocks, ro, co].permute(0, 3, 1, 2)
         w = w[blocks, ro, co]
     plan = _contract_plan(la2, lb2, kap2, dz, chunk)
+    if terms is not None:
+        # the series where it costs less than the exponentials of the windows that matter (`_contract_plan`)
+        active = sum(min(chunk, n - s) * (r1 - r0) * (c1 - c0) for s, ((r0, r1), (c0, c1), _) in
+                     zip(range(0, n, chunk), plan)) * p
+        if terms * n * p * mg * mg * K._TAYLOR_COST <= active:
+            return _taylor_forward(*series, terms, grad, centre)
     keep = grad and n * p * mg * mg <= K._KEEP_ELEMENTS
     state = _ContractState(sym, la2.unsqueeze(-1), lb2.unsqueeze(-2), kap2[..., None, None], kappa,
                            dz.unsqueeze(1), w, order, row_order, col_order)
@@ -404,6 +432,8 @@ def _contract_forward(la, lb, kappa, dz, w, order, row_order, col_order, grad: b
 def _contract_backward(state, grad, need_w: bool):
     """(∂la, ∂lb (None when sym), ∂κ, ∂dz, ∂w) of `_contract_forward` for ∂F/∂t = grad [N, P] (∂dz, ∂w None
     unless need_w)."""
+    if isinstance(state, _TaylorState):
+        return _taylor_backward(state, grad, need_w)
     sym, order, row_order, col_order = state.sym, state.order, state.row_order, state.col_order
     p, n, mg = state.row_sum.shape
     dx = state.kappa.shape[-1]
@@ -459,6 +489,147 @@ def _contract_backward(state, grad, need_w: bool):
         g_lb = None if sym else g_lb[:, inverse]
     return (g_la.transpose(0, 1), None if sym else g_lb.transpose(0, 1), g_kappa.transpose(0, 1), g_dz, g_w)
 
+
+# ----- the same contraction as a series of products, where the coupling is weak ---------------------------------
+#
+# Expanding the coupling factor exp(-κ_n dz_ij) of t_n (one input dimension) around a centre κ₀ of the block's
+# couplings (κ₀ = midpoint of the smallest and largest κ_n),
+#     exp(-κ_n dz) = exp(-κ₀ dz) Σ_k (-(κ_n - κ₀))^k dz^k / k!,
+#     t_n = Σ_k (-(κ_n - κ₀))^k/k! · a_nᵀ (w ∘ exp(-κ₀ dz) ∘ dz^k) b_n,     a_n = exp(la_n), b_n = exp(lb_n),
+# turns the N·Mg² exponentials into one matrix product [N, Mg] x [Mg, T·Mg] per block: no exponential of a
+# [N, Mg, Mg] array and few passes over [N, T·Mg] in the cache, while the BLAS runs near the core's peak.
+# How many terms: the dropped ones are bounded through the row and column factors. With e_i = μ - z_i, a pair's
+# factors are at most exp(-E), E = (B e_i² + A e_j²)/(2D), D = AB + (A + B) v, and
+# dz_ij = (e_i - e_j)² <= 2(e_i² + e_j²) <= (4D/min(A, B)) E = reach · E. The remainder of the series after T
+# terms is at most exp(-min(κ_n, κ₀) dz) |y|^T/T! <= |y|^T/T! with |y| = |κ_n - κ₀| dz <= ρ_n E,
+# ρ_n = |κ_n - κ₀| reach_n, so every dropped term is at most |w_ij| max_E e^-E (ρE)^T/T! <= |w_ij| ρ^T/sqrt(2πT)
+# (Stirling). T is the least with ρ^T/sqrt(2πT) below 2^-8 of the dtype's eps (float64: 2^-60 ≈ 9e-19 of
+# |w_ij|, below the exponential path's own cut of terms under e^-40 ≈ 4e-18), for the largest ρ_n of the call.
+# The matrices exp(-κ₀ dz) (s dz)^k/k!, s = max_n |κ_n - κ₀|, are formed once per call and the coefficients
+# (-(κ_n - κ₀)/s)^k lie in [-1, 1], so no power over- or underflows; t depends on neither κ₀ nor s. In
+# AMO-GP's CP layer the couplings of a fit differ by tens of per cent at most (ρ ≈ 1e-4 or less: 5 terms in
+# float64, 1 when every input variance is the same); see docs/results/amogp.
+
+
+def _taylor_terms(rho_max: float, dtype) -> int | None:
+    """The number T of Taylor terms of exp(-(κ - κ₀) dz) that bounds every dropped term by 2^-8 eps(dtype) |w_ij|
+    (ρ^T/sqrt(2πT) below it, see above), or None where more than `_BlockedExpContract._TAYLOR_MAX_TERMS` are
+    needed (or ρ is not finite): the exponentials are then cheaper."""
+    limit = _BlockedExpContract._TAYLOR_MAX_TERMS
+    if not math.isfinite(rho_max) or limit < 1:
+        return None
+    if rho_max <= 0.0:
+        return 1  # every point's coupling is the centre's: t = aᵀ (w ∘ exp(-κ₀ dz)) b exactly
+    log_tol = math.log(torch.finfo(dtype).eps) - 8.0 * math.log(2.0)
+    for terms in range(1, limit + 1):
+        if terms * math.log(rho_max) - 0.5 * math.log(2.0 * math.pi * terms) <= log_tol:
+            return terms
+    return None
+
+
+class _TaylorState:
+    """What `_taylor_backward` reads: per block and point the row and column sums (Σ_j E_ij w_ij, Σ_i E_ij w_ij,
+    the factors of ∂la and ∂lb), ∂t/∂κ, and for ∂w, ∂dz the factors a, b, the coefficients c_k, the matrices
+    exp(-κ₀ dz) (s dz)^k/k!, s, κ₀ and w."""
+
+    def __init__(self, sym, row_sum, col_sum, dkappa, a, b, coef, powers, scale, centre, w):
+        self.sym, self.row_sum, self.col_sum, self.dkappa = sym, row_sum, col_sum, dkappa
+        self.a, self.b, self.coef, self.powers, self.scale, self.centre, self.w = a, b, coef, powers, scale, centre, w
+
+
+def _taylor_chunk(p: int, n: int, per_point: int) -> int:
+    """Points per chunk of the series: about `_BlockedExpContract._TAYLOR_CHUNK_ELEMENTS` elements of the
+    [P, chunk, T·Mg] products, so that they stay in the cache between the product and the passes over it."""
+    return max(1, min(n, _BlockedExpContract._TAYLOR_CHUNK_ELEMENTS // max(1, p * per_point)))
+
+
+def _taylor_forward(la, lb, kappa, dz, w, terms: int, grad: bool, centre):
+    """t [N, P] of `_BlockedExpContract` (one input dimension) as the `terms`-term series above around the
+    couplings `centre` [P], and the state of its backward (None without grad). With c_nk = (-(κ_n - κ₀)/s)^k and
+    W_k = w ∘ exp(-κ₀ dz) ∘ (s dz)^k/k!, per chunk of points one product y = a [W_0 | W_1 | ...]
+    ([P, chunk, Mg] x [Mg, T·Mg]), then
+        q_nk = y_nk · b_n,   t_n = Σ_k c_nk q_nk,   ∂t/∂b_n = Σ_k c_nk y_nk,   ∂t/∂κ_n = -(1/s) Σ_k k c_n,k-1 q_nk
+    (and ∂t/∂a_n from b [W_0ᵀ | ...] where a ≠ b). Layout [P, N, ·]: every product is batched over the blocks;
+    the chunks keep y in the cache for the passes over it. (Folding c_nk into the left factor, [a ⊗ c_k] times
+    the stacked W_k, measured slower: a product with a long inner dimension and few columns.)"""
+    sym = lb is None
+    n, p, mg = la.shape
+    a = la.transpose(0, 1).exp()  # [P, N, Mg]
+    b = a if sym else lb.transpose(0, 1).exp()
+    centre = centre.to(la.dtype).unsqueeze(-1)  # [P, 1]
+    dev = kappa[..., 0].transpose(0, 1) - centre  # κ - κ₀, [P, N]
+    scale = dev.abs().amax(1, keepdim=True)
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # [P, 1]
+    base = dz[:, 0]  # [P, Mg, Mg]
+    x = scale.unsqueeze(-1) * base
+    powers = [torch.exp(-centre.unsqueeze(-1) * base)]
+    for k in range(1, terms):
+        powers.append(powers[-1] * x / k)
+    powers = torch.stack(powers, 1)  # [P, T, Mg, Mg]: exp(-κ₀ dz) (s dz)^k / k!
+    wk = w.unsqueeze(1) * powers
+    cols = wk.transpose(1, 2).reshape(p, mg, terms * mg)  # [P, Mg_i, T·Mg_j]
+    rows = None if sym else wk.permute(0, 3, 1, 2).reshape(p, mg, terms * mg)  # [P, Mg_j, T·Mg_i]
+    coef = (-dev / scale).unsqueeze(-1).pow(torch.arange(terms, dtype=la.dtype, device=la.device))  # [P, N, T]
+    quad = la.new_empty(p, n, terms)  # q_nk = a_nᵀ W_k b_n
+    row_sum = col_sum = None
+    if grad:
+        col_sum = la.new_empty(p, n, mg)  # ∂t/∂b, then b ∘ it
+        row_sum = col_sum if sym else la.new_empty(p, n, mg)
+    chunk = _taylor_chunk(p, n, terms * mg)
+    work = la.new_empty(p * chunk * terms * mg)
+    for s in range(0, n, chunk):
+        nc = min(chunk, n - s)
+        sl = slice(s, s + nc)
+        buf = work[:p * nc * terms * mg].view(p, nc, terms * mg)
+        y = torch.bmm(a[:, sl], cols, out=buf).view(p, nc, terms, mg)
+        torch.sum(y * b[:, sl].unsqueeze(2), -1, out=quad[:, sl])
+        if grad:
+            torch.sum(y.mul_(coef[:, sl].unsqueeze(-1)), 2, out=col_sum[:, sl])
+            if not sym:
+                y = torch.bmm(b[:, sl], rows, out=buf).view(p, nc, terms, mg)
+                torch.sum(y.mul_(coef[:, sl].unsqueeze(-1)), 2, out=row_sum[:, sl])
+    t = (coef * quad).sum(-1)  # [P, N]
+    state = None
+    if grad:
+        # Σ_i E_ij w_ij and Σ_j E_ij w_ij (the factors of ∂lb, ∂la) and ∂t/∂κ with ∂c_k/∂κ = -(k/s) c_{k-1}
+        col_sum.mul_(b)
+        if not sym:
+            row_sum.mul_(a)
+        steps = torch.arange(1, terms, dtype=la.dtype, device=la.device)
+        dkappa = -(quad[..., 1:] * coef[..., :-1] * steps).sum(-1) / scale  # [P, N]
+        state = _TaylorState(sym, row_sum, None if sym else col_sum, dkappa, a, b, coef, powers, scale, centre, w)
+    return t.transpose(0, 1), state
+
+
+def _taylor_backward(state, grad, need_w: bool):
+    """(∂la, ∂lb (None when sym), ∂κ, ∂dz, ∂w) of `_taylor_forward` for ∂F/∂t = grad [N, P] (∂dz, ∂w None unless
+    need_w): with P_k = exp(-κ₀ dz) (s dz)^k/k! (∂P_k/∂dz = s P_{k-1} - κ₀ P_k) and G_k = Σ_n t̄_n c_nk a_n b_nᵀ =
+    [a ⊗ t̄ c_k]ᵀ b (one product per block and chunk of points), ∂w = Σ_k P_k ∘ G_k and
+    ∂dz = w ∘ (s Σ_{k>=1} P_{k-1} ∘ G_k - κ₀ ∂w)."""
+    grad_t = grad.transpose(0, 1)  # [P, N]
+    g = grad_t.unsqueeze(-1)
+    g_la = (2.0 * g if state.sym else g) * state.row_sum
+    g_lb = None if state.sym else g * state.col_sum
+    g_kappa = (grad_t * state.dkappa).unsqueeze(-1)  # [P, N, 1]
+    g_w = g_dz = None
+    if need_w:
+        p, n, mg = state.a.shape
+        terms = state.coef.shape[-1]
+        gc = g * state.coef  # [P, N, T]
+        gk = grad.new_zeros(p, terms * mg, mg)
+        chunk = _taylor_chunk(p, n, terms * mg)
+        work = grad.new_empty(p * chunk * terms * mg)
+        for s in range(0, n, chunk):
+            nc = min(chunk, n - s)
+            sl = slice(s, s + nc)
+            left = torch.mul(gc[:, sl].unsqueeze(-1), state.a[:, sl].unsqueeze(2),
+                             out=work[:p * nc * terms * mg].view(p, nc, terms, mg))
+            gk.baddbmm_(left.view(p, nc, terms * mg).transpose(1, 2), state.b[:, sl])
+        gk = gk.view(p, terms, mg, mg)  # G_k
+        g_w = (state.powers * gk).sum(1)
+        shifted = (state.powers[:, :-1] * gk[:, 1:]).sum(1)
+        g_dz = (state.w * (state.scale.unsqueeze(-1) * shifted - state.centre.unsqueeze(-1) * g_w)).unsqueeze(1)
+    return g_la.transpose(0, 1), None if g_lb is None else g_lb.transpose(0, 1), g_kappa.transpose(0, 1), g_dz, g_w
 
 def _point_factors(d, v, lam, amp):
     """The per-point factors of eqs. 24-25 shared by `_DiagonalPsiContract` and `_OwnGroupPsiContract`, with the
@@ -526,8 +697,9 @@ class _DiagonalPsiContract(torch.autograd.Function):
             order = torch.argsort(mean[:, 0])
             zorder = torch.argsort(z[..., 0], dim=1)
         grad = any(ctx.needs_input_grad)
+        reach = 4.0 * (lam + 2.0 * v)[:, :, 0, 0] if dx == 1 else None  # 4 (AB + S v)/min(A, B) with A = B = λ
         t, state = _contract_forward(la, None, kappa[:, :, 0], dz, 0.5 * (weight + weight.mT), order, zorder,
-                                     zorder, grad)
+                                     zorder, grad, reach)
         phi = (scale * t).sum(-1)
         if grad:
             ctx.state = (state, d, factors, scale, t, amp, lam, z)
@@ -621,6 +793,68 @@ class _OwnGroupPsiContract(torch.autograd.Function):
         return -g_d.sum(1), g_v.sum(1), g_z, g_weight, g_amp, g_lam[:, 0], None
 
 
+class _OwnGroupPsiContract1D(torch.autograd.Function):
+    """`_OwnGroupPsiContract` for one input dimension, with the per-point [Mg, Mg] work as a few passes over
+    [N, Mg²] arrays and products instead of [N, Mg, Mg, 1] broadcasts (on CPU each pass over a fresh array
+    costs more than its arithmetic). With dz [G, Mg²] the groups' (z_i - z_j)² and H [N, G] the one-hot matrix of
+    the points' groups: the exponents are -κ dz_g(n) + la_i + la_j (one gather), the weights w_g(n),
+    Σ_ij E w dz per point the own-group column of (E ∘ w) dzᵀ, and the per-group sums of the backward
+    (∂w = Σ_n t̄ E_n, ∂dz = -Σ_n t̄ κ E_n ∘ w, ∂z through d) products with Hᵀ. Same factors and formulas as
+    `_OwnGroupPsiContract` (tested against it)."""
+
+    @staticmethod
+    def forward(ctx, mean, var, z, weight, amp, lsq, group):
+        g, mg, _ = z.shape
+        n = mean.shape[0]
+        zg = z[..., 0]  # [G, Mg]
+        onehot = torch.nn.functional.one_hot(group, g).to(mean.dtype)  # H [N, G]
+        d = (mean - onehot @ zg).unsqueeze(-1)  # μ - z_g(n), [N, Mg, 1]: the layout of `_point_factors`
+        factors = _point_factors(d, var.unsqueeze(1), lsq.unsqueeze(1), amp)
+        _, _, _, _, psi1, la, kappa, s0 = factors  # Ψ₁, la [N, Mg]; κ [N, 1, 1]; Π sqrt(λ/c2) [N]
+        dz = (zg.unsqueeze(2) - zg.unsqueeze(1)).square().reshape(g, mg * mg)
+        la2 = la * _LOG2E  # base 2, as in `_BlockedExpContract`
+        e = dz.index_select(0, group).mul_(kappa[:, 0] * -_LOG2E).view(n, mg, mg)
+        e.add_(la2.unsqueeze(-1)).add_(la2.unsqueeze(-2)).clamp_(min=_BlockedExpContract._FLOOR * _LOG2E).exp2_()
+        e = e.view(n, mg * mg)
+        wsym = (0.5 * (weight + weight.mT)).reshape(g, mg * mg)
+        ew = wsym.index_select(0, group).mul_(e)
+        rs = ew.view(n, mg, mg).sum(-1)  # [N, Mg]
+        t = rs.sum(-1)
+        phi = amp.square() * s0 * t
+        if any(ctx.needs_input_grad):
+            ctx.state = (onehot, zg, d, factors, t, rs, e, ew, dz, amp, lsq.unsqueeze(1))
+        return psi1, phi
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_psi, g_phi):
+        onehot, zg, d, factors, t, rs, e, ew, dz, amp, lam = ctx.state
+        psi1, kappa, s0 = factors[4], factors[6], factors[7]
+        n, mg = rs.shape
+        g = zg.shape[0]
+        need = ctx.needs_input_grad
+        if g_psi is None:
+            g_psi = psi1.new_zeros(())
+        if g_phi is None:
+            g_phi = psi1.new_zeros(n)
+        scale = amp.square() * s0
+        g_t = g_phi * scale  # [N]
+        g_la = (2.0 * g_t).unsqueeze(-1) * rs  # [N, Mg]
+        ewdz = (torch.mm(ew, dz.T) * onehot).sum(-1)  # Σ_ij E w dz of the point's own group, [N]
+        g_kappa = (-g_t * ewdz)[:, None, None]
+        g_d, g_amp, g_lam, g_v = _point_factor_gradients(g_psi * psi1, g_la, g_kappa, g_phi * t, g_psi, factors, d,
+                                                         amp, lam, scale)  # g_d: -∂/∂d, [N, Mg, 1]
+        g_z = g_weight = None
+        if need[2]:
+            # ∂/∂z_i = 2 Σ_j (dz̄_ij + dz̄_ji)(z_i - z_j) with dz̄ = -t̄ κ E ∘ w summed over each group's points
+            s_dz = torch.mm((onehot * (-4.0 * g_t * kappa[:, 0, 0]).unsqueeze(-1)).T, ew).view(g, mg, mg)
+            g_z = ((s_dz * (zg.unsqueeze(2) - zg.unsqueeze(1))).sum(-1) + onehot.T @ g_d[..., 0]).unsqueeze(-1)
+        if need[3]:
+            g_w = torch.mm((onehot * g_t.unsqueeze(-1)).T, e).view(g, mg, mg)
+            g_weight = 0.5 * (g_w + g_w.mT)
+        return -g_d.sum(1), g_v.sum(1), g_z, g_weight, g_amp, g_lam[:, 0], None
+
+
 def own_group_psi_statistics(mean, var, z, weight, amp, lsq, group):
     """Ψ₁ and tr(Φ_n W_g(n)) when each point n sees only the inducing inputs of its own group g(n) (e.g. one GP
     per output, each point belonging to one output), for SE-shaped kernels with one prefactor and squared
@@ -632,6 +866,8 @@ def own_group_psi_statistics(mean, var, z, weight, amp, lsq, group):
     and the contraction [N]. The per-point [Mg, Mg] terms are formed at once (N·Mg² memory): meant for small
     groups; `grouped_psi_statistics` handles large ones in chunks.
     """
+    if mean.shape[-1] == 1:
+        return _OwnGroupPsiContract1D.apply(mean, var, z, weight, amp, lsq, group)
     return _OwnGroupPsiContract.apply(mean, var, z, weight, amp, lsq, group)
 
 
@@ -678,7 +914,8 @@ def _grouped(mean, var, z, weight, amp, lsq, with_psi1: bool, validate: bool):
         order = torch.argsort(mean[:, 0].detach())
         zorder = torch.argsort(z[..., 0].detach(), dim=1)  # [G, Mg]
         row_order, col_order = zorder[rows], zorder[cols]
-    t = _BlockedExpContract.apply(la, lb, kappa, dz, w, order, row_order, col_order)
+    reach = (4.0 * denom / torch.minimum(a, b))[..., 0] if dx == 1 else None  # see `_taylor_terms`
+    t = _BlockedExpContract.apply(la, lb, kappa, dz, w, order, row_order, col_order, reach)
     return psi1, (scale * t).sum(-1)
 
 
