@@ -380,6 +380,18 @@ def _contract_forward(la, lb, kappa, dz, w, order, row_order, col_order, grad: b
     sym = lb is None
     n, p, mg = la.shape
     chunk = K._chunk_size(n, p, mg)
+    if terms is not None:
+        # the series where it costs less than the exponentials that matter: every (point, i, j) without windows,
+        # else at least each point's own rows x columns above the cut (the chunks' windows, known after sorting
+        # and `_contract_plan` below, are wider)
+        series_cost = terms * n * p * mg * mg * K._TAYLOR_COST
+        if n <= chunk or mg < K._MIN_WINDOWED:
+            active = n * p * mg * mg
+        else:
+            rows = (la > K._NEGLIGIBLE).sum(-1)
+            active = int((rows.square() if sym else rows * (lb > K._NEGLIGIBLE).sum(-1)).sum())
+        if series_cost <= active:
+            return _taylor_forward(*series, terms, grad, centre)
     if n <= chunk:  # one chunk: its window is every point's, whatever the orders
         order = row_order = col_order = None
     # [P, N, ·] layouts: a chunk is then a slice along dim 1 and every product is batched over P
@@ -398,11 +410,10 @@ def _contract_forward(la, lb, kappa, dz, w, order, row_order, col_order, grad: b
         dz = dz.permute(0, 2, 3, 1)[blocks, ro, co].permute(0, 3, 1, 2)
         w = w[blocks, ro, co]
     plan = _contract_plan(la2, lb2, kap2, dz, chunk)
-    if terms is not None:
-        # the series where it costs less than the exponentials of the windows that matter (`_contract_plan`)
+    if terms is not None and n > chunk and mg >= K._MIN_WINDOWED:
         active = sum(min(chunk, n - s) * (r1 - r0) * (c1 - c0) for s, ((r0, r1), (c0, c1), _) in
                      zip(range(0, n, chunk), plan)) * p
-        if terms * n * p * mg * mg * K._TAYLOR_COST <= active:
+        if series_cost <= active:
             return _taylor_forward(*series, terms, grad, centre)
     keep = grad and n * p * mg * mg <= K._KEEP_ELEMENTS
     state = _ContractState(sym, la2.unsqueeze(-1), lb2.unsqueeze(-2), kap2[..., None, None], kappa,

@@ -210,35 +210,42 @@ class _AlignmentMoments(torch.autograd.Function):
         σ̄²_d = Σ_n (ḡ_var + Ψ̄·Ψ/σ²),   c̄_d = Σ_n Σ_m ū (x - z)²,   z̄_d = -Σ_n 2 c ū (x - z),
         x̄ = ḡ_mean + Σ_m 2 c ū (x - z)
     (Ψ̄·Ψ/σ² written as Σ_m Ψ̄ e, e = exp(c (x - z)²), so that σ² = 0 is no division).
+    The per-output products Ψ_n T_d(n), T_d(n) ȳ_n and Σ_n Ψ_n ȳ_nᵀ run as single products over all D tables with
+    the point's own block picked (or, for T̄, Ψ placed in it): no per-point copy of T, [B, M, 1 + 2M], in memory.
     """
 
     @staticmethod
     def forward(ctx, x, out, z, variance, coef, table):
         d, m = z.shape
+        b, k = x.shape[0], table.shape[-1]
         s2, c = variance[out], coef[out]
         dx = x.unsqueeze(-1) - z[out]  # [B, M]
         e = torch.exp(c.unsqueeze(-1) * dx.square())
         psi = s2.unsqueeze(-1) * e
-        tab = table[out]  # [B, M, 1 + 2M]
-        y = torch.bmm(psi.unsqueeze(1), tab).squeeze(1)  # [B, 1 + 2M]
+        # Ψ_n T_d for every output d, the point's own kept: [B, M] x [M, D·(1 + 2M)]
+        y = (psi @ table.transpose(0, 1).reshape(m, d * k)).view(b, d, k)
+        y = y.gather(1, out.view(b, 1, 1).expand(b, 1, k)).squeeze(1)  # [B, 1 + 2M]
         quad = _quadratic_forms(y, psi, 2)  # Ψ C Ψᵀ, Ψ Δ Ψᵀ
         var = s2 + quad[:, 1]
-        ctx.save_for_backward(out, z, dx, e, psi, tab, y, s2, c, var, quad[:, 0])
-        ctx.shapes = (d, m)
+        ctx.save_for_backward(out, z, dx, e, psi, table, y, s2, c, var, quad[:, 0])
         return x + y[:, 0], var.clamp_min(0.0), quad[:, 0].clamp_min(0.0)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_mean, g_var, g_pc):
-        out, z, dx, e, psi, tab, y, s2, c, var, pc = ctx.saved_tensors
-        d, m = ctx.shapes
+        out, z, dx, e, psi, table, y, s2, c, var, pc = ctx.saved_tensors
+        d, m = z.shape
+        b, k = psi.shape[0], table.shape[-1]
         g_var = g_var * (var >= 0)  # clamp_min's gradient mask
         g_pc = g_pc * (pc >= 0)
         g_y = torch.cat([g_mean.unsqueeze(-1), g_pc.unsqueeze(-1) * psi, g_var.unsqueeze(-1) * psi], -1)
-        g_psi = torch.bmm(tab, g_y.unsqueeze(-1)).squeeze(-1)  # T ȳ, [B, M]
+        # T_d ȳ for every d, the point's own kept: [B, 1 + 2M] x [1 + 2M, D·M]
+        g_psi = (g_y @ table.permute(2, 0, 1).reshape(k, d * m)).view(b, d, m)
+        g_psi = g_psi.gather(1, out.view(b, 1, 1).expand(b, 1, m)).squeeze(1)  # T ȳ, [B, M]
         g_psi += (y[:, 1:].view(-1, 2, m) * torch.stack([g_pc, g_var], -1).unsqueeze(-1)).sum(1)
-        g_table = torch.zeros(d, m, tab.shape[-1], dtype=psi.dtype, device=psi.device).index_add_(
-            0, out, psi.unsqueeze(-1) * g_y.unsqueeze(1))
+        # T̄_d = Σ_{n: out[n]=d} Ψ_n ȳ_nᵀ: Ψ_n placed in its output's block of a [B, D·M] matrix, one product
+        placed = psi.new_zeros(b, d, m).scatter_(1, out.view(b, 1, 1).expand(b, 1, m), psi.unsqueeze(1))
+        g_table = (placed.view(b, d * m).T @ g_y).view(d, m, k)
         u = g_psi * psi
         dx2 = dx.square()
         g_c = (u * dx2).sum(-1)
