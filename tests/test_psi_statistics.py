@@ -371,9 +371,9 @@ def _force_series(monkeypatch):
     used = []
     original = ps._taylor_forward
 
-    def spy(*args):
-        used.append(args[5])
-        return original(*args)
+    def spy(state, *args):
+        used.append(state.coef.shape[-1])
+        return original(state, *args)
 
     monkeypatch.setattr(ps, "_taylor_forward", spy)
     monkeypatch.setattr(ps._BlockedExpContract, "_TAYLOR_COST", 0.0)
@@ -447,25 +447,35 @@ def test_series_float32_matches_float64(monkeypatch):
     torch.testing.assert_close(f32.double(), ref, rtol=1e-5, atol=1e-5)
 
 
-def test_windowed_exponentials_preferred_where_cheaper(monkeypatch):
-    """With short lengthscales and sorted chunks the exponentials of the windows that matter cost less than the
-    series over every (point, i, j): the cost model keeps the exponential path (the result is the same)."""
+def test_series_on_windows_equals_materialised(monkeypatch):
+    """Short lengthscales over a long input range, points in sorted chunks: the series runs on each chunk's
+    window of rows and columns (those outside add less than e^-40 of |w|) and equals the materialised
+    contraction in values and gradients; where its terms cost more than the exponentials (terms x _TAYLOR_COST
+    > 1) the exponential path runs and agrees."""
     from flowgp import psi_statistics as ps
 
-    used = []
-    original = ps._taylor_forward
-    monkeypatch.setattr(ps, "_taylor_forward", lambda *a: used.append(a[5]) or original(*a))
     _small_chunks(monkeypatch)
+    used = _force_series(monkeypatch)
     gen = torch.Generator().manual_seed(43)
-    n, g, mg = 200, 1, 60
-    mean = 10 * torch.rand(n, 1, generator=gen, dtype=torch.float64) - 5
-    var = 1e-5 * torch.rand(n, 1, generator=gen, dtype=torch.float64)
-    z = torch.linspace(-5, 5, mg, dtype=torch.float64).view(1, mg, 1)
-    w = torch.randn(g, mg, mg, generator=gen, dtype=torch.float64)
+    n, g, mg = 150, 2, 40
+    mean = (10 * torch.rand(n, 1, generator=gen, dtype=torch.float64) - 5).requires_grad_()
+    var = (1e-4 * torch.rand(n, 1, generator=gen, dtype=torch.float64)).requires_grad_()
+    z = (torch.linspace(-5, 5, mg, dtype=torch.float64)[torch.randperm(mg, generator=gen)].repeat(g, 1)[..., None]
+         + 0.05 * torch.randn(g, mg, 1, generator=gen, dtype=torch.float64)).requires_grad_()
+    w = _sym(torch.randn(g * mg, g * mg, generator=gen, dtype=torch.float64), g, mg)
     amp = torch.ones(n, g, dtype=torch.float64)
-    lsq = torch.full((n, g, 1), 0.01, dtype=torch.float64)
-    phi = grouped_psi_statistics(mean, var, z, w, amp, lsq)[1]
-    assert not used
-    monkeypatch.setattr(ps._BlockedExpContract, "_TAYLOR_COST", 0.0)
-    torch.testing.assert_close(grouped_psi_statistics(mean, var, z, w, amp, lsq)[1], phi, rtol=1e-12, atol=1e-12)
-    assert used
+    lsq = (0.01 + 0.01 * torch.rand(n, g, 1, generator=gen, dtype=torch.float64)).requires_grad_()
+    probe = torch.randn(n, generator=gen, dtype=torch.float64)
+    inputs = (mean, var, z, lsq)
+    ref = _reference(mean, var, z, w, amp, lsq)
+    g_ref = torch.autograd.grad((ref * probe).sum(), inputs)
+    results = {}
+    for cost in (0.0, 1.0):  # series forced / exponentials (every series has more than one term here)
+        monkeypatch.setattr(ps._BlockedExpContract, "_TAYLOR_COST", cost)
+        used.clear()
+        fast = grouped_psi2_contract(mean, var, z, w, amp, lsq)
+        results[cost] = list(used)
+        torch.testing.assert_close(fast, ref, rtol=1e-12, atol=1e-12)
+        for a, b in zip(torch.autograd.grad((fast * probe).sum(), inputs), g_ref):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    assert results[0.0] and min(results[0.0]) > 1 and not results[1.0]

@@ -217,12 +217,10 @@ class _BlockedExpContract(torch.autograd.Function):
     #: the series of `_taylor_forward` replaces the exponentials where at most this many terms suffice (each
     #: costs two products of [N, Mg] x [Mg, Mg] per block, against N·Mg² exponentials and passes); 0 turns it off
     _TAYLOR_MAX_TERMS = 16
-    #: cost of one term of the series per (point, i, j), relative to one exponential of the windows that matter
-    #: (forward and backward; measured 0.05-0.1 on CPU, float64, Mg = 50-200: docs/results/amogp)
+    #: cost of one term of the series per (point, i, j) of a window, relative to its exponential (forward and
+    #: backward; measured 0.05-0.1 on CPU, float64, Mg = 50-200: docs/results/amogp): the series is taken where
+    #: terms x this <= 1
     _TAYLOR_COST = 0.1
-    #: points per chunk of the series: about this many elements of its [P, chunk, T·Mg] products (256 KiB of
-    #: float64, in the cache for the passes over them)
-    _TAYLOR_CHUNK_ELEMENTS = 1 << 15
 
     @staticmethod
     def _chunk_size(n, p, mg):
@@ -376,22 +374,11 @@ def _contract_forward(la, lb, kappa, dz, w, order, row_order, col_order, grad: b
             # the derivatives in κ and dz are series with one term less (∂/∂κ of the k-th term is the (k-1)-th
             # with w ∘ dz): one more term bounds their remainder as the value's
             terms += 1
-        series = (la, lb, kappa, dz, w)
+        if terms is not None and terms * K._TAYLOR_COST > 1.0:
+            terms = None  # the exponentials of the same windows cost less
     sym = lb is None
     n, p, mg = la.shape
     chunk = K._chunk_size(n, p, mg)
-    if terms is not None:
-        # the series where it costs less than the exponentials that matter: every (point, i, j) without windows,
-        # else at least each point's own rows x columns above the cut (the chunks' windows, known after sorting
-        # and `_contract_plan` below, are wider)
-        series_cost = terms * n * p * mg * mg * K._TAYLOR_COST
-        if n <= chunk or mg < K._MIN_WINDOWED:
-            active = n * p * mg * mg
-        else:
-            rows = (la > K._NEGLIGIBLE).sum(-1)
-            active = int((rows.square() if sym else rows * (lb > K._NEGLIGIBLE).sum(-1)).sum())
-        if series_cost <= active:
-            return _taylor_forward(*series, terms, grad, centre)
     if n <= chunk:  # one chunk: its window is every point's, whatever the orders
         order = row_order = col_order = None
     # [P, N, ·] layouts: a chunk is then a slice along dim 1 and every product is batched over P
@@ -410,11 +397,10 @@ def _contract_forward(la, lb, kappa, dz, w, order, row_order, col_order, grad: b
         dz = dz.permute(0, 2, 3, 1)[blocks, ro, co].permute(0, 3, 1, 2)
         w = w[blocks, ro, co]
     plan = _contract_plan(la2, lb2, kap2, dz, chunk)
-    if terms is not None and n > chunk and mg >= K._MIN_WINDOWED:
-        active = sum(min(chunk, n - s) * (r1 - r0) * (c1 - c0) for s, ((r0, r1), (c0, c1), _) in
-                     zip(range(0, n, chunk), plan)) * p
-        if series_cost <= active:
-            return _taylor_forward(*series, terms, grad, centre)
+    if terms is not None:
+        state = _TaylorState(sym, la2, lb2, kappa, dz, w, order, row_order, col_order, terms, centre)
+        t = _taylor_forward(state, plan, chunk, grad).transpose(0, 1)
+        return (t if order is None else t[torch.argsort(order)]), (state if grad else None)
     keep = grad and n * p * mg * mg <= K._KEEP_ELEMENTS
     state = _ContractState(sym, la2.unsqueeze(-1), lb2.unsqueeze(-2), kap2[..., None, None], kappa,
                            dz.unsqueeze(1), w, order, row_order, col_order)
@@ -443,8 +429,6 @@ def _contract_forward(la, lb, kappa, dz, w, order, row_order, col_order, grad: b
 def _contract_backward(state, grad, need_w: bool):
     """(∂la, ∂lb (None when sym), ∂κ, ∂dz, ∂w) of `_contract_forward` for ∂F/∂t = grad [N, P] (∂dz, ∂w None
     unless need_w)."""
-    if isinstance(state, _TaylorState):
-        return _taylor_backward(state, grad, need_w)
     sym, order, row_order, col_order = state.sym, state.order, state.row_order, state.col_order
     p, n, mg = state.row_sum.shape
     dx = state.kappa.shape[-1]
@@ -452,7 +436,10 @@ def _contract_backward(state, grad, need_w: bool):
     if order is not None:
         grad_t = grad_t[:, order]
     g_w = g_dz = None
-    if need_w or not state.sums_ready:
+    if isinstance(state, _TaylorState):
+        if need_w:
+            g_w, g_dz = _taylor_weight_gradients(state, grad_t)
+    elif need_w or not state.sums_ready:
         mg_ = state.w.shape[-1]
         buf = None
         if any(e is None for e in state.kept):
@@ -479,12 +466,12 @@ def _contract_backward(state, grad, need_w: bool):
             state.sums_ready = True
         if need_w:
             g_w, g_dz = acc[:, 0], -(state.w.unsqueeze(1) * acc[:, 1:])
-            if row_order is not None:  # back to the caller's order of rows and columns
-                blocks = torch.arange(p, device=grad.device)[:, None, None]
-                ro, co = row_order[:, :, None], col_order[:, None, :]
-                g_w = torch.zeros_like(g_w).index_put_((blocks, ro, co), g_w)
-                g_dz = g_dz.permute(0, 2, 3, 1)
-                g_dz = torch.zeros_like(g_dz).index_put_((blocks, ro, co), g_dz).permute(0, 3, 1, 2)
+    if g_w is not None and row_order is not None:  # back to the caller's order of rows and columns
+        blocks = torch.arange(p, device=grad.device)[:, None, None]
+        ro, co = row_order[:, :, None], col_order[:, None, :]
+        g_w = torch.zeros_like(g_w).index_put_((blocks, ro, co), g_w)
+        g_dz = g_dz.permute(0, 2, 3, 1)
+        g_dz = torch.zeros_like(g_dz).index_put_((blocks, ro, co), g_dz).permute(0, 3, 1, 2)
     g = grad_t.unsqueeze(-1)
     # la is both the row and the column factor of a symmetric block: its gradient counts twice
     g_la = (2.0 * g if sym else g) * state.row_sum  # [P, N, Mg]
@@ -539,108 +526,96 @@ def _taylor_terms(rho_max: float, dtype) -> int | None:
 
 
 class _TaylorState:
-    """What `_taylor_backward` reads: per block and point the row and column sums (Σ_j E_ij w_ij, Σ_i E_ij w_ij,
-    the factors of ∂la and ∂lb), ∂t/∂κ, and for ∂w, ∂dz the factors a, b, the coefficients c_k, the matrices
-    exp(-κ₀ dz) (s dz)^k/k!, s, κ₀ and w."""
+    """The series' counterpart of `_ContractState`, in the same sorted `[P, N, ·]` layout: what
+    `_contract_backward` reads (row and column sums Σ_j E_ij w_ij, Σ_i E_ij w_ij, `wdz_sum` = -∂t/∂κ, the orders)
+    and, for ∂w and ∂dz, the factors a, b, the coefficients c_k, the matrices P_k = exp(-κ₀ dz) (s dz)^k/k!, s,
+    κ₀, w and the pieces evaluated."""
 
-    def __init__(self, sym, row_sum, col_sum, dkappa, a, b, coef, powers, scale, centre, w):
-        self.sym, self.row_sum, self.col_sum, self.dkappa = sym, row_sum, col_sum, dkappa
-        self.a, self.b, self.coef, self.powers, self.scale, self.centre, self.w = a, b, coef, powers, scale, centre, w
+    def __init__(self, sym, la2, lb2, kappa, dz, w, order, row_order, col_order, terms, centre):
+        self.sym, self.order, self.row_order, self.col_order = sym, order, row_order, col_order
+        self.a = la2.exp2()  # exp(la), [P, N, Mg]
+        self.b = self.a if sym else lb2.exp2()
+        self.centre = centre.to(la2.dtype).unsqueeze(-1)  # [P, 1]
+        dev = kappa[..., 0] - self.centre  # κ - κ₀, [P, N]
+        scale = dev.abs().amax(1, keepdim=True)
+        self.scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # [P, 1]
+        base = dz[:, 0]  # [P, Mg, Mg]
+        x = self.scale.unsqueeze(-1) * base
+        powers = [torch.exp(-self.centre.unsqueeze(-1) * base)]
+        for k in range(1, terms):
+            powers.append(powers[-1] * x / k)
+        self.powers = torch.stack(powers, 1)  # [P, T, Mg, Mg]
+        self.w = w
+        self.coef = (-dev / self.scale).unsqueeze(-1).pow(
+            torch.arange(terms, dtype=la2.dtype, device=la2.device))  # [P, N, T]
+        self.kappa = kappa
+        self.pieces = []
+        self.row_sum = self.col_sum = self.wdz_sum = None
 
 
-def _taylor_chunk(p: int, n: int, per_point: int) -> int:
-    """Points per chunk of the series: about `_BlockedExpContract._TAYLOR_CHUNK_ELEMENTS` elements of the
-    [P, chunk, T·Mg] products, so that they stay in the cache between the product and the passes over it."""
-    return max(1, min(n, _BlockedExpContract._TAYLOR_CHUNK_ELEMENTS // max(1, p * per_point)))
-
-
-def _taylor_forward(la, lb, kappa, dz, w, terms: int, grad: bool, centre):
-    """t [N, P] of `_BlockedExpContract` (one input dimension) as the `terms`-term series above around the
-    couplings `centre` [P], and the state of its backward (None without grad). With c_nk = (-(κ_n - κ₀)/s)^k and
-    W_k = w ∘ exp(-κ₀ dz) ∘ (s dz)^k/k!, per chunk of points one product y = a [W_0 | W_1 | ...]
-    ([P, chunk, Mg] x [Mg, T·Mg]), then
+def _taylor_forward(state, plan, chunk: int, grad: bool):
+    """t [P, N] (sorted order) of `_BlockedExpContract` (one input dimension) as the series above, over the same
+    chunks of points and windows of rows and columns as the exponential path (`_contract_plan`). With
+    c_nk = (-(κ_n - κ₀)/s)^k and W_k = w ∘ P_k, per chunk one product y = a [W_0 | W_1 | ...] on its window
+    ([P, chunk, rows] x [rows, T·columns]), then
         q_nk = y_nk · b_n,   t_n = Σ_k c_nk q_nk,   ∂t/∂b_n = Σ_k c_nk y_nk,   ∂t/∂κ_n = -(1/s) Σ_k k c_n,k-1 q_nk
-    (and ∂t/∂a_n from b [W_0ᵀ | ...] where a ≠ b). Layout [P, N, ·]: every product is batched over the blocks;
-    the chunks keep y in the cache for the passes over it. (Folding c_nk into the left factor, [a ⊗ c_k] times
-    the stacked W_k, measured slower: a product with a long inner dimension and few columns.)"""
-    sym = lb is None
-    n, p, mg = la.shape
-    a = la.transpose(0, 1).exp()  # [P, N, Mg]
-    b = a if sym else lb.transpose(0, 1).exp()
-    centre = centre.to(la.dtype).unsqueeze(-1)  # [P, 1]
-    dev = kappa[..., 0].transpose(0, 1) - centre  # κ - κ₀, [P, N]
-    scale = dev.abs().amax(1, keepdim=True)
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # [P, 1]
-    base = dz[:, 0]  # [P, Mg, Mg]
-    x = scale.unsqueeze(-1) * base
-    powers = [torch.exp(-centre.unsqueeze(-1) * base)]
-    for k in range(1, terms):
-        powers.append(powers[-1] * x / k)
-    powers = torch.stack(powers, 1)  # [P, T, Mg, Mg]: exp(-κ₀ dz) (s dz)^k / k!
-    wk = w.unsqueeze(1) * powers
-    cols = wk.transpose(1, 2).reshape(p, mg, terms * mg)  # [P, Mg_i, T·Mg_j]
-    rows = None if sym else wk.permute(0, 3, 1, 2).reshape(p, mg, terms * mg)  # [P, Mg_j, T·Mg_i]
-    coef = (-dev / scale).unsqueeze(-1).pow(torch.arange(terms, dtype=la.dtype, device=la.device))  # [P, N, T]
-    quad = la.new_empty(p, n, terms)  # q_nk = a_nᵀ W_k b_n
-    row_sum = col_sum = None
+    (and ∂t/∂a_n from b [W_0ᵀ | ...] where a ≠ b). Rows and columns outside a chunk's window add less than e^-40
+    of |w| (as on the exponential path) and are skipped; its products stay in the cache. (Folding c_nk into the
+    left factor, [a ⊗ c_k] times the stacked W_k, measured slower: a long inner dimension and few columns.)"""
+    st = state
+    a, b, coef, sym = st.a, st.b, st.coef, st.sym
+    p, n, mg = a.shape
+    terms = coef.shape[-1]
+    wk = st.w.unsqueeze(1) * st.powers  # [P, T, Mg, Mg]
+    quad = a.new_zeros(p, n, terms)  # q_nk = a_nᵀ W_k b_n
     if grad:
-        col_sum = la.new_empty(p, n, mg)  # ∂t/∂b, then b ∘ it
-        row_sum = col_sum if sym else la.new_empty(p, n, mg)
-    chunk = _taylor_chunk(p, n, terms * mg)
-    work = la.new_empty(p * chunk * terms * mg)
-    for s in range(0, n, chunk):
+        st.col_sum = a.new_zeros(p, n, mg)  # ∂t/∂b, then b ∘ it
+        st.row_sum = st.col_sum if sym else a.new_zeros(p, n, mg)
+    for s, ((r0, r1), (c0, c1), _) in zip(range(0, n, chunk), plan):
+        if r1 == r0 or c1 == c0:
+            continue
         nc = min(chunk, n - s)
+        st.pieces.append((s, nc, (r0, r1), (c0, c1)))
         sl = slice(s, s + nc)
-        buf = work[:p * nc * terms * mg].view(p, nc, terms * mg)
-        y = torch.bmm(a[:, sl], cols, out=buf).view(p, nc, terms, mg)
-        torch.sum(y * b[:, sl].unsqueeze(2), -1, out=quad[:, sl])
+        block = wk[:, :, r0:r1, c0:c1]
+        cols = block.transpose(1, 2).reshape(p, r1 - r0, terms * (c1 - c0))
+        y = torch.bmm(a[:, sl, r0:r1], cols).view(p, nc, terms, c1 - c0)
+        quad[:, sl] = (y * b[:, sl, None, c0:c1]).sum(-1)
         if grad:
-            torch.sum(y.mul_(coef[:, sl].unsqueeze(-1)), 2, out=col_sum[:, sl])
+            st.col_sum[:, sl, c0:c1] = y.mul_(coef[:, sl].unsqueeze(-1)).sum(2)
             if not sym:
-                y = torch.bmm(b[:, sl], rows, out=buf).view(p, nc, terms, mg)
-                torch.sum(y.mul_(coef[:, sl].unsqueeze(-1)), 2, out=row_sum[:, sl])
+                rows = block.permute(0, 3, 1, 2).reshape(p, c1 - c0, terms * (r1 - r0))
+                y = torch.bmm(b[:, sl, c0:c1], rows).view(p, nc, terms, r1 - r0)
+                st.row_sum[:, sl, r0:r1] = y.mul_(coef[:, sl].unsqueeze(-1)).sum(2)
     t = (coef * quad).sum(-1)  # [P, N]
-    state = None
     if grad:
-        # Σ_i E_ij w_ij and Σ_j E_ij w_ij (the factors of ∂lb, ∂la) and ∂t/∂κ with ∂c_k/∂κ = -(k/s) c_{k-1}
-        col_sum.mul_(b)
+        # Σ_i E_ij w_ij and Σ_j E_ij w_ij (the factors of ∂lb, ∂la) and -∂t/∂κ (∂c_k/∂κ = -(k/s) c_{k-1})
+        st.col_sum.mul_(b)
         if not sym:
-            row_sum.mul_(a)
-        steps = torch.arange(1, terms, dtype=la.dtype, device=la.device)
-        dkappa = -(quad[..., 1:] * coef[..., :-1] * steps).sum(-1) / scale  # [P, N]
-        state = _TaylorState(sym, row_sum, None if sym else col_sum, dkappa, a, b, coef, powers, scale, centre, w)
-    return t.transpose(0, 1), state
+            st.row_sum.mul_(a)
+        steps = torch.arange(1, terms, dtype=a.dtype, device=a.device)
+        st.wdz_sum = ((quad[..., 1:] * coef[..., :-1] * steps).sum(-1) / st.scale).unsqueeze(1)  # [P, 1, N]
+    return t
 
 
-def _taylor_backward(state, grad, need_w: bool):
-    """(∂la, ∂lb (None when sym), ∂κ, ∂dz, ∂w) of `_taylor_forward` for ∂F/∂t = grad [N, P] (∂dz, ∂w None unless
-    need_w): with P_k = exp(-κ₀ dz) (s dz)^k/k! (∂P_k/∂dz = s P_{k-1} - κ₀ P_k) and G_k = Σ_n t̄_n c_nk a_n b_nᵀ =
-    [a ⊗ t̄ c_k]ᵀ b (one product per block and chunk of points), ∂w = Σ_k P_k ∘ G_k and
-    ∂dz = w ∘ (s Σ_{k>=1} P_{k-1} ∘ G_k - κ₀ ∂w)."""
-    grad_t = grad.transpose(0, 1)  # [P, N]
-    g = grad_t.unsqueeze(-1)
-    g_la = (2.0 * g if state.sym else g) * state.row_sum
-    g_lb = None if state.sym else g * state.col_sum
-    g_kappa = (grad_t * state.dkappa).unsqueeze(-1)  # [P, N, 1]
-    g_w = g_dz = None
-    if need_w:
-        p, n, mg = state.a.shape
-        terms = state.coef.shape[-1]
-        gc = g * state.coef  # [P, N, T]
-        gk = grad.new_zeros(p, terms * mg, mg)
-        chunk = _taylor_chunk(p, n, terms * mg)
-        work = grad.new_empty(p * chunk * terms * mg)
-        for s in range(0, n, chunk):
-            nc = min(chunk, n - s)
-            sl = slice(s, s + nc)
-            left = torch.mul(gc[:, sl].unsqueeze(-1), state.a[:, sl].unsqueeze(2),
-                             out=work[:p * nc * terms * mg].view(p, nc, terms, mg))
-            gk.baddbmm_(left.view(p, nc, terms * mg).transpose(1, 2), state.b[:, sl])
-        gk = gk.view(p, terms, mg, mg)  # G_k
-        g_w = (state.powers * gk).sum(1)
-        shifted = (state.powers[:, :-1] * gk[:, 1:]).sum(1)
-        g_dz = (state.w * (state.scale.unsqueeze(-1) * shifted - state.centre.unsqueeze(-1) * g_w)).unsqueeze(1)
-    return g_la.transpose(0, 1), None if g_lb is None else g_lb.transpose(0, 1), g_kappa.transpose(0, 1), g_dz, g_w
+def _taylor_weight_gradients(state, grad_t):
+    """(∂w, ∂dz) of `_taylor_forward` in its sorted layout for ∂F/∂t = grad_t [P, N]: with
+    G_k = Σ_n t̄_n c_nk a_n b_nᵀ = [a ⊗ t̄ c_k]ᵀ b (one product per piece, on its window) and
+    ∂P_k/∂dz = s P_{k-1} - κ₀ P_k:  ∂w = Σ_k P_k ∘ G_k,   ∂dz = w ∘ (s Σ_{k>=1} P_{k-1} ∘ G_k - κ₀ ∂w)."""
+    st = state
+    p, n, mg = st.a.shape
+    terms = st.coef.shape[-1]
+    gc = grad_t.unsqueeze(-1) * st.coef  # [P, N, T]
+    gk = grad_t.new_zeros(p, terms, mg, mg)
+    for s, nc, (r0, r1), (c0, c1) in st.pieces:
+        sl = slice(s, s + nc)
+        left = (gc[:, sl].unsqueeze(-1) * st.a[:, sl, None, r0:r1]).view(p, nc, terms * (r1 - r0))
+        gk[:, :, r0:r1, c0:c1] += torch.bmm(left.transpose(1, 2), st.b[:, sl, c0:c1]).view(
+            p, terms, r1 - r0, c1 - c0)
+    g_w = (st.powers * gk).sum(1)
+    shifted = (st.powers[:, :-1] * gk[:, 1:]).sum(1)
+    g_dz = (st.w * (st.scale.unsqueeze(-1) * shifted - st.centre.unsqueeze(-1) * g_w)).unsqueeze(1)
+    return g_w, g_dz
 
 def _point_factors(d, v, lam, amp):
     """The per-point factors of eqs. 24-25 shared by `_DiagonalPsiContract` and `_OwnGroupPsiContract`, with the
