@@ -258,12 +258,13 @@ def _contract_plan(la2, lb2, kap2, dz, chunk):
     low = la2.amin(-1) + (la2 if sym else lb2).amin(-1) - (kap2 * dz.amax((-2, -1)).unsqueeze(1)).sum(-1)  # [P, N]
     if count == 1:
         return [((0, mg), (0, mg), bool(low.amin() < floor))]
-    parts = [(low.amin(0) < floor).to(la2.dtype).unsqueeze(-1)] + (
-        [la2.amax(0)] if sym else [la2.amax(0), lb2.amax(0)])  # [N, 1], [N, Mg] (, [N, Mg])
-    stats = torch.cat(parts, -1)
-    if count * chunk != n:  # padding rows: inactive, no clamp
-        stats = torch.cat([stats, stats.new_full((count * chunk - n, stats.shape[-1]), -math.inf)])
-    stats = stats.view(count, chunk, -1).amax(1)  # [count, 1 + Mg (+ Mg)]
+    width = 1 + mg * (1 if sym else 2)
+    stats = la2.new_full((count * chunk, width), -math.inf)  # padding rows past n: inactive, no clamp
+    torch.amax(la2, 0, out=stats[:n, 1:1 + mg]) if p > 1 else stats[:n, 1:1 + mg].copy_(la2[0])
+    if not sym:
+        torch.amax(lb2, 0, out=stats[:n, 1 + mg:]) if p > 1 else stats[:n, 1 + mg:].copy_(lb2[0])
+    stats[:n, 0] = (low.amin(0) < floor).to(la2.dtype)
+    stats = stats.view(count, chunk, width).amax(1)  # [count, 1 + Mg (+ Mg)]
     active = stats[:, 1:].view(count, -1, mg) > _BlockedExpContract._NEGLIGIBLE * _LOG2E
     idx = torch.arange(mg, device=la2.device)
     first = torch.where(active, idx, mg).amin(-1)  # [count, 1 or 2]
@@ -617,16 +618,22 @@ def _taylor_weight_gradients(state, grad_t):
     g_dz = (st.w * (st.scale.unsqueeze(-1) * shifted - st.centre.unsqueeze(-1) * g_w)).unsqueeze(1)
     return g_w, g_dz
 
+def _sum_dims(x):
+    """Σ over the input dimensions (the last axis): a view without the axis for one dimension (a reduction over
+    one element is a copy and a pass)."""
+    return x.squeeze(-1) if x.shape[-1] == 1 else x.sum(-1)
+
+
 def _point_factors(d, v, lam, amp):
     """The per-point factors of eqs. 24-25 shared by `_DiagonalPsiContract` and `_OwnGroupPsiContract`, with the
     inducing inputs on axis -2 of d = μ - z and the input dimensions on axis -1 (v, λ broadcast against d):
     d², 1/c1, 1/c2, Ψ/c, Ψ₁ = c Ψ/c, la = -Σ_k ½ d²/c2, κ = ½ v/(λ c2) and Π_k sqrt(λ/c2) (c1 = λ + v, c2 = λ + 2v)."""
     d2 = d.square()
     inv1 = (lam + v).reciprocal()  # 1/c1
-    q1 = torch.exp(torch.addcmul(0.5 * (lam * inv1).log(), d2, inv1, value=-0.5).sum(-1))  # Ψ / c
+    q1 = torch.exp(_sum_dims(torch.addcmul(0.5 * (lam * inv1).log(), d2, inv1, value=-0.5)))  # Ψ / c
     psi1 = amp.unsqueeze(-1) * q1
     inv2 = (lam + 2.0 * v).reciprocal()  # 1/c2
-    la = (d2 * inv2).sum(-1).mul_(-0.5)
+    la = _sum_dims(d2 * inv2).mul_(-0.5)
     kappa = 0.5 * v * inv2 / lam
     s0 = torch.exp(0.5 * (lam * inv2).log().sum((-2, -1)))  # Π_k sqrt(λ/c2)
     return d2, inv1, inv2, q1, psi1, la, kappa, s0
