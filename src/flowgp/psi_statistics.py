@@ -724,6 +724,19 @@ class _DiagonalPsiContract(torch.autograd.Function):
         return -g_d.sum((1, 2)), g_v.sum((1, 2)), g_z, g_weight, g_amp, g_lam[:, :, 0]
 
 
+def _own_group_upstream(g_psi, g_phi, factors, amp, rs):
+    """The own-group nodes' backward inputs: Ψ̄ and φ̄ (zeros where absent), scale = c² Π sqrt(λ/c2), t̄ = φ̄ scale
+    and ∂la = 2 t̄ Σ_j E_ij w_ij (la is the row and the column factor)."""
+    psi1, s0 = factors[4], factors[7]
+    if g_psi is None:
+        g_psi = psi1.new_zeros(())
+    if g_phi is None:
+        g_phi = psi1.new_zeros(rs.shape[0])
+    scale = amp.square() * s0
+    g_t = g_phi * scale  # [N]
+    return g_psi, g_phi, scale, g_t, (2.0 * g_t).unsqueeze(-1) * rs
+
+
 class _OwnGroupPsiContract(torch.autograd.Function):
     """Ψ₁ [N, Mg] and tr(Φ_n W_g(n)) [N] when point n sees only the inducing inputs of its own group g(n) (one
     prefactor c_n and squared lengthscale λ_n each), materialised per point: for small groups (the per-point
@@ -760,18 +773,12 @@ class _OwnGroupPsiContract(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_psi, g_phi):
         group, g, zg, d, factors, t, rs, e, ew, dzg, amp, lam = ctx.state
-        psi1, kappa, s0 = factors[4], factors[6], factors[7]
+        kappa = factors[6]
         n, mg, dx = d.shape
         need = ctx.needs_input_grad
-        if g_psi is None:
-            g_psi = psi1.new_zeros(())
-        if g_phi is None:
-            g_phi = psi1.new_zeros(n)
-        scale = amp.square() * s0
-        g_t = g_phi * scale  # [N]
-        g_la = (2.0 * g_t).unsqueeze(-1) * rs  # [N, Mg]
+        g_psi, g_phi, scale, g_t, g_la = _own_group_upstream(g_psi, g_phi, factors, amp, rs)
         g_kappa = -g_t[:, None, None] * (ew.unsqueeze(-1) * dzg).sum((1, 2)).unsqueeze(1)  # [N, 1, Dx]
-        g_d, g_amp, g_lam, g_v = _point_factor_gradients(g_psi * psi1, g_la, g_kappa, g_phi * t, g_psi, factors, d,
+        g_d, g_amp, g_lam, g_v = _point_factor_gradients(g_psi * factors[4], g_la, g_kappa, g_phi * t, g_psi, factors, d,
                                                          amp, lam, scale)  # g_d: -∂/∂d, [N, Mg, Dx]
         g_z = g_weight = None
         if need[2]:
@@ -822,20 +829,14 @@ class _OwnGroupPsiContract1D(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_psi, g_phi):
         onehot, zg, d, factors, t, rs, e, ew, dz, amp, lam = ctx.state
-        psi1, kappa, s0 = factors[4], factors[6], factors[7]
+        kappa = factors[6]
         n, mg = rs.shape
         g = zg.shape[0]
         need = ctx.needs_input_grad
-        if g_psi is None:
-            g_psi = psi1.new_zeros(())
-        if g_phi is None:
-            g_phi = psi1.new_zeros(n)
-        scale = amp.square() * s0
-        g_t = g_phi * scale  # [N]
-        g_la = (2.0 * g_t).unsqueeze(-1) * rs  # [N, Mg]
+        g_psi, g_phi, scale, g_t, g_la = _own_group_upstream(g_psi, g_phi, factors, amp, rs)
         ewdz = (torch.mm(ew, dz.T) * onehot).sum(-1)  # Σ_ij E w dz of the point's own group, [N]
         g_kappa = (-g_t * ewdz)[:, None, None]
-        g_d, g_amp, g_lam, g_v = _point_factor_gradients(g_psi * psi1, g_la, g_kappa, g_phi * t, g_psi, factors, d,
+        g_d, g_amp, g_lam, g_v = _point_factor_gradients(g_psi * factors[4], g_la, g_kappa, g_phi * t, g_psi, factors, d,
                                                          amp, lam, scale)  # g_d: -∂/∂d, [N, Mg, 1]
         g_z = g_weight = None
         if need[2]:
