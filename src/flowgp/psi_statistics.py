@@ -507,7 +507,7 @@ def _contract_backward(state, grad, need_w: bool):
 # The matrices exp(-κ₀ dz) (s dz)^k/k!, s = max_n |κ_n - κ₀|, are formed once per call and the coefficients
 # (-(κ_n - κ₀)/s)^k lie in [-1, 1], so no power over- or underflows; t depends on neither κ₀ nor s. In
 # AMO-GP's CP layer the couplings of a fit differ by tens of per cent at most (ρ ≈ 1e-4 or less: 5 terms in
-# float64, 1 when every input variance is the same); see docs/results/amogp.
+# float64, 1 when every input variance is the same; one more for gradients); see docs/results/amogp.
 
 
 def _taylor_terms(rho_max: float, dtype) -> int | None:
