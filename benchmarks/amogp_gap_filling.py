@@ -185,13 +185,15 @@ def plot(out, sites):
         if row == 0:
             ax.legend(fontsize=7, ncol=3)
         ax = axes[row, 1]
-        if "align_grid" in c:
+        # the alignments of `amogp` where it ran, else of `amogp-tight` (the estimator's defaults)
+        prefix, which = ("align", "amogp") if "align_0_mean" in c else ("align_tight", "amogp-tight")
+        if "align_grid" in c and f"{prefix}_0_mean" in c:
             for d, name in enumerate(SITES):
-                m, s = c[f"align_{d}_mean"] - c["align_grid"], c[f"align_{d}_sd"]
+                m, s = c[f"{prefix}_{d}_mean"] - c["align_grid"], c[f"{prefix}_{d}_sd"]
                 ax.plot(c["align_grid"], m, label=name)
                 ax.fill_between(c["align_grid"], m - 2 * s, m + 2 * s, alpha=0.15)
             ax.axvspan(c["test_x"].min(), c["test_x"].max(), color="0.92")
-            ax.set_title("learned alignment â_d(t) − t (hours)")
+            ax.set_title(f"{which}: alignment â_d(t) − t (hours)")
             ax.set_xlabel("hours from window start")
             if row == 0:
                 ax.legend(fontsize=7)
