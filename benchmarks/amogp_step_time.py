@@ -58,6 +58,8 @@ def parse(argv=None):
     p.add_argument("--steps", type=int, default=6, help="minibatch steps per model and round")
     p.add_argument("--full-steps", type=int, default=2, help="full-batch steps per model and round")
     p.add_argument("--fit-epochs", type=int, default=0)
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="also profile this many full-batch AMO-GP steps (torch.profiler) and print where they go")
     p.add_argument("--start-epochs", type=int, default=1,
                    help="epochs of the estimator's own fit before the steps are timed (1: at the initialisation; "
                         "a few hundred: at a fitted state, whose shorter lengthscales and spread input variances "
@@ -105,6 +107,35 @@ def time_steps(model, opt, xt, yt, ot, batches):
     return statistics.median(times[1:])
 
 
+def profile_full_batch(model, xt, yt, ot, opt, steps):
+    """Per full-batch step: the custom autograd nodes' forward and backward times and the other autograd nodes
+    of the backward (torch.profiler's CPU totals; the profiler adds its own overhead to every operation)."""
+    from torch.profiler import profile
+
+    def step():
+        opt.zero_grad()
+        loss = -model.elbo(xt, yt, ot, num_data=xt.shape[0])
+        loss.backward()
+        opt.step()
+
+    step()
+    t0 = time.perf_counter()
+    with profile() as prof:
+        for _ in range(steps):
+            step()
+    total = (time.perf_counter() - t0) / steps * 1e3
+    prefix = "autograd::engine::evaluate_function: "
+    rows = {e.key: e.cpu_time_total / steps / 1e3 for e in prof.key_averages()}
+    custom = {k: v for k, v in rows.items() if k[:1] == "_" and not k.startswith("_to")}  # autograd.Function nodes
+    graph = {k[len(prefix):]: v for k, v in rows.items() if k.startswith(prefix) and not k[len(prefix):].startswith("_")}
+    print(f"profiled full-batch AMO-GP step: {total:.1f} ms (with the profiler's overhead)")
+    for name, ms in sorted(custom.items(), key=lambda kv: -kv[1]):
+        print(f"  {ms:7.2f} ms  {name}")
+    print(f"  {sum(graph.values()):7.2f} ms  the other {len(graph)} kinds of autograd node in the backward; largest:")
+    for name, ms in sorted(graph.items(), key=lambda kv: -kv[1])[:5]:
+        print(f"  {ms:7.2f} ms    {name}")
+
+
 def main(argv=None):
     args = parse(argv)
     torch.set_num_threads(1)
@@ -133,6 +164,8 @@ def main(argv=None):
     if args.full_steps:
         res["extrapolated_1500_epoch_full_batch_fit_s"] = 1.5 * res["amogp_full_ms"]
         print(f"1 500 full-batch epochs extrapolated: {res['extrapolated_1500_epoch_full_batch_fit_s']:.0f} s")
+    if args.profile_steps:
+        profile_full_batch(*models["amogp"], opts["amogp"], args.profile_steps)
     if args.fit_epochs:
         t0 = time.perf_counter()
         est = AlignedMultiOutputGPRegressor(num_inducing=args.num_inducing, epochs=args.fit_epochs, verbose=False,
