@@ -218,8 +218,8 @@ class _BlockedExpContract(torch.autograd.Function):
     #: costs two products of [N, Mg] x [Mg, Mg] per block, against N·Mg² exponentials and passes); 0 turns it off
     _TAYLOR_MAX_TERMS = 16
     #: cost of one term of the series per (point, i, j) of a window, relative to its exponential (forward and
-    #: backward; measured 0.05-0.1 on CPU, float64, Mg = 50-200: docs/results/amogp): the series is taken where
-    #: terms x this <= 1
+    #: backward), set above the 0.04-0.07 that CPU timings in float64 at Mg = 50-200 gave, so that the series is
+    #: taken only where clearly cheaper (terms x this <= 1); the step times are in docs/results/amogp
     _TAYLOR_COST = 0.1
 
     @staticmethod
