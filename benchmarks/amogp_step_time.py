@@ -92,6 +92,14 @@ def model_and_tensors(layers, X, y, o, args):
     return est.model_, xt, yt, ot
 
 
+def step(model, opt, xt, yt, ot, idx=slice(None)):
+    """One training step on the rows idx: bound, backward, the optimiser's update."""
+    opt.zero_grad()
+    loss = -model.elbo(xt[idx], yt[idx], ot[idx], num_data=xt.shape[0])
+    loss.backward()
+    opt.step()
+
+
 def time_steps(model, opt, xt, yt, ot, batches):
     """Median time of one step (bound, backward, optimiser) over `batches`, after one untimed step: the first
     step after the other model ran pays for the allocator's state the other model left (page faults of regrown
@@ -99,10 +107,7 @@ def time_steps(model, opt, xt, yt, ot, batches):
     times = []
     for idx in batches[:1] + batches:
         t0 = time.perf_counter()
-        opt.zero_grad()
-        loss = -model.elbo(xt[idx], yt[idx], ot[idx], num_data=xt.shape[0])
-        loss.backward()
-        opt.step()
+        step(model, opt, xt, yt, ot, idx)
         times.append(time.perf_counter() - t0)
     return statistics.median(times[1:])
 
@@ -112,17 +117,11 @@ def profile_full_batch(model, xt, yt, ot, opt, steps):
     of the backward (torch.profiler's CPU totals; the profiler adds its own overhead to every operation)."""
     from torch.profiler import profile
 
-    def step():
-        opt.zero_grad()
-        loss = -model.elbo(xt, yt, ot, num_data=xt.shape[0])
-        loss.backward()
-        opt.step()
-
-    step()
+    step(model, opt, xt, yt, ot)
     t0 = time.perf_counter()
     with profile() as prof:
         for _ in range(steps):
-            step()
+            step(model, opt, xt, yt, ot)
     total = (time.perf_counter() - t0) / steps * 1e3
     prefix = "autograd::engine::evaluate_function: "
     rows = {e.key: e.cpu_time_total / steps / 1e3 for e in prof.key_averages()}

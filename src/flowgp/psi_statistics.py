@@ -214,8 +214,8 @@ class _BlockedExpContract(torch.autograd.Function):
     #: groups smaller than this are not windowed (every row and column counts, no host read): the search
     #: costs more than it can skip
     _MIN_WINDOWED = 16
-    #: the series of `_taylor_forward` replaces the exponentials where at most this many terms suffice (each
-    #: costs two products of [N, Mg] x [Mg, Mg] per block, against N·Mg² exponentials and passes); 0 turns it off
+    #: the most terms `_taylor_terms` looks for (0 turns the series off); which path runs where a series is found
+    #: is `_TAYLOR_COST`'s rule, which allows at most 10 terms
     _TAYLOR_MAX_TERMS = 16
     #: cost of one term of the series per (point, i, j) of a window, relative to its exponential (forward and
     #: backward), set above the 0.04-0.07 that CPU timings in float64 at Mg = 50-200 gave, so that the series is
@@ -260,9 +260,11 @@ def _contract_plan(la2, lb2, kap2, dz, chunk):
         return [((0, mg), (0, mg), bool(low.amin() < floor))]
     width = 1 + mg * (1 if sym else 2)
     stats = la2.new_full((count * chunk, width), -math.inf)  # padding rows past n: inactive, no clamp
-    torch.amax(la2, 0, out=stats[:n, 1:1 + mg]) if p > 1 else stats[:n, 1:1 + mg].copy_(la2[0])
-    if not sym:
-        torch.amax(lb2, 0, out=stats[:n, 1 + mg:]) if p > 1 else stats[:n, 1 + mg:].copy_(lb2[0])
+    for factors, cols in ((la2, slice(1, 1 + mg)),) + (() if sym else ((lb2, slice(1 + mg, None)),)):
+        if p > 1:  # the largest over the blocks
+            torch.amax(factors, 0, out=stats[:n, cols])
+        else:
+            stats[:n, cols].copy_(factors[0])
     stats[:n, 0] = (low.amin(0) < floor).to(la2.dtype)
     stats = stats.view(count, chunk, width).amax(1)  # [count, 1 + Mg (+ Mg)]
     active = stats[:, 1:].view(count, -1, mg) > _BlockedExpContract._NEGLIGIBLE * _LOG2E
@@ -619,6 +621,7 @@ def _taylor_weight_gradients(state, grad_t):
     shifted = (st.powers[:, :-1] * gk[:, 1:]).sum(1)
     g_dz = (st.w * (st.scale.unsqueeze(-1) * shifted - st.centre.unsqueeze(-1) * g_w)).unsqueeze(1)
     return g_w, g_dz
+
 
 def _sum_dims(x):
     """Σ over the input dimensions (the last axis): a view without the axis for one dimension (a reduction over
