@@ -221,6 +221,10 @@ class _BlockedExpContract(torch.autograd.Function):
     #: backward), set above the 0.04-0.07 that CPU timings in float64 at Mg = 50-200 gave, so that the series is
     #: taken only where clearly cheaper (terms x this <= 1); the step times are in docs/results/amogp
     _TAYLOR_COST = 0.1
+    #: points per chunk of the series: about this many elements of its products [P, chunk, T, Mg] (1 MiB of
+    #: float64); chunks of 2^16-2^18 elements measured alike on CPU, and smaller ones pay more per-chunk operations
+    #: than their narrower windows save
+    _TAYLOR_CHUNK_ELEMENTS = 1 << 17
 
     @staticmethod
     def _chunk_size(n, p, mg):
@@ -381,7 +385,10 @@ def _contract_forward(la, lb, kappa, dz, w, order, row_order, col_order, grad: b
             terms = None  # the exponentials of the same windows cost less
     sym = lb is None
     n, p, mg = la.shape
-    chunk = K._chunk_size(n, p, mg)
+    if terms is None:
+        chunk = K._chunk_size(n, p, mg)
+    else:  # the series' working set per point is its T·Mg products, not Mg² exponentials
+        chunk = max(K._MIN_CHUNK, K._TAYLOR_CHUNK_ELEMENTS // (p * terms * mg))
     if n <= chunk:  # one chunk: its window is every point's, whatever the orders
         order = row_order = col_order = None
     # [P, N, ·] layouts: a chunk is then a slice along dim 1 and every product is batched over P
@@ -681,6 +688,14 @@ class _DiagonalPsiContract(torch.autograd.Function):
     def forward(ctx, mean, var, z, weight, amp, lsq):
         n, dx = mean.shape
         g, mg = z.shape[0], z.shape[1]
+        perm = None
+        if n > _BlockedExpContract._chunk_size(n, g, mg):
+            # several chunks: the node works on points sorted by (first) input and inducing inputs sorted within
+            # their groups, so that neighbouring points need a narrow window of rows and columns (see
+            # `_BlockedExpContract`); the inputs are permuted here, [N] and [G, Mg] values, rather than the
+            # contraction's [N, G, Mg] factors, and only Ψ₁ (and in the backward its upstream) is permuted back
+            perm = _SortedPoints(mean[:, 0], z[..., 0])
+            mean, var, amp, lsq, z, weight = perm.sort_inputs(mean, var, amp, lsq, z, weight)
         # per (point, group, ·, dimension): [N, G, 1, Dx] factors broadcast against [N, G, Mg, Dx] differences
         v = var[:, None, None, :]
         lam = lsq.unsqueeze(2)
@@ -690,30 +705,32 @@ class _DiagonalPsiContract(torch.autograd.Function):
         _, _, _, _, psi1, la, kappa, s0 = factors
         scale = amp.square() * s0
         dz = (z.unsqueeze(2) - z.unsqueeze(1)).square().permute(0, 3, 1, 2)  # [G, Dx, Mg, Mg]
-        order = zorder = None
-        if n > _BlockedExpContract._chunk_size(n, g, mg):  # several chunks: sorted points and inducing inputs
-            order = torch.argsort(mean[:, 0])
-            zorder = torch.argsort(z[..., 0], dim=1)
         grad = any(ctx.needs_input_grad)
         reach = 4.0 * (lam + 2.0 * v)[:, :, 0, 0] if dx == 1 else None  # 4 (AB + S v)/min(A, B) with A = B = λ
-        t, state = _contract_forward(la, None, kappa[:, :, 0], dz, 0.5 * (weight + weight.mT), order, zorder,
-                                     zorder, grad, reach)
+        t, state = _contract_forward(la, None, kappa[:, :, 0], dz, 0.5 * (weight + weight.mT), None, None, None,
+                                     grad, reach)
         phi = (scale * t).sum(-1)
         if grad:
-            ctx.state = (state, d, factors, scale, t, amp, lam, z)
-        return psi1, phi
+            ctx.state = (state, d, factors, scale, t, amp, lam, z, perm)
+        if perm is None:
+            return psi1, phi
+        return perm.unsort_psi(psi1), phi[perm.inverse]
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_psi, g_phi):
-        state, d, factors, scale, t, amp, lam, z = ctx.state
+        state, d, factors, scale, t, amp, lam, z, perm = ctx.state
         psi1 = factors[4]
         need = ctx.needs_input_grad
         n, g, mg, dx = d.shape
         if g_psi is None:
             g_psi = psi1.new_zeros(())
+        elif perm is not None:
+            g_psi = perm.sort_psi(g_psi)
         if g_phi is None:
             g_phi = psi1.new_zeros(n)
+        elif perm is not None:
+            g_phi = g_phi[perm.order]
         u = g_psi * psi1  # ū = Ψ̄ ∂Ψ/∂e1, [N, G, Mg]
         g_la, _, g_kappa, g_dz, g_w = _contract_backward(state, g_phi.unsqueeze(-1) * scale, need[2] or need[3])
         g_d, g_amp, g_lam, g_v = _point_factor_gradients(u, g_la, g_kappa[:, :, None, :], g_phi.unsqueeze(-1) * t,
@@ -726,7 +743,59 @@ class _DiagonalPsiContract(torch.autograd.Function):
                 g_z = g_z + 2.0 * ((g_dz + g_dz.mT) * diff).sum(-1).transpose(1, 2)
         if need[3]:
             g_weight = 0.5 * (g_w + g_w.mT)
-        return -g_d.sum((1, 2)), g_v.sum((1, 2)), g_z, g_weight, g_amp, g_lam[:, :, 0]
+        grads = (-g_d.sum((1, 2)), g_v.sum((1, 2)), g_z, g_weight, g_amp, g_lam[:, :, 0])
+        return grads if perm is None else perm.unsort_gradients(*grads)
+
+
+class _SortedPoints:
+    """The permutations of `_DiagonalPsiContract`'s sorted evaluation: points by their (first) input, `order` [N],
+    and each group's inducing inputs by theirs, `zorder` [G, Mg] (None where they are sorted already, as the
+    estimators' inducing inputs start and usually stay: one host read saves permuting Ψ₁'s columns, which costs
+    several times its rows); maps the node's inputs to the sorted layout, and Ψ₁ and the gradients back (Ψ₁'s
+    upstream gradient the other way). Rows move with `index_select` (contiguous rows, the fastest gather on CPU)."""
+
+    def __init__(self, x, z):
+        self.order = torch.argsort(x.detach())
+        self.inverse = torch.empty_like(self.order).scatter_(
+            0, self.order, torch.arange(len(self.order), device=x.device))
+        self.zorder = self.zinverse = None
+        if not bool((z[:, 1:] >= z[:, :-1]).all()):
+            self.zorder = torch.argsort(z.detach(), dim=1)  # [G, Mg]
+            self.zinverse = torch.argsort(self.zorder, dim=1)
+
+    @staticmethod
+    def _columns(x, zo):  # x [N, G, Mg] with each group's columns in the order zo [G, Mg]
+        return x.gather(2, zo.unsqueeze(0).expand_as(x))
+
+    @staticmethod
+    def _blocks(w, zo):  # w [G, Mg, Mg] with rows and columns in the order zo
+        return w.gather(1, zo.unsqueeze(-1).expand_as(w)).gather(2, zo.unsqueeze(1).expand_as(w))
+
+    def sort_inputs(self, mean, var, amp, lsq, z, weight):
+        o = self.order
+        mean, var, amp, lsq = (x.index_select(0, o) for x in (mean, var, amp, lsq))
+        if self.zorder is not None:
+            z = z.gather(1, self.zorder.unsqueeze(-1).expand_as(z))
+            weight = self._blocks(weight, self.zorder)
+        return mean, var, amp, lsq, z, weight
+
+    def unsort_psi(self, psi):  # [N, G, Mg] sorted -> the caller's order
+        psi = psi.index_select(0, self.inverse)
+        return psi if self.zorder is None else self._columns(psi, self.zinverse)
+
+    def sort_psi(self, psi):
+        psi = psi.index_select(0, self.order)
+        return psi if self.zorder is None else self._columns(psi, self.zorder)
+
+    def unsort_gradients(self, g_mean, g_var, g_z, g_weight, g_amp, g_lsq):
+        inv = self.inverse
+        if self.zorder is not None:
+            if g_z is not None:
+                g_z = g_z.gather(1, self.zinverse.unsqueeze(-1).expand_as(g_z))
+            if g_weight is not None:
+                g_weight = self._blocks(g_weight, self.zinverse)
+        return tuple(g.index_select(0, inv) for g in (g_mean, g_var)) + (g_z, g_weight) + tuple(
+            g.index_select(0, inv) for g in (g_amp, g_lsq))
 
 
 def _own_group_upstream(g_psi, g_phi, factors, amp, rs):
