@@ -867,46 +867,63 @@ class _OwnGroupPsiContract(torch.autograd.Function):
         return -g_d.sum(1), g_v.sum(1), g_z, g_weight, g_amp, g_lam[:, 0], None
 
 
+def _pair_maps(mg, dtype, device):
+    """The pairs i <= j of Mg inducing inputs, `rows`, `cols` [K] (K = Mg(Mg+1)/2), and as 0/±1 matrices: S [Mg, K]
+    (S_ip = [i_p = i] + [j_p = i], so x S = x_i + x_j per pair, exactly: every other product is a zero added),
+    ½ Sᵀ [K, Mg] (∂/∂x of Σ_p y_p (x_ip + x_jp) is y Sᵀ, halved for the callers' 2 t̄ convention) and
+    D [K, Mg] (D_pi = [i_p = i] - [j_p = i])."""
+    rows, cols = torch.triu_indices(mg, mg, device=device)
+    k = torch.arange(rows.shape[0], device=device)
+    first = torch.zeros(mg, rows.shape[0], dtype=dtype, device=device)
+    first[rows, k] = 1.0
+    second = torch.zeros_like(first)
+    second[cols, k] = 1.0
+    return rows, cols, first + second, 0.5 * (first + second).T, (first - second).T
+
+
 class _OwnGroupPsiContract1D(torch.autograd.Function):
-    """`_OwnGroupPsiContract` for one input dimension, with the per-point [Mg, Mg] work as a few passes over
-    [N, Mg²] arrays and products instead of [N, Mg, Mg, 1] broadcasts (on CPU each pass over a fresh array
-    costs more than its arithmetic). With dz [G, Mg²] the groups' (z_i - z_j)² and H [N, G] the one-hot matrix of
-    the points' groups: the exponents are -κ dz_g(n) + la_i + la_j (one gather), the weights w_g(n),
-    Σ_ij E w dz per point the own-group column of (E ∘ w) dzᵀ, and the per-group sums of the backward
-    (∂w = Σ_n t̄ E_n, ∂dz = -Σ_n t̄ κ E_n ∘ w, ∂z through d) products with Hᵀ. Same factors and formulas as
-    `_OwnGroupPsiContract` (tested against it)."""
+    """`_OwnGroupPsiContract` for one input dimension, over the pairs i <= j of the own group's inducing inputs
+    only (E_n and w are symmetric: a pair i < j counts twice, K = Mg(Mg+1)/2 of the Mg² terms), as a few passes
+    over [N, K] arrays and products instead of [N, Mg, Mg, 1] broadcasts (on CPU each pass over a fresh array
+    costs more than its arithmetic). With dz [G, K] the groups' (z_i - z_j)² per pair, w'_p = w_ij (2 w_ij for
+    i < j) and H [N, G] the one-hot matrix of the points' groups: the exponents are -κ dz_g(n) + (la S)_p (one
+    gather and one product with the pair matrix S of `_pair_maps`), t_n = Σ_p E_p w'_p, ∂la = (E ∘ w') Sᵀ,
+    Σ E w dz per point the own-group column of (E ∘ w') dzᵀ, and the per-group sums of the backward
+    (∂W_ij = ∂W_ji = Σ_n t̄ E_n,p, ∂z through dz = Σ_p (Σ_n -2 t̄ κ E ∘ w')_p (z_i - z_j) D_p) products with Hᵀ.
+    Same factors and formulas as `_OwnGroupPsiContract` (tested against it)."""
 
     @staticmethod
     def forward(ctx, mean, var, z, weight, amp, lsq, group):
         g, mg, _ = z.shape
-        n = mean.shape[0]
         zg = z[..., 0]  # [G, Mg]
         onehot = torch.nn.functional.one_hot(group, g).to(mean.dtype)  # H [N, G]
         d = (mean - onehot @ zg).unsqueeze(-1)  # μ - z_g(n), [N, Mg, 1]: the layout of `_point_factors`
         factors = _point_factors(d, var.unsqueeze(1), lsq.unsqueeze(1), amp)
         _, _, _, _, psi1, la, kappa, s0 = factors  # Ψ₁, la [N, Mg]; κ [N, 1, 1]; Π sqrt(λ/c2) [N]
-        dz = (zg.unsqueeze(2) - zg.unsqueeze(1)).square().reshape(g, mg * mg)
-        la2 = la * _LOG2E  # base 2, as in `_BlockedExpContract`
-        e = dz.index_select(0, group).mul_(kappa[:, 0] * -_LOG2E).view(n, mg, mg)
-        e.add_(la2.unsqueeze(-1)).add_(la2.unsqueeze(-2)).clamp_(min=_BlockedExpContract._FLOOR * _LOG2E).exp2_()
-        e = e.view(n, mg * mg)
-        wsym = (0.5 * (weight + weight.mT)).reshape(g, mg * mg)
-        ew = wsym.index_select(0, group).mul_(e)
-        rs = ew.view(n, mg, mg).sum(-1)  # [N, Mg]
-        t = rs.sum(-1)
+        rows, cols, pair_sum, half_sum_t, pair_diff = _pair_maps(mg, mean.dtype, mean.device)
+        diff = zg[:, rows] - zg[:, cols]  # z_i - z_j per pair, [G, K]
+        dz = diff.square()
+        # base 2, as in `_BlockedExpContract`: exponent -κ dz + la_i + la_j, clamped above exp2's subnormal range
+        e = dz.index_select(0, group).mul_(kappa[:, 0] * -_LOG2E).addmm_(la, pair_sum, alpha=_LOG2E)
+        e = e.clamp_(min=_BlockedExpContract._FLOOR * _LOG2E).exp2_()
+        wsym = 0.5 * (weight + weight.mT)
+        wp = wsym[:, rows, cols] * torch.where(rows == cols, 1.0, 2.0).to(wsym.dtype)  # w' [G, K]
+        ew = wp.index_select(0, group).mul_(e)
+        t = ew.sum(-1)
         phi = amp.square() * s0 * t
         if any(ctx.needs_input_grad):
-            ctx.state = (onehot, zg, d, factors, t, rs, e, ew, dz, amp, lsq.unsqueeze(1))
+            ctx.state = (onehot, zg, d, factors, t, e, ew, dz, diff, amp, lsq.unsqueeze(1), rows, cols, half_sum_t,
+                         pair_diff)
         return psi1, phi
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_psi, g_phi):
-        onehot, zg, d, factors, t, rs, e, ew, dz, amp, lam = ctx.state
+        onehot, zg, d, factors, t, e, ew, dz, diff, amp, lam, rows, cols, half_sum_t, pair_diff = ctx.state
         kappa = factors[6]
-        n, mg = rs.shape
-        g = zg.shape[0]
+        g, mg = zg.shape
         need = ctx.needs_input_grad
+        rs = ew @ half_sum_t  # Σ_j E_ij w_ij, [N, Mg]
         g_psi, g_phi, scale, g_t, g_la = _own_group_upstream(g_psi, g_phi, factors, amp, rs)
         ewdz = (torch.mm(ew, dz.T) * onehot).sum(-1)  # Σ_ij E w dz of the point's own group, [N]
         g_kappa = (-g_t * ewdz)[:, None, None]
@@ -914,12 +931,14 @@ class _OwnGroupPsiContract1D(torch.autograd.Function):
                                                          amp, lam, scale)  # g_d: -∂/∂d, [N, Mg, 1]
         g_z = g_weight = None
         if need[2]:
-            # ∂/∂z_i = 2 Σ_j (dz̄_ij + dz̄_ji)(z_i - z_j) with dz̄ = -t̄ κ E ∘ w summed over each group's points
-            s_dz = torch.mm((onehot * (-4.0 * g_t * kappa[:, 0, 0]).unsqueeze(-1)).T, ew).view(g, mg, mg)
-            g_z = ((s_dz * (zg.unsqueeze(2) - zg.unsqueeze(1))).sum(-1) + onehot.T @ g_d[..., 0]).unsqueeze(-1)
+            # ∂/∂z through dz_p = (z_i - z_j)²: Σ_p (∂t/∂dz_p) 2 (z_i - z_j) D_p, summed over each group's points
+            v = torch.mm((onehot * (-2.0 * g_t * kappa[:, 0, 0]).unsqueeze(-1)).T, ew)  # [G, K]
+            g_z = ((v * diff) @ pair_diff + onehot.T @ g_d[..., 0]).unsqueeze(-1)
         if need[3]:
-            g_w = torch.mm((onehot * g_t.unsqueeze(-1)).T, e).view(g, mg, mg)
-            g_weight = 0.5 * (g_w + g_w.mT)
+            g_pair = torch.mm((onehot * g_t.unsqueeze(-1)).T, e)  # Σ_n t̄ E_n per pair, [G, K]
+            g_weight = g_pair.new_zeros(g, mg, mg)
+            g_weight[:, rows, cols] = g_pair
+            g_weight[:, cols, rows] = g_pair
         return -g_d.sum(1), g_v.sum(1), g_z, g_weight, g_amp, g_lam[:, 0], None
 
 
