@@ -57,6 +57,8 @@ def parse(argv=None):
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=6, help="minibatch steps per model and round")
     p.add_argument("--full-steps", type=int, default=2, help="full-batch steps per model and round")
+    p.add_argument("--warmup", type=int, default=1,
+                   help="untimed steps of each model before its timed steps in every round")
     p.add_argument("--fit-epochs", type=int, default=0)
     p.add_argument("--profile-steps", type=int, default=0,
                    help="also profile this many full-batch AMO-GP steps (torch.profiler) and print where they go")
@@ -100,16 +102,16 @@ def step(model, opt, xt, yt, ot, idx=slice(None)):
     opt.step()
 
 
-def time_steps(model, opt, xt, yt, ot, batches):
-    """Median time of one step (bound, backward, optimiser) over `batches`, after one untimed step: the first
-    step after the other model ran pays for the allocator's state the other model left (page faults of regrown
-    buffers, measured up to +40 % on the MO-GP's full-batch step), which a fit does once, not every step."""
+def time_steps(model, opt, xt, yt, ot, batches, warmup: int = 1):
+    """Median time of one step (bound, backward, optimiser) over `batches`, after `warmup` untimed steps: the
+    first steps after the other model ran pay for the allocator's state the other model left (page faults of
+    regrown buffers, measured up to +40 % on the MO-GP's full-batch step), which a fit does once, not every step."""
     times = []
-    for idx in batches[:1] + batches:
+    for idx in batches[:1] * warmup + batches:
         t0 = time.perf_counter()
         step(model, opt, xt, yt, ot, idx)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:])
+    return statistics.median(times[warmup:])
 
 
 def profile_full_batch(model, xt, yt, ot, opt, steps):
@@ -153,7 +155,7 @@ def main(argv=None):
             order = list(models) if r % 2 == 0 else list(models)[::-1]
             for name in order:
                 model, xt, yt, ot = models[name]
-                per_round[(name, kind)].append(time_steps(model, opts[name], xt, yt, ot, batches))
+                per_round[(name, kind)].append(time_steps(model, opts[name], xt, yt, ot, batches, args.warmup))
     res = {f"{name}_{kind}_ms": 1000 * statistics.median(v) for (name, kind), v in per_round.items() if v}
     for kind in ("minibatch", "full") if args.full_steps else ("minibatch",):
         res[f"ratio_{kind}"] = res[f"amogp_{kind}_ms"] / res[f"mogp_{kind}_ms"]
@@ -178,7 +180,7 @@ def main(argv=None):
     except OSError:
         load = None
     out = {"setting": {"rows": n, "num_inducing": args.num_inducing, "batch": args.batch, "rounds": args.rounds,
-                       "steps": args.steps, "full_steps": args.full_steps, "dtype": args.dtype,
+                       "steps": args.steps, "full_steps": args.full_steps, "warmup": args.warmup, "dtype": args.dtype,
                        "start": args.start, "days": args.days, "lengthscale": args.lengthscale,
                        "cp_inducing": args.cp_inducing, "start_epochs": args.start_epochs},
            "results": res, "machine": {"cpu": platform.processor() or platform.machine(), "threads": 1,
