@@ -71,6 +71,10 @@ def parse(argv=None):
                    help="first tell glibc's malloc (mallopt) to keep freed memory in the heap instead of returning it "
                         "to the system (no trimming, no mmap for large blocks): both models' steps then run without "
                         "the page faults of re-grown heap (a process setting of this benchmark, not of the library)")
+    p.add_argument("--steady", type=int, default=0,
+                   help="N > 0: also time N consecutive full-batch steps of each model alone (a fit's steady "
+                        "state) and report median, mean and largest step, minor page faults per step and the "
+                        "pauses of Python's cyclic garbage collector")
     p.add_argument("--fit-epochs", type=int, default=0)
     p.add_argument("--profile-steps", type=int, default=0,
                    help="also profile this many full-batch AMO-GP steps (torch.profiler) and print where they go")
@@ -124,6 +128,39 @@ def time_steps(model, opt, xt, yt, ot, batches, warmup: int = 1):
         step(model, opt, xt, yt, ot, idx)
         times.append(time.perf_counter() - t0)
     return statistics.median(times[warmup:])
+
+
+def steady_steps(model, opt, xt, yt, ot, count):
+    """`count` consecutive full-batch steps after 5 untimed ones: ms per step (median, mean, largest), minor page
+    faults per step (`resource.getrusage`) and Python's cyclic-collector pauses (`gc.callbacks`: count and the
+    longest, ms), the costs a median hides."""
+    import gc
+    import resource
+
+    pauses, start = [], []
+
+    def on_gc(phase, info):
+        if phase == "start":
+            start.append(time.perf_counter())
+        elif start:
+            pauses.append(1e3 * (time.perf_counter() - start.pop()))
+
+    for _ in range(5):
+        step(model, opt, xt, yt, ot)
+    gc.callbacks.append(on_gc)
+    try:
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        times = []
+        for _ in range(count):
+            t0 = time.perf_counter()
+            step(model, opt, xt, yt, ot)
+            times.append(1e3 * (time.perf_counter() - t0))
+        faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / count
+    finally:
+        gc.callbacks.remove(on_gc)
+    return {"median_ms": statistics.median(times), "mean_ms": statistics.fmean(times), "max_ms": max(times),
+            "minor_faults_per_step": faults, "gc_collections": len(pauses),
+            "gc_longest_ms": max(pauses, default=0.0)}
 
 
 def profile_full_batch(model, xt, yt, ot, opt, steps):
@@ -229,6 +266,13 @@ def main(argv=None):
                 model, xt, yt, ot = models[name]
                 per_round[(name, kind)].append(time_steps(model, opts[name], xt, yt, ot, batches, args.warmup))
     res = {f"{name}_{kind}_ms": 1000 * statistics.median(v) for (name, kind), v in per_round.items() if v}
+    if args.steady:
+        for name in models:
+            model, xt, yt, ot = models[name]
+            res[f"{name}_steady"] = st = steady_steps(model, opts[name], xt, yt, ot, args.steady)
+            print(f"{name}: {args.steady} consecutive full-batch steps: median {st['median_ms']:.1f} ms, mean "
+                  f"{st['mean_ms']:.1f}, largest {st['max_ms']:.1f}; {st['minor_faults_per_step']:.0f} minor page "
+                  f"faults per step; {st['gc_collections']} cyclic collections, longest {st['gc_longest_ms']:.1f} ms")
     if args.profile_steps and "amogp" in models:
         profile_full_batch(*models["amogp"], opts["amogp"], args.profile_steps)
     if args.fit_epochs:
@@ -265,7 +309,8 @@ def report(args, res, n):
                        "steps": args.steps, "full_steps": args.full_steps, "warmup": args.warmup, "dtype": args.dtype,
                        "start": args.start, "days": args.days, "lengthscale": args.lengthscale,
                        "cp_inducing": args.cp_inducing, "start_epochs": args.start_epochs,
-                       "separate": args.separate, "only": args.only, "keep_heap": args.keep_heap},
+                       "separate": args.separate, "only": args.only, "keep_heap": args.keep_heap,
+                       "steady": args.steady},
            "results": res, "machine": {"cpu": platform.processor() or platform.machine(), "threads": 1,
                                        "loadavg_at_end": load, "torch": torch.__version__}}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

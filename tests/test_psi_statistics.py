@@ -486,7 +486,7 @@ def test_series_on_windows_equals_materialised(monkeypatch):
 def test_nodes_leave_no_reference_cycles(monkeypatch, chunks):
     """After forward and backward, every node's state is freed by reference counting: a node that keeps a tensor it
     returns refers to itself through that tensor's grad_fn, and the cycle holds its state (megabytes per training
-    step) until Python's cyclic collector runs (those collections took 150 ms at a time in AMO-GP's steps)."""
+    step) until Python's cyclic collector runs."""
     import gc
 
     if chunks:

@@ -656,7 +656,7 @@ def _kept(factors):
     contraction's own state has what it needs) and with Ψ₁ (which the node returns) as a detached alias. A
     returned tensor refers to its node through its grad_fn, so keeping the tensor itself in the node's attributes
     makes a reference cycle, which keeps the whole state (megabytes per step) alive until Python's cyclic collector
-    runs, and those collections took 150 ms at a time in AMO-GP's training steps."""
+    runs (see docs/results/amogp, "Fewer passes, no reference cycles")."""
     return factors[:4] + (factors[4].detach(), None) + factors[6:]
 
 
