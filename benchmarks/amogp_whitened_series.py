@@ -1,0 +1,148 @@
+"""Accuracy of the CP layer's tr(Φ_n W): today's contraction against a whitened moment series (a design study).
+
+AMO-GP's bound needs t_n = tr(Φ_n W) per point, W = ααᵀ + C - K⁻¹ = L⁻ᵀ (m mᵀ + S - I) L⁻¹ (K_uu = L Lᵀ,
+whitened q(v) = N(m, S)). The library contracts Φ_n (eq. 25) with W formed in float64, whose entries reach
+1e7-1e8 (K_uu is nearly singular: 50 inducing inputs at the initial lengthscale) and cancel to O(1): the
+rounding this leaves is what `amogp_gradient_rounding.py` sees in the gradients.
+
+The alternative measured here never forms W. With Φ_n = E[k(a) k(a)ᵀ], a ~ N(μ_n, v_n), and k(a) expanded
+around μ_n (k^(j) its j-th derivative in a; for k_i(a) = c exp(-(a - z_i)²/(2λ)),
+k^(j)_i = c (-1/√λ)^j He_j(x_i) exp(-x_i²/2), x_i = (μ - z_i)/√λ, He the probabilists' Hermite polynomials),
+    tr(Φ_n W) = Σ_p v^p (2p - 1)!! Σ_{j + l = 2p} f_jᵀ M f_l / (j! l!),   f_j = L⁻¹ k^(j),   M = m mᵀ + S - I,
+a series in v/λ (it converges for v < λ) whose every term is a bilinear form of whitened vectors: O(1) numbers,
+no cancellation. It is compared, at the estimator's own state (the four London sites of `amogp_step_time.py`),
+with the library's float64 node and with an extended-precision reference (numpy's longdouble: W from the same
+L, m, S, and eq. 25 materialised).
+
+    OMP_NUM_THREADS=1 python benchmarks/amogp_whitened_series.py --start-epochs 1
+    OMP_NUM_THREADS=1 python benchmarks/amogp_whitened_series.py --start-epochs 300
+
+Printed: the largest error per point and the error of the sum over points, for the node and for the series
+truncated after P = 1, 2, 3, 4, 6 moments.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import flowgp.psi_statistics as psi_statistics
+from amogp_step_time import DATA, data, model_and_tensors
+
+
+def capture_cp_layer(model, xt, yt, ot):
+    """The CP layer's Ψ-node inputs (mean, var, z, W, c, λ) of one full-batch bound, and L, m, R of q(v)."""
+    node = psi_statistics._DiagonalPsiContract
+    seen = {}
+    original = node.apply
+
+    def spy(*args):
+        seen["args"] = [a.detach().clone() for a in args]
+        return original(*args)
+
+    node.apply = spy
+    try:
+        with torch.no_grad():
+            model.elbo(xt, yt, ot, num_data=xt.shape[0])
+            post = model._posteriors()["f"]
+    finally:
+        node.apply = original
+    if "args" not in seen or seen["args"][2].shape[0] != 1:
+        raise SystemExit("this study covers one latent inducing set (--cp-inducing latent, one latent process)")
+    return seen["args"], post.chol[0], model.latent.q_mu.detach()[0], model.latent.q_sqrt_tril().detach()[0]
+
+
+def reference(mean, var, z, amp, lsq, chol, q_mu, q_sqrt, rows=200):
+    """tr(Φ_n W) in np.longdouble: L⁻¹ by forward substitution, W = L⁻ᵀ (m mᵀ + S - I) L⁻¹, eq. 25 per point."""
+    ld = np.longdouble
+    L = chol.numpy().astype(ld)
+    mg = L.shape[0]
+    inv = np.zeros((mg, mg), dtype=ld)
+    for j in range(mg):
+        y = np.zeros(mg, dtype=ld)
+        for i in range(mg):
+            y[i] = ((1 if i == j else 0) - L[i, :i] @ y[:i]) / L[i, i]
+        inv[:, j] = y
+    m, r = q_mu.numpy().astype(ld), q_sqrt.numpy().astype(ld)
+    w = inv.T @ (np.outer(m, m) + r @ r.T - np.eye(mg, dtype=ld)) @ inv
+    mu, v, zz, c, lam = (t.numpy().astype(ld) for t in (mean, var, z, amp, lsq))
+    c2 = lam + 2 * v
+    la = -0.5 * (mu[:, None] - zz[None, :]) ** 2 / c2[:, None]
+    kappa = 0.5 * v / (lam * c2)
+    dz = (zz[:, None] - zz[None, :]) ** 2
+    scale = c ** 2 * np.sqrt(lam / c2)
+    out = np.empty(mu.shape[0], dtype=ld)
+    for s in range(0, mu.shape[0], rows):
+        sl = slice(s, s + rows)
+        e = np.exp(la[sl, :, None] + la[sl, None, :] - kappa[sl, None, None] * dz[None])
+        out[sl] = scale[sl] * np.einsum("nij,ij->n", e, w)
+    return out
+
+
+def whitened_series(mean, var, z, amp, lsq, chol, q_mu, q_sqrt, moments: int):
+    """Σ_{p <= P} v^p (2p - 1)!! Σ_{j + l = 2p} f_jᵀ M f_l / (j! l!) in float64 (see the module docstring)."""
+    n, mg = mean.shape[0], z.shape[0]
+    root = lsq.sqrt()
+    x = (mean[:, None] - z[None, :]) / root[:, None]
+    base = amp[:, None] * torch.exp(-0.5 * x.square())
+    herm = [torch.ones_like(x), x]
+    for j in range(1, 2 * moments):
+        herm.append(x * herm[j] - j * herm[j - 1])
+    k = torch.stack([(-1.0 / root[:, None]) ** j * herm[j] * base for j in range(2 * moments + 1)])  # [J, N, Mg]
+    f = torch.linalg.solve_triangular(chol, k.reshape(-1, mg).T, upper=False).T.reshape(-1, n, mg)
+    mat = torch.outer(q_mu, q_mu) + q_sqrt @ q_sqrt.T - torch.eye(mg, dtype=chol.dtype)
+    mf = f @ mat
+    out = torch.zeros(n, dtype=chol.dtype)
+    for p in range(moments + 1):
+        moment = var ** p * math.prod(range(1, 2 * p, 2))
+        for j in range(2 * p + 1):
+            out += moment / (math.factorial(j) * math.factorial(2 * p - j)) * (mf[j] * f[2 * p - j]).sum(-1)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data", default=str(DATA))
+    p.add_argument("--start", default="2019-03-01 00:00:00")
+    p.add_argument("--days", type=int, default=21)
+    p.add_argument("--num-inducing", type=int, default=50)
+    p.add_argument("--start-epochs", type=int, default=1)
+    p.add_argument("--dtype", default="float64")
+    p.add_argument("--lengthscale", type=float, default=0.3)
+    p.add_argument("--cp-inducing", default="latent", choices=["latent"])
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    model, xt, yt, ot = model_and_tensors("gp", *data(args), args)
+    (mean, var, z, weight, amp, lsq), chol, q_mu, q_sqrt = capture_cp_layer(model, xt, yt, ot)
+    mu, v, zz, c, lam = mean[:, 0], var[:, 0], z[0, :, 0], amp[:, 0], lsq[:, 0, 0]
+    ref = reference(mu, v, zz, c, lam, chol, q_mu, q_sqrt)
+    exact = ref.astype(np.float64)
+    with torch.no_grad():
+        node = psi_statistics._DiagonalPsiContract.apply(mean, var, z, weight, amp, lsq)[1].numpy()
+    rows = {"node": {"max_abs_err": float(np.abs(node - exact).max()),
+                     "sum_abs_err": abs(float(node.sum() - ref.sum()))}}
+    print(f"N = {mu.shape[0]}, Mg = {zz.shape[0]}, largest v/λ = {(v / lam).max().item():.3g}, "
+          f"largest |W| = {weight.abs().max().item():.3g}, Σ_n tr(Φ_n W) = {float(ref.sum()):.12g}")
+    print(f"{'float64 node (today)':28s} largest error per point {rows['node']['max_abs_err']:.3g}, "
+          f"error of the sum {rows['node']['sum_abs_err']:.3g}")
+    for moments in (1, 2, 3, 4, 6):
+        s = whitened_series(mu, v, zz, c, lam, chol, q_mu, q_sqrt, moments).numpy()
+        rows[f"series_P{moments}"] = r = {"max_abs_err": float(np.abs(s - exact).max()),
+                                          "sum_abs_err": abs(float(s.sum() - ref.sum()))}
+        print(f"{f'whitened series, P = {moments}':28s} largest error per point {r['max_abs_err']:.3g}, "
+              f"error of the sum {r['sum_abs_err']:.3g}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"setting": vars(args), "largest_v_over_lambda": float((v / lam).max()),
+                                               "largest_abs_w": float(weight.abs().max()),
+                                               "sum_reference": float(ref.sum()), "errors": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main()
