@@ -119,6 +119,44 @@ def whitened_quadrature(mean, var, z, amp, lsq, chol, q_mu, q_sqrt, nodes: int):
     return (weights[:, None] * quad).sum(0)
 
 
+def timing(mean, var, z, weight, amp, lsq, chol, q_mu, q_sqrt, repeats: int = 20):
+    """Median ms of forward and backward: today's node (Ψ₁ and the contraction) and the whitened quadrature
+    (through autograd, L⁻¹ formed once and multiplied as GEMMs, every input requiring gradients)."""
+    import statistics
+    import time
+
+    node_in = [t.detach().clone().requires_grad_() for t in (mean, var, z, weight, amp, lsq)]
+    quad_in = [t.detach().clone().requires_grad_() for t in (mean[:, 0], var[:, 0], z[0, :, 0], amp[:, 0],
+                                                               lsq[:, 0, 0], chol, q_mu, q_sqrt)]
+
+    def node():
+        psi, phi = psi_statistics._DiagonalPsiContract.apply(*node_in)
+        (psi.sum() + phi.sum()).backward()
+
+    def quadrature(nodes):
+        mu, v, zz, c, lam, L, m, r = quad_in
+        inv_t = torch.linalg.solve_triangular(L, torch.eye(L.shape[0], dtype=L.dtype), upper=False).mT
+        xi, weights = np.polynomial.hermite_e.hermegauss(nodes)
+        xi = torch.tensor(xi, dtype=L.dtype)
+        a = mu + v.sqrt() * xi[:, None]
+        f = (c[:, None] * torch.exp(-0.5 * (a[..., None] - zz).square() / lam[:, None])) @ inv_t
+        quad = (f @ m).square() + (f @ r).square().sum(-1) - f.square().sum(-1)
+        (torch.tensor(weights / math.sqrt(2 * math.pi), dtype=L.dtype) @ quad).sum().backward()
+
+    def median(fn):
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(1e3 * (time.perf_counter() - t0))
+        return round(statistics.median(times), 2)
+
+    return {"node": median(node), "quadrature_Q4": median(lambda: quadrature(4)),
+            "quadrature_Q7": median(lambda: quadrature(7))}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data", default=str(DATA))
@@ -129,6 +167,8 @@ def main(argv=None):
     p.add_argument("--dtype", default="float64")
     p.add_argument("--lengthscale", type=float, default=0.3)
     p.add_argument("--cp-inducing", default="latent", choices=["latent"])
+    p.add_argument("--time", action="store_true",
+                   help="also time forward and backward (autograd) of today's node and of the quadrature (Q = 4, 7)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -157,6 +197,9 @@ def main(argv=None):
                                             "sum_abs_err": abs(float(s.sum() - ref.sum()))}
         print(f"{f'whitened Gauss-Hermite, Q = {nodes}':28s} largest error per point {r['max_abs_err']:.3g}, "
               f"error of the sum {r['sum_abs_err']:.3g}")
+    if args.time:
+        rows["timing_ms"] = timing(mean, var, z, weight, amp, lsq, chol, q_mu, q_sqrt)
+        print("forward + backward, ms (median of 20):", rows["timing_ms"])
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"setting": vars(args), "largest_v_over_lambda": float((v / lam).max()),
