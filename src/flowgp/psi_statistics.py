@@ -921,8 +921,8 @@ class _OwnGroupPsiContract1D(torch.autograd.Function):
         t = ew.sum(-1)
         phi = amp.square() * s0 * t
         if any(ctx.needs_input_grad):
-            ctx.state = (onehot, zg, d, _kept(factors), t, e, ew, dz, diff, amp, lsq.unsqueeze(1), rows, cols, half_sum_t,
-                         pair_diff)
+            ctx.state = (onehot, zg, d, _kept(factors), t, e, ew, dz, diff, amp, lsq.unsqueeze(1), rows, cols,
+                         half_sum_t, pair_diff)
         return psi1, phi
 
     @staticmethod
