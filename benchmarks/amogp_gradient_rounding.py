@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 import flowgp.psi_statistics as psi_statistics
-from amogp_step_time import DATA, data, model_and_tensors
+from amogp_step_time import add_state_arguments, data, model_and_tensors
 
 
 def gradients(model, xt, yt, ot):
@@ -35,14 +35,7 @@ def gradients(model, xt, yt, ot):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", default=str(DATA))
-    p.add_argument("--start", default="2019-03-01 00:00:00")
-    p.add_argument("--days", type=int, default=21)
-    p.add_argument("--num-inducing", type=int, default=50)
-    p.add_argument("--start-epochs", type=int, default=1)
-    p.add_argument("--dtype", default="float64")
-    p.add_argument("--lengthscale", type=float, default=0.3)
-    p.add_argument("--cp-inducing", default="latent", choices=["output", "latent"])
+    add_state_arguments(p)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     torch.set_num_threads(1)

@@ -50,12 +50,28 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / ".." / "shared" / "data" / "air_quality" / "london_aurn_pm25_hourly_2018_2019.csv"
 
 
-def parse(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_state_arguments(p, cp_choices=("output", "latent")):
+    """The arguments that fix the model and its state (data window, sizes, dtype, initial lengthscale, epochs of the
+    estimator's own fit): shared by this benchmark and the AMO-GP studies that start from the same state."""
     p.add_argument("--data", default=str(DATA))
     p.add_argument("--start", default="2019-03-01 00:00:00")
     p.add_argument("--days", type=int, default=21)
     p.add_argument("--num-inducing", type=int, default=50, help="CP inducing points per set (see --cp-inducing)")
+    p.add_argument("--start-epochs", type=int, default=1,
+                   help="epochs of the estimator's own fit before the steps are timed (1: at the initialisation; "
+                        "a few hundred: at a fitted state, whose shorter lengthscales and spread input variances "
+                        "change which Ψ₂ path is fastest)")
+    p.add_argument("--dtype", default="float64")
+    p.add_argument("--lengthscale", type=float, default=0.3,
+                   help="initial CP lengthscale (standardised time; 0.3 is the estimator's default)")
+    p.add_argument("--cp-inducing", default="latent", choices=list(cp_choices),
+                   help="CP inducing sets per latent process (the estimator's default) or per output (the "
+                        "supplement's); --num-inducing points per set, both models")
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_state_arguments(p)
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=6, help="minibatch steps per model and round")
@@ -78,16 +94,6 @@ def parse(argv=None):
     p.add_argument("--fit-epochs", type=int, default=0)
     p.add_argument("--profile-steps", type=int, default=0,
                    help="also profile this many full-batch AMO-GP steps (torch.profiler) and print where they go")
-    p.add_argument("--start-epochs", type=int, default=1,
-                   help="epochs of the estimator's own fit before the steps are timed (1: at the initialisation; "
-                        "a few hundred: at a fitted state, whose shorter lengthscales and spread input variances "
-                        "change which Ψ₂ path is fastest)")
-    p.add_argument("--dtype", default="float64")
-    p.add_argument("--lengthscale", type=float, default=0.3,
-                   help="initial CP lengthscale (standardised time; 0.3 is the estimator's default)")
-    p.add_argument("--cp-inducing", default="latent", choices=["output", "latent"],
-                   help="CP inducing sets per latent process (the estimator's default) or per output (the "
-                        "supplement's); --num-inducing points per set, both models")
     p.add_argument("--json", default=str(ROOT / "docs" / "results" / "amogp" / "step_time.json"))
     return p.parse_args(argv)
 
@@ -195,33 +201,30 @@ def separate_processes(args, argv):
     import sys
     import tempfile
 
-    base = [a for a in (argv if argv is not None else sys.argv[1:])]
+    # the child gets this run's arguments less --separate and --json (it writes its own)
+    base = without_options(argv if argv is not None else sys.argv[1:], ("--separate", "--json"))
     per = {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.separate):
             for name in (("amogp", "mogp") if r % 2 == 0 else ("mogp", "amogp")):
                 out = Path(tmp) / f"{name}_{r}.json"
-                cmd = [sys.executable, __file__, *strip_option(base, "--separate"), "--only", name,
-                       "--json", str(out)]
+                cmd = [sys.executable, __file__, *base, "--only", name, "--json", str(out)]
                 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
                 for key, value in json.loads(out.read_text())["results"].items():
                     per.setdefault(key, []).append(value)
     return {key: statistics.median(values) for key, values in per.items()}
 
 
-def strip_option(argv, option):
-    """argv without `option` and its value (both `--opt v` and `--opt=v`) or `--json` (the child writes its own)."""
+def without_options(argv, options):
+    """argv without each of `options` and its value (both `--opt v` and `--opt=v`)."""
     out, skip = [], False
     for a in argv:
         if skip:
             skip = False
-            continue
-        if a in (option, "--json"):
+        elif a in options:
             skip = True
-            continue
-        if a.startswith(option + "=") or a.startswith("--json="):
-            continue
-        out.append(a)
+        elif not any(a.startswith(option + "=") for option in options):
+            out.append(a)
     return out
 
 

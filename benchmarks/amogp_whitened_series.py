@@ -32,7 +32,9 @@ import numpy as np
 import torch
 
 import flowgp.psi_statistics as psi_statistics
-from amogp_step_time import DATA, data, model_and_tensors
+from flowgp.linalg import lower_inverse
+from flowgp.quadrature import gauss_hermite
+from amogp_step_time import add_state_arguments, data, model_and_tensors
 
 
 def capture_cp_layer(model, xt, yt, ot):
@@ -84,8 +86,9 @@ def reference(mean, var, z, amp, lsq, chol, q_mu, q_sqrt, rows=200):
     return out
 
 
-def whitened_series(mean, var, z, amp, lsq, chol, q_mu, q_sqrt, moments: int):
-    """Σ_{p <= P} v^p (2p - 1)!! Σ_{j + l = 2p} f_jᵀ M f_l / (j! l!) in float64 (see the module docstring)."""
+def whitened_series(mean, var, z, amp, lsq, inv_t, q_mu, q_sqrt, moments: int):
+    """Σ_{p <= P} v^p (2p - 1)!! Σ_{j + l = 2p} f_jᵀ M f_l / (j! l!) in float64 (see the module docstring);
+    inv_t = L⁻ᵀ."""
     n, mg = mean.shape[0], z.shape[0]
     root = lsq.sqrt()
     x = (mean[:, None] - z[None, :]) / root[:, None]
@@ -94,10 +97,10 @@ def whitened_series(mean, var, z, amp, lsq, chol, q_mu, q_sqrt, moments: int):
     for j in range(1, 2 * moments):
         herm.append(x * herm[j] - j * herm[j - 1])
     k = torch.stack([(-1.0 / root[:, None]) ** j * herm[j] * base for j in range(2 * moments + 1)])  # [J, N, Mg]
-    f = torch.linalg.solve_triangular(chol, k.reshape(-1, mg).T, upper=False).T.reshape(-1, n, mg)
-    mat = torch.outer(q_mu, q_mu) + q_sqrt @ q_sqrt.T - torch.eye(mg, dtype=chol.dtype)
+    f = k @ inv_t
+    mat = torch.outer(q_mu, q_mu) + q_sqrt @ q_sqrt.T - torch.eye(mg, dtype=inv_t.dtype)
     mf = f @ mat
-    out = torch.zeros(n, dtype=chol.dtype)
+    out = torch.zeros(n, dtype=inv_t.dtype)
     for p in range(moments + 1):
         moment = var ** p * math.prod(range(1, 2 * p, 2))
         for j in range(2 * p + 1):
@@ -105,18 +108,15 @@ def whitened_series(mean, var, z, amp, lsq, chol, q_mu, q_sqrt, moments: int):
     return out
 
 
-def whitened_quadrature(mean, var, z, amp, lsq, chol, q_mu, q_sqrt, nodes: int):
+def whitened_quadrature(mean, var, z, amp, lsq, inv_t, q_mu, q_sqrt, nodes: int):
     """E[f(a)ᵀ M f(a)], f = L⁻¹ k(a), a ~ N(μ_n, v_n), by Gauss-Hermite quadrature with `nodes` nodes: the same
-    whitened, cancellation-free form without derivatives (exact for the series' terms of degree < 2·nodes)."""
-    n, mg = mean.shape[0], z.shape[0]
-    xi, weights = np.polynomial.hermite_e.hermegauss(nodes)  # ∫ φ(x) h(x) dx ≈ Σ w_q h(ξ_q), up to √(2π)
-    xi = torch.tensor(xi, dtype=chol.dtype)
-    weights = torch.tensor(weights / math.sqrt(2.0 * math.pi), dtype=chol.dtype)
+    whitened, cancellation-free form without derivatives (exact for the series' terms of degree < 2·nodes);
+    inv_t = L⁻ᵀ, so that every f is a GEMM. Differentiable by autograd (the plain form `--time` measures)."""
+    xi, weights = gauss_hermite(nodes, mean.dtype)  # E[h(ξ)] ≈ Σ_q w_q h(ξ_q), ξ ~ N(0, 1)
     a = mean + var.sqrt() * xi[:, None]  # [Q, N]
-    k = amp[:, None] * torch.exp(-0.5 * (a[..., None] - z).square() / lsq[:, None])  # [Q, N, Mg]
-    f = torch.linalg.solve_triangular(chol, k.reshape(-1, mg).T, upper=False).T.reshape(nodes, n, mg)
+    f = (amp[:, None] * torch.exp(-0.5 * (a[..., None] - z).square() / lsq[:, None])) @ inv_t  # [Q, N, Mg]
     quad = (f @ q_mu).square() + (f @ q_sqrt).square().sum(-1) - f.square().sum(-1)  # f M f, M = m mᵀ + S - I
-    return (weights[:, None] * quad).sum(0)
+    return weights @ quad
 
 
 class ChunkedQuadrature(torch.autograd.Function):
@@ -194,13 +194,7 @@ def timing(mean, var, z, weight, amp, lsq, chol, q_mu, q_sqrt, repeats: int = 20
 
     def quadrature(nodes):
         mu, v, zz, c, lam, L, m, r = quad_in
-        inv_t = torch.linalg.solve_triangular(L, torch.eye(L.shape[0], dtype=L.dtype), upper=False).mT
-        xi, weights = np.polynomial.hermite_e.hermegauss(nodes)
-        xi = torch.tensor(xi, dtype=L.dtype)
-        a = mu + v.sqrt() * xi[:, None]
-        f = (c[:, None] * torch.exp(-0.5 * (a[..., None] - zz).square() / lam[:, None])) @ inv_t
-        quad = (f @ m).square() + (f @ r).square().sum(-1) - f.square().sum(-1)
-        (torch.tensor(weights / math.sqrt(2 * math.pi), dtype=L.dtype) @ quad).sum().backward()
+        whitened_quadrature(mu, v, zz, c, lam, lower_inverse(L).mT, m, r, nodes).sum().backward()
 
     def median(fn):
         for _ in range(3):
@@ -214,11 +208,8 @@ def timing(mean, var, z, weight, amp, lsq, chol, q_mu, q_sqrt, repeats: int = 20
 
     def chunked(nodes):
         mu, v, zz, c, lam, L, m, r = quad_in
-        inv_t = torch.linalg.solve_triangular(L, torch.eye(L.shape[0], dtype=L.dtype), upper=False).mT
-        xi, weights = np.polynomial.hermite_e.hermegauss(nodes)
-        xi = torch.tensor(xi, dtype=L.dtype)
-        weights = torch.tensor(weights / math.sqrt(2 * math.pi), dtype=L.dtype)
-        ChunkedQuadrature.apply(mu, v, zz, c, lam, inv_t, m, r, xi, weights).sum().backward()
+        xi, weights = gauss_hermite(nodes, L.dtype)
+        ChunkedQuadrature.apply(mu, v, zz, c, lam, lower_inverse(L).mT, m, r, xi, weights).sum().backward()
 
     return {"node": median(node), "quadrature_Q4": median(lambda: quadrature(4)),
             "quadrature_Q7": median(lambda: quadrature(7)), "chunked_hand_written_Q4": median(lambda: chunked(4)),
@@ -227,14 +218,7 @@ def timing(mean, var, z, weight, amp, lsq, chol, q_mu, q_sqrt, repeats: int = 20
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", default=str(DATA))
-    p.add_argument("--start", default="2019-03-01 00:00:00")
-    p.add_argument("--days", type=int, default=21)
-    p.add_argument("--num-inducing", type=int, default=50)
-    p.add_argument("--start-epochs", type=int, default=1)
-    p.add_argument("--dtype", default="float64")
-    p.add_argument("--lengthscale", type=float, default=0.3)
-    p.add_argument("--cp-inducing", default="latent", choices=["latent"])
+    add_state_arguments(p, cp_choices=("latent",))
     p.add_argument("--time", action="store_true",
                    help="also time forward and backward (autograd) of today's node and of the quadrature (Q = 4, 7)")
     p.add_argument("--json", default=None)
@@ -245,26 +229,27 @@ def main(argv=None):
     mu, v, zz, c, lam = mean[:, 0], var[:, 0], z[0, :, 0], amp[:, 0], lsq[:, 0, 0]
     ref = reference(mu, v, zz, c, lam, chol, q_mu, q_sqrt)
     exact = ref.astype(np.float64)
-    with torch.no_grad():
-        node = psi_statistics._DiagonalPsiContract.apply(mean, var, z, weight, amp, lsq)[1].numpy()
-    rows = {"node": {"max_abs_err": float(np.abs(node - exact).max()),
-                     "sum_abs_err": abs(float(node.sum() - ref.sum()))}}
+    inv_t = lower_inverse(chol).mT
     print(f"N = {mu.shape[0]}, Mg = {zz.shape[0]}, largest v/λ = {(v / lam).max().item():.3g}, "
           f"largest |W| = {weight.abs().max().item():.3g}, Σ_n tr(Φ_n W) = {float(ref.sum()):.12g}")
-    print(f"{'float64 node (today)':28s} largest error per point {rows['node']['max_abs_err']:.3g}, "
-          f"error of the sum {rows['node']['sum_abs_err']:.3g}")
+    rows = {}
+
+    def record(key, label, values):
+        """Errors of one evaluation [N] against the reference, kept under `key` and printed."""
+        values = values.numpy()
+        rows[key] = r = {"max_abs_err": float(np.abs(values - exact).max()),
+                         "sum_abs_err": abs(float(values.sum() - ref.sum()))}
+        print(f"{label:28s} largest error per point {r['max_abs_err']:.3g}, error of the sum {r['sum_abs_err']:.3g}")
+
+    with torch.no_grad():
+        record("node", "float64 node (today)", psi_statistics._DiagonalPsiContract.apply(
+            mean, var, z, weight, amp, lsq)[1])
     for moments in (1, 2, 3, 4, 6):
-        s = whitened_series(mu, v, zz, c, lam, chol, q_mu, q_sqrt, moments).numpy()
-        rows[f"series_P{moments}"] = r = {"max_abs_err": float(np.abs(s - exact).max()),
-                                          "sum_abs_err": abs(float(s.sum() - ref.sum()))}
-        print(f"{f'whitened series, P = {moments}':28s} largest error per point {r['max_abs_err']:.3g}, "
-              f"error of the sum {r['sum_abs_err']:.3g}")
+        record(f"series_P{moments}", f"whitened series, P = {moments}",
+               whitened_series(mu, v, zz, c, lam, inv_t, q_mu, q_sqrt, moments))
     for nodes in (2, 3, 4, 5, 6):
-        s = whitened_quadrature(mu, v, zz, c, lam, chol, q_mu, q_sqrt, nodes).numpy()
-        rows[f"quadrature_Q{nodes}"] = r = {"max_abs_err": float(np.abs(s - exact).max()),
-                                            "sum_abs_err": abs(float(s.sum() - ref.sum()))}
-        print(f"{f'whitened Gauss-Hermite, Q = {nodes}':28s} largest error per point {r['max_abs_err']:.3g}, "
-              f"error of the sum {r['sum_abs_err']:.3g}")
+        record(f"quadrature_Q{nodes}", f"whitened Gauss-Hermite, Q = {nodes}",
+               whitened_quadrature(mu, v, zz, c, lam, inv_t, q_mu, q_sqrt, nodes))
     if args.time:
         rows["timing_ms"] = timing(mean, var, z, weight, amp, lsq, chol, q_mu, q_sqrt)
         print("forward + backward, ms (median of 20):", rows["timing_ms"])
