@@ -296,6 +296,23 @@ def test_block_diagonal_statistics_gradcheck(monkeypatch, dx):
 
 
 @pytest.mark.parametrize("dx", [1, 2])
+def test_full_weight_statistics_gradcheck_in_sorted_chunks(monkeypatch, dx):
+    """gradcheck of Ψ₁ and the contraction with a full W [G, Mg, G, Mg] when the points and the (unsorted)
+    inducing inputs are sorted for chunked evaluation: every input, W and the prefactors included, gets its
+    gradient back in the caller's order."""
+    from flowgp.psi_statistics import _BlockedExpContract
+
+    monkeypatch.setattr(_BlockedExpContract, "_CHUNK_ELEMENTS", 1 << 4)
+    monkeypatch.setattr(_BlockedExpContract, "_MIN_CHUNK", 1)
+    monkeypatch.setattr(_BlockedExpContract, "_KEEP_ELEMENTS", 0)
+    monkeypatch.setattr(_BlockedExpContract, "_MIN_WINDOWED", 1)
+    mean, var, z, x, amp, lsq = _grouped_problem(40 + dx, n=7, g=2, mg=3, dx=dx)
+    z = z.flip(1)  # not sorted within the groups
+    inputs = [t.clone().requires_grad_() for t in (mean, var + 0.01, z, _sym(x, 2, 3), amp, lsq)]
+    assert torch.autograd.gradcheck(grouped_psi_statistics, inputs)
+
+
+@pytest.mark.parametrize("dx", [1, 2])
 def test_own_group_statistics(dx):
     """Each point against its own group only: equal to the diagonal-block statistics with the other groups'
     prefactors zero, and gradcheck of its hand-written backward."""

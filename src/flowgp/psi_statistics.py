@@ -173,10 +173,10 @@ class _BlockedExpContract(torch.autograd.Function):
 
     la, lb [N, P, Mg] (<= 0); kappa [N, P, Dx] (>= 0); dz [P, Dx, Mg, Mg] (>= 0); w [P, Mg, Mg]. lb None means
     lb = la (every block is a diagonal block (p, p), with dz and w symmetric): then E_n is symmetric and its column
-    sums are its row sums. `order` [N] (or None) is the order in which points are taken into chunks, and
-    `row_order` / `col_order` [P, Mg] (or None) the order of each block's rows and columns; both only move work
-    between chunks and windows (the sums are invariant), so they are not differentiated. The work is done by
-    `_contract_forward` / `_contract_backward` (shared with `_DiagonalPsiContract`).
+    sums are its row sums. Points are taken into chunks in the order given, and rows and columns in theirs: the
+    callers pass points sorted by input and each group's inducing inputs sorted (`_SortedPoints`), so that a chunk's
+    window of rows and columns that matter is narrow (below). The work is done by `_contract_forward` /
+    `_contract_backward` (shared with `_DiagonalPsiContract`).
 
     Work buffers are laid out [P, chunk, ·, ·] so that every contraction is a batched product over P. The
     exponentials are taken in base 2, exp(x) = 2^(x log₂e) with log₂e folded into the small la, lb, κ: the
@@ -193,8 +193,7 @@ class _BlockedExpContract(torch.autograd.Function):
     Every term is at most exp(la_i + lb_j), so rows i (columns j) whose la (lb) is below `_NEGLIGIBLE` for every
     point and block of a chunk add less than e^-40 ≈ 4e-18 of |w| and are skipped: each chunk works on the
     window of rows and columns that matter to it (with points sorted by input and inducing inputs sorted within
-    their groups, which `order`, `row_order` and `col_order` give, that window is narrow once lengthscales are
-    short).
+    their groups, that window is narrow once lengthscales are short).
     """
 
     _NEGLIGIBLE = -40.0
@@ -234,9 +233,8 @@ class _BlockedExpContract(torch.autograd.Function):
         return max(_BlockedExpContract._MIN_CHUNK, _BlockedExpContract._CHUNK_ELEMENTS // per_point)
 
     @staticmethod
-    def forward(ctx, la, lb, kappa, dz, w, order, row_order, col_order, reach=None):
-        t, state = _contract_forward(la, lb, kappa, dz, w, order, row_order, col_order,
-                                     any(ctx.needs_input_grad[:5]), reach)
+    def forward(ctx, la, lb, kappa, dz, w, reach=None):
+        t, state = _contract_forward(la, lb, kappa, dz, w, any(ctx.needs_input_grad[:5]), reach)
         ctx.state = state  # intermediates (not inputs or outputs), read-only in the backward
         return t
 
@@ -244,7 +242,7 @@ class _BlockedExpContract(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         need = ctx.needs_input_grad
-        return _contract_backward(ctx.state, grad, need[3] or need[4]) + (None, None, None, None)
+        return _contract_backward(ctx.state, grad, need[3] or need[4]) + (None,)
 
 
 def _contract_plan(la2, lb2, kap2, dz, chunk):
@@ -288,13 +286,12 @@ class _ContractState:
     taken in the first backward, in place on them) or those sums (taken in the forward, the exponentials
     recomputed for ∂w and ∂dz)."""
 
-    def __init__(self, sym, rows, cols, kap, kappa, dz, w, order, row_order, col_order):
+    def __init__(self, sym, rows, cols, kap, kappa, dz, w):
         self.sym = sym
         self.pieces = []  # per chunk evaluated: (first point, count, (r0, r1), (c0, c1), clamp)
         self.kept = []  # per piece: its exponentials [P, nc, rows, cols], or None (recomputed)
         self.rows, self.cols, self.kap = rows, cols, kap  # [P, N, Mg, 1], [P, N, 1, Mg], [P, N, Dx, 1, 1]
         self.kappa, self.dz, self.w = kappa, dz, w  # [P, N, Dx], [P, 1, Dx, Mg, Mg], [P, Mg, Mg]
-        self.order, self.row_order, self.col_order = order, row_order, col_order
         p, n, mg = rows.shape[:3]
         self.row_sum = rows.new_zeros(p, n, mg)
         self.col_sum = self.row_sum if sym else rows.new_zeros(p, n, mg)
@@ -361,7 +358,7 @@ def _piece_sums(state, piece, e, t=None):
         torch.sum(rs, -1, out=t[:, sl])
 
 
-def _contract_forward(la, lb, kappa, dz, w, order, row_order, col_order, grad: bool, reach=None):
+def _contract_forward(la, lb, kappa, dz, w, grad: bool, reach=None):
     """t [N, P] of `_BlockedExpContract` and the state of its backward (None without grad).
 
     reach [N, P] (or None): how far the coupling κ dz of each point and block can reach into the terms that matter
@@ -389,31 +386,18 @@ def _contract_forward(la, lb, kappa, dz, w, order, row_order, col_order, grad: b
         chunk = K._chunk_size(n, p, mg)
     else:  # the series' working set per point is its T·Mg products, not Mg² exponentials
         chunk = max(K._MIN_CHUNK, K._TAYLOR_CHUNK_ELEMENTS // (p * terms * mg))
-    if n <= chunk:  # one chunk: its window is every point's, whatever the orders
-        order = row_order = col_order = None
     # [P, N, ·] layouts: a chunk is then a slice along dim 1 and every product is batched over P
     la2 = (la * _LOG2E).transpose(0, 1)
     lb2 = la2 if sym else (lb * _LOG2E).transpose(0, 1)
     kappa = kappa.transpose(0, 1)
     kap2 = kappa * _LOG2E
-    if order is not None:
-        la2, kap2, kappa = la2[:, order], kap2[:, order], kappa[:, order]
-        lb2 = la2 if sym else lb2[:, order]
-    if row_order is not None:
-        la2 = la2.gather(2, row_order.unsqueeze(1).expand(p, n, mg))
-        lb2 = la2 if sym else lb2.gather(2, col_order.unsqueeze(1).expand(p, n, mg))
-        blocks = torch.arange(p, device=dz.device)[:, None, None]
-        ro, co = row_order[:, :, None], col_order[:, None, :]
-        dz = dz.permute(0, 2, 3, 1)[blocks, ro, co].permute(0, 3, 1, 2)
-        w = w[blocks, ro, co]
     plan = _contract_plan(la2, lb2, kap2, dz, chunk)
     if terms is not None:
-        state = _TaylorState(sym, la2, lb2, kappa, dz, w, order, row_order, col_order, terms, centre)
-        t = _taylor_forward(state, plan, chunk, grad).transpose(0, 1)
-        return (t if order is None else t[torch.argsort(order)]), (state if grad else None)
+        state = _TaylorState(sym, la2, lb2, kappa, dz, w, terms, centre)
+        return _taylor_forward(state, plan, chunk, grad).transpose(0, 1), (state if grad else None)
     keep = grad and n * p * mg * mg <= K._KEEP_ELEMENTS
     state = _ContractState(sym, la2.unsqueeze(-1), lb2.unsqueeze(-2), kap2[..., None, None], kappa,
-                           dz.unsqueeze(1), w, order, row_order, col_order)
+                           dz.unsqueeze(1), w)
     work = None if keep else la.new_empty(p * min(chunk, n) * mg * mg)
     t = la.new_zeros(p, n)
     for s, ((r0, r1), (c0, c1), clamp) in zip(range(0, n, chunk), plan):
@@ -432,19 +416,16 @@ def _contract_forward(la, lb, kappa, dz, w, order, row_order, col_order, grad: b
             wc = w if _is_full(piece, mg) else w[:, r0:r1, c0:c1]
             _matvec(e.view(p, nc, -1), wc.reshape(p, -1), t[:, s:s + nc])
     state.sums_ready = grad and not keep
-    t = t.transpose(0, 1)
-    return (t if order is None else t[torch.argsort(order)]), (state if grad else None)
+    return t.transpose(0, 1), (state if grad else None)
 
 
 def _contract_backward(state, grad, need_w: bool):
     """(∂la, ∂lb (None when sym), ∂κ, ∂dz, ∂w) of `_contract_forward` for ∂F/∂t = grad [N, P] (∂dz, ∂w None
     unless need_w)."""
-    sym, order, row_order, col_order = state.sym, state.order, state.row_order, state.col_order
+    sym = state.sym
     p, n, mg = state.row_sum.shape
     dx = state.kappa.shape[-1]
     grad_t = grad.transpose(0, 1)  # [P, N]
-    if order is not None:
-        grad_t = grad_t[:, order]
     g_w = g_dz = None
     if isinstance(state, _TaylorState):
         if need_w:
@@ -476,25 +457,11 @@ def _contract_backward(state, grad, need_w: bool):
             state.sums_ready = True
         if need_w:
             g_w, g_dz = acc[:, 0], -(state.w.unsqueeze(1) * acc[:, 1:])
-    if g_w is not None and row_order is not None:  # back to the caller's order of rows and columns
-        blocks = torch.arange(p, device=grad.device)[:, None, None]
-        ro, co = row_order[:, :, None], col_order[:, None, :]
-        g_w = torch.zeros_like(g_w).index_put_((blocks, ro, co), g_w)
-        g_dz = g_dz.permute(0, 2, 3, 1)
-        g_dz = torch.zeros_like(g_dz).index_put_((blocks, ro, co), g_dz).permute(0, 3, 1, 2)
     g = grad_t.unsqueeze(-1)
     # la is both the row and the column factor of a symmetric block: its gradient counts twice
     g_la = (2.0 * g if sym else g) * state.row_sum  # [P, N, Mg]
     g_lb = None if sym else g * state.col_sum
     g_kappa = (-grad_t.unsqueeze(1) * state.wdz_sum).transpose(1, 2)  # [P, N, Dx]
-    if row_order is not None:
-        g_la = torch.empty_like(g_la).scatter_(2, row_order.unsqueeze(1).expand(p, n, mg), g_la)
-        if not sym:
-            g_lb = torch.empty_like(g_lb).scatter_(2, col_order.unsqueeze(1).expand(p, n, mg), g_lb)
-    if order is not None:
-        inverse = torch.argsort(order)
-        g_la, g_kappa = g_la[:, inverse], g_kappa[:, inverse]
-        g_lb = None if sym else g_lb[:, inverse]
     return (g_la.transpose(0, 1), None if sym else g_lb.transpose(0, 1), g_kappa.transpose(0, 1), g_dz, g_w)
 
 
@@ -537,14 +504,18 @@ def _taylor_terms(rho_max: float, dtype) -> int | None:
 
 class _TaylorState:
     """The series' counterpart of `_ContractState`, in the same sorted `[P, N, ·]` layout: what
-    `_contract_backward` reads (row and column sums Σ_j E_ij w_ij, Σ_i E_ij w_ij, `wdz_sum` = -∂t/∂κ, the orders)
+    `_contract_backward` reads (row and column sums Σ_j E_ij w_ij, Σ_i E_ij w_ij, `wdz_sum` = -∂t/∂κ)
     and, for ∂w and ∂dz, the factors a, b, the coefficients c_k, the matrices P_k = exp(-κ₀ dz) (s dz)^k/k!, s,
     κ₀, w and the pieces evaluated."""
 
-    def __init__(self, sym, la2, lb2, kappa, dz, w, order, row_order, col_order, terms, centre):
-        self.sym, self.order, self.row_order, self.col_order = sym, order, row_order, col_order
-        self.a = la2.exp2()  # exp(la), [P, N, Mg]
-        self.b = self.a if sym else lb2.exp2()
+    def __init__(self, sym, la2, lb2, kappa, dz, w, terms, centre):
+        self.sym = sym
+        # exp(la), [P, N, Mg], from exponents clamped at the exponential path's floor: below it exp2 takes the slow
+        # subnormal path (the factors of points far from a group, in the per-output configuration), and 2^-1010
+        # is already 0 at the scale of any term
+        floor = _BlockedExpContract._FLOOR * _LOG2E
+        self.a = torch.clamp_min(la2, floor).exp2_()
+        self.b = self.a if sym else torch.clamp_min(lb2, floor).exp2_()
         self.centre = centre.to(la2.dtype).unsqueeze(-1)  # [P, 1]
         dev = kappa[..., 0] - self.centre  # κ - κ₀, [P, N]
         scale = dev.abs().amax(1, keepdim=True)
@@ -566,7 +537,7 @@ class _TaylorState:
 
 
 def _taylor_forward(state, plan, chunk: int, grad: bool):
-    """t [P, N] (sorted order) of `_BlockedExpContract` (one input dimension) as the series above, over the same
+    """t [P, N] of `_BlockedExpContract` (one input dimension) as the series above, over the same
     chunks of points and windows of rows and columns as the exponential path (`_contract_plan`). With
     c_nk = (-(κ_n - κ₀)/s)^k and W_k = w ∘ P_k, per chunk one product y = a [W_0 | W_1 | ...] on its window
     ([P, chunk, rows] x [rows, T·columns]), then
@@ -716,8 +687,7 @@ class _DiagonalPsiContract(torch.autograd.Function):
         dz = (z.unsqueeze(2) - z.unsqueeze(1)).square().permute(0, 3, 1, 2)  # [G, Dx, Mg, Mg]
         grad = any(ctx.needs_input_grad)
         reach = 4.0 * (lam + 2.0 * v)[:, :, 0, 0] if dx == 1 else None  # 4 (AB + S v)/min(A, B) with A = B = λ
-        t, state = _contract_forward(la, None, kappa[:, :, 0], dz, 0.5 * (weight + weight.mT), None, None, None,
-                                     grad, reach)
+        t, state = _contract_forward(la, None, kappa[:, :, 0], dz, 0.5 * (weight + weight.mT), grad, reach)
         phi = (scale * t).sum(-1)
         if grad:
             ctx.state = (state, d, _kept(factors), scale, t, amp, lam, z, perm)
@@ -757,7 +727,8 @@ class _DiagonalPsiContract(torch.autograd.Function):
 
 
 class _SortedPoints:
-    """The permutations of `_DiagonalPsiContract`'s sorted evaluation: points by their (first) input, `order` [N],
+    """The permutations of the sorted evaluation (`_DiagonalPsiContract`, and `_grouped` for a full W under autograd):
+    points by their (first) input, `order` [N],
     and each group's inducing inputs by theirs, `zorder` [G, Mg] (None where they are sorted already, as the
     estimators' inducing inputs start and usually stay: one host read saves permuting Ψ₁'s columns, which costs
     several times its rows); maps the node's inputs to the sorted layout, and Ψ₁ and the gradients back (Ψ₁'s
@@ -777,8 +748,11 @@ class _SortedPoints:
         return x.gather(2, zo.unsqueeze(0).expand_as(x))
 
     @staticmethod
-    def _blocks(w, zo):  # w [G, Mg, Mg] with rows and columns in the order zo
-        return w.gather(1, zo.unsqueeze(-1).expand_as(w)).gather(2, zo.unsqueeze(1).expand_as(w))
+    def _blocks(w, zo):  # w [G, Mg, Mg] or [G, Mg, G, Mg] with rows and columns in the order zo
+        if w.dim() == 3:
+            return w.gather(1, zo.unsqueeze(-1).expand_as(w)).gather(2, zo.unsqueeze(1).expand_as(w))
+        g, mg = zo.shape
+        return w.gather(1, zo.view(g, mg, 1, 1).expand_as(w)).gather(3, zo.view(1, 1, g, mg).expand_as(w))
 
     def sort_inputs(self, mean, var, amp, lsq, z, weight):
         o = self.order
@@ -983,6 +957,14 @@ def _grouped(mean, var, z, weight, amp, lsq, with_psi1: bool, validate: bool):
     if diagonal:
         psi1, phi = _DiagonalPsiContract.apply(mean, var, z, weight, amp, lsq)
         return (psi1 if with_psi1 else None), phi
+    perm = None
+    if n > _BlockedExpContract._chunk_size(n, g * (g + 1) // 2, mg):
+        # several chunks: as in `_DiagonalPsiContract`, points sorted by (first) input and each group's inducing
+        # inputs by theirs, so that a chunk of neighbouring points needs a narrow window of rows and columns; the
+        # [N] and [G, Mg] inputs are permuted here (autograd takes the gradients back) and Ψ₁ and the contraction
+        # are put back in the caller's order
+        perm = _SortedPoints(mean[:, 0], z[..., 0])
+        mean, var, amp, lsq, z, weight = perm.sort_inputs(mean, var, amp, lsq, z, weight)
     v = var.unsqueeze(1)  # [N, 1, Dx]
     diff2 = (mean[:, None, None, :] - z).square()  # [N, G, Mg, Dx], shared by Ψ₁ and the row/column factors
     psi1 = None
@@ -996,23 +978,20 @@ def _grouped(mean, var, z, weight, amp, lsq, with_psi1: bool, validate: bool):
     denom = ab + (a + b) * v  # AB + S v = S (C + v)
     # per-(point, block) prefactor c_p c_q Π_k sqrt(C/(C+v)) = c_p c_q Π_k sqrt(AB/(AB + S v))
     scale = amp[:, rows] * amp[:, cols] * torch.exp(0.5 * (ab.log() - denom.log()).sum(-1))
-    la = -0.5 * (diff2[:, rows] * (b / denom).unsqueeze(2)).sum(-1)  # [N, P, Mg]
-    lb = -0.5 * (diff2[:, cols] * (a / denom).unsqueeze(2)).sum(-1)
+    # [N, P, Mg]: the -½ on the small [N, P, Dx] factors, rows by index_select (its backward is an index_add)
+    la = _sum_dims(diff2.index_select(1, rows) * (-0.5 * b / denom).unsqueeze(2))
+    lb = _sum_dims(diff2.index_select(1, cols) * (-0.5 * a / denom).unsqueeze(2))
     kappa = 0.5 * v / denom  # [N, P, Dx]
     dz = (z[rows].unsqueeze(2) - z[cols].unsqueeze(1)).square().permute(0, 3, 1, 2)  # [P, Dx, Mg, Mg]
     wsym = 0.5 * (weight + weight.permute(2, 3, 0, 1))
     w = wsym[rows, :, cols, :]  # [P, Mg, Mg]
     w = w * torch.where(rows == cols, 1.0, 2.0).to(w.dtype)[:, None, None]
-    order = row_order = col_order = None
-    if n > _BlockedExpContract._chunk_size(n, la.shape[1], mg):
-        # points sorted by (first) input and inducing inputs sorted within groups: a chunk of neighbouring points
-        # then only needs a contiguous window of rows and columns (see _BlockedExpContract); the sum is invariant
-        order = torch.argsort(mean[:, 0].detach())
-        zorder = torch.argsort(z[..., 0].detach(), dim=1)  # [G, Mg]
-        row_order, col_order = zorder[rows], zorder[cols]
     reach = (4.0 * denom / torch.minimum(a, b))[..., 0] if dx == 1 else None  # see `_taylor_terms`
-    t = _BlockedExpContract.apply(la, lb, kappa, dz, w, order, row_order, col_order, reach)
-    return psi1, (scale * t).sum(-1)
+    t = _BlockedExpContract.apply(la, lb, kappa, dz, w, reach)
+    phi = (scale * t).sum(-1)
+    if perm is None:
+        return psi1, phi
+    return (None if psi1 is None else perm.unsort_psi(psi1)), phi[perm.inverse]
 
 
 def grouped_psi_statistics(mean, var, z, weight, amp, lsq, validate: bool = True):
