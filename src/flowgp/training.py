@@ -470,13 +470,17 @@ def train(
             try:
                 if world.distributed:
                     value = distributed_evaluation(batch)
+                    v = value.item()
                 else:
                     value = objective(batch)
-                    if not bool(torch.isfinite(value)):
-                        raise _NonFinite(value.item())
+                    # one host read per step serves the finiteness check and the history (each read waits for
+                    # the device to finish: a second one would stall a GPU's queue again)
+                    v = value.item()
+                    if not math.isfinite(v):
+                        raise _NonFinite(v)
                     value.backward()
                 if backoff and not _grads_finite(tracked):
-                    raise _NonFinite(value.item())
+                    raise _NonFinite(v)
             except _NonFinite as err:
                 if not backoff:
                     raise FloatingPointError(
@@ -488,7 +492,6 @@ def train(
                 if not backoff:
                     raise
                 return fail()
-            v = value.item()
             if best is not None:
                 best.consider(v, tracked)
             if first[0] is None:
