@@ -624,19 +624,17 @@ class AMOGP(nn.Module):
             psi = amp.unsqueeze(-1) * torch.exp((mean[:, None, None] - z[..., 0]).square()
                                                 * (-0.5 / lsq).unsqueeze(-1))
         psi = psi.reshape(b, repeats, -1).sum(1) if repeats > 1 else psi.flatten(1)  # [B, M_total]
-        if p.alpha.shape[0] == 1:
-            parts = [p.alpha[0].unsqueeze(-1), p.cov[0]] + ([] if random_input else [p.delta[0]])
-        else:
-            parts = [p.alpha.reshape(-1, 1), torch.block_diag(*p.cov)] + (
-                [] if random_input else [torch.block_diag(*p.delta)])
-        y = psi @ torch.cat(parts, -1)
-        psi_a = y[:, 0]
+        one = p.alpha.shape[0] == 1
+        alpha, cov = (p.alpha[0], p.cov[0]) if one else (p.alpha.reshape(-1), torch.block_diag(*p.cov))
+        # Ψα, ΨCΨᵀ and ΨΔΨᵀ from separate products: one product with [α | C | Δ] and slices of it costs the
+        # backward a zero-filled [B, 1 + 2M] gradient per slice
+        psi_a = psi @ alpha
+        pc = ((psi @ cov) * psi).sum(-1)
         if random_input:
-            pc = _quadratic_forms(y, psi, 1)[:, 0]
             var = pts["psi0_f"] + phi_w - psi_a.square()
         else:
-            pc, pd = _quadratic_forms(y, psi, 2).unbind(-1)
-            var = pts["psi0_f"] + pd
+            delta = p.delta[0] if one else torch.block_diag(*p.delta)
+            var = pts["psi0_f"] + ((psi @ delta) * psi).sum(-1)
         return psi_a, var.clamp_min(0.0), pc.clamp_min(0.0)
 
     def _warping_layer(self, p: Posterior, mean, var, out, pts):
