@@ -67,3 +67,40 @@ def test_parallel_jobs_give_the_same_rows(tmp_path):
     for g, w in zip(got, want):
         assert (g["model"], g["split"]) == (w["model"], w["split"])
         assert g["nll"] == pytest.approx(w["nll"], rel=1e-9)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_a_fit_killed_mid_way_continues_from_its_checkpoint(tmp_path, monkeypatch):
+    """SIGKILL during a fit, after its first checkpoint (every 100 epochs) and before its row: the rerun loads that
+    checkpoint, writes the row an uninterrupted run writes, and removes the fit's checkpoint files."""
+    import flowgp.training as training
+
+    data_dir = make_data_dir(tmp_path / "data", n=40)
+    ref, cut = tmp_path / "ref", tmp_path / "cut"
+
+    def cmd(out):
+        return [sys.executable, "-m", "flowgp.cli", "bench", "uci", "--datasets", "toy", "--models", "svgp",
+                "--splits", "0", "--inducing", "5", "--preset", "tiny", "--epochs", "1000",
+                "--data-dir", str(data_dir), "--out", str(out), "--quiet"]
+
+    assert main(cmd(ref)[3:]) == 0
+    assert not (ref / "checkpoints").exists()  # removed once the row was written
+    proc = subprocess.Popen(cmd(cut), env=_env())
+    deadline = time.time() + 120
+    folder = cut / "checkpoints"
+    while time.time() < deadline and not (folder.is_dir() and any(folder.glob("*.pt"))):
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    saved = list(folder.glob("*.pt"))
+    assert len(saved) == 1 and not (cut / "uci.jsonl").exists()  # killed mid-fit, state on disk
+    loads = []
+    original = training.safe_load
+    monkeypatch.setattr(training, "safe_load", lambda path, **kw: loads.append(str(path)) or original(path, **kw))
+    assert main(cmd(cut)[3:]) == 0
+    assert loads == [str(saved[0])]  # the rerun continued from it
+    assert not folder.exists()
+    got, want = _rows(cut / "uci.jsonl"), _rows(ref / "uci.jsonl")
+    assert len(got) == len(want) == 1
+    for k in ("nll", "rmse", "coverage95", "train_elbo"):
+        assert got[0][k] == pytest.approx(want[0][k], rel=1e-9, abs=1e-12)
