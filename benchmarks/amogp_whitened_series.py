@@ -226,12 +226,66 @@ def timing(mean, var, z, weight, amp, lsq, chol, q_mu, q_sqrt, repeats: int = 20
             "chunked_hand_written_Q7": median(lambda: chunked(7))}
 
 
+def gradient_study(model, node_args, q_mu, q_sqrt):
+    """∂/∂z of Σ_n tr(Φ_n W) (the CP inducing inputs; every other input held) four ways: today's node with W from
+    the posterior node, with the series and with the exponentials (two orderings of one formula), and the whitened
+    expectation through a differentiable Cholesky, as the series (P = 3) and by quadrature (Q = 5). Returns the
+    largest |gradient| of each and the largest difference within and across the formulations, relative to it."""
+    from flowgp.linalg import DEFAULT_JITTER
+    from flowgp.models.amogp import _WhitenedPosterior
+
+    mean, var, _, _, amp, lsq = node_args
+    z0 = model.latent.z.detach()
+    ls = model.inducing_lengthscale.detach()
+    jitter = model.latent.jitter if model.latent.jitter is not None else DEFAULT_JITTER[z0.dtype]
+    eye = torch.eye(z0.shape[1], dtype=z0.dtype)
+
+    def kuu(z):
+        return model.kernel.inducing_covariance(z, ls)
+
+    def node(exponentials):
+        z = z0.clone().requires_grad_()
+        weight = _WhitenedPosterior.apply(kuu(z), q_mu[None], q_sqrt[None], jitter, None)[3]
+        contract = psi_statistics._BlockedExpContract
+        saved = contract._TAYLOR_MAX_TERMS
+        contract._TAYLOR_MAX_TERMS = 0 if exponentials else saved
+        try:
+            value = psi_statistics._DiagonalPsiContract.apply(mean, var, z, weight, amp, lsq)[1].sum()
+        finally:
+            contract._TAYLOR_MAX_TERMS = saved
+        return torch.autograd.grad(value, z)[0]
+
+    def whitened(series):
+        z = z0.clone().requires_grad_()
+        chol = torch.linalg.cholesky(kuu(z)[0] + jitter * eye)
+        inv_t = torch.linalg.solve_triangular(chol, eye, upper=False).mT
+        args = (mean[:, 0], var[:, 0], z[0, :, 0], amp[:, 0], lsq[:, 0, 0], inv_t, q_mu, q_sqrt)
+        value = whitened_series(*args, 3) if series else whitened_quadrature(*args, 5)
+        return torch.autograd.grad(value.sum(), z)[0]
+
+    g = {"node_series": node(False), "node_exponentials": node(True), "whitened_series_P3": whitened(True),
+         "whitened_quadrature_Q5": whitened(False)}
+    scale = max(float(v.abs().max()) for v in g.values())
+
+    def rel(a, b):
+        return float((g[a] - g[b]).abs().max()) / scale
+
+    return {"largest_abs": {k: float(v.abs().max()) for k, v in g.items()},
+            "node_series_vs_exponentials": rel("node_series", "node_exponentials"),
+            "whitened_series_vs_quadrature": rel("whitened_series_P3", "whitened_quadrature_Q5"),
+            "node_series_vs_whitened_series": rel("node_series", "whitened_series_P3"),
+            "node_exponentials_vs_whitened_series": rel("node_exponentials", "whitened_series_P3")}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_state_arguments(p, cp_choices=("latent",))
     p.add_argument("--time", action="store_true",
                    help="also time forward and backward (autograd) of today's node, the series (P = 2-4) and "
                         "the quadrature (Q = 4, 7)")
+    p.add_argument("--gradients", action="store_true",
+                   help="also compare ∂/∂z (the CP inducing inputs) of today's node (series, exponentials) and of "
+                        "the whitened forms (series, quadrature) through a differentiable Cholesky")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -261,6 +315,9 @@ def main(argv=None):
     for nodes in (2, 3, 4, 5, 6):
         record(f"quadrature_Q{nodes}", f"whitened Gauss-Hermite, Q = {nodes}",
                whitened_quadrature(mu, v, zz, c, lam, inv_t, q_mu, q_sqrt, nodes))
+    if args.gradients:
+        rows["gradients_z"] = gradient_study(model, (mean, var, z, weight, amp, lsq), q_mu, q_sqrt)
+        print("∂/∂z (CP inducing inputs), differences relative to the largest entry:", rows["gradients_z"])
     if args.time:
         rows["timing_ms"] = timing(mean, var, z, weight, amp, lsq, chol, q_mu, q_sqrt)
         print("forward + backward, ms (median of 20):", rows["timing_ms"])
