@@ -423,7 +423,7 @@ def _contract_backward(state, grad, need_w: bool):
     """(∂la, ∂lb (None when sym), ∂κ, ∂dz, ∂w) of `_contract_forward` for ∂F/∂t = grad [N, P] (∂dz, ∂w None
     unless need_w)."""
     sym = state.sym
-    p, n, mg = state.row_sum.shape
+    p, _, mg = state.row_sum.shape
     dx = state.kappa.shape[-1]
     grad_t = grad.transpose(0, 1)  # [P, N]
     g_w = g_dz = None
@@ -503,7 +503,7 @@ def _taylor_terms(rho_max: float, dtype) -> int | None:
 
 
 class _TaylorState:
-    """The series' counterpart of `_ContractState`, in the same sorted `[P, N, ·]` layout: what
+    """The series' counterpart of `_ContractState`, in the same `[P, N, ·]` layout: what
     `_contract_backward` reads (row and column sums Σ_j E_ij w_ij, Σ_i E_ij w_ij, `wdz_sum` = -∂t/∂κ)
     and, for ∂w and ∂dz, the factors a, b, the coefficients c_k, the matrices P_k = exp(-κ₀ dz) (s dz)^k/k!, s,
     κ₀, w and the pieces evaluated."""
@@ -582,7 +582,7 @@ def _taylor_forward(state, plan, chunk: int, grad: bool):
 
 
 def _taylor_weight_gradients(state, grad_t):
-    """(∂w, ∂dz) of `_taylor_forward` in its sorted layout for ∂F/∂t = grad_t [P, N]: with
+    """(∂w, ∂dz) of `_taylor_forward` in its [P, N, ·] layout for ∂F/∂t = grad_t [P, N]: with
     G_k = Σ_n t̄_n c_nk a_n b_nᵀ = [a ⊗ t̄ c_k]ᵀ b (one product per piece, on its window) and
     ∂P_k/∂dz = s P_{k-1} - κ₀ P_k:  ∂w = Σ_k P_k ∘ G_k,   ∂dz = w ∘ (s Σ_{k>=1} P_{k-1} ∘ G_k - κ₀ ∂w)."""
     st = state
