@@ -88,3 +88,28 @@ def test_parse_lists():
         parse_int_list("a", "split")
     with pytest.raises(ValueError, match="unknown model"):
         parse_name_list("svgp,foo", known=("svgp",), what="model")
+
+
+def _checkpoint_of(job):
+    return {"dataset": job["dataset"], "split": job["split"], "checkpoint": job.get("checkpoint")}
+
+
+@pytest.mark.parametrize("flag", [False, True, None])
+def test_run_suite_gives_each_job_a_checkpoint_file_named_by_its_key(tmp_path, flag):
+    """With `--no-checkpoints` off, every job gets OUT/checkpoints/<key>.pt (the key's odd characters replaced);
+    with it on, or for a subcommand without the flag (None), no job gets one."""
+    import argparse
+
+    from flowgp.bench.runner import run_suite
+
+    args = argparse.Namespace(out=str(tmp_path), jobs=1, quiet=True, wait=False)
+    if flag is not None:
+        args.no_checkpoints = flag
+    jobs = [{"dataset": "csv:/a b/c.csv:y", "split": 0}, {"dataset": "toy", "split": 1}]
+    assert run_suite(args, jobs, _checkpoint_of, KEY, "r", report_hint=False) == 0
+    got = {r["split"]: r["checkpoint"] for r in ResultStore(tmp_path / "r.jsonl", KEY).rows}
+    if flag is False:
+        assert got == {0: str(tmp_path / "checkpoints" / "csv_a_b_c.csv_y_0.pt"),
+                       1: str(tmp_path / "checkpoints" / "toy_1.pt")}
+    else:
+        assert got == {0: None, 1: None}

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .runner import parse_int_list, parse_name_list, run_suite
+from .runner import add_checkpoint_argument, parse_int_list, parse_name_list, run_suite
 
 KEY_FIELDS = ("dataset", "model", "flow", "flow_init", "inducing_fraction", "fix_noise_fraction", "seed", "fold",
               "protocol", "preset")
@@ -101,7 +101,8 @@ def _work(job: dict) -> dict:
     est = make_estimator(job["model"], preset, m, job["seed"], len(tr), **options)
     row = {k: job[k] for k in KEY_FIELDS}
     row.update(num_inducing=m, epochs=int(est.epochs), n_train=len(tr), n_test=len(te),
-               warp=options.get("flow", "none") if job["model"] == "wgp" else None, **fit_and_score(est, split))
+               warp=options.get("flow", "none") if job["model"] == "wgp" else None,
+               **fit_and_score(est, split, checkpoint=job.get("checkpoint")))
     return row
 
 
@@ -128,6 +129,7 @@ def _add(parser, dataset: str) -> None:
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--wait", action="store_true",
                         help="if another run is writing the same output, wait for it (default: stop with a message)")
+    add_checkpoint_argument(parser)
 
 
 def build_jobs(args, dataset: str) -> list[dict]:

@@ -17,7 +17,7 @@ import re
 
 import numpy as np
 
-from .runner import parse_int_list, parse_name_list, run_suite
+from .runner import add_checkpoint_argument, parse_int_list, parse_name_list, run_suite
 
 NAME = "images"
 HELP = "image classification of CNF-DGP §IV-B (Table III): SGP, DGP and CNF-DGP with the conv skip"
@@ -72,7 +72,8 @@ def _work(job: dict) -> dict:
     row = {k: job[k] for k in KEY_FIELDS}
     row.update(n_train=len(y), n_test=len(data.y_test), layers=int(est.layers), posterior=est.posterior,
                num_inducing=int(est.num_inducing), epochs=int(est.epochs), batch_size=int(est.batch_size),
-               **fit_and_score(est, Split(x, y, data.x_test, data.y_test), task="classification"))
+               **fit_and_score(est, Split(x, y, data.x_test, data.y_test), task="classification",
+                               checkpoint=job.get("checkpoint")))
     return row
 
 
@@ -91,6 +92,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--wait", action="store_true",
                         help="if another run is writing the same output, wait for it (default: stop with a message)")
+    add_checkpoint_argument(parser)
 
 
 def build_jobs(args) -> list[dict]:

@@ -5,21 +5,29 @@
 from the parent process only, so the file has a single writer. A job that raises is reported on stderr and
 written to `<store>.errors.jsonl` (not to the store), so a rerun retries it. Workers die with the parent, even
 when it is killed with SIGKILL (`die_with_parent`), so an interrupted bench leaves no orphan fits behind.
+
+Subcommands that take `--no-checkpoints` (`add_checkpoint_argument`) also resume inside a fit: `run_suite` gives
+every job a checkpoint file under `<out>/checkpoints` named by its key, `fit_and_score` hands it to an estimator
+that takes `checkpoint` (its training state is written there every 100 epochs and a rerun continues from it) and
+removes the fit's files once its scores are in, just before the row is written.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
 import sys
 import threading
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
 
 import numpy as np
 
 __all__ = ["parse_int_list", "parse_name_list", "evaluate_regression", "evaluate_classification", "fit_and_score",
-           "run_jobs", "run_suite", "limit_threads", "die_with_parent"]
+           "add_checkpoint_argument", "checkpoint_file", "run_jobs", "run_suite", "limit_threads", "die_with_parent"]
 
 
 def parse_int_list(text: str, what: str = "value") -> list[int]:
@@ -87,9 +95,38 @@ def evaluate_classification(est, x_test, y_test) -> dict:
             "ece": expected_calibration_error(y, proba)}
 
 
-def fit_and_score(est, split, task: str = "regression") -> dict:
+def add_checkpoint_argument(parser) -> None:
+    """`--no-checkpoints` of the subcommands whose fits resume from a checkpoint (see the module doc)."""
+    parser.add_argument("--no-checkpoints", action="store_true",
+                        help="do not save fits' training state under OUT/checkpoints (by default a fit interrupted "
+                             "mid-way continues from its last checkpoint when the command is rerun)")
+
+
+def checkpoint_file(out, job: dict, key_fields) -> str:
+    """Where the fit of `job` keeps its training state: OUT/checkpoints/<its row key>.pt (characters outside
+    [A-Za-z0-9._-] of the key, e.g. a csv: dataset's path, replaced by '_')."""
+    key = "_".join(str(job.get(k)) for k in key_fields)
+    return str(Path(out) / "checkpoints" / (re.sub(r"[^A-Za-z0-9._-]+", "_", key) + ".pt"))
+
+
+def _remove_checkpoint(checkpoint: str) -> None:
+    """The fit's files (every training stage's, `checkpoint` + suffix), and their folder once it is empty."""
+    folder = Path(checkpoint).parent
+    for path in folder.glob(Path(checkpoint).name + "*"):
+        path.unlink(missing_ok=True)
+    try:
+        folder.rmdir()
+    except OSError:
+        pass  # other fits' files (parallel workers, interrupted rows) are still there
+
+
+def fit_and_score(est, split, task: str = "regression", checkpoint: str | None = None) -> dict:
     """Fit on the split's training part only (the estimators standardise on what they are fitted on, so no
-    test statistics leak in), then score on its test part; adds train/predict wall seconds."""
+    test statistics leak in), then score on its test part; adds train/predict wall seconds. `checkpoint`: a
+    file for an estimator that takes one (a rerun's fit continues from the state an interrupted one left there),
+    removed once the scores are in."""
+    if checkpoint is not None and "checkpoint" in inspect.signature(type(est)).parameters:
+        est.checkpoint = checkpoint
     start = time.perf_counter()
     est.fit(split.x_train, split.y_train)
     train_seconds = time.perf_counter() - start
@@ -115,6 +152,8 @@ def fit_and_score(est, split, task: str = "regression") -> dict:
     if isinstance(strength, dict):
         row["flow_strength"] = float(strength["selected"])
         row["flow_source"] = strength.get("source", "trained")
+    if checkpoint is not None:
+        _remove_checkpoint(checkpoint)
     return row
 
 
@@ -228,6 +267,9 @@ def run_suite(args, jobs, work, key_fields, name: str, report_hint: bool = True)
 
     from .results import ResultStore
 
+    if not getattr(args, "no_checkpoints", True):  # a subcommand without the flag writes none
+        for job in jobs:
+            job.setdefault("checkpoint", checkpoint_file(args.out, job, key_fields))
     with ResultStore(Path(args.out) / f"{name}.jsonl", key_fields, wait=getattr(args, "wait", False)) as store:
         failures = run_jobs(jobs, work, store, args.jobs, desc=f"bench {name}", verbose=not args.quiet)
     if not args.quiet:

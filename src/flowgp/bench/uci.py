@@ -4,23 +4,18 @@
         --preset quick --jobs 2 --out bench-results/uci
 
 Rows go to OUT/uci.jsonl, keyed by (dataset, model, num_inducing, split, preset, seed); rerunning the same
-command skips finished rows. Each fit also saves its training state under OUT/checkpoints (every 100 epochs, the
-estimators' `checkpoint`): a fit interrupted mid-way (a machine's session ending during a long reference-preset
-run) continues from its last checkpoint when the command is rerun, and gives the row an uninterrupted run would
-give. A fit's files are removed once its row is written (`--no-checkpoints`: none are written). Regression rows hold nll, rmse, coverage95; classification rows accuracy, nll.
+command skips finished rows, and a fit interrupted mid-way (a session ending during a long reference-preset run)
+continues from its checkpoint under OUT/checkpoints (`flowgp.bench.runner`; `--no-checkpoints`: none). Regression
+rows hold nll, rmse, coverage95; classification rows accuracy, nll.
 Datasets: the UCI folders under uci/ (standard 90/10 splits shipped with the data), the classification sets
 (stratified 90/10 splits; avila: the official split, split 0 only), or `csv:PATH:TARGET` for a user's file
 (random 90/10 splits).
 """
 from __future__ import annotations
 
-import inspect
-import re
-from pathlib import Path
-
 import numpy as np
 
-from .runner import parse_int_list, parse_name_list, run_suite
+from .runner import add_checkpoint_argument, parse_int_list, parse_name_list, run_suite
 
 NAME = "uci"
 HELP = "UCI regression/classification benchmark over standard splits (resumable JSON lines)"
@@ -44,9 +39,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--wait", action="store_true",
                         help="if another run is writing the same output, wait for it (default: stop with a message)")
-    parser.add_argument("--no-checkpoints", action="store_true",
-                        help="do not save fits' training state under OUT/checkpoints (by default an interrupted fit "
-                             "continues from its last checkpoint when the command is rerun)")
+    add_checkpoint_argument(parser)
 
 
 def _dataset_task(name: str, data_dir=None) -> str:
@@ -113,19 +106,7 @@ def _work(job: dict) -> dict:
     n = len(split.y_train)
     m = min(job["num_inducing"], n)
     est = make_estimator(job["model"], preset, m, job["seed"], n, task=job["task"])
-    checkpoint = job.get("checkpoint")
-    if checkpoint is not None and "checkpoint" in inspect.signature(type(est)).parameters:
-        est.checkpoint = checkpoint  # a rerun's fit continues from the state a killed run left there
-    scores = fit_and_score(est, split, job["task"])
-    if checkpoint is not None:
-        # the row is about to be written: the fit's files (every stage's, `checkpoint` + suffix) are done with
-        folder = Path(checkpoint).parent
-        for path in folder.glob(Path(checkpoint).name + "*"):
-            path.unlink(missing_ok=True)
-        try:
-            folder.rmdir()  # the last fit's files gone: no empty folder left in OUT
-        except OSError:
-            pass  # other fits' files (parallel workers, interrupted rows) are still there
+    scores = fit_and_score(est, split, job["task"], checkpoint=job.get("checkpoint"))
     row = {k: job[k] for k in KEY_FIELDS}
     row.update(task=job["task"], epochs=int(est.epochs), batch_size=est.batch_size, n_train=n,
                n_test=len(split.y_test), **scores)
@@ -133,13 +114,6 @@ def _work(job: dict) -> dict:
         row["flow"] = est.flow if isinstance(est.flow, str) else str(est.flow)
         row["flow_init"] = est.flow_init
     return row
-
-
-def checkpoint_file(out, job: dict) -> str:
-    """Where the fit of `job` keeps its training state: OUT/checkpoints/<its row key>.pt (characters outside
-    [A-Za-z0-9._-] of the key, e.g. a csv: dataset's path, replaced by '_')."""
-    key = "_".join(str(job[k]) for k in KEY_FIELDS)
-    return str(Path(out) / "checkpoints" / (re.sub(r"[^A-Za-z0-9._-]+", "_", key) + ".pt"))
 
 
 def build_jobs(args) -> list[dict]:
@@ -172,8 +146,6 @@ def build_jobs(args) -> list[dict]:
                                  "seed": args.seed + split, "task": task, "data_dir": args.data_dir,
                                  "preset_name": args.preset,
                                  "epochs_override": args.epochs})
-                    if not getattr(args, "no_checkpoints", False):
-                        jobs[-1]["checkpoint"] = checkpoint_file(args.out, jobs[-1])
     return jobs
 
 
