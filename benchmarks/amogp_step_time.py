@@ -176,7 +176,7 @@ def profile_full_batch(model, xt, yt, ot, opt, steps):
 
     step(model, opt, xt, yt, ot)
     t0 = time.perf_counter()
-    with profile() as prof:
+    with profile(record_shapes=True) as prof:
         for _ in range(steps):
             step(model, opt, xt, yt, ot)
     total = (time.perf_counter() - t0) / steps * 1e3
@@ -190,6 +190,11 @@ def profile_full_batch(model, xt, yt, ot, opt, steps):
     print(f"  {sum(graph.values()):7.2f} ms  the other {len(graph)} kinds of autograd node in the backward; largest:")
     for name, ms in sorted(graph.items(), key=lambda kv: -kv[1])[:5]:
         print(f"  {ms:7.2f} ms    {name}")
+    # the largest single operations by input shape (own time): where a step's time is passes over big arrays
+    print("  largest aten operations by input shape (own time per step, calls per step):")
+    ops = [e for e in prof.key_averages(group_by_input_shape=True) if e.key.startswith("aten::")]
+    for e in sorted(ops, key=lambda e: -e.self_cpu_time_total)[:8]:
+        print(f"  {e.self_cpu_time_total / steps / 1e3:7.2f} ms  {e.key} x{e.count / steps:g} {e.input_shapes[:2]}")
 
 
 def separate_processes(args, argv):
