@@ -1,6 +1,8 @@
 """ResultStore: append-only JSON lines, skip finished rows, survive and repair torn lines."""
 import json
 
+import numpy as np
+
 import pytest
 
 from flowgp.bench.results import ResultStore, read_rows
@@ -113,3 +115,40 @@ def test_run_suite_gives_each_job_a_checkpoint_file_named_by_its_key(tmp_path, f
                        1: str(tmp_path / "checkpoints" / "toy_1.pt")}
     else:
         assert got == {0: None, 1: None}
+
+
+def test_fit_and_score_keeps_a_checkpoint_when_the_fit_itself_fails(tmp_path):
+    """Only a state that cannot be continued (an error naming the file) is discarded and refitted; the fit's own
+    failure is raised and its checkpoint kept for a rerun."""
+    from types import SimpleNamespace
+
+    from flowgp.bench.runner import fit_and_score
+
+    saved = tmp_path / "checkpoints" / "job.pt"
+    saved.parent.mkdir()
+
+    class Failing:
+        calls = 0
+
+        def __init__(self, checkpoint=None, message="boom"):
+            self.checkpoint, self.message = checkpoint, message
+
+        def fit(self, x, y):
+            Failing.calls += 1
+            if self.message == "stale" and Failing.calls == 1:
+                raise ValueError(f"the checkpoint {self.checkpoint} was written with budget=3")
+            if self.message == "boom":
+                raise RuntimeError("Cholesky failed")
+
+        def predict_proba(self, x):
+            return np.full((len(x), 2), 0.5)
+
+    split = SimpleNamespace(x_train=np.zeros((4, 1)), y_train=np.zeros(4), x_test=np.zeros((2, 1)),
+                            y_test=np.zeros(2, dtype=int))
+    saved.write_bytes(b"state")
+    with pytest.raises(RuntimeError, match="Cholesky"):
+        fit_and_score(Failing(), split, "classification", checkpoint=str(saved))
+    assert saved.exists()
+    Failing.calls = 0
+    row = fit_and_score(Failing(message="stale"), split, "classification", checkpoint=str(saved))
+    assert Failing.calls == 2 and not saved.exists() and row["accuracy"] == 1.0

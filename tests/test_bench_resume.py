@@ -104,3 +104,26 @@ def test_a_fit_killed_mid_way_continues_from_its_checkpoint(tmp_path, monkeypatc
     assert len(got) == len(want) == 1
     for k in ("nll", "rmse", "coverage95", "train_elbo"):
         assert got[0][k] == pytest.approx(want[0][k], rel=1e-9, abs=1e-12)
+
+
+def test_a_checkpoint_that_cannot_be_continued_is_replaced(tmp_path, capsys):
+    """A fit's checkpoint left by other code or damaged (here: garbage bytes) is not a dead end: the bench says so,
+    removes it and fits from the start, writing the row an uninterrupted run writes."""
+    from flowgp.bench.runner import checkpoint_file
+    from flowgp.bench.uci import KEY_FIELDS
+
+    data_dir = make_data_dir(tmp_path / "data", n=40)
+    ref, out = tmp_path / "ref", tmp_path / "out"
+    args = ["bench", "uci", "--datasets", "toy", "--models", "svgp", "--splits", "0", "--inducing", "5",
+            "--preset", "tiny", "--data-dir", str(data_dir), "--quiet"]
+    assert main(args + ["--out", str(ref)]) == 0
+    job = {"dataset": "toy", "model": "svgp", "num_inducing": 5, "split": 0, "preset": "tiny", "seed": 0}
+    stale = checkpoint_file(out, job, KEY_FIELDS)
+    os.makedirs(os.path.dirname(stale))
+    with open(stale, "wb") as fh:
+        fh.write(b"not a checkpoint")
+    assert main(args + ["--out", str(out)]) == 0
+    assert "could not continue from" in capsys.readouterr().err
+    assert not (out / "checkpoints").exists()
+    got, want = _rows(out / "uci.jsonl"), _rows(ref / "uci.jsonl")
+    assert got[0]["nll"] == pytest.approx(want[0]["nll"], rel=1e-9)

@@ -9,7 +9,9 @@ when it is killed with SIGKILL (`die_with_parent`), so an interrupted bench leav
 Subcommands that take `--no-checkpoints` (`add_checkpoint_argument`) also resume inside a fit: `run_suite` gives
 every job a checkpoint file under `<out>/checkpoints` named by its key, `fit_and_score` hands it to an estimator
 that takes `checkpoint` (its training state is written there every 100 epochs and a rerun continues from it) and
-removes the fit's files once its scores are in, just before the row is written.
+removes the fit's files once its scores are in, just before the row is written. A checkpoint that cannot be
+continued (written by other code or another budget, or damaged) is reported on stderr, removed, and the fit starts
+from the beginning; a failure of the fit itself keeps the checkpoint.
 """
 from __future__ import annotations
 
@@ -109,10 +111,24 @@ def checkpoint_file(out, job: dict, key_fields) -> str:
     return str(Path(out) / "checkpoints" / (re.sub(r"[^A-Za-z0-9._-]+", "_", key) + ".pt"))
 
 
-def _remove_checkpoint(checkpoint: str) -> None:
-    """The fit's files (every training stage's, `checkpoint` + suffix), and their folder once it is empty."""
+def _checkpoint_files(checkpoint: str) -> list:
+    """The fit's files: every training stage's, `checkpoint` + suffix."""
     folder = Path(checkpoint).parent
-    for path in folder.glob(Path(checkpoint).name + "*"):
+    return list(folder.glob(Path(checkpoint).name + "*")) if folder.is_dir() else []
+
+
+def _stale(err: Exception, checkpoint: str) -> bool:
+    """Whether `err` says the fit's checkpoint cannot be continued: the training loop's and `safe_load`'s errors
+    name the file (another budget, data size or optimiser set; unreadable or corrupted), `load_state_dict`'s name
+    the state dict (another model layout)."""
+    text = str(err)
+    return str(Path(checkpoint).parent) in text or "state_dict" in text
+
+
+def _remove_checkpoint(checkpoint: str) -> None:
+    """The fit's files, and their folder once it is empty."""
+    folder = Path(checkpoint).parent
+    for path in _checkpoint_files(checkpoint):
         path.unlink(missing_ok=True)
     try:
         folder.rmdir()
@@ -125,10 +141,25 @@ def fit_and_score(est, split, task: str = "regression", checkpoint: str | None =
     test statistics leak in), then score on its test part; adds train/predict wall seconds. `checkpoint`: a
     file for an estimator that takes one (a rerun's fit continues from the state an interrupted one left there),
     removed once the scores are in."""
-    if checkpoint is not None and "checkpoint" in inspect.signature(type(est)).parameters:
+    resumable = checkpoint is not None and "checkpoint" in inspect.signature(type(est)).parameters
+    if resumable:
         est.checkpoint = checkpoint
     start = time.perf_counter()
-    est.fit(split.x_train, split.y_train)
+    if resumable and _checkpoint_files(checkpoint):
+        try:
+            est.fit(split.x_train, split.y_train)
+        except (ValueError, KeyError, RuntimeError) as err:
+            if not _stale(err, checkpoint):
+                raise  # the fit's own failure: the state stays for a rerun after the cause is fixed
+            # a state written by other code (another budget or data, another model layout) or damaged cannot be
+            # continued; the files are the bench's own scratch, so they go and the fit starts from the beginning
+            print(f"bench: could not continue from {checkpoint} ({type(err).__name__}: {str(err)[:200]}); "
+                  "fitting from the start", file=sys.stderr)
+            _remove_checkpoint(checkpoint)
+            start = time.perf_counter()
+            est.fit(split.x_train, split.y_train)
+    else:
+        est.fit(split.x_train, split.y_train)
     train_seconds = time.perf_counter() - start
     start = time.perf_counter()
     if task == "classification":
