@@ -144,21 +144,19 @@ def fit_and_score(est, split, task: str = "regression", checkpoint: str | None =
     resumable = checkpoint is not None and "checkpoint" in inspect.signature(type(est)).parameters
     if resumable:
         est.checkpoint = checkpoint
+    resuming = resumable and bool(_checkpoint_files(checkpoint))
     start = time.perf_counter()
-    if resumable and _checkpoint_files(checkpoint):
-        try:
-            est.fit(split.x_train, split.y_train)
-        except (ValueError, KeyError, RuntimeError) as err:
-            if not _stale(err, checkpoint):
-                raise  # the fit's own failure: the state stays for a rerun after the cause is fixed
-            # a state written by other code (another budget or data, another model layout) or damaged cannot be
-            # continued; the files are the bench's own scratch, so they go and the fit starts from the beginning
-            print(f"bench: could not continue from {checkpoint} ({type(err).__name__}: {str(err)[:200]}); "
-                  "fitting from the start", file=sys.stderr)
-            _remove_checkpoint(checkpoint)
-            start = time.perf_counter()
-            est.fit(split.x_train, split.y_train)
-    else:
+    try:
+        est.fit(split.x_train, split.y_train)
+    except (ValueError, KeyError, RuntimeError) as err:
+        if not (resuming and _stale(err, checkpoint)):
+            raise  # the fit's own failure: a checkpoint stays for a rerun after the cause is fixed
+        # a state written by other code (another budget or data, another model layout) or damaged cannot be
+        # continued; the files are the bench's own scratch, so they go and the fit starts from the beginning
+        print(f"bench: could not continue from {checkpoint} ({type(err).__name__}: {str(err)[:200]}); "
+              "fitting from the start", file=sys.stderr)
+        _remove_checkpoint(checkpoint)
+        start = time.perf_counter()
         est.fit(split.x_train, split.y_train)
     train_seconds = time.perf_counter() - start
     start = time.perf_counter()
