@@ -160,3 +160,37 @@ def test_optimised_bound_stays_below_brute_force_evidence():
     # and a finite, not absurdly loose one (measured gap about 5.5 nats at K = 5: the mean-field q(U1) q(U2)
     # of two layers costs that much here; benchmarks/ldgp_bound_validity.py)
     assert bound > log_p - 8.0, (bound, log_p)
+
+
+@pytest.mark.parametrize("per_output_kernel", [False, True])
+def test_joint_draw_is_the_reference_draw_with_its_gradients(per_output_kernel):
+    # the batched draw (transposed projections, hand-written backward of its products) is mean + chol(Σ) ε of the
+    # definition's moments for the same ε, and differentiable in h and every parameter (gradcheck), with one
+    # kernel for all outputs and with a kernel per output (batch_shape (L,))
+    from flowgp.kernels import RBF, Scale
+    from flowgp.variational import SparseVariationalGP
+    gen = _gen(5)
+    num_out, k, m = 2, 3, 5
+    batch = (num_out,) if per_output_kernel else ()
+    kernel = Scale(RBF(2, ard=True, batch_shape=batch), batch_shape=batch)
+    gp = SparseVariationalGP(kernel, torch.randn(m, 2, dtype=torch.float64, generator=gen), num_out)
+    with torch.no_grad():
+        gp.q_mu.copy_(torch.randn(gp.q_mu.shape, dtype=torch.float64, generator=gen))
+        gp.q_sqrt.copy_(0.5 * torch.randn(gp.q_sqrt.shape, dtype=torch.float64, generator=gen))
+    h = torch.randn(4, k, 2, dtype=torch.float64, generator=gen, requires_grad=True)
+    draw = joint_gp_sample(gp, h, _gen(6))  # [4, K, L]
+    eps = torch.randn(num_out, 4, k, 1, dtype=torch.float64, generator=_gen(6))
+    for g in range(4):
+        mean, cov = (t.detach() for t in _reference_moments(gp, h[g]))
+        if per_output_kernel:  # the reference takes the first kernel of the batch; its own per output
+            for out in range(num_out):
+                lz = torch.linalg.cholesky(gp.kernel(gp.inducing_points)[out] + 1e-8 * torch.eye(m))
+                khz = gp.kernel(h[g], gp.inducing_points)[out]
+                a = torch.linalg.solve_triangular(lz, khz.mT, upper=False)
+                r = gp.q_sqrt_tril()[out]
+                mean[out] = (gp.q_mu[out] @ a).detach()
+                cov[out] = (gp.kernel(h[g])[out] - a.mT @ a + a.mT @ r @ r.mT @ a).detach()
+        expected = mean + (torch.linalg.cholesky(cov) @ eps[:, g]).squeeze(-1)  # [L, K]
+        torch.testing.assert_close(draw[g].detach(), expected.mT, rtol=1e-6, atol=1e-6)
+    params = [gp.q_mu, gp.q_sqrt, gp.inducing_points]
+    assert torch.autograd.gradcheck(lambda hh, *p: joint_gp_sample(gp, hh, _gen(6)), (h, *params))

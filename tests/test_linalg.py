@@ -32,3 +32,22 @@ def test_lower_inverse_batched_and_unbatched():
     torch.testing.assert_close(inv @ chol, torch.eye(4, dtype=torch.float64).expand(3, 4, 4))
     assert torch.equal(inv, inv.tril())
     torch.testing.assert_close(lower_inverse(chol[0]), inv[0])
+
+
+def test_gram_is_x_xt_with_its_gradients():
+    from flowgp.linalg import gram
+    x = torch.randn(3, 4, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    torch.testing.assert_close(gram(x), x @ x.mT)
+    assert torch.autograd.gradcheck(gram, (x,))
+    assert torch.autograd.gradgradcheck(gram, (x,))
+
+
+def test_shared_left_products_are_x_times_each_matrix_with_their_gradients():
+    from flowgp.linalg import shared_left_products
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(6, 4, dtype=torch.float64, generator=g, requires_grad=True)
+    mats = torch.randn(3, 4, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    torch.testing.assert_close(shared_left_products(x, mats), x @ mats)
+    assert torch.autograd.gradcheck(shared_left_products, (x, mats))
+    with pytest.raises(ValueError, match=r"x must be \[N, M\] and mats \[L, M, P\]"):
+        shared_left_products(x, mats.mT)

@@ -46,7 +46,7 @@ from torch import nn
 
 from ..encoders import AmortizedLatentEncoder, FreeLatent, normal_log_prob
 from ..likelihoods import GaussianLikelihood, Likelihood
-from ..linalg import JitterMemory, robust_cholesky
+from ..linalg import JitterMemory, gram, lower_inverse, robust_cholesky, shared_left_products
 from ..objective import minibatch_bound
 from ..prediction import check_probabilities, gaussian_mixture_quantiles
 from ..row_draws import draw_rows
@@ -91,8 +91,8 @@ def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = Non
     For every leading index (a point, an outer sample) the K values f(h_1..h_K) of each output l are drawn from
     q(f) = N(Aᵀm_l (+ mean function), K_HH - AᵀA + (R_lᵀA)ᵀ(R_lᵀA)) with A = Lz⁻¹ K_ZH (TGP appendix eq. 12 with
     the full K × K covariance; the DGP-IWVI bound A.9 needs it over the importance samples). `gp` is a
-    `flowgp.variational.SparseVariationalGP`; only its public API is used (projection, kernel, q_mu,
-    q_sqrt_tril, mean_function). The K × K factorisations go through `robust_cholesky` (growing jitter,
+    `flowgp.variational.SparseVariationalGP`; only its public API is used (kzz_cholesky, kernel,
+    inducing_points, q_mu, q_sqrt_tril, mean_function). The K × K factorisations go through `robust_cholesky` (growing jitter,
     remembered in `memory`). Differentiable in h and in every parameter (reparameterised draw).
     `batch_rows` = (offset, B): h's last leading axis holds rows offset.. of a global batch of B split over
     processes; the noise is drawn for all B rows and sliced, so a row's draw does not depend on the split.
@@ -103,17 +103,23 @@ def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = Non
     groups = h.reshape(-1, k, d)  # [G, K, D]
     g = groups.shape[0]
     num_out = gp.num_outputs
-    a, _ = gp.projection(groups.reshape(g * k, d))  # [Lb, M, G K] (Lb = 1 for a kernel shared by the outputs)
-    if a.dim() == 2:
-        a = a.unsqueeze(0)
-    m = a.shape[-2]
-    a_out = a.expand(num_out, m, g * k)
+    # Aᵀ = K_HZ Lz⁻ᵀ [Lb, G·K, M] (Lb = 1 for a kernel shared by the outputs), built transposed so that M is the
+    # contiguous axis: every product below is then a plain (batched) GEMM on row-major blocks, with no permuted
+    # copies of the [L, M, G·K] tensors in either pass (they cost more than the products at K = 5, M = 128)
+    chol_inv = lower_inverse(gp.kzz_cholesky())
+    at = gp.kernel(groups.reshape(g * k, d).unsqueeze(-3), gp.inducing_points) @ chol_inv.mT
+    if at.dim() == 2:
+        at = at.unsqueeze(0)
+    m = at.shape[-1]
     r = gp.q_sqrt_tril()  # [L, M, M]
-    mean = (gp.q_mu.unsqueeze(-2) @ a_out).squeeze(-2).reshape(num_out, g, k)  # [L, G, K]
-    ra = (r.mT @ a_out).reshape(num_out, m, g, k)
-    a4 = a.reshape(a.shape[0], m, g, k)
+    if at.shape[0] == 1:  # one A for all outputs: no copy of it per output
+        mean = at[0] @ gp.q_mu.mT  # Aᵀm, [G·K, L]
+        rat = shared_left_products(at[0], r)  # (RᵀA)ᵀ [L, G·K, M]
+    else:
+        mean = (at @ gp.q_mu.unsqueeze(-1)).squeeze(-1).mT
+        rat = at @ r
     # K × K blocks per point: (RᵀA)ᵀ(RᵀA) - AᵀA, [L, G, K, K]
-    correction = torch.einsum("lmgk,lmgj->lgkj", ra, ra) - torch.einsum("lmgk,lmgj->lgkj", a4, a4)
+    correction = gram(rat.reshape(num_out, g, k, m)) - gram(at.reshape(at.shape[0], g, k, m))
     kxx = gp.kernel(groups.unsqueeze(-3))  # [G, Lb, K, K]
     cov = kxx.movedim(-3, 0) + correction
     cov = 0.5 * (cov + cov.mT)
@@ -121,8 +127,7 @@ def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = Non
     # [L, *lead, K, 1], the rows on lead's last axis: the same numbers as [L, G, K, 1] without batch_rows
     eps = draw_rows(lambda s: torch.randn(s, dtype=chol.dtype, device=chol.device, generator=generator),
                     (num_out,) + tuple(lead) + (k, 1), batch_rows, dim=len(lead)).reshape(chol.shape[:-1] + (1,))
-    draw = mean + (chol @ eps).squeeze(-1)  # [L, G, K]
-    out = draw.permute(1, 2, 0).reshape(lead + (k, num_out))
+    out = (mean.reshape(g, k, num_out) + (chol @ eps).squeeze(-1).permute(1, 2, 0)).reshape(lead + (k, num_out))
     if gp.mean_function is not None:
         out = out + gp.mean_function(h)
     return out
