@@ -40,6 +40,9 @@ def _parent(generator, device):
     return torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
 
 
+# not traced by torch.compile: reading a generator's state is a graph break anyway, and tracing into it made the
+# compiled deep-GP step guard on the state's bytes and recompile at every step until its recompile limit
+@torch.compiler.disable
 def generator_copy(generator: torch.Generator | None, device) -> torch.Generator:
     """A new generator on `device` in `generator`'s current state (None: torch's default generator of that
     device, read only): it replays the draws `generator` is about to make."""
@@ -49,6 +52,7 @@ def generator_copy(generator: torch.Generator | None, device) -> torch.Generator
     return copy
 
 
+@torch.compiler.disable  # as `generator_copy`
 def derived_generator(generator: torch.Generator | None, device) -> torch.Generator:
     """A new generator on `device` seeded from a hash of `generator`'s current state, which is read, not advanced
     (None: torch's default generator of that device, read only).
