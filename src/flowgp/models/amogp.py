@@ -159,6 +159,9 @@ class InducingSet(WhitenedGaussian):
         return torch.linalg.solve_triangular(chol.mT, v.unsqueeze(-1), upper=True).squeeze(-1)
 
 
+#: exponents of kernel values below this are taken as 0 (see `AMOGP._latent_layer`)
+_EXP_FLOOR = -350.0
+
 def _se_kernel(num_outputs: int, variance: float, lengthscale: float, dtype: torch.dtype) -> Scale:
     """D scalar-input SE kernels σ²_d exp(-(x - x')²/(2ℓ_d²)), one per output (flowgp.kernels, batch (D,))."""
     return Scale(RBF(1, lengthscale=lengthscale, batch_shape=(num_outputs,), dtype=dtype), variance,
@@ -621,8 +624,13 @@ class AMOGP(nn.Module):
             psi, phi_w = grouped_psi_statistics(mean.unsqueeze(-1), var.unsqueeze(-1), z, self._cp_weight(p), amp,
                                                 lsq.unsqueeze(-1), validate=False)
         else:  # point masses: Ψ₁ = K_fu
-            psi = amp.unsqueeze(-1) * torch.exp((mean[:, None, None] - z[..., 0]).square()
-                                                * (-0.5 / lsq).unsqueeze(-1))
+            expo = (mean[:, None, None] - z[..., 0]).square() * (-0.5 / lsq).unsqueeze(-1)
+            # exponents below -350 give exactly 0 (e^-350 ≈ 1e-152 of the prefactor, far below any term they
+            # are added to): products of two smaller values are subnormal numbers, on which the CPU's arithmetic
+            # (the GEMMs of ΨCΨᵀ and their backward included) falls to a slow path, and exp below -708 is itself
+            # one (per-output inducing sets at a fitted state: a fifth of the MO-GP's step)
+            kept = expo > _EXP_FLOOR
+            psi = amp.unsqueeze(-1) * torch.exp(torch.where(kept, expo, _EXP_FLOOR)) * kept
         psi = psi.reshape(b, repeats, -1).sum(1) if repeats > 1 else psi.flatten(1)  # [B, M_total]
         one = p.alpha.shape[0] == 1
         alpha, cov = (p.alpha[0], p.cov[0]) if one else (p.alpha.reshape(-1), torch.block_diag(*p.cov))
