@@ -835,24 +835,27 @@ def test_bound_in_float32():
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
+@pytest.mark.parametrize("alignment", [False, True])
 @pytest.mark.parametrize("cp", ["output", "latent"])
-def test_cp_kernel_values_below_the_floor_are_zeros_and_change_nothing(float64_default, cp, monkeypatch):
-    """The deterministic CP layer (the MO-GP's) takes K_fu entries below e^-350 as exact zeros, so that no subnormal
-    number (slow CPU arithmetic) enters its products: the bound and its gradients are those without the floor to
-    rounding, and the materialised reference's to the conditioning of this short-lengthscale K_uu."""
-    from flowgp.models import amogp as amogp_module
+def test_cp_kernel_values_below_the_floor_are_zeros_and_change_nothing(float64_default, cp, alignment, monkeypatch):
+    """The deterministic CP layer (the MO-GP's) takes K_fu entries below e^-100 as exact zeros
+    (`flowgp.psi_statistics.exp_or_zero`), so that no subnormal number (slow CPU arithmetic) enters its products:
+    the bound and its gradients are those without the floor to rounding, and the materialised reference's to the
+    conditioning of this short-lengthscale K_uu. With an alignment layer the CP input is random and the floor
+    acts inside the Ψ-statistics node (Ψ₁ and the series' factors)."""
+    from flowgp import psi_statistics
 
     d = 2
     z = _z(1, 40) if cp == "latent" else _z(d, 20)
-    model = AMOGP(None, z, None, alignment=False, warping=False, lengthscale=0.03, noise=0.1, cp_inducing=cp,
-                  num_outputs=d)
+    model = AMOGP(_z(d, 5) if alignment else None, z, None, alignment=alignment, warping=False, lengthscale=0.03,
+                  alignment_variance=0.01, alignment_noise=1e-4, noise=0.1, cp_inducing=cp, num_outputs=d)
     gen = torch.Generator().manual_seed(3)
     _set_random_q(model.latent, gen)
     x = torch.linspace(-4, 4, 60)[:, None]  # points up to 2 beyond the inducing inputs: exponents below -1 000
     out = torch.arange(60) % d
     y = torch.sin(2 * x[:, 0]) + 0.1 * torch.randn(60, generator=gen)
     psi = model._cp_psi1(x[:, 0], torch.zeros(60), model._cp_groups(out))  # the plain formula
-    tiny = (psi > 0) & (psi < math.exp(-350.0))
+    tiny = (psi > 0) & (psi < math.exp(-100.0))
     assert tiny.any() and (psi[psi > 0] < torch.finfo(psi.dtype).tiny).any()  # the test reaches subnormal values
     params = [p for _, p in sorted(model.named_parameters())]
 
@@ -861,7 +864,7 @@ def test_cp_kernel_values_below_the_floor_are_zeros_and_change_nothing(float64_d
         return bound, torch.autograd.grad(bound, params, allow_unused=True, materialize_grads=True)
 
     bound, grads = bound_and_grads()
-    monkeypatch.setattr(amogp_module, "_EXP_FLOOR", -math.inf)
+    monkeypatch.setattr(psi_statistics, "_ZERO_EXPONENT", -math.inf)
     unfloored, unfloored_grads = bound_and_grads()
     torch.testing.assert_close(bound, unfloored, rtol=1e-14, atol=0.0)
     for (name, _), a, b in zip(sorted(model.named_parameters()), grads, unfloored_grads):

@@ -28,9 +28,25 @@ from .convolution import ConvolutionKernel
 
 __all__ = ["gaussian_psi1", "gaussian_psi2", "gaussian_psi_mean", "se_psi_statistics", "cp_psi_statistics",
            "gaussian_psi2_contract", "grouped_psi2_contract", "grouped_psi_statistics", "own_group_psi_statistics",
-           "PsiStatistics"]
+           "PsiStatistics", "exp_or_zero"]
 
 _LOG2E = 1.0 / math.log(2.0)
+
+#: kernel factors whose exponent is below this are exact zeros (e^-100 ≈ 4e-44 of their prefactor: dropped, they
+#: change a sum with O(1) terms, even through weights of 1e7, by less than its rounding). Products of a few
+#: smaller factors with gradients are subnormal numbers, on which CPU arithmetic (the GEMMs that contract Ψ₁ and
+#: the series' factors included) falls to a slow path; in the per-output configuration at a fitted state such
+#: factors are common (points far from another output's inducing inputs)
+_ZERO_EXPONENT = -100.0
+
+
+def exp_or_zero(x: torch.Tensor, base2: bool = False) -> torch.Tensor:
+    """exp(x) (2^x with base2), with exact zeros where x is below `_ZERO_EXPONENT` (in the same base)."""
+    floor = _ZERO_EXPONENT * (_LOG2E if base2 else 1.0)
+    kept = x > floor
+    clamped = torch.where(kept, x, floor)
+    # out of place: under autograd exp's backward reads its output
+    return (clamped.exp2_() if base2 else clamped.exp_()) * kept
 
 
 class PsiStatistics(NamedTuple):
@@ -201,10 +217,11 @@ class _BlockedExpContract(torch.autograd.Function):
     #: float64), and the backward recomputes them chunk by chunk otherwise: beyond the caches, writing and reading
     #: back the kept exponentials costs more than recomputing them
     _KEEP_ELEMENTS = 1 << 20
-    #: exponents are clamped here first where they can fall that low: exp of a number below about -708
-    #: underflows through the slow subnormal path of the vectorised exp (2.5x slower for exp2, 6x for exp), and
-    #: exp(-700) ≈ 1e-304 is already 0 at the scale of any term
-    _FLOOR = -700.0
+    #: exponents are clamped here first where they can fall that low (the same level as `exp_or_zero`'s zeros):
+    #: a term below e^-100 ≈ 4e-44 of |w| is negligible whichever value it takes, and clamping keeps the terms and
+    #: the gradients formed from them out of the subnormal range, where CPU arithmetic takes a slow path (exp
+    #: below about -708 itself: 2.5x slower for exp2, 6x for exp)
+    _FLOOR = _ZERO_EXPONENT
     #: points per chunk: about this many elements of [P, chunk, Mg, Mg] (2 MiB of float64: the passes over a
     #: chunk stay in the cache) but at least _MIN_CHUNK points (each chunk costs a few dozen small operations),
     #: or all points in one chunk when their exponentials are kept
@@ -510,12 +527,10 @@ class _TaylorState:
 
     def __init__(self, sym, la2, lb2, kappa, dz, w, terms, centre):
         self.sym = sym
-        # exp(la), [P, N, Mg], from exponents clamped at the exponential path's floor: below it exp2 takes the slow
-        # subnormal path (the factors of points far from a group, in the per-output configuration), and 2^-1010
-        # is already 0 at the scale of any term
-        floor = _BlockedExpContract._FLOOR * _LOG2E
-        self.a = torch.clamp_min(la2, floor).exp2_()
-        self.b = self.a if sym else torch.clamp_min(lb2, floor).exp2_()
+        # exp(la), [P, N, Mg], exact zeros below e^-100 (`exp_or_zero`): the factors of points far from a group,
+        # in the per-output configuration, would otherwise make subnormal products in every contraction
+        self.a = exp_or_zero(la2, base2=True)
+        self.b = self.a if sym else exp_or_zero(lb2, base2=True)
         self.centre = centre.to(la2.dtype).unsqueeze(-1)  # [P, 1]
         dev = kappa[..., 0] - self.centre  # κ - κ₀, [P, N]
         scale = dev.abs().amax(1, keepdim=True)
@@ -613,7 +628,7 @@ def _point_factors(d, v, lam, amp):
     d², 1/c1, 1/c2, Ψ/c, Ψ₁ = c Ψ/c, la = -Σ_k ½ d²/c2, κ = ½ v/(λ c2) and Π_k sqrt(λ/c2) (c1 = λ + v, c2 = λ + 2v)."""
     d2 = d.square()
     inv1 = (lam + v).reciprocal()  # 1/c1
-    q1 = torch.exp(_sum_dims(torch.addcmul(0.5 * (lam * inv1).log(), d2, inv1, value=-0.5)))  # Ψ / c
+    q1 = exp_or_zero(_sum_dims(torch.addcmul(0.5 * (lam * inv1).log(), d2, inv1, value=-0.5)))  # Ψ / c
     psi1 = amp.unsqueeze(-1) * q1
     inv2 = (lam + 2.0 * v).reciprocal()  # 1/c2
     la = _sum_dims(d2 * inv2).mul_(-0.5)
@@ -971,7 +986,7 @@ def _grouped(mean, var, z, weight, amp, lsq, with_psi1: bool, validate: bool):
     if with_psi1:  # eq. 24: c Π_k sqrt(λ/(λ+v)) exp(-(μ - z)²/(2(λ+v)))
         den = lsq + v
         expo = torch.addcmul((0.5 * (lsq / den).log()).unsqueeze(2), diff2, (-0.5 / den).unsqueeze(2))
-        psi1 = amp.unsqueeze(-1) * torch.exp(expo.sum(-1))
+        psi1 = amp.unsqueeze(-1) * exp_or_zero(expo.sum(-1))
     rows, cols = torch.triu_indices(g, g, device=mean.device)  # blocks P = (p, q), p <= q
     a, b = lsq[:, rows], lsq[:, cols]  # [N, P, Dx]
     ab = a * b
