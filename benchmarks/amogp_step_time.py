@@ -94,6 +94,10 @@ def parse(argv=None):
     p.add_argument("--fit-epochs", type=int, default=0)
     p.add_argument("--profile-steps", type=int, default=0,
                    help="also profile this many full-batch AMO-GP steps (torch.profiler) and print where they go")
+    p.add_argument("--denormal-check", type=int, default=0,
+                   help="N > 0: also time N full-batch steps of each model with the CPU's flush-to-zero off, on, off, on "
+                        "(torch.set_flush_denormal, a process setting of this benchmark): equal medians mean no "
+                        "subnormal numbers slow the step")
     p.add_argument("--json", default=str(ROOT / "docs" / "results" / "amogp" / "step_time.json"))
     return p.parse_args(argv)
 
@@ -281,6 +285,16 @@ def main(argv=None):
             print(f"{name}: {args.steady} consecutive full-batch steps: median {st['median_ms']:.1f} ms, mean "
                   f"{st['mean_ms']:.1f}, largest {st['max_ms']:.1f}; {st['minor_faults_per_step']:.0f} minor page "
                   f"faults per step; {st['gc_collections']} cyclic collections, longest {st['gc_longest_ms']:.1f} ms")
+    if args.denormal_check:
+        for name, (model, xt, yt, ot) in models.items():
+            medians = []
+            for flush in (False, True, False, True):
+                torch.set_flush_denormal(flush)
+                medians.append(1e3 * time_steps(model, opts[name], xt, yt, ot, [slice(None)] * args.denormal_check, 2))
+            torch.set_flush_denormal(False)
+            res[f"{name}_flush_off_on_ms"] = medians
+            print(f"{name}: full-batch step with flush-to-zero off / on / off / on: "
+                  + " / ".join(f"{m:.1f}" for m in medians) + " ms")
     if args.profile_steps and "amogp" in models:
         profile_full_batch(*models["amogp"], opts["amogp"], args.profile_steps)
     if args.fit_epochs:

@@ -217,11 +217,12 @@ class _BlockedExpContract(torch.autograd.Function):
     #: float64), and the backward recomputes them chunk by chunk otherwise: beyond the caches, writing and reading
     #: back the kept exponentials costs more than recomputing them
     _KEEP_ELEMENTS = 1 << 20
-    #: exponents are clamped here first where they can fall that low (the same level as `exp_or_zero`'s zeros):
-    #: a term below e^-100 ≈ 4e-44 of |w| is negligible whichever value it takes, and clamping keeps the terms and
-    #: the gradients formed from them out of the subnormal range, where CPU arithmetic takes a slow path (exp
-    #: below about -708 itself: 2.5x slower for exp2, 6x for exp)
-    _FLOOR = _ZERO_EXPONENT
+    #: exponents are clamped here first where they can fall that low: a term below e^-350 ≈ 1e-152 of |w| is
+    #: negligible whichever value it takes, and clamping keeps the terms and the gradients formed from them (E w
+    #: times an upstream gradient) out of the subnormal range, where CPU arithmetic takes a slow path (exp below
+    #: about -708 itself: 2.5x slower for exp2, 6x for exp). Lower than `exp_or_zero`'s level, whose factors are
+    #: multiplied in pairs: a chunk needs the clamp's extra pass only where some exponent falls this low
+    _FLOOR = -350.0
     #: points per chunk: about this many elements of [P, chunk, Mg, Mg] (2 MiB of float64: the passes over a
     #: chunk stay in the cache) but at least _MIN_CHUNK points (each chunk costs a few dozen small operations),
     #: or all points in one chunk when their exponentials are kept
