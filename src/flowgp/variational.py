@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from .linalg import JitterMemory, cholesky_gradient_to_matrix, identity, lower_inverse, robust_cholesky
+from .linalg import JitterMemory, cholesky_gradient_to_matrix, gram, identity, lower_inverse, robust_cholesky
 
 #: below N = ratio·M points the square-root form of the marginal terms (no S = R Rᵀ) is cheaper
 SQUARE_ROOT_FORM_RATIO = 1.5
@@ -238,24 +238,10 @@ def whitened_marginal_terms(chol: torch.Tensor, kzx: torch.Tensor, q_mu: torch.T
     return _WhitenedMarginalTerms.apply(chol, kzx, q_mu, c, kzz)
 
 
-class _GramMinusIdentity(torch.autograd.Function):
-    """C = R Rᵀ - I with the backward (Ḡ + Ḡᵀ) R: one [M, M] product where autograd's matmul backward
-    spends two (one per operand)."""
-
-    @staticmethod
-    def forward(ctx, r):
-        ctx.save_for_backward(r)
-        return r @ r.mT - identity(r.shape[-1], r.dtype, r.device)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (r,) = ctx.saved_tensors
-        return (grad + grad.mT) @ r
-
-
 def gram_minus_identity(r: torch.Tensor) -> torch.Tensor:
-    """S - I = R Rᵀ - I for [..., M, M] R: the part of the whitened covariance q(v) adds to the prior's."""
-    return _GramMinusIdentity.apply(r)
+    """S - I = R Rᵀ - I for [..., M, M] R: the part of the whitened covariance q(v) adds to the prior's
+    (`flowgp.linalg.gram`: one [M, M] product in the backward, where autograd's matmul spends two)."""
+    return gram(r) - identity(r.shape[-1], r.dtype, r.device)
 
 
 class WhitenedGaussian(nn.Module):
