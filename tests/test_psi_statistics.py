@@ -534,3 +534,15 @@ def test_nodes_leave_no_reference_cycles(monkeypatch, chunks):
         gc.set_debug(0)
         gc.garbage.clear()
     assert not cyclic
+
+
+def test_exp_or_zero_zeros_below_its_level_keeps_nan_and_differentiates():
+    from flowgp.psi_statistics import exp_or_zero
+
+    x = torch.tensor([0.0, -1.0, -99.0, -101.0, -800.0, float("nan")], dtype=torch.float64, requires_grad=True)
+    y = exp_or_zero(x)
+    torch.testing.assert_close(y[:3], x[:3].exp())
+    assert torch.equal(y[3:5], torch.zeros(2, dtype=torch.float64)) and torch.isnan(y[5])
+    torch.testing.assert_close(exp_or_zero(x.detach() * 1.4426950408889634, base2=True)[:3], x[:3].detach().exp())
+    (g,) = torch.autograd.grad(y[:5].sum(), x)
+    torch.testing.assert_close(g[:5], torch.cat([x[:3].detach().exp(), torch.zeros(2, dtype=torch.float64)]))

@@ -41,12 +41,13 @@ _ZERO_EXPONENT = -100.0
 
 
 def exp_or_zero(x: torch.Tensor, base2: bool = False) -> torch.Tensor:
-    """exp(x) (2^x with base2), with exact zeros where x is below `_ZERO_EXPONENT` (in the same base)."""
+    """exp(x) (2^x with base2), with exact zeros where x is below `_ZERO_EXPONENT` (in the same base); NaN stays
+    NaN (a diverging fit is reported, not hidden)."""
     floor = _ZERO_EXPONENT * (_LOG2E if base2 else 1.0)
-    kept = x > floor
-    clamped = torch.where(kept, x, floor)
+    below = x <= floor
+    clamped = torch.where(below, floor, x)
     # out of place: under autograd exp's backward reads its output
-    return (clamped.exp2_() if base2 else clamped.exp_()) * kept
+    return (clamped.exp2_() if base2 else clamped.exp_()).masked_fill(below, 0.0)
 
 
 class PsiStatistics(NamedTuple):
