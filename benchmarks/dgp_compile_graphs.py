@@ -1,5 +1,5 @@
 """How the compiled deep-GP training step splits into graphs: `DeepGPRegressor(compile=True)` fits of a few epochs
-for each posterior, with torch._dynamo's counters (graph breaks by reason, graphs compiled, frames recompiled) and
+for each posterior, with torch._dynamo's counters (graph breaks by reason, graphs compiled, recompilations) and
 the fit's wall time. A step that is one graph is what a GPU's CUDA graphs (`compile="reduce-overhead"`) replay
 whole (issues 20 and 26); every break is a return to eager Python between graphs.
 
@@ -41,13 +41,12 @@ def main(argv=None):
         stats = counters["stats"]
         breaks = counters["graph_break"]
         print(f"{posterior}: fit of {args.epochs} epochs {seconds:.1f} s; graphs compiled "
-              f"{stats.get('unique_graphs', 0)}, frames compiled {stats.get('calls_captured', 0)} ops captured; "
+              f"{stats.get('unique_graphs', 0)} ({stats.get('calls_captured', 0)} operations captured); "
               f"graph breaks {sum(breaks.values())} ({len(breaks)} reasons)")
         for reason, count in sorted(breaks.items(), key=lambda kv: -kv[1])[:5]:
             print(f"    {count:4d}  {reason.splitlines()[0][:110]}")
-        recompiles = {k: v for k, v in counters["recompiles"].items()} if "recompiles" in counters else {}
-        if recompiles:
-            print(f"    recompiles: {sum(recompiles.values())}")
+        if counters["recompiles"]:
+            print(f"    recompiles: {sum(counters['recompiles'].values())}")
 
 
 if __name__ == "__main__":

@@ -253,3 +253,15 @@ def test_training_marginals_match_the_plain_formula_in_value_and_gradient(spec, 
     want = torch.autograd.grad((w1 * want_mean + w2 * want_var).sum(), params, allow_unused=True)
     for u, v in zip(got, want):
         torch.testing.assert_close(u, v, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_transposed_projection_is_the_projections_transpose(batch):
+    g = torch.Generator().manual_seed(4)
+    gp = SparseVariationalGP(make_kernel("rbf", 2, batch_shape=batch), torch.randn(6, 2, dtype=torch.float64,
+                                                                                  generator=g), 3)
+    x = torch.randn(9, 2, dtype=torch.float64, generator=g)
+    a, chol = gp.projection(x)
+    at, chol_t = gp.projection(x, transposed=True)
+    torch.testing.assert_close(at, a.mT)
+    torch.testing.assert_close(chol_t, chol)

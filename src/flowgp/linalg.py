@@ -6,8 +6,8 @@ import warnings
 
 import torch
 
-__all__ = ["CholeskyJitterWarning", "JitterMemory", "robust_cholesky", "lower_inverse", "identity", "gram", "shared_left_products",
-           "cholesky_gradient_to_matrix",
+__all__ = ["CholeskyJitterWarning", "JitterMemory", "robust_cholesky", "lower_inverse", "identity", "gram",
+           "shared_left_products", "cholesky_gradient_to_matrix",
            "DEFAULT_JITTER"]
 
 #: jitter added to the diagonal of every kernel matrix before factorising (relative to dtype below)
@@ -176,7 +176,6 @@ class _Gram(torch.autograd.Function):
 def gram(x: torch.Tensor) -> torch.Tensor:
     """X Xᵀ [..., K, K] of x [..., K, M] (differentiable, also twice: the backward is made of torch operations)."""
     return _Gram.apply(x)
-
 
 
 class _SharedLeftProducts(torch.autograd.Function):

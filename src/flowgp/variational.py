@@ -357,11 +357,15 @@ class SparseVariationalGP(WhitenedGaussian):
             exact.diagonal(dim1=-2, dim2=-1).copy_(self.kernel.diag(z).expand(exact.shape[:-1]))
         return kzz, exact, (kzx if kzx.dim() == 3 else kzx.unsqueeze(-3))
 
-    def projection(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A = Lz⁻¹ K_ZX of shape [..., Lb, M, N] and Lz: the whitened cross-covariance of eq. 12."""
+    def projection(self, x: torch.Tensor, transposed: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """A = Lz⁻¹ K_ZX of shape [..., Lb, M, N] and Lz: the whitened cross-covariance of eq. 12. `transposed`:
+        Aᵀ = K_XZ Lz⁻ᵀ, [..., Lb, N, M], computed in that layout (M the contiguous axis, for callers whose later
+        products contract over M per point)."""
         chol = self.kzz_cholesky()
-        kzx = self.kernel(self.inducing_points, x.unsqueeze(-3))  # [..., Lb, M, N]
         # explicit Lz⁻¹ and one GEMM (`lower_inverse`): faster than the triangular solve, and row-major
+        if transposed:
+            return self.kernel(x.unsqueeze(-3), self.inducing_points) @ lower_inverse(chol).mT, chol
+        kzx = self.kernel(self.inducing_points, x.unsqueeze(-3))  # [..., Lb, M, N]
         return lower_inverse(chol) @ kzx, chol
 
     def marginals(self, x: torch.Tensor, full_cov: bool = False) -> Marginals:

@@ -46,7 +46,7 @@ from torch import nn
 
 from ..encoders import AmortizedLatentEncoder, FreeLatent, normal_log_prob
 from ..likelihoods import GaussianLikelihood, Likelihood
-from ..linalg import JitterMemory, gram, lower_inverse, robust_cholesky, shared_left_products
+from ..linalg import JitterMemory, gram, robust_cholesky, shared_left_products
 from ..objective import minibatch_bound
 from ..prediction import check_probabilities, gaussian_mixture_quantiles
 from ..row_draws import draw_rows
@@ -91,8 +91,8 @@ def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = Non
     For every leading index (a point, an outer sample) the K values f(h_1..h_K) of each output l are drawn from
     q(f) = N(Aᵀm_l (+ mean function), K_HH - AᵀA + (R_lᵀA)ᵀ(R_lᵀA)) with A = Lz⁻¹ K_ZH (TGP appendix eq. 12 with
     the full K × K covariance; the DGP-IWVI bound A.9 needs it over the importance samples). `gp` is a
-    `flowgp.variational.SparseVariationalGP`; only its public API is used (kzz_cholesky, kernel,
-    inducing_points, q_mu, q_sqrt_tril, mean_function). The K × K factorisations go through `robust_cholesky` (growing jitter,
+    `flowgp.variational.SparseVariationalGP`; only its public API is used (projection, kernel, q_mu,
+    q_sqrt_tril, mean_function). The K × K factorisations go through `robust_cholesky` (growing jitter,
     remembered in `memory`). Differentiable in h and in every parameter (reparameterised draw).
     `batch_rows` = (offset, B): h's last leading axis holds rows offset.. of a global batch of B split over
     processes; the noise is drawn for all B rows and sliced, so a row's draw does not depend on the split.
@@ -106,8 +106,7 @@ def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = Non
     # Aᵀ = K_HZ Lz⁻ᵀ [Lb, G·K, M] (Lb = 1 for a kernel shared by the outputs), built transposed so that M is the
     # contiguous axis: every product below is then a plain (batched) GEMM on row-major blocks, with no permuted
     # copies of the [L, M, G·K] tensors in either pass (they cost more than the products at K = 5, M = 128)
-    chol_inv = lower_inverse(gp.kzz_cholesky())
-    at = gp.kernel(groups.reshape(g * k, d).unsqueeze(-3), gp.inducing_points) @ chol_inv.mT
+    at, _ = gp.projection(groups.reshape(g * k, d), transposed=True)
     if at.dim() == 2:
         at = at.unsqueeze(0)
     m = at.shape[-1]
