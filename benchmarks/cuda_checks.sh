@@ -8,7 +8,11 @@
 #      (benchmarks/dgp_step_time.py --device "$dev");
 #   4. a profile of the eager SVGP/TGP step on the GPU: launches, syncs and the lines that synchronise;
 #   5. the compiled SVGP/TGP and 3-layer DSVI steps on the GPU (float32, M = 100, B = 1024) with CUDA graphs
-#      (reduce-overhead) and with the default mode, compilation time apart.
+#      (reduce-overhead) and with the default mode, compilation time apart;
+#   ldgp (issue 25, not in the default set): latent-DGP reference fits on the authors' splits, started in the
+#      background at the beginning, one process per job (LDGP_JOBS="model:dataset:split ...", each capped at
+#      LDGP_SECONDS of fitting and 589 epochs), rows gathered into OUTDIR/ldgp_rows.jsonl when the other phases end.
+#      Needs FLOWGP_DATA with the data sets. They share the GPU with the other phases: time those apart.
 # Usage, from the repository root:  bash benchmarks/cuda_checks.sh OUTDIR [PHASES]
 # PHASES is a subset of "tests step dgp profile compile" (default: all). Each phase has its own time limit, so one
 # that hangs does not take the others with it; results land in OUTDIR as they are made (log.txt, *.json).
@@ -29,8 +33,21 @@ $py -c "import torch, numpy, sklearn; print('torch', torch.__version__, 'cuda', 
 $py -c "import gpytorch; print('gpytorch', gpytorch.__version__)" 2>&1
 nproc
 
+ldgp_pids=""
+if [[ " $phases " == *" ldgp "* ]]; then
+  stamp "ldgp: ${LDGP_JOBS:?set LDGP_JOBS} (background, ${LDGP_SECONDS:=300} s each)"
+  for job in $LDGP_JOBS; do
+    IFS=: read -r model dataset split <<< "$job"
+    timeout $((LDGP_SECONDS + 240)) $py "$root/benchmarks/ldgp_gpu_fit.py" --device "$dev" --model "$model" \
+      --dataset "$dataset" --split "$split" --seconds "$LDGP_SECONDS" --max-epochs 589 \
+      > "$out/ldgp_$model-$dataset-$split.log" 2>&1 &
+    ldgp_pids="$ldgp_pids $!"
+  done
+fi
+
 for phase in $phases; do
   case $phase in
+    ldgp) ;;  # started above
     tests)
       stamp "tests: pytest -k 'cuda or device'"
       timeout 200 $py -m pytest -q -rfEs --tb=short -p no:cacheprovider -o addopts="" -k "cuda or device" \
@@ -74,4 +91,12 @@ for phase in $phases; do
     *) echo "unknown phase $phase" ;;
   esac
 done
+if [ -n "$ldgp_pids" ]; then
+  stamp "ldgp: waiting for$ldgp_pids"
+  wait $ldgp_pids
+  for f in "$out"/ldgp_*.log; do echo "--- $f"; grep -v "^{" "$f" | tail -5; done
+  cat "$out"/ldgp_*.log | grep "^{" > "$out/ldgp_rows.jsonl"
+  cat "$out/ldgp_rows.jsonl"
+  rm -f "$out"/ldgp_*.log
+fi
 stamp done
