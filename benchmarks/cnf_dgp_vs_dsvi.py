@@ -10,7 +10,10 @@ Per depth L: splits where both rows exist; how often the flow's training ELBO is
 rounding (tie: |difference| <= 1e-9 of the bound, the flow kept at strength 0, i.e. exactly its DSVI base) or
 below (loss); the mean and largest ELBO gain per point; the mean difference of test log-likelihood (−NLL) and
 each model's average rank by test NLL over the splits (1 = better). Targets of the issue: >= 50 wins of 60 per
-depth, mean test log-likelihood no worse than DSVI's by more than 0.01, average rank no worse.
+depth, mean test log-likelihood no worse than DSVI's by more than 0.01, average rank no worse. For reading a rank
+difference of a split or two: the paired standard error of the mean test-LL difference and the exact two-sided
+sign test of the test-NLL wins against the losses (equal NLLs left out): the probability, were the two models
+equally likely to win a split, of a split of wins and losses at least as uneven as the one seen.
 """
 from __future__ import annotations
 
@@ -29,6 +32,16 @@ def pairs_by_key(rows):
             if model.startswith(prefix) and model[len(prefix):].isdigit():
                 by_key[(int(model[len(prefix):]), r["dataset"], r["split"])][name] = r
     return by_key
+
+
+def sign_test_p(wins: int, losses: int) -> float:
+    """Exact two-sided sign test: P(a Binomial(wins + losses, 1/2) count at least as far from its mean as wins)."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    low = min(wins, losses)
+    tail = sum(math.comb(n, k) for k in range(low + 1)) / 2.0 ** n
+    return min(1.0, 2.0 * tail)
 
 
 def scorecard(rows):
@@ -54,10 +67,15 @@ def scorecard(rows):
             if c.get("flow_strength") is not None:
                 strengths.append(c["flow_strength"])
         n = len(pairs)
+        mean_dll = sum(dll) / n
+        se_dll = math.sqrt(sum((v - mean_dll) ** 2 for v in dll) / (n - 1) / n) if n > 1 else math.nan
+        ll_wins, ll_losses = sum(r == 1.0 for r in rank_cnf), sum(r == 2.0 for r in rank_cnf)
         out[depth] = {"splits": n, "wins": wins, "ties": ties, "losses": losses,
                       "mean_gain_per_point": sum(gains) / n, "max_gain_per_point": max(gains),
                       "mean_test_ll_difference": sum(dll) / n, "rank_cnf": sum(rank_cnf) / n,
-                      "rank_dsvi": sum(rank_dsvi) / n,
+                      "rank_dsvi": sum(rank_dsvi) / n, "test_ll_difference_se": se_dll,
+                      "test_ll_wins": ll_wins, "test_ll_losses": ll_losses,
+                      "sign_test_p": sign_test_p(ll_wins, ll_losses),
                       "flow_kept": sum(s > 0 for s in strengths), "datasets": sorted({p["cnf"]["dataset"] for p in pairs})}
     return out
 
@@ -77,12 +95,14 @@ def main():
         print(json.dumps(card, indent=1))
         return
     print("| L | splits | wins / ties / losses (training ELBO) | flow kept (λ* > 0) | mean / max gain per point | "
-          "mean test LL cnf − DSVI | average rank cnf / DSVI |")
-    print("|---|---|---|---|---|---|---|")
+          "mean test LL cnf − DSVI (± s.e.) | average rank cnf / DSVI | test-LL wins / losses (sign test p) |")
+    print("|---|---|---|---|---|---|---|---|")
     for depth, c in card.items():
         print(f"| {depth} | {c['splits']} | {c['wins']} / {c['ties']} / {c['losses']} | {c['flow_kept']} | "
               f"{c['mean_gain_per_point']:+.5f} / {c['max_gain_per_point']:+.5f} | "
-              f"{c['mean_test_ll_difference']:+.4f} | {c['rank_cnf']:.2f} / {c['rank_dsvi']:.2f} |")
+              f"{c['mean_test_ll_difference']:+.4f} (± {c['test_ll_difference_se']:.4f}) | "
+              f"{c['rank_cnf']:.2f} / {c['rank_dsvi']:.2f} | "
+              f"{c['test_ll_wins']} / {c['test_ll_losses']} ({c['sign_test_p']:.2f}) |")
     if a.per_split:
         print("\n| L | set | split | DSVI ELBO/N | cnf − DSVI ELBO/N | flow kept (source, λ*) | test NLL DSVI / cnf |")
         print("|---|---|---|---|---|---|---|")
