@@ -15,6 +15,10 @@ import torch
 __all__ = ["draw_rows", "derived_generator", "generator_copy"]
 
 
+# not traced by torch.compile: `draw` takes a torch.Generator, which is a graph break wherever it is called, and
+# tracing the rest specialised on `dim` and the shape, so every layer's call recompiled this frame until dynamo's
+# recompile limit (8) and a deep GP's compiled step logged the limit and ran it eagerly from then on anyway
+@torch.compiler.disable
 def draw_rows(draw: Callable[[tuple], torch.Tensor], shape: Sequence[int], batch_rows=None,
               dim: int = -2) -> torch.Tensor:
     """`draw(shape)` for a tensor whose axis `dim` holds the batch's rows; with `batch_rows` = (offset, B) the
