@@ -1,0 +1,91 @@
+"""Would a direct sum over inducing-input pairs make the CP layer's Ψ₂ node cheaper? (issue 27)
+
+For one group with a diagonal W block, tr(Φ_n W) = Σ_{i<=j} w'_ij exp(-(z_i - z_j)²/(4λ_n) - (μ_n - m_ij)²/c2_n)
+(m_ij the midpoints, c2_n = λ_n + 2v_n, w' = w with the off-diagonal pairs doubled): a Gauss transform over the
+P = Mg(Mg+1)/2 midpoints with no series at all. This times its dense evaluation the way a node would run it, in
+chunks of points, on the London fit's sizes (2 004 sorted points, Mg = 50, P = 1 275):
+    forward   exponent [chunk, P] = [β μ², -2β μ, β, α]_n · [1, m, m², dz]_p (one K = 4 product), exp in place,
+              then [chunk, P] x [P, 4] for t and the three sums the backward needs;
+    backward  the exponentials again, then [4, chunk] x [chunk, P] for ∂w', ∂m and ∂dz;
+and exp against exp2 on 2.5 M values, float64 and float32, for exponents in [-40, 0] and [-700, 0]. Compare with the node's time from
+`benchmarks/amogp_psi_node.py` (series of products, forward and backward, Ψ₁ included).
+
+    OMP_NUM_THREADS=1 python benchmarks/amogp_pair_transform.py [--chunks 64,256,2004]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+
+def median_ms(fn, repeats=30, warmup=3):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--points", type=int, default=2004)
+    p.add_argument("--inducing", type=int, default=50)
+    p.add_argument("--chunks", default="64,256,2004")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    n, mg, f64 = args.points, args.inducing, torch.float64
+    mu = torch.sort(torch.rand(n, generator=g, dtype=f64) * 3.4 - 1.7)[0]
+    z = torch.linspace(-1.8, 1.8, mg, dtype=f64)
+    rows, cols = torch.triu_indices(mg, mg)
+    m, dz = 0.5 * (z[rows] + z[cols]), (z[rows] - z[cols]).square()
+    pairs = m.numel()
+    beta = -1.0 / (0.09 + 2e-4 * torch.rand(n, generator=g, dtype=f64))  # -1/c2
+    alpha = torch.full((n,), -1.0 / (4 * 0.09), dtype=f64)  # -1/(4λ)
+    w = torch.randn(pairs, generator=g, dtype=f64)
+    basis = torch.stack([torch.ones_like(m), m, m * m, dz])  # [4, P]
+    sums = torch.stack([w, w * m, w * m * m, w * dz], 1)  # [P, 4]
+    upstream = torch.randn(n, 4, generator=g, dtype=f64)
+
+    def exponentials(s, c, out):
+        mc, bc, ac = mu[s:s + c], beta[s:s + c], alpha[s:s + c]
+        a = torch.stack([bc * mc * mc, -2 * bc * mc, bc, ac], 1)
+        return torch.mm(a, basis, out=out).exp_()
+
+    def forward(chunk):
+        buf = torch.empty(chunk * pairs, dtype=f64)
+        res = torch.empty(n, 4, dtype=f64)
+        for s in range(0, n, chunk):
+            c = min(chunk, n - s)
+            torch.mm(exponentials(s, c, buf[:c * pairs].view(c, pairs)), sums, out=res[s:s + c])
+        return res
+
+    def backward(chunk):
+        buf = torch.empty(chunk * pairs, dtype=f64)
+        acc = torch.zeros(4, pairs, dtype=f64)
+        for s in range(0, n, chunk):
+            c = min(chunk, n - s)
+            acc.addmm_(upstream[s:s + c].T, exponentials(s, c, buf[:c * pairs].view(c, pairs)))
+        return acc
+
+    print(f"{n} points, Mg = {mg}, P = {pairs} pairs: {n * pairs / 1e6:.2f} M exponentials per pass")
+    for chunk in (int(v) for v in args.chunks.split(",")):
+        print(f"  chunk {chunk:5d}: forward {median_ms(lambda: forward(chunk)):.2f} ms, "
+              f"backward {median_ms(lambda: backward(chunk)):.2f} ms")
+    # exp against exp2 on as many values (the node's exponential paths use exp2 of base-2 exponents), for exponents
+    # in [-40, 0] and in [-700, 0] (float32's results are subnormal below about -87, float64's below about -708)
+    for dtype in (torch.float64, torch.float32):
+        for low in (-40.0, -700.0):
+            x = torch.empty(n * pairs, dtype=dtype).uniform_(low, 0.0, generator=g)
+            y = torch.empty_like(x)
+            print(f"  {str(dtype)[6:]:7s} exponents in [{low:g}, 0]: exp {median_ms(lambda: torch.exp(x, out=y)):.2f} ms, "
+                  f"exp2 {median_ms(lambda: torch.exp2(x, out=y)):.2f} ms")
+
+if __name__ == "__main__":
+    main()
