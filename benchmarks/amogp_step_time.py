@@ -27,7 +27,7 @@ Without it, the time of a 1 500-epoch fit is extrapolated from the full-batch st
 weeks wants about 0.05): the contraction skips inducing inputs out of reach of a chunk of points, so its cost
 falls as the lengthscale shrinks.
 
-Results go to docs/results/amogp/step_time.json (`--json`).
+Results go to a JSON file with `--json PATH` (nothing is written without it).
 """
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def parse(argv=None):
                    help="N > 0: also time N full-batch steps of each model with the CPU's flush-to-zero off, on, off, on "
                         "(torch.set_flush_denormal, a process setting of this benchmark): equal medians mean no "
                         "subnormal numbers slow the step")
-    p.add_argument("--json", default=str(ROOT / "docs" / "results" / "amogp" / "step_time.json"))
+    p.add_argument("--json", default=None, help="write the step times and the setting to this file")
     return p.parse_args(argv)
 
 
@@ -335,8 +335,9 @@ def report(args, res, n):
                        "steady": args.steady},
            "results": res, "machine": {"cpu": platform.processor() or platform.machine(), "threads": 1,
                                        "loadavg_at_end": load, "torch": torch.__version__}}
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(out, indent=1))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(out, indent=1))
     print(f"load average at the end: {load} (machine shared with other jobs)")
 
 
