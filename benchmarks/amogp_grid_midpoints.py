@@ -14,23 +14,12 @@ on the London fit's sizes (2 004 sorted points, Mg = 50), with plain autograd an
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
 
 from flowgp.psi_statistics import grouped_psi_statistics
-
-
-def median_ms(fn, repeats=30, warmup=3):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+from median_timing import median_ms
 
 
 def main(argv=None):

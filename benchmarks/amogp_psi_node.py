@@ -12,12 +12,11 @@ scaled in place, each with its result freed at once and with the last 20 results
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 
 from flowgp.psi_statistics import grouped_psi_statistics
+from median_timing import median_seconds
 
 
 def node_inputs(n: int, generator: torch.Generator):
@@ -28,17 +27,6 @@ def node_inputs(n: int, generator: torch.Generator):
     amp = torch.ones(n, 1, dtype=torch.float64)
     lsq = torch.full((n, 1, 1), 0.09, dtype=torch.float64)
     return [t.requires_grad_() for t in (mean, var, z, a @ a.mT, amp, lsq)]
-
-
-def median_seconds(fn, repeats: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main(argv=None):
