@@ -58,6 +58,8 @@ def parse(argv=None):
     p.add_argument("--cp-inducing", default="output", choices=["output", "latent"],
                    help="AMO-GP / MO-GP CP inducing sets: `--num-inducing` per site (the supplement's) or on the "
                         "latent process (`--num-inducing` in all with one latent)")
+    p.add_argument("--cp-grid", action="store_true",
+                   help="CP inducing inputs kept on their even grid (the estimator's cp_grid; --cp-inducing latent)")
     p.add_argument("--out", default="docs/results/amogp/gap")
     p.add_argument("--plot-only", action="store_true")
     return p.parse_args(argv)
@@ -79,7 +81,7 @@ def fit_one(model, site, seed, args):
             warping=layers, batch_size=None, epochs=args.epochs, lr=args.lr, seed=seed,
             lengthscale=args.lengthscale, num_samples=args.num_samples, verbose=False,
             natural_gradient=args.natural_gradient or None, natural_gradient_layers=args.natural_gradient_layers, tol=args.tol,
-            cp_inducing=args.cp_inducing, start_from_mogp=args.start_from_mogp)
+            cp_inducing=args.cp_inducing, start_from_mogp=args.start_from_mogp, cp_grid=args.cp_grid)
         est.fit(X, y, o)
         mean, sd = est.predict(Xt, ot, return_std=True)
         lpd = est.log_predictive_density(Xt, yt, ot, method="gaussian" if model == "mogp" else "mc")

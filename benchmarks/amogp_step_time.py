@@ -67,6 +67,8 @@ def add_state_arguments(p, cp_choices=("output", "latent")):
     p.add_argument("--cp-inducing", default="latent", choices=list(cp_choices),
                    help="CP inducing sets per latent process (the estimator's default) or per output (the "
                         "supplement's); --num-inducing points per set, both models")
+    p.add_argument("--cp-grid", action="store_true",
+                   help="CP inducing inputs fixed on their even grid (the estimator's cp_grid=True), both models")
 
 
 def parse(argv=None):
@@ -113,7 +115,7 @@ def model_and_tensors(layers, X, y, o, args):
     est = AlignedMultiOutputGPRegressor(num_inducing=args.num_inducing, alignment=layers, warping=layers,
                                         epochs=args.start_epochs,
                                         verbose=False, dtype=args.dtype, lengthscale=args.lengthscale,
-                                        cp_inducing=args.cp_inducing)
+                                        cp_inducing=args.cp_inducing, cp_grid=args.cp_grid)
     est.fit(X, y, o)
     xt, ot, _ = est.scaled_inputs(X, o)
     yt = est.tensor((y - est.y_mean_[o]) / est.y_std_[o])
@@ -301,7 +303,7 @@ def main(argv=None):
         t0 = time.perf_counter()
         est = AlignedMultiOutputGPRegressor(num_inducing=args.num_inducing, epochs=args.fit_epochs, verbose=False,
                                             dtype=args.dtype, lengthscale=args.lengthscale, tol=None,
-                                            cp_inducing=args.cp_inducing).fit(X, y, o)
+                                            cp_inducing=args.cp_inducing, cp_grid=args.cp_grid).fit(X, y, o)
         res["fit_seconds"] = time.perf_counter() - t0
         res["fit_epochs"] = len(est.history_)
         print(f"fit of {len(est.history_)} epochs (batch {est.resolved_batch_size(n)}): {res['fit_seconds']:.0f} s")
@@ -330,7 +332,7 @@ def report(args, res, n):
     out = {"setting": {"rows": n, "num_inducing": args.num_inducing, "batch": args.batch, "rounds": args.rounds,
                        "steps": args.steps, "full_steps": args.full_steps, "warmup": args.warmup, "dtype": args.dtype,
                        "start": args.start, "days": args.days, "lengthscale": args.lengthscale,
-                       "cp_inducing": args.cp_inducing, "start_epochs": args.start_epochs,
+                       "cp_inducing": args.cp_inducing, "cp_grid": args.cp_grid, "start_epochs": args.start_epochs,
                        "separate": args.separate, "only": args.only, "keep_heap": args.keep_heap,
                        "steady": args.steady},
            "results": res, "machine": {"cpu": platform.processor() or platform.machine(), "threads": 1,

@@ -870,3 +870,59 @@ def test_cp_kernel_values_below_the_floor_are_zeros_and_change_nothing(float64_d
     for (name, _), a, b in zip(sorted(model.named_parameters()), grads, unfloored_grads):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14 * float(b.abs().max()) + 1e-300, msg=name)
     torch.testing.assert_close(bound, _reference_elbo(model, x, y, out, 60), rtol=1e-9, atol=0.0)
+
+
+@pytest.mark.parametrize("layers", [(True, True), (True, False)])
+def test_grid_inducing_inputs_give_the_same_bound_and_stay_fixed(float64_default, layers):
+    """cp_grid=True (inducing inputs kept on their even grid, the midpoint form of `flowgp.psi_grid`) gives the
+    bound and every other parameter's gradient of the same model with free inducing inputs, and the materialised
+    reference's; the grid itself gets no gradient."""
+    free = _random_model("latent", 1, *layers, seed=11)
+    with torch.no_grad():
+        free.latent.z.copy_(_z(1, 6).unsqueeze(-1))  # back on the grid (_random_model moves every parameter)
+    grid = AMOGP(_z(3, 5), _z(1, 6), _z(3, 5, -1.5, 2.5), alignment=layers[0], warping=layers[1],
+                 cp_inducing="latent", num_outputs=3, cp_grid=True)
+    grid.load_state_dict(free.state_dict())
+    assert not grid.latent.z.requires_grad
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(40, 1, generator=gen) * 4 - 2
+    out = torch.randint(0, 3, (40,), generator=gen)
+    y = torch.sin(2 * x[:, 0]) + 0.3 * out + 0.1 * torch.randn(40, generator=gen)
+    names = [n for n, p in sorted(free.named_parameters()) if n != "latent.z"]
+    b_free, b_grid = free.elbo(x, y, out, num_data=100), grid.elbo(x, y, out, num_data=100)
+    torch.testing.assert_close(b_grid, b_free, rtol=1e-12, atol=0.0)
+    torch.testing.assert_close(b_grid, _reference_elbo(grid, x, y, out, 100), rtol=1e-10, atol=0.0)
+    free_params, grid_params = dict(free.named_parameters()), dict(grid.named_parameters())
+    g_free = torch.autograd.grad(b_free, [free_params[n] for n in names], allow_unused=True, materialize_grads=True)
+    g_grid = torch.autograd.grad(b_grid, [grid_params[n] for n in names], allow_unused=True, materialize_grads=True)
+    for name, a, b in zip(names, g_grid, g_free):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11 * float(b.abs().max()) + 1e-13, msg=name)
+
+
+def test_grid_inducing_inputs_bad_input_and_estimator():
+    with pytest.raises(ValueError, match="evenly spaced"):
+        AMOGP(_z(2, 5), torch.tensor([[0.0, 0.1, 0.5, 0.6]]), None, warping=False, cp_inducing="latent",
+              num_outputs=2, cp_grid=True)
+    with pytest.raises(ValueError, match="cp_inducing='latent'"):
+        AMOGP(_z(2, 5), _z(2, 4), None, warping=False, cp_inducing="output", cp_grid=True)
+    model = AMOGP(_z(2, 5), _z(1, 6), None, warping=False, cp_inducing="latent", num_outputs=2, cp_grid=True)
+    x, out = torch.linspace(-1, 1, 8)[:, None], torch.arange(8) % 2
+    model.elbo(x, torch.sin(x[:, 0]), out, num_data=8)
+    with torch.no_grad():
+        model.latent.z[0, 2, 0] += 0.05  # an edit (or a loaded state) that leaves the grid is refused, not used
+    with pytest.raises(ValueError, match="evenly spaced"):
+        model.elbo(x, torch.sin(x[:, 0]), out, num_data=8)
+    with pytest.raises(TypeError, match="cp_grid must be a bool"):
+        AMOGP(_z(2, 5), _z(1, 4), None, warping=False, cp_inducing="latent", num_outputs=2, cp_grid=1)
+    from flowgp.estimators import AlignedMultiOutputGPRegressor
+
+    X, y, o = _series()
+    with pytest.raises(TypeError, match="cp_grid must be True or False"):
+        AlignedMultiOutputGPRegressor(cp_grid="yes", epochs=1, verbose=False).fit(X, y, o)
+    with pytest.raises(ValueError, match="cp_grid=True needs cp_inducing='latent'"):
+        AlignedMultiOutputGPRegressor(cp_grid=True, cp_inducing="output", epochs=1, verbose=False).fit(X, y, o)
+    est = AlignedMultiOutputGPRegressor(num_inducing=8, cp_grid=True, epochs=15, verbose=False).fit(X, y, o)
+    z = est.model_.latent.z[0, :, 0]
+    gaps = z[1:] - z[:-1]
+    torch.testing.assert_close(gaps, gaps[:1].expand_as(gaps), rtol=1e-12, atol=0.0)  # still the initial grid
+    assert np.isfinite(est.predict(X[:5], o[:5])).all()

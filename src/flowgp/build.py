@@ -214,6 +214,8 @@ class AMOGPConfig:
     #: "latent" (one CP inducing set of `num_inducing` per latent process, on a smoothed latent) or "output" (one
     #: per output, the supplement's); see `models.amogp.AMOGP`
     cp_inducing: str = "latent"
+    #: keep the CP layer's inducing inputs on their initial even grid (cp_inducing="latent"; see `models.amogp.AMOGP`)
+    cp_grid: bool = False
     inducing_shapes: Any = field(default=None, compare=False, repr=False)
 
 
@@ -411,7 +413,7 @@ def _build_amogp(config: AMOGPConfig, x, y, *, generator=None, output=None, inpu
                  alignment_variance=config.alignment_variance, alignment_lengthscale=config.alignment_lengthscale,
                  warping_variance=config.warping_variance, warping_lengthscale=config.warping_lengthscale,
                  noise=config.noise, alignment_noise=config.alignment_noise, latent_noise=config.latent_noise,
-                 jitter=config.jitter, cp_inducing=config.cp_inducing, num_outputs=d)
+                 jitter=config.jitter, cp_inducing=config.cp_inducing, num_outputs=d, cp_grid=bool(config.cp_grid))
 
 
 _BUILDERS: dict[type, Callable] = {

@@ -65,6 +65,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--alignment-noise", type=float, default=1e-3,
                         help="initial alignment noise σ²_a of the AMO-GP family (default 1e-3: the committed "
                              "protocol; the estimator's default is now 1e-5)")
+    parser.add_argument("--cp-grid", action="store_true",
+                        help="CP inducing inputs kept on their even grid (the estimator's cp_grid; with "
+                             "--cp-inducing latent)")
     parser.add_argument("--start-from-mogp", action="store_true",
                         help="AMO-GP starts from the fitted MO-GP (the estimator's start_from_mogp)")
     parser.add_argument("--out", default="docs/results/amogp")
@@ -169,13 +172,14 @@ def _fit_eval(model, seed, train, test, target, args, lengthscale, num_inducing)
                     natural_gradient_layers=getattr(args, "natural_gradient_layers", "all"),
                     tol=getattr(args, "tol", None), cp_inducing=getattr(args, "cp_inducing", "output"),
                     start_from_mogp=bool(getattr(args, "start_from_mogp", False)),
+                    cp_grid=bool(getattr(args, "cp_grid", False)),
                     alignment_noise=float(getattr(args, "alignment_noise", 1e-3)))
         est.fit(X, y, o)
         mean = est.predict(Xt, ot)
         lpd = est.log_predictive_density(Xt, yt, ot, method="mc")
         lpd_gauss = est.log_predictive_density(Xt, yt, ot, method="gaussian")
         extra = {"test_ll_gaussian": float(lpd_gauss.mean()), "final_neg_elbo_per_point": est.history_[-1],
-                 "epochs_run": len(est.history_), "cp_inducing": est.cp_inducing}
+                 "epochs_run": len(est.history_), "cp_inducing": est.cp_inducing, "cp_grid": bool(est.cp_grid)}
     elif model in ("svgp", "dgp"):  # single-output baselines on the target output (the deep GP with 2 layers)
         sel = o == target
         est = entry(num_inducing=min(num_inducing * 2, int(sel.sum())), epochs=args.baseline_epochs, lr=args.lr,

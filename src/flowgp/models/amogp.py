@@ -38,6 +38,7 @@ from ..convolution import ConvolutionKernel, check_output_index
 from ..kernels import LENGTHSCALE_CONSTRAINT, RBF, VARIANCE_CONSTRAINT, Scale
 from ..linalg import cholesky_gradient_to_matrix, lower_inverse, robust_cholesky
 from ..objective import minibatch_bound
+from ..psi_grid import grid_psi_statistics
 from ..psi_statistics import exp_or_zero, gaussian_psi1, grouped_psi_statistics, own_group_psi_statistics
 from ..variational import WhitenedGaussian, gaussian_kl_whitened
 
@@ -265,6 +266,18 @@ def _quadratic_forms(y, psi, count):
     return (y[:, -count * m:].view(b, count, m) * psi.unsqueeze(1)).sum(-1)
 
 
+def _check_grid(z: torch.Tensor) -> None:
+    """ValueError unless every row of z [R, M] is an evenly spaced increasing grid of at least 2 points."""
+    if z.shape[-1] < 2:
+        raise ValueError(f"cp_grid=True needs at least 2 inducing inputs per latent process, got {z.shape[-1]}")
+    gaps = z[:, 1:] - z[:, :-1]
+    # evenly spaced up to the rounding of the inputs themselves (torch.linspace's, in z's dtype)
+    tol = 64 * torch.finfo(z.dtype).eps * z.abs().amax(-1, keepdim=True)
+    if not bool((gaps > 0).all()) or bool(((gaps - gaps[:, :1]).abs() > tol).any()):
+        raise ValueError("z_latent: with cp_grid=True each row must be an evenly spaced increasing grid "
+                         "(e.g. torch.linspace(lo, hi, M))")
+
+
 class AMOGP(nn.Module):
     """AMO-GP over D outputs with 1-D inputs (module docstring for the bound and predictions).
 
@@ -287,6 +300,10 @@ class AMOGP(nn.Module):
             differs. With one latent the outputs are smoothed copies of one process, so per-output sets are
             nearly linearly dependent (cond(K_uu) 1e17-1e19 on the London data, docs/results/amogp); the
             latent sets are not, and R·M_f of them cost (D/R)² less Ψ₂ work than D·M_f per-output ones.
+        cp_grid: with cp_inducing="latent", keep the CP layer's inducing inputs fixed on the evenly spaced grid
+            z_latent gives (each row must be one), untrained. On a grid the M² pairs of inducing inputs have 2M - 1
+            midpoints, and the bound's Ψ₂ contraction is one [B, 2M-1] x [2M-1, M] product per latent
+            (`flowgp.psi_grid`) instead of B·M² terms: about half the full-batch step (docs/results/amogp).
     """
 
     def __init__(self, z_alignment, z_latent, z_warping, latent_processes: int = 1, alignment: bool = True,
@@ -294,7 +311,8 @@ class AMOGP(nn.Module):
                  alignment_variance: float = 0.05, alignment_lengthscale: float = 1.0,
                  warping_variance: float = 0.05, warping_lengthscale: float = 1.0, noise: float = 0.05,
                  alignment_noise: float = 1e-3, latent_noise: float = 1e-3, q_var_init: float = 1e-5,
-                 jitter: float | None = None, cp_inducing: str = "output", num_outputs: int | None = None):
+                 jitter: float | None = None, cp_inducing: str = "output", num_outputs: int | None = None,
+                 cp_grid: bool = False):
         super().__init__()
         # parameters in the inducing inputs' dtype when a floating tensor is given, float64 otherwise
         dtype = z_latent.dtype if isinstance(z_latent, torch.Tensor) and z_latent.is_floating_point() \
@@ -305,6 +323,11 @@ class AMOGP(nn.Module):
             raise ValueError(f"cp_inducing must be 'output' (one inducing set per output, the supplement's) or "
                              f"'latent' (one per latent process), got {cp_inducing!r}")
         self.cp_inducing = cp_inducing
+        if not isinstance(cp_grid, bool):
+            raise TypeError(f"cp_grid must be a bool, got {type(cp_grid).__name__}")
+        if cp_grid and cp_inducing != "latent":
+            raise ValueError("cp_grid=True needs cp_inducing='latent' (one grid per latent process)")
+        self.cp_grid = cp_grid
         if z_latent.dim() != 2:
             rows = "num_outputs" if cp_inducing == "output" else "latent_processes"
             raise ValueError(f"z_latent must have shape [{rows}, M_f], got {tuple(z_latent.shape)}")
@@ -332,6 +355,10 @@ class AMOGP(nn.Module):
             self.register_buffer("latent_output", torch.arange(d).repeat_interleave(mf), persistent=False)
         else:
             self.latent = InducingSet(z_latent.unsqueeze(-1), q_var_init, jitter)
+            if cp_grid:
+                _check_grid(z_latent)
+                self.latent.z.requires_grad_(False)  # the grid is not trained
+                self._grid_checked = None  # (tensor, version) of the inducing inputs last found to be a grid
             # u_r starts as smooth as the outputs' smoothing kernels of latent r
             self.raw_inducing_lengthscale = nn.Parameter(_INDUCING_LS.inverse(self.kernel.lengthscale[0].detach()))
         self.raw_noise = nn.Parameter(_NOISE.inverse(torch.full((d,), float(noise), dtype=dtype)))
@@ -617,8 +644,18 @@ class AMOGP(nn.Module):
             repeats = self.kernel.latent_processes
             z = self.latent.z[0].reshape(d, -1, 1).repeat(repeats, 1, 1)  # [R·D, Mf, 1], groups (latent, output)
         b = mean.shape[0]
-        if random_input:
-            psi, phi_w = grouped_psi_statistics(mean.unsqueeze(-1), var.unsqueeze(-1), z, self._cp_weight(p), amp,
+        weight = self._cp_weight(p) if random_input else None
+        if random_input and self.cp_grid and weight.dim() == 3:
+            # fixed evenly spaced inducing inputs: the midpoint form of `flowgp.psi_grid` (same values)
+            zs = z[..., 0].detach()
+            stamp = (self.latent.z, self.latent.z._version)
+            if self._grid_checked is None or self._grid_checked[0] is not stamp[0] or self._grid_checked[1] != stamp[1]:
+                _check_grid(zs)  # again after anything wrote the inducing inputs (a loaded state, an edit)
+                self._grid_checked = stamp
+            psi, phi_w = grid_psi_statistics(mean.unsqueeze(-1), var.unsqueeze(-1), zs[:, 0], zs[:, 1] - zs[:, 0],
+                                             weight, amp, lsq.unsqueeze(-1), validate=False)
+        elif random_input:
+            psi, phi_w = grouped_psi_statistics(mean.unsqueeze(-1), var.unsqueeze(-1), z, weight, amp,
                                                 lsq.unsqueeze(-1), validate=False)
         else:  # point masses: Ψ₁ = K_fu
             # exact zeros below e^-100 (`exp_or_zero`): subnormal values slowed the per-output MO-GP's fitted
