@@ -111,7 +111,7 @@ class _GridPsiContract(torch.autograd.Function):
             g_c2 = tbar * (mu.square() * q0 - 2.0 * mu * q1s + q2) / c2.square() - gphi * t * scale * (0.5 / c2)
             g_lam = g_lam + tbar * torch.bmm(edg, gaps2.unsqueeze(-1))[..., 0] * (0.25 / lam.square())
             if need[4]:
-                g_a = torch.bmm(ed.mT, tbar.unsqueeze(-1) * gm)  # [G, M, 2M-1]
+                g_a = torch.bmm((ed * tbar.unsqueeze(-1)).mT, gm)  # Σ_n t̄ ed gmᵀ, [G, M, 2M-1]
                 g_weight = g_a.reshape(g, -1)[:, cell].view(g, mg, mg)  # symmetric: ∂W = ∂w
         g_lam = g_lam + g_c1 + g_c2
         g_v = (g_c1 + 2.0 * g_c2).sum(0)
