@@ -358,7 +358,7 @@ class AMOGP(nn.Module):
             if cp_grid:
                 _check_grid(z_latent)
                 self.latent.z.requires_grad_(False)  # the grid is not trained
-                self._grid_checked = None  # (tensor, version) of the inducing inputs last found to be a grid
+                self._grid_checked = None  # a copy of the inducing inputs last found to be a grid
             # u_r starts as smooth as the outputs' smoothing kernels of latent r
             self.raw_inducing_lengthscale = nn.Parameter(_INDUCING_LS.inverse(self.kernel.lengthscale[0].detach()))
         self.raw_noise = nn.Parameter(_NOISE.inverse(torch.full((d,), float(noise), dtype=dtype)))
@@ -648,10 +648,10 @@ class AMOGP(nn.Module):
         if random_input and self.cp_grid and weight.dim() == 3:
             # fixed evenly spaced inducing inputs: the midpoint form of `flowgp.psi_grid` (same values)
             zs = z[..., 0].detach()
-            stamp = (self.latent.z, self.latent.z._version)
-            if self._grid_checked is None or self._grid_checked[0] is not stamp[0] or self._grid_checked[1] != stamp[1]:
+            seen = self._grid_checked
+            if seen is None or seen.device != zs.device or seen.dtype != zs.dtype or not torch.equal(zs, seen):
                 _check_grid(zs)  # again after anything wrote the inducing inputs (a loaded state, an edit)
-                self._grid_checked = stamp
+                self._grid_checked = zs.clone()
             psi, phi_w = grid_psi_statistics(mean.unsqueeze(-1), var.unsqueeze(-1), zs[:, 0], zs[:, 1] - zs[:, 0],
                                              weight, amp, lsq.unsqueeze(-1), validate=False)
         elif random_input:
