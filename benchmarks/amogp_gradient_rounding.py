@@ -35,7 +35,7 @@ def gradients(model, xt, yt, ot):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_state_arguments(p)
+    add_state_arguments(p, cp_grid="off")  # these study the trained inducing inputs' gradients
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     torch.set_num_threads(1)

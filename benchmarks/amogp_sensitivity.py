@@ -30,7 +30,7 @@ def main(argv=None):
                    help="CP inducing sets per output (the supplement's) or on the latent process")
     a = p.parse_args(argv)
     args = setting.parse(["--num-inducing", str(a.num_inducing), "--lengthscale", str(a.lengthscale),
-                          "--cp-inducing", a.cp_inducing])
+                          "--cp-inducing", a.cp_inducing, "--cp-grid", "off"])  # trained inducing inputs, as committed
     torch.set_num_threads(1)
     X, y, o = setting.data(args)
 

@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / ".." / "shared" / "data" / "air_quality" / "london_aurn_pm25_hourly_2018_2019.csv"
 
 
-def add_state_arguments(p, cp_choices=("output", "latent")):
+def add_state_arguments(p, cp_choices=("output", "latent"), cp_grid="default"):
     """The arguments that fix the model and its state (data window, sizes, dtype, initial lengthscale, epochs of the
     estimator's own fit): shared by this benchmark and the AMO-GP studies that start from the same state."""
     p.add_argument("--data", default=str(DATA))
@@ -67,8 +67,9 @@ def add_state_arguments(p, cp_choices=("output", "latent")):
     p.add_argument("--cp-inducing", default="latent", choices=list(cp_choices),
                    help="CP inducing sets per latent process (the estimator's default) or per output (the "
                         "supplement's); --num-inducing points per set, both models")
-    p.add_argument("--cp-grid", action="store_true",
-                   help="CP inducing inputs fixed on their even grid (the estimator's cp_grid=True), both models")
+    p.add_argument("--cp-grid", default=cp_grid, choices=["default", "on", "off"],
+                   help="the estimator's cp_grid for both models: its default (on with latent sets: CP inducing "
+                        "inputs fixed on their even grid), on, or off (trained inducing inputs)")
 
 
 def parse(argv=None):
@@ -110,12 +111,17 @@ def data(args):
     return X, y, o
 
 
+def cp_grid_option(args):
+    """The estimator's cp_grid for `--cp-grid` (None: its default)."""
+    return {"default": None, "on": True, "off": False}[getattr(args, "cp_grid", "default")]
+
+
 def model_and_tensors(layers, X, y, o, args):
     """The estimator's own model after `--start-epochs` epochs of its fit (1: freshly initialised) and its tensors."""
     est = AlignedMultiOutputGPRegressor(num_inducing=args.num_inducing, alignment=layers, warping=layers,
                                         epochs=args.start_epochs,
                                         verbose=False, dtype=args.dtype, lengthscale=args.lengthscale,
-                                        cp_inducing=args.cp_inducing, cp_grid=args.cp_grid)
+                                        cp_inducing=args.cp_inducing, cp_grid=cp_grid_option(args))
     est.fit(X, y, o)
     xt, ot, _ = est.scaled_inputs(X, o)
     yt = est.tensor((y - est.y_mean_[o]) / est.y_std_[o])
@@ -303,7 +309,7 @@ def main(argv=None):
         t0 = time.perf_counter()
         est = AlignedMultiOutputGPRegressor(num_inducing=args.num_inducing, epochs=args.fit_epochs, verbose=False,
                                             dtype=args.dtype, lengthscale=args.lengthscale, tol=None,
-                                            cp_inducing=args.cp_inducing, cp_grid=args.cp_grid).fit(X, y, o)
+                                            cp_inducing=args.cp_inducing, cp_grid=cp_grid_option(args)).fit(X, y, o)
         res["fit_seconds"] = time.perf_counter() - t0
         res["fit_epochs"] = len(est.history_)
         print(f"fit of {len(est.history_)} epochs (batch {est.resolved_batch_size(n)}): {res['fit_seconds']:.0f} s")

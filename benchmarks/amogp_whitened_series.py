@@ -279,7 +279,7 @@ def gradient_study(model, node_args, q_mu, q_sqrt):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_state_arguments(p, cp_choices=("latent",))
+    add_state_arguments(p, cp_choices=("latent",), cp_grid="off")  # trained inducing inputs, as committed
     p.add_argument("--time", action="store_true",
                    help="also time forward and backward (autograd) of today's node, the series (P = 2-4) and "
                         "the quadrature (Q = 4, 7)")

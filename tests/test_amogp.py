@@ -317,6 +317,25 @@ def test_files_saved_before_cp_inducing_load_with_per_output_sets(tmp_path):
     np.testing.assert_allclose(loaded.predict(X[:5], o[:5]), est.predict(X[:5], o[:5]))
 
 
+def test_files_saved_before_cp_grid_load_with_trained_inducing_inputs(tmp_path):
+    """Files written before `cp_grid` existed trained their CP inducing inputs (no longer a grid): they load with
+    cp_grid=False, predict as saved and keep training; the default with latent sets is now the grid."""
+    from flowgp import AlignedMultiOutputGPRegressor
+    from flowgp.checkpoint import atomic_save, safe_load
+
+    X, y, o = _series()
+    est = AlignedMultiOutputGPRegressor(num_inducing=6, num_inducing_alignment=4, num_inducing_warping=4, epochs=30,
+                                        batch_size=None, verbose=False, cp_grid=False).fit(X, y, o)
+    z = est.model_.latent.z[0, :, 0]
+    assert ((z[1:] - z[:-1]) - (z[1] - z[0])).abs().max() > 1e-6  # trained: no longer evenly spaced
+    state = safe_load(est.save(tmp_path / "new.pt"))
+    del state["params"]["cp_grid"]
+    atomic_save(state, tmp_path / "old.pt")
+    loaded = AlignedMultiOutputGPRegressor.load(tmp_path / "old.pt")
+    assert loaded.cp_grid is False and not loaded.model_.cp_grid and AlignedMultiOutputGPRegressor().cp_grid is None
+    np.testing.assert_allclose(loaded.predict(X[:5], o[:5]), est.predict(X[:5], o[:5]))
+
+
 def test_start_from_copies_the_shared_cp_layer(float64_default):
     gen = torch.Generator().manual_seed(5)
     kw = {"cp_inducing": "latent", "num_outputs": 2}
@@ -900,13 +919,14 @@ def test_grid_inducing_inputs_give_the_same_bound_and_stay_fixed(float64_default
 
 
 def test_grid_inducing_inputs_bad_input_and_estimator():
+    x, out = torch.linspace(-1, 1, 8)[:, None], torch.arange(8) % 2
+    uneven = AMOGP(_z(2, 5), torch.tensor([[0.0, 0.1, 0.5, 0.6]]), None, warping=False, cp_inducing="latent",
+                   num_outputs=2, cp_grid=True)
     with pytest.raises(ValueError, match="evenly spaced"):
-        AMOGP(_z(2, 5), torch.tensor([[0.0, 0.1, 0.5, 0.6]]), None, warping=False, cp_inducing="latent",
-              num_outputs=2, cp_grid=True)
+        uneven.elbo(x, torch.sin(x[:, 0]), out, num_data=8)
     with pytest.raises(ValueError, match="cp_inducing='latent'"):
         AMOGP(_z(2, 5), _z(2, 4), None, warping=False, cp_inducing="output", cp_grid=True)
     model = AMOGP(_z(2, 5), _z(1, 6), None, warping=False, cp_inducing="latent", num_outputs=2, cp_grid=True)
-    x, out = torch.linspace(-1, 1, 8)[:, None], torch.arange(8) % 2
     model.elbo(x, torch.sin(x[:, 0]), out, num_data=8)
     with torch.no_grad():
         model.latent.z[0, 2, 0] += 0.05  # an edit (or a loaded state) that leaves the grid is refused, not used
@@ -917,11 +937,14 @@ def test_grid_inducing_inputs_bad_input_and_estimator():
     from flowgp.estimators import AlignedMultiOutputGPRegressor
 
     X, y, o = _series()
-    with pytest.raises(TypeError, match="cp_grid must be True or False"):
+    with pytest.raises(TypeError, match="cp_grid must be None, True or False"):
         AlignedMultiOutputGPRegressor(cp_grid="yes", epochs=1, verbose=False).fit(X, y, o)
     with pytest.raises(ValueError, match="cp_grid=True needs cp_inducing='latent'"):
         AlignedMultiOutputGPRegressor(cp_grid=True, cp_inducing="output", epochs=1, verbose=False).fit(X, y, o)
-    est = AlignedMultiOutputGPRegressor(num_inducing=8, cp_grid=True, epochs=15, verbose=False).fit(X, y, o)
+    assert AlignedMultiOutputGPRegressor().resolved_cp_grid()  # the default with latent sets
+    assert not AlignedMultiOutputGPRegressor(cp_inducing="output").resolved_cp_grid()
+    assert not AlignedMultiOutputGPRegressor(cp_grid=False).resolved_cp_grid()
+    est = AlignedMultiOutputGPRegressor(num_inducing=8, epochs=15, verbose=False).fit(X, y, o)
     z = est.model_.latent.z[0, :, 0]
     gaps = z[1:] - z[:-1]
     torch.testing.assert_close(gaps, gaps[:1].expand_as(gaps), rtol=1e-12, atol=0.0)  # still the initial grid

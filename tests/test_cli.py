@@ -227,7 +227,7 @@ def test_demo_shows_one_progress_line_per_fit_on_stderr(tmp_path, capsys):
     from flowgp.cli import DEMO_PERIODS
 
     threads = torch.get_num_threads()
-    assert main(["demo", "--out", str(tmp_path), "--json", "--epochs", "5"]) == 0
+    assert main(["demo", "--out", str(tmp_path), "--json", "--epochs", "1"]) == 0
     assert torch.get_num_threads() == threads
     captured = capsys.readouterr()
     total = 3 * len(DEMO_PERIODS)
@@ -237,7 +237,7 @@ def test_demo_shows_one_progress_line_per_fit_on_stderr(tmp_path, capsys):
     for i, (line, label) in enumerate(zip(lines[1:], labels)):
         assert line.startswith(f"[{i + 1:>2}/{total}] {label}") and "ELBO" in line and line.endswith(" s)"), line
     assert len(captured.out.strip().splitlines()) == 3  # the JSON rows only
-    assert main(["demo", "--out", str(tmp_path), "--json", "--epochs", "2", "--quiet"]) == 0
+    assert main(["demo", "--out", str(tmp_path), "--json", "--epochs", "1", "--quiet"]) == 0
     assert capsys.readouterr().err == ""
     # a file where the output folder should be is refused before any fit
     (tmp_path / "file").write_text("x")

@@ -56,7 +56,7 @@ SIGNATURES = {
     "alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=1e-05, "
     "latent_noise=0.001, num_samples=200, verbose=True, checkpoint=None, natural_gradient=0.5, "
     "natural_gradient_layers='latent', tol=0.0001, patience=50, full_batch_max=2048, cp_inducing='latent', start_from_mogp=False, compile=False, "
-    "cp_grid=False)",
+    "cp_grid=None)",
 }
 
 

@@ -444,6 +444,8 @@ _RENAMED_PARAMETERS = {("DeepGPRegressor", "warm_start"): "dsvi_warmup",
 #: (class, parameter) -> the behaviour files saved before the parameter existed had, where its default differs
 #: (AMO-GP's CP inducing sets were per output until cp_inducing arrived with the latent form as default)
 _VALUE_BEFORE_PARAMETER = {("AlignedMultiOutputGPRegressor", "cp_inducing"): "output",
+                           # AMO-GP files saved before the grid option trained their CP inducing inputs
+                           ("AlignedMultiOutputGPRegressor", "cp_grid"): False,
                            # deep GPs saved before issue 20's DSVI-base training and flow selection
                            ("DeepGPRegressor", "base_gradient"): "joint", ("DeepGPClassifier", "base_gradient"): "joint",
                            ("DeepGPRegressor", "flow_selection"): False, ("DeepGPClassifier", "flow_selection"): False,

@@ -356,8 +356,9 @@ class AMOGP(nn.Module):
         else:
             self.latent = InducingSet(z_latent.unsqueeze(-1), q_var_init, jitter)
             if cp_grid:
-                _check_grid(z_latent)
-                self.latent.z.requires_grad_(False)  # the grid is not trained
+                # not trained; checked to be a grid where the bound first uses it (a model being loaded is built
+                # on placeholder inputs before its state arrives)
+                self.latent.z.requires_grad_(False)
                 self._grid_checked = None  # a copy of the inducing inputs last found to be a grid
             # u_r starts as smooth as the outputs' smoothing kernels of latent r
             self.raw_inducing_lengthscale = nn.Parameter(_INDUCING_LS.inverse(self.kernel.lengthscale[0].detach()))
