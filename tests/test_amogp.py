@@ -319,7 +319,7 @@ def test_files_saved_before_cp_inducing_load_with_per_output_sets(tmp_path):
 
 def test_files_saved_before_cp_grid_load_with_trained_inducing_inputs(tmp_path):
     """Files written before `cp_grid` existed trained their CP inducing inputs (no longer a grid): they load with
-    cp_grid=False, predict as saved and keep training; the default with latent sets is now the grid."""
+    cp_grid=False and predict as saved."""
     from flowgp import AlignedMultiOutputGPRegressor
     from flowgp.checkpoint import atomic_save, safe_load
 
@@ -941,10 +941,9 @@ def test_grid_inducing_inputs_bad_input_and_estimator():
         AlignedMultiOutputGPRegressor(cp_grid="yes", epochs=1, verbose=False).fit(X, y, o)
     with pytest.raises(ValueError, match="cp_grid=True needs cp_inducing='latent'"):
         AlignedMultiOutputGPRegressor(cp_grid=True, cp_inducing="output", epochs=1, verbose=False).fit(X, y, o)
-    assert AlignedMultiOutputGPRegressor().resolved_cp_grid()  # the default with latent sets
-    assert not AlignedMultiOutputGPRegressor(cp_inducing="output").resolved_cp_grid()
-    assert not AlignedMultiOutputGPRegressor(cp_grid=False).resolved_cp_grid()
-    est = AlignedMultiOutputGPRegressor(num_inducing=8, epochs=15, verbose=False).fit(X, y, o)
+    assert not AlignedMultiOutputGPRegressor().resolved_cp_grid()  # off by default: trained inducing inputs
+    assert AlignedMultiOutputGPRegressor(cp_grid=True).resolved_cp_grid()
+    est = AlignedMultiOutputGPRegressor(num_inducing=8, cp_grid=True, epochs=15, verbose=False).fit(X, y, o)
     z = est.model_.latent.z[0, :, 0]
     gaps = z[1:] - z[:-1]
     torch.testing.assert_close(gaps, gaps[:1].expand_as(gaps), rtol=1e-12, atol=0.0)  # still the initial grid

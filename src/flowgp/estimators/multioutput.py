@@ -72,13 +72,12 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             inducing inputs spread over distinct places, and on the London PM2.5 table and gap blocks the
             latent form fits better and faster (docs/results/amogp/README.md, "Inducing variables on the
             latent"; `flowgp.models.amogp.AMOGP`).
-        cp_grid: keep the CP layer's inducing inputs on their initial evenly spaced grid over the input range
-            (not trained); the bound's Ψ₂ contraction then runs over the grid's 2M - 1 midpoints
-            (`flowgp.psi_grid`), and a full-batch step costs about 0.7 of one with trained inducing inputs, at
-            the same accuracy on the London tables and better on the artificial gap data
-            (docs/results/amogp/README.md, "Inducing inputs on a grid"). None (default): True with
-            cp_inducing="latent", False with "output" (whose per-output sets have no grid node). Files saved
-            before this option load with False (their inducing inputs were trained).
+        cp_grid: with cp_inducing="latent", keep the CP layer's inducing inputs on their initial evenly spaced
+            grid over the input range (not trained); the bound's Ψ₂ contraction then runs over the grid's 2M - 1
+            midpoints (`flowgp.psi_grid`), and a full-batch step costs about 0.7 of one with trained inducing
+            inputs. The price is a slightly looser bound (about 0.01 nats per point on the London data) and, on
+            some windows, a worse fit (docs/results/amogp/README.md, "Inducing inputs on a grid"), so it is off
+            by default. None is the default (False).
         compile: train through `torch.compile` of the bound and its backward (`flowgp.training.train(compile=True)`;
             eager fallback with a warning where it cannot compile). Compiling takes seconds to a minute, then
             removes per-step overhead: worth it for long fits with small M (benchmarks/step_time.py). A
@@ -182,8 +181,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         return max(1, math.ceil(20 * num_outputs / int(self.latent_processes)))
 
     def resolved_cp_grid(self) -> bool:
-        """Whether the CP inducing inputs stay on their grid (`cp_grid`; None: with latent sets)."""
-        return self.cp_inducing == "latent" if self.cp_grid is None else bool(self.cp_grid)
+        """Whether the CP inducing inputs stay on their grid (`cp_grid`; None: no)."""
+        return bool(self.cp_grid)
 
     def config(self, **overrides) -> AMOGPConfig:
         """The `flowgp.build.AMOGPConfig` of this estimator's model (fields in `overrides` replaced)."""
