@@ -303,7 +303,8 @@ class AMOGP(nn.Module):
         cp_grid: with cp_inducing="latent", keep the CP layer's inducing inputs fixed on the evenly spaced grid
             z_latent gives (each row must be one), untrained. On a grid the M² pairs of inducing inputs have 2M - 1
             midpoints, and the bound's Ψ₂ contraction is one [B, 2M-1] x [2M-1, M] product per latent
-            (`flowgp.psi_grid`) instead of B·M² terms: about half the full-batch step (docs/results/amogp).
+            (`flowgp.psi_grid`) instead of B·M² terms: a full-batch step costs about 0.7 of one with trained
+            inducing inputs, for a slightly looser bound (docs/results/amogp, "Inducing inputs on a grid").
     """
 
     def __init__(self, z_alignment, z_latent, z_warping, latent_processes: int = 1, alignment: bool = True,
