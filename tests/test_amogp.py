@@ -941,8 +941,11 @@ def test_grid_inducing_inputs_bad_input_and_estimator():
         AlignedMultiOutputGPRegressor(cp_grid="yes", epochs=1, verbose=False).fit(X, y, o)
     with pytest.raises(ValueError, match="cp_grid=True needs cp_inducing='latent'"):
         AlignedMultiOutputGPRegressor(cp_grid=True, cp_inducing="output", epochs=1, verbose=False).fit(X, y, o)
-    assert not AlignedMultiOutputGPRegressor().resolved_cp_grid()  # off by default: trained inducing inputs
-    assert AlignedMultiOutputGPRegressor(cp_grid=True).resolved_cp_grid()
+    # the default: on for AMO-GP with latent sets, off for the MO-GP and for per-output sets
+    assert AlignedMultiOutputGPRegressor().resolved_cp_grid()
+    assert not AlignedMultiOutputGPRegressor(alignment="identity", warping="identity").resolved_cp_grid()
+    assert not AlignedMultiOutputGPRegressor(cp_inducing="output").resolved_cp_grid()
+    assert not AlignedMultiOutputGPRegressor(cp_grid=False).resolved_cp_grid()
     est = AlignedMultiOutputGPRegressor(num_inducing=8, cp_grid=True, epochs=15, verbose=False).fit(X, y, o)
     z = est.model_.latent.z[0, :, 0]
     gaps = z[1:] - z[:-1]
