@@ -22,12 +22,9 @@ from __future__ import annotations
 
 import torch
 
-from .psi_statistics import exp_or_zero
+from .psi_statistics import EXPONENT_FLOOR, exp_or_zero
 
 __all__ = ["grid_psi_statistics"]
-
-#: exponents are clamped here (as `flowgp.psi_statistics`'s exponential path)
-_FLOOR = -350.0
 
 
 def _grid_tables(start, step, mg):
@@ -66,9 +63,9 @@ class _GridPsiContract(torch.autograd.Function):
         psi1 = c.unsqueeze(-1) * q1
         ws = 0.5 * (weight + weight.mT)
         a = ws.new_zeros(g, mg * (2 * mg - 1)).index_add_(1, cell, ws.reshape(g, -1)).view(g, mg, 2 * mg - 1)
-        ed = (gaps2.unsqueeze(1) * (-0.25 / lam).unsqueeze(-1)).clamp_(min=_FLOOR).exp_()  # [G, N, M]
+        ed = (gaps2.unsqueeze(1) * (-0.25 / lam).unsqueeze(-1)).clamp_(min=EXPONENT_FLOOR).exp_()  # [G, N, M]
         gm = (mu.unsqueeze(-1) - mc.unsqueeze(1)).square_().mul_((-1.0 / c2).unsqueeze(-1))
-        gm = gm.clamp_(min=_FLOOR).exp_()  # [G, N, 2M-1]
+        gm = gm.clamp_(min=EXPONENT_FLOOR).exp_()  # [G, N, 2M-1]
         edg = torch.bmm(gm, a.mT).mul_(ed)  # ed_d Gd_d, [G, N, M]
         t = edg.sum(-1)
         s0 = (lam / c2).sqrt()

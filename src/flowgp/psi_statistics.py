@@ -28,7 +28,7 @@ from .convolution import ConvolutionKernel
 
 __all__ = ["gaussian_psi1", "gaussian_psi2", "gaussian_psi_mean", "se_psi_statistics", "cp_psi_statistics",
            "gaussian_psi2_contract", "grouped_psi2_contract", "grouped_psi_statistics", "own_group_psi_statistics",
-           "PsiStatistics", "exp_or_zero"]
+           "PsiStatistics", "exp_or_zero", "EXPONENT_FLOOR"]
 
 _LOG2E = 1.0 / math.log(2.0)
 
@@ -38,6 +38,13 @@ _LOG2E = 1.0 / math.log(2.0)
 #: the series' factors included) falls to a slow path; in the per-output configuration at a fitted state such
 #: factors are common (points far from another output's inducing inputs)
 _ZERO_EXPONENT = -100.0
+
+#: exponents of products of kernel factors (Φ's terms) are clamped here where they can fall that low: a term below
+#: e^-350 ≈ 1e-152 of |w| is negligible whichever value it takes, and clamping keeps the terms and the gradients
+#: formed from them (E w times an upstream gradient) out of the subnormal range, where CPU arithmetic takes a slow
+#: path (exp below about -708 itself: 2.5x slower for exp2, 6x for exp). Lower than `exp_or_zero`'s level, whose
+#: factors are multiplied in pairs. Shared by every Ψ₂ path (`flowgp.psi_grid` too)
+EXPONENT_FLOOR = -350.0
 
 
 def exp_or_zero(x: torch.Tensor, base2: bool = False) -> torch.Tensor:
@@ -218,12 +225,9 @@ class _BlockedExpContract(torch.autograd.Function):
     #: float64), and the backward recomputes them chunk by chunk otherwise: beyond the caches, writing and reading
     #: back the kept exponentials costs more than recomputing them
     _KEEP_ELEMENTS = 1 << 20
-    #: exponents are clamped here first where they can fall that low: a term below e^-350 ≈ 1e-152 of |w| is
-    #: negligible whichever value it takes, and clamping keeps the terms and the gradients formed from them (E w
-    #: times an upstream gradient) out of the subnormal range, where CPU arithmetic takes a slow path (exp below
-    #: about -708 itself: 2.5x slower for exp2, 6x for exp). Lower than `exp_or_zero`'s level, whose factors are
-    #: multiplied in pairs: a chunk needs the clamp's extra pass only where some exponent falls this low
-    _FLOOR = -350.0
+    #: exponents are clamped here first where they can fall that low (`EXPONENT_FLOOR`); a chunk needs the
+    #: clamp's extra pass only where some exponent falls this low
+    _FLOOR = EXPONENT_FLOOR
     #: points per chunk: about this many elements of [P, chunk, Mg, Mg] (2 MiB of float64: the passes over a
     #: chunk stay in the cache) but at least _MIN_CHUNK points (each chunk costs a few dozen small operations),
     #: or all points in one chunk when their exponentials are kept
