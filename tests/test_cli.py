@@ -6,17 +6,6 @@ import pytest
 from flowgp.cli import main
 
 
-def test_demo_writes_json_rows_and_a_figure(tmp_path, capsys):
-    assert main(["demo", "--out", str(tmp_path), "--json", "--epochs", "40"]) == 0
-    lines = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
-    assert [r["model"] for r in lines] == ["SVGP", "TGP (tanh)", "v-WGP (sal)"]
-    for row in lines:
-        assert {"model", "nll", "rmse", "coverage95", "train_seconds"} <= set(row)
-        assert np.isfinite(row["nll"]) and 0 <= row["coverage95"] <= 1
-    assert (tmp_path / "demo.png").stat().st_size > 10_000
-    assert json.loads((tmp_path / "results.json").read_text()) == lines
-
-
 def _sine_csv(path, n, seed):
     """A CSV with features u, v and target = sin(u) + noise."""
     rng = np.random.default_rng(seed)
@@ -219,7 +208,7 @@ def test_predict_refuses_a_named_target_absent_from_the_csv(tmp_path, capsys):
     assert '"rmse"' in capsys.readouterr().out
 
 
-def test_demo_shows_one_progress_line_per_fit_on_stderr(tmp_path, capsys):
+def test_demo_writes_json_rows_a_figure_and_one_progress_line_per_fit_on_stderr(tmp_path, capsys):
     # issue 23: the demo printed nothing for minutes and looked hung; now a header and one line per fit on
     # stderr (which model, which restart), stdout keeps only the results; torch's thread setting is restored
     import torch
@@ -230,6 +219,14 @@ def test_demo_shows_one_progress_line_per_fit_on_stderr(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path), "--json", "--epochs", "1"]) == 0
     assert torch.get_num_threads() == threads
     captured = capsys.readouterr()
+    # stdout: one JSON row per model, the same rows in results.json, and the figure
+    rows = [json.loads(line) for line in captured.out.strip().splitlines()]
+    assert [r["model"] for r in rows] == ["SVGP", "TGP (tanh)", "v-WGP (sal)"]
+    for row in rows:
+        assert {"model", "nll", "rmse", "coverage95", "train_seconds"} <= set(row)
+        assert np.isfinite(row["nll"]) and 0 <= row["coverage95"] <= 1
+    assert (tmp_path / "demo.png").stat().st_size > 10_000
+    assert json.loads((tmp_path / "results.json").read_text()) == rows
     total = 3 * len(DEMO_PERIODS)
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 + total and f"{total} fits" in lines[0]

@@ -175,10 +175,12 @@ def test_parameter_gradients_from_jacobian_match_direct_autograd(float64_default
             torch.testing.assert_close(draws.sum(0), direct)
 
 
-@pytest.mark.parametrize("k", [10, 20])
+@pytest.mark.parametrize("k", [5, 10])
 def test_reg_and_dreg_agree_in_expectation_and_dreg_has_lower_variance(float64_default, k):
     # a fitted q(z) (300 Adam steps): DREG's advantage is a property of q near the posterior (Tucker et al.
-    # 2019); at the narrow initial q (σ ≈ 0.05) REG's score term is nearly deterministic and DREG can be noisier
+    # 2019); at the narrow initial q (σ ≈ 0.05) REG's score term is nearly deterministic and DREG can be noisier.
+    # K = 5 and 10: DREG/REG total variance 0.22-0.30 and 0.18-0.28 over seeds 4, 5 (1000-2000 repeats); K = 20
+    # gave 0.37-0.43, too near the 0.5 line for a test, and cost 45 s of the suite (K backward passes per draw)
     model, x, y = _fitted_free_model()
     idx = torch.tensor([0, 5, 9])
     samples = {g: latent_gradient_samples(model, x, y, idx, k, g, repeats=2000, seed=4, wrt="moments")
