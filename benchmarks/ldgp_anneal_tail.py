@@ -28,6 +28,39 @@ from pathlib import Path
 import torch
 
 
+def plot(path: Path, out: Path, extra: list[tuple[str, int, float]] = (), reference: float | None = None) -> None:
+    """Test log-likelihood against total iterations (checkpoint step + tail iterations) of the rows in `path`,
+    one line per (checkpoint, step factor); `extra` adds (label, iterations, value) points, e.g. bench rows."""
+    from matplotlib.figure import Figure
+
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    fig = Figure(figsize=(6, 3.8))
+    ax = fig.add_subplot(1, 1, 1)
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        start = r["checkpoint_step"]
+        groups.setdefault((r["dataset"], r["split"], start, r.get("factor")), []).append(
+            (start + r.get("tail_iterations", 0), r["test_ll_std"]))
+    starts = {k[:3]: v for k, v in groups.items() if k[3] is None}
+    for key, pts in groups.items():
+        if key[3] is None:
+            continue
+        pts = sorted(starts.get(key[:3], []) + pts)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                label=f"{key[0]} {key[1]}: tail at {key[3]} x the step")
+    for label, iterations, value in extra:
+        ax.plot([iterations], [value], marker="s", linestyle="none", label=label)
+    if reference is not None:
+        ax.axhline(reference, color="k", linestyle="--", linewidth=1, label=f"paper (300 000 iterations): {reference}")
+    ax.set_xscale("log")
+    ax.set_xlabel("iterations")
+    ax.set_ylabel("test log-likelihood (standardised)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
 def main(argv=None) -> int:
     from flowgp.batches import ArrayBatches
     from flowgp.bench.models import make_estimator
@@ -37,7 +70,11 @@ def main(argv=None) -> int:
     from flowgp.training import train
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", required=True, help="a bench training checkpoint (OUT/checkpoints/*.pt)")
+    parser.add_argument("--checkpoint", help="a bench training checkpoint (OUT/checkpoints/*.pt)")
+    parser.add_argument("--plot", metavar="PNG", help="only draw the rows of --out to PNG (with --point ...)")
+    parser.add_argument("--point", action="append", default=[], metavar="LABEL:ITERATIONS:VALUE",
+                        help="an extra point for --plot, e.g. a bench row")
+    parser.add_argument("--reference", type=float, help="--plot: the paper's value, drawn as a line")
     parser.add_argument("--model", default="ldgp2-dreg")
     parser.add_argument("--dataset", default="power")
     parser.add_argument("--split", type=int, default=0)
@@ -51,6 +88,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="JSONL file the rows are appended to")
     parser.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
     args = parser.parse_args(argv)
+    if args.plot:
+        extra = [(p.rsplit(":", 2)[0], int(p.rsplit(":", 2)[1]), float(p.rsplit(":", 2)[2])) for p in args.point]
+        plot(Path(args.out), Path(args.plot), extra, args.reference)
+        return 0
+    if not args.checkpoint:
+        parser.error("--checkpoint is required to train (or give --plot)")
     torch.set_num_threads(1)
 
     state = torch.load(args.checkpoint, map_location="cpu", weights_only=True)
