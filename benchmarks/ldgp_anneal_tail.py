@@ -39,7 +39,7 @@ def plot(path: Path, out: Path, extra: list[tuple[str, int, float]] = (), refere
     groups: dict[tuple, list] = {}
     for r in rows:
         start = r["checkpoint_step"]
-        groups.setdefault((r["dataset"], r["split"], start, r.get("factor")), []).append(
+        groups.setdefault((r["dataset"], r["split"], start, r.get("factor"), r.get("decay", False)), []).append(
             (start + r.get("tail_iterations", 0), r["test_ll_std"]))
     starts = {k[:3]: v for k, v in groups.items() if k[3] is None}
     for key, pts in groups.items():
@@ -47,7 +47,7 @@ def plot(path: Path, out: Path, extra: list[tuple[str, int, float]] = (), refere
             continue
         pts = sorted(starts.get(key[:3], []) + pts)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
-                label=f"{key[0]} {key[1]}: tail at {key[3]} x the step")
+                label=f"{key[0]} {key[1]}: tail at {key[3]} x the step" + (", decayed" if key[4] else ""))
     for label, iterations, value in extra:
         ax.plot([iterations], [value], marker="s", linestyle="none", label=label)
     if reference is not None:
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     from flowgp.bench.presets import get_preset
     from flowgp.bench.uci import load_split
     from flowgp.optim import NaturalGradient
-    from flowgp.training import train
+    from flowgp.training import step_lr, train
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", help="a bench training checkpoint (OUT/checkpoints/*.pt)")
@@ -84,6 +84,11 @@ def main(argv=None) -> int:
     parser.add_argument("--gradient", default=None, help="override the model's q(z) gradient estimator")
     parser.add_argument("--samples", type=int, default=2000, help="z samples per test point for both scorings")
     parser.add_argument("--inducing", type=int, default=128)
+    parser.add_argument("--decay", action="store_true",
+                        help="decay the tail's step sizes by the preset's 0.98 per 1000 iterations (as a longer "
+                             "bench fit would; --factor is then the step at the checkpoint, 0.98^(step/1000))")
+    parser.add_argument("--save", help="write the model state at every milestone to this file (atomically), "
+                                       "a --checkpoint for a later tail (Adam's moments start afresh)")
     parser.add_argument("--skip-start", action="store_true", help="do not score the checkpoint itself")
     parser.add_argument("--out", required=True, help="JSONL file the rows are appended to")
     parser.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
@@ -132,14 +137,21 @@ def main(argv=None) -> int:
     def tail_score(step, loss, model):
         losses.append(float(loss) / n)
         if step + 1 in milestones:
+            if args.save:
+                tmp = Path(args.save).with_suffix(".tmp")
+                tmp.parent.mkdir(parents=True, exist_ok=True)
+                torch.save({"model": est.model_.state_dict(), "step": int(state["step"]) + step + 1}, tmp)
+                os.replace(tmp, args.save)
             k = max(1, len(losses) // 10)
-            score("tail", {"tail_iterations": step + 1, "factor": args.factor, "tail_gradient": est.gradient,
+            score("tail", {"tail_iterations": step + 1, "factor": args.factor, "decay": bool(args.decay),
+                           "tail_gradient": est.gradient,
                            "tail_seconds": time.perf_counter() - t0,
                            "tail_neg_bound_first_last_tenth": [sum(losses[:k]) / k, sum(losses[-k:]) / k]})
         return False
 
     train(est.model_, sampler, steps=args.iterations, lr=est.lr * args.factor, natural_gradient=natgrad,
-          seed=args.split + 1000, verbose=True, desc="tail", callback=tail_score)
+          schedule=step_lr(1000, 0.98) if args.decay else None, seed=args.split + 1000, verbose=True, desc="tail",
+          callback=tail_score)
     return 0
 
 

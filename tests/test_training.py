@@ -10,7 +10,7 @@ from flowgp.likelihoods import GaussianLikelihood
 from flowgp.models import SVGP
 from flowgp.models.deep_gp import build_deep_gp
 from flowgp.optim import NaturalGradient
-from flowgp.training import BestParameters, EarlyStop, step_lr, train
+from flowgp.training import BestParameters, EarlyStop, checkpoint_training_seconds, step_lr, train
 
 pytestmark = pytest.mark.usefixtures("float64_default")
 
@@ -98,9 +98,12 @@ def test_interrupted_training_resumes_to_the_same_result(tmp_path, interrupt_at)
               checkpoint_every=1000, callback=_Interrupt(interrupt_at))
     state = safe_load(ckpt)
     assert state["step"] == interrupt_at + 1
+    first = checkpoint_training_seconds(ckpt)
+    assert first > 0
     fresh = _model(x)  # a new process would rebuild the model, then resume from the file
     h_res = train(fresh, x, y, epochs=6, batch_size=64, seed=1, verbose=False, checkpoint_path=ckpt)
     assert h_res == pytest.approx(h_ref, rel=1e-12)
+    assert checkpoint_training_seconds(ckpt) > first  # the resumed loop's seconds are added to the first's
     _assert_same_parameters(reference, fresh, 1e-10)
     # the finished run's file is final: calling again changes nothing
     again = _model(x)

@@ -33,6 +33,7 @@ import inspect
 import math
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -50,7 +51,8 @@ from .optim import NaturalGradient
 #: the torch.compile modes `train(compile=...)` takes by name (True is "default")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
-__all__ = ["train", "default_optimizer", "EarlyStop", "BestParameters", "step_lr", "CHECKPOINT_FORMAT"]
+__all__ = ["train", "default_optimizer", "EarlyStop", "BestParameters", "step_lr", "CHECKPOINT_FORMAT",
+           "checkpoint_training_seconds"]
 
 CHECKPOINT_FORMAT = "flowgp-training-checkpoint"
 _CHECKPOINT_VERSION = 1
@@ -122,6 +124,13 @@ def step_lr(step_size: int, gamma: float):
     if not gamma > 0:
         raise ValueError(f"gamma must be positive, got {gamma!r}")
     return functools.partial(torch.optim.lr_scheduler.StepLR, step_size=int(step_size), gamma=float(gamma))
+
+
+def checkpoint_training_seconds(path) -> float:
+    """Wall seconds that the training loops which wrote the checkpoint `path` ran, summed over every process
+    that continued it (0.0 for files written before checkpoints kept the count): a resumed fit's total."""
+    state = safe_load(Path(path))
+    return float(state.get("training_seconds", 0.0)) if isinstance(state, dict) else 0.0
 
 
 class _NonFinite(Exception):
@@ -400,6 +409,8 @@ def train(
     epoch_sum, epoch_count = 0.0, 0
     stop = {"best": math.inf, "window_best": math.inf}
     finished = False
+    earlier_seconds = 0.0  # wall seconds of the loop in the processes that wrote the checkpoint
+    run_start = time.perf_counter()
     path = None if checkpoint_path is None else Path(checkpoint_path)
     if path is not None and path.exists():
         state = safe_load(path, map_location=getattr(sampler, "device", "cpu"))
@@ -424,6 +435,7 @@ def train(
         stop = dict(state["early_stop"])
         initial_lrs = [list(v) for v in state["initial_lrs"]]
         finished = bool(state["finished"])
+        earlier_seconds = float(state.get("training_seconds", 0.0))  # files from before the key: 0
         if best is not None and state["best"] is not None:
             best.load_state_dict(state["best"])
         if hasattr(callback, "load_state_dict") and state.get("callback") is not None:
@@ -448,6 +460,7 @@ def train(
             "initial_lrs": initial_lrs, "finished": done, "best": None if best is None else best.state_dict(),
             # a callback with state (e.g. the robust fit's best state seen) resumes with the run
             "callback": callback.state_dict() if hasattr(callback, "state_dict") else None,
+            "training_seconds": earlier_seconds + time.perf_counter() - run_start,
         }, path)
         barrier(world)
 
