@@ -5,8 +5,9 @@ The supplement trains 300 000 iterations with Adam 0.005 and natural-gradient 0.
 iterations, still at 0.8 x the first step) never reach. A test log-likelihood scored at a large step size is
 the log-likelihood of one noisy iterate. This script separates "more iterations" from "smaller steps": it loads
 the model state of a `flowgp bench uci --preset reference` checkpoint (OUT/checkpoints/*.pt of a bench run),
-scores the test set, continues training for `--iterations` at fixed step sizes `--factor` x the preset's
-(Adam and natural gradient alike, no decay), and scores again with the same z draws (same generator seed).
+scores the test set, continues training for `--iterations` at step sizes `--factor` x the preset's (Adam and
+natural gradient alike; fixed, or with `--decay` decayed as the preset decays them), and scores again with the
+same z draws (same generator seed).
 
     FLOWGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/ldgp_anneal_tail.py \\
         --checkpoint CKPT.pt --model ldgp2-dreg --dataset power --split 0 --iterations 1000 --factor 0.1 \\
@@ -14,7 +15,9 @@ scores the test set, continues training for `--iterations` at fixed step sizes `
 
 One JSON line per scoring (label "start" / "tail"), with the standardised test log-likelihood
 (mean log p(y*) + log y_scale), the tail's mean training loss per row over its first and last tenth, timings.
-`--at` scores at more tail iterations on the way (a learning curve past the checkpoint); `--gradient reg` trains the tail with the REG estimator (a third of DREG's cost; the same bound).
+`--at` scores at more tail iterations on the way (a learning curve past the checkpoint); `--save` keeps the model
+state of the last milestone for a later tail; `--gradient reg` trains the tail with the REG estimator (a third of
+DREG's cost; the same bound). `--plot PNG` draws the rows of `--out`.
 """
 from __future__ import annotations
 
@@ -63,6 +66,7 @@ def plot(path: Path, out: Path, extra: list[tuple[str, int, float]] = (), refere
 
 def main(argv=None) -> int:
     from flowgp.batches import ArrayBatches
+    from flowgp.checkpoint import atomic_save, safe_load
     from flowgp.bench.models import make_estimator
     from flowgp.bench.presets import get_preset
     from flowgp.bench.uci import load_split
@@ -101,7 +105,7 @@ def main(argv=None) -> int:
         parser.error("--checkpoint is required to train (or give --plot)")
     torch.set_num_threads(1)
 
-    state = torch.load(args.checkpoint, map_location="cpu", weights_only=True)
+    state = safe_load(args.checkpoint)  # a bench checkpoint or a --save file: both checksummed
     split = load_split(args.dataset, args.split, args.data_dir, protocol="reference")
     n = len(split.y_train)
     preset = get_preset("reference")
@@ -138,10 +142,7 @@ def main(argv=None) -> int:
         losses.append(float(loss) / n)
         if step + 1 in milestones:
             if args.save:
-                tmp = Path(args.save).with_suffix(".tmp")
-                tmp.parent.mkdir(parents=True, exist_ok=True)
-                torch.save({"model": est.model_.state_dict(), "step": int(state["step"]) + step + 1}, tmp)
-                os.replace(tmp, args.save)
+                atomic_save({"model": est.model_.state_dict(), "step": int(state["step"]) + step + 1}, args.save)
             k = max(1, len(losses) // 10)
             score("tail", {"tail_iterations": step + 1, "factor": args.factor, "decay": bool(args.decay),
                            "tail_gradient": est.gradient,

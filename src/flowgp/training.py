@@ -16,7 +16,8 @@ schedule, early stopping on a plateau, a per-step callback, a progress bar and r
   weights_only=True. They hold the model, every optimiser's and scheduler's state, the sampler's state (the
   permutation of the current epoch and the position in it), both generators' states, the history, the step
   count and the early-stop state, so a resumed run takes exactly the steps the uninterrupted run would have
-  taken; and the loop's wall seconds summed over every process that ran it (`checkpoint_training_seconds`). They are written every `checkpoint_every` budget units (epochs or steps), when the run ends, and on
+  taken; and the loop's wall seconds summed over every process that ran it (`checkpoint_training_seconds`).
+  They are written every `checkpoint_every` budget units (epochs or steps), when the run ends, and on
   KeyboardInterrupt, always at a completed-step boundary: while a checkpointed run is in the main thread, a
   first Ctrl-C is held until the current step is done (a second one interrupts at once, without saving).
 - Data parallelism (`flowgp.distributed`): inside an initialised torch.distributed process group (torchrun,
