@@ -6,6 +6,8 @@ import warnings
 
 import torch
 
+from .needed_gradients import needed_inputs, record_inputs
+
 __all__ = ["CholeskyJitterWarning", "JitterMemory", "robust_cholesky", "lower_inverse", "identity", "gram",
            "shared_left_products", "cholesky_gradient_to_matrix",
            "DEFAULT_JITTER"]
@@ -185,6 +187,7 @@ class _SharedLeftProducts(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, mats):
+        record_inputs(ctx, x, mats)
         ctx.save_for_backward(x, mats)
         return torch.bmm(x.expand(mats.shape[0], -1, -1), mats)
 
@@ -192,12 +195,13 @@ class _SharedLeftProducts(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         x, mats = ctx.saved_tensors
+        need_x, need_mats = needed_inputs(ctx)  # DREG's products w.r.t. z alone need no gradient of mats
         g_x = g_mats = None
-        if ctx.needs_input_grad[0]:
+        if need_x:
             g_x = grad[0] @ mats[0].mT
             for i in range(1, mats.shape[0]):
                 g_x.addmm_(grad[i], mats[i].mT)
-        if ctx.needs_input_grad[1]:
+        if need_mats:
             g_mats = torch.empty_like(mats)
             for i in range(mats.shape[0]):
                 torch.mm(x.mT, grad[i], out=g_mats[i])

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from .linalg import JitterMemory, cholesky_gradient_to_matrix, gram, identity, lower_inverse, robust_cholesky
+from .needed_gradients import needed_inputs, record_inputs
 
 #: below N = ratio·M points the square-root form of the marginal terms (no S = R Rᵀ) is cheaper
 SQUARE_ROOT_FORM_RATIO = 1.5
@@ -61,6 +62,7 @@ class _WhitenedMarginalTerms(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, chol, kzx, q_mu, c, kzz=None):
+        record_inputs(ctx, chol, kzx, q_mu, c, kzz)
         chol_inv = lower_inverse(chol)
         a = chol_inv @ kzx  # [..., Lb, M, N]
         p = c @ a  # [..., L, M, N]
@@ -74,7 +76,7 @@ class _WhitenedMarginalTerms(torch.autograd.Function):
     def backward(ctx, g_mean, g_quad):
         chol_inv, a, q_mu, c, p, chol = ctx.saved_tensors
         g_mean, g_quad = _output_grads(g_mean, g_quad, p)
-        need_chol, need_kzx, need_mu, need_c, need_kzz = (tuple(ctx.needs_input_grad) + (False,))[:5]
+        need_chol, need_kzx, need_mu, need_c, need_kzz = (needed_inputs(ctx) + (False,))[:5]
         need_chol = need_chol or need_kzz
         gram = (g_quad * a) @ a.mT if (need_c or need_chol) else None  # G, [..., L, M, M]
         a_gmean = (a @ g_mean.mT).squeeze(-1)  # A ḡ_mean, [..., L, M]
@@ -113,6 +115,7 @@ class _KernelSpaceMarginalTerms(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, chol, kzx, q_mu, c, kzz=None):
+        record_inputs(ctx, chol, kzx, q_mu, c, kzz)
         x = lower_inverse(chol)  # Lz⁻¹
         w = (x.mT @ q_mu.unsqueeze(-1)).squeeze(-1)  # [..., L, M]
         b = x.mT @ c @ x  # [L, M, M]
@@ -127,12 +130,13 @@ class _KernelSpaceMarginalTerms(torch.autograd.Function):
     def backward(ctx, g_mean, g_quad):
         x, kzx, q_mu, c, p, w, b, chol = ctx.saved_tensors
         g_mean, g_quad = _output_grads(g_mean, g_quad, p)
-        need_chol, need_kzx, need_mu, need_c, need_kzz = (tuple(ctx.needs_input_grad) + (False,))[:5]
+        need_chol, need_kzx, need_mu, need_c, need_kzz = (needed_inputs(ctx) + (False,))[:5]
         grad_chol = grad_kzx = grad_mu = grad_c = grad_kzz = None
         if need_kzx:
             # one new [M, N] buffer, the outer product w ḡ_meanᵀ added in place
             grad_kzx = (p * (2.0 * g_quad)).addcmul_(w.unsqueeze(-1), g_mean).sum_to_size(kzx.shape)
-        grad_w = (kzx @ g_mean.mT).squeeze(-1)  # [..., L, M]
+        # [..., L, M]; not needed by a pass that wants K_ZX's gradient alone (DREG's products w.r.t. z)
+        grad_w = (kzx @ g_mean.mT).squeeze(-1) if (need_mu or need_chol or need_kzz) else None
         if need_mu:
             grad_mu = (x @ grad_w.unsqueeze(-1)).squeeze(-1).sum_to_size(q_mu.shape)
         if need_c or need_chol or need_kzz:
@@ -175,6 +179,7 @@ class _SquareRootMarginalTerms(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, chol, kzx, q_mu, r, kzz=None):
+        record_inputs(ctx, chol, kzx, q_mu, r, kzz)
         at = torch.linalg.solve_triangular(chol.mT, kzx.mT, upper=True, left=False)  # Aᵀ, [..., Lb, N, M]
         qt = at @ r  # Qᵀ = Aᵀ R, [..., L, N, M]
         quad = qt.square().sum(-1) - at.square().sum(-1)
@@ -189,7 +194,7 @@ class _SquareRootMarginalTerms(torch.autograd.Function):
         zeros = None if g_mean is not None and g_quad is not None else torch.zeros_like(qt[..., 0])
         g_mean = (zeros if g_mean is None else g_mean).unsqueeze(-1)  # [..., L, N, 1]
         g_quad = (zeros if g_quad is None else g_quad).unsqueeze(-1)
-        need_chol, need_kzx, need_mu, need_r, need_kzz = (tuple(ctx.needs_input_grad) + (False,))[:5]
+        need_chol, need_kzx, need_mu, need_r, need_kzz = (needed_inputs(ctx) + (False,))[:5]
         grad_chol = grad_kzx = grad_mu = grad_r = grad_kzz = None
         if need_mu:
             grad_mu = (g_mean.mT @ at).squeeze(-2).sum_to_size(q_mu.shape)
