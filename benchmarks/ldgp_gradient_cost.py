@@ -60,7 +60,7 @@ def main(argv=None):
     captured = {}
     original = LatentDeepGP.joint_last_layer_marginals
 
-    def capture(self, h, generator=None, batch_rows=None):
+    def capture(self, h, generator=None, batch_rows=None, parts=None):
         for layer in self.layers[:-1]:
             h = self.joint_hidden_sample(layer, h, generator, batch_rows)
         captured["h"] = h

@@ -157,12 +157,20 @@ def test_literal_d23_weights_every_cross_term_by_the_squared_weight(float64_defa
     torch.testing.assert_close(a, b)
 
 
-def test_unbiased_dreg_coefficient_matches_the_jacobian_formed_row_by_row(float64_default):
+@pytest.mark.parametrize("hidden_layer,latent_dim,layers", [("pca", 1, 2), ("concat", 1, 2), ("concat", 2, 2),
+                                                               ("pca", 2, 3)])
+def test_unbiased_dreg_coefficient_matches_the_jacobian_formed_row_by_row(float64_default, hidden_layer, latent_dim,
+                                                                         layers):
     """"dreg" with a hidden layer: the gradient reaching z_j is Σ_k w̃_k G_kj - w̃_j G_jj + w̃_j Σ_k w̃_k G_kj
     (LatentDeepGP.iw_terms: autograd of L_K plus a zero-valued surrogate), checked against G formed here by K
-    vector-Jacobian products on the same draws and combined by the formula."""
+    vector-Jacobian products on the same draws and combined by the formula. Two layers take G's diagonal in
+    closed form (`dreg_jacobian_terms`: PCA-mean GP and concatenated-projection hidden layers, one and two latent
+    dimensions); three layers form G by products."""
     k = 4
-    model, x, y = _model(layers=2, amortized=False, k=k, gradient="dreg")
+    x, y = _data(60)
+    model = build_latent_deep_gp(x, y, layers, latent_dim=latent_dim, num_inducing=8, amortized=False,
+                                 num_importance=k, gradient="dreg", kmeans_restarts=1, hidden_layer=hidden_layer,
+                                 hidden_q_var_init=0.05, seed=0)
     xb, yb, idx = x[:5], y[:5], torch.arange(5)
     mean, std = (t.detach().requires_grad_(True) for t in model.q_params(xb, yb, idx))
     terms = model.iw_terms(xb, yb, k, "dreg", num_samples=2, q_params=(mean, std), generator=_gen(7), indices=idx)

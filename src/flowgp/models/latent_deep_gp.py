@@ -46,7 +46,7 @@ from torch import nn
 
 from ..encoders import AmortizedLatentEncoder, FreeLatent, normal_log_prob
 from ..likelihoods import GaussianLikelihood, Likelihood
-from ..linalg import JitterMemory, gram, robust_cholesky, shared_left_products
+from ..linalg import JitterMemory, gram, lower_inverse, robust_cholesky, shared_left_products
 from ..objective import minibatch_bound
 from ..prediction import check_probabilities, gaussian_mixture_quantiles
 from ..row_draws import draw_rows
@@ -85,7 +85,8 @@ def _check_positive_int(value, name: str) -> int:
 
 
 def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = None,
-                    memory: JitterMemory | None = None, batch_rows: tuple[int, int] | None = None) -> torch.Tensor:
+                    memory: JitterMemory | None = None, batch_rows: tuple[int, int] | None = None,
+                    parts: dict | None = None) -> torch.Tensor:
     """One joint draw of a sparse GP's outputs over the second-to-last axis of h: [..., K, D] -> [..., K, L].
 
     For every leading index (a point, an outer sample) the K values f(h_1..h_K) of each output l are drawn from
@@ -96,6 +97,8 @@ def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = Non
     remembered in `memory`). Differentiable in h and in every parameter (reparameterised draw).
     `batch_rows` = (offset, B): h's last leading axis holds rows offset.. of a global batch of B split over
     processes; the noise is drawn for all B rows and sliced, so a row's draw does not depend on the split.
+    `parts`: a dict that receives the draw's pieces (inputs, Aᵀ, (RᵀA)ᵀ, Lz, the K × K factors and ε) for
+    `own_slot_derivative`.
     """
     if h.dim() < 2:
         raise ValueError(f"h must have shape [..., K, D], got {tuple(h.shape)}")
@@ -106,7 +109,7 @@ def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = Non
     # Aᵀ = K_HZ Lz⁻ᵀ [Lb, G·K, M] (Lb = 1 for a kernel shared by the outputs), built transposed so that M is the
     # contiguous axis: every product below is then a plain (batched) GEMM on row-major blocks, with no permuted
     # copies of the [L, M, G·K] tensors in either pass (they cost more than the products at K = 5, M = 128)
-    at, _ = gp.projection(groups.reshape(g * k, d), transposed=True)
+    at, chol_z = gp.projection(groups.reshape(g * k, d), transposed=True)
     if at.dim() == 2:
         at = at.unsqueeze(0)
     m = at.shape[-1]
@@ -129,7 +132,60 @@ def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = Non
     out = (mean.reshape(g, k, num_out) + (chol @ eps).squeeze(-1).permute(1, 2, 0)).reshape(lead + (k, num_out))
     if gp.mean_function is not None:
         out = out + gp.mean_function(h)
+    if parts is not None:
+        parts.update(groups=groups, at=at, rat=rat, chol_z=chol_z, chol=chol, eps=eps)
     return out
+
+
+def own_slot_derivative(gp, parts: dict, columns: Sequence[int]) -> torch.Tensor:
+    """∂f_k/∂h_{k,c}: the derivative of each slot's joint draw (`joint_gp_sample`, same ε) with respect to its own
+    input's column c, for c in `columns`: [G, K, L, len(columns)], no gradient.
+
+    Every row of Aᵀ = K_HZ Lz⁻ᵀ and (RᵀA)ᵀ depends on its own input only, so their derivatives come from one
+    forward-mode product per column (of the kernel) and GEMMs. The draw f = Aᵀm + C ε, C = chol(Σ), with
+    Σ_kb = k(h_k, h_b) + q_k·q_b - a_k·a_b per point and output; h_k moves row and column k of Σ by
+    D_kb = ∂₁k(h_k, h_b) + q̇_k·q_b - ȧ_k·a_b (dΣ = e_k D_kᵀ + D_k e_kᵀ), and the factor by dC = C Φ(C⁻¹ dΣ C⁻ᵀ),
+    Φ = lower triangle with the diagonal halved (the Cholesky's derivative). So ∂f_k/∂h_k = ȧ_kᵀm + (dC ε)_k
+    (+ the mean function's derivative) costs K × K arithmetic per point. The latent DGP's DREG needs exactly these
+    diagonal terms of ∂log w_k/∂z_j (`LatentDeepGP.iw_terms`).
+    """
+    groups, at, rat, chol, eps = parts["groups"], parts["at"], parts["rat"], parts["chol"], parts["eps"]
+    g, k, d = groups.shape
+    num_out, m = chol.shape[0], at.shape[-1]
+    rows = groups.reshape(g * k, d)
+    eye = torch.eye(k, dtype=chol.dtype, device=chol.device)
+    linv_t = lower_inverse(parts["chol_z"]).mT
+    r = gp.q_sqrt_tril()
+    out = []
+    with torch.no_grad():
+        for c in columns:
+            tangent = torch.zeros_like(rows)
+            tangent[:, c] = 1.0
+            _, dk_hz = torch.func.jvp(lambda a: gp.kernel(a.unsqueeze(-3), gp.inducing_points), (rows,), (tangent,))
+            dat = dk_hz @ linv_t  # ∂Aᵀ rows, [Lb, G·K, M]
+            if dat.shape[0] == 1:
+                dmean = dat[0] @ gp.q_mu.mT  # [G·K, L]
+                drat = dat[0] @ r  # [L, G·K, M]
+            else:
+                dmean = (dat @ gp.q_mu.unsqueeze(-1)).squeeze(-1).mT
+                drat = dat @ r
+            _, dkxx = torch.func.jvp(lambda a: gp.kernel(a.unsqueeze(-3), groups.unsqueeze(-3)), (groups,),
+                                     (tangent.reshape(g, k, d),))  # ∂₁k(h_k, h_b), [G, Lb, K, K]
+            drow = (dkxx.movedim(-3, 0) + drat.reshape(num_out, g, k, m) @ rat.reshape(num_out, g, k, m).mT
+                    - dat.reshape(dat.shape[0], g, k, m) @ at.reshape(at.shape[0], g, k, m).mT)  # D, [L, G, K, K]
+            dsig = eye[:, :, None] * drow.unsqueeze(-2)  # e_k D_kᵀ for every k: [L, G, K (k), K, K]
+            dsig = dsig + dsig.mT
+            cc = chol.unsqueeze(-3)
+            y = torch.linalg.solve_triangular(cc, dsig, upper=False)
+            y = torch.linalg.solve_triangular(cc, y.mT, upper=False)  # C⁻¹ dΣ C⁻ᵀ (symmetric dΣ)
+            phi = y.tril() - 0.5 * torch.diag_embed(torch.diagonal(y, dim1=-2, dim2=-1))
+            dnoise = ((cc @ phi) @ eps.unsqueeze(-3)).squeeze(-1)  # (dC ε) for every k: [L, G, K (k), K (row)]
+            dout = dmean.reshape(g, k, num_out) + torch.diagonal(dnoise, dim1=-2, dim2=-1).permute(1, 2, 0)
+            if gp.mean_function is not None:
+                _, dmf = torch.func.jvp(gp.mean_function, (rows,), (tangent,))
+                dout = dout + dmf.reshape(g, k, num_out)
+            out.append(dout)
+    return torch.stack(out, -1)
 
 
 class ConcatProjectionLayer(nn.Module):
@@ -202,9 +258,12 @@ class ConcatProjectionLayer(nn.Module):
         return sample, mean, var
 
     def joint_sample(self, h: torch.Tensor, generator: torch.Generator | None = None,
-                     batch_rows: tuple[int, int] | None = None) -> torch.Tensor:
-        """A draw of f over the K axis of h [..., K, D_in] jointly (each g_j by `joint_gp_sample`): [..., K, D_out]."""
-        draw = joint_gp_sample(self.gp, h, generator, self.joint_jitter, batch_rows)
+                     batch_rows: tuple[int, int] | None = None, parts: dict | None = None) -> torch.Tensor:
+        """A draw of f over the K axis of h [..., K, D_in] jointly (each g_j by `joint_gp_sample`): [..., K, D_out].
+        `parts` as in `joint_gp_sample`, plus this layer's fixed projections."""
+        draw = joint_gp_sample(self.gp, h, generator, self.joint_jitter, batch_rows, parts)
+        if parts is not None:
+            parts.update(mixing=self.mixing, passthrough=self.passthrough)
         return h @ self.passthrough + draw @ self.mixing
 
 
@@ -274,23 +333,29 @@ class LatentDeepGP(nn.Module):
         """(μ, σ) of q(z_n) for the batch, each [B, Q]."""
         return self.qz(x, y, indices)
 
-    def joint_hidden_sample(self, layer, h: torch.Tensor, generator=None, batch_rows=None) -> torch.Tensor:
-        """Draw of a hidden layer at h [..., K, D_in], jointly over the K axis (see the module docstring)."""
+    def joint_hidden_sample(self, layer, h: torch.Tensor, generator=None, batch_rows=None,
+                            parts: dict | None = None) -> torch.Tensor:
+        """Draw of a hidden layer at h [..., K, D_in], jointly over the K axis (see the module docstring).
+        `parts` as in `joint_gp_sample`."""
         if hasattr(layer, "joint_sample"):
-            return layer.joint_sample(h, generator, batch_rows)
-        return joint_gp_sample(layer.gp, h, generator, self.joint_jitter, batch_rows)
+            return layer.joint_sample(h, generator, batch_rows, parts)
+        return joint_gp_sample(layer.gp, h, generator, self.joint_jitter, batch_rows, parts)
 
-    def joint_last_layer_marginals(self, h: torch.Tensor, generator=None, batch_rows=None):
+    def joint_last_layer_marginals(self, h: torch.Tensor, generator=None, batch_rows=None,
+                                   parts: dict | None = None):
         """Inputs h [S, B, K, D + Q]: every hidden layer drawn jointly over the K axis (per outer sample, point and
         output), then the last layer's per-input marginals (mean, var), each [S, B, K, L]. `batch_rows` as in
-        `joint_gp_sample` (B is h's row axis)."""
-        for layer in self.layers[:-1]:
-            h = self.joint_hidden_sample(layer, h, generator, batch_rows)
+        `joint_gp_sample` (B is h's row axis). `parts`: a dict that receives the first hidden layer's pieces
+        (`joint_gp_sample`) and its draw as "hidden"."""
+        for i, layer in enumerate(self.layers[:-1]):
+            h = self.joint_hidden_sample(layer, h, generator, batch_rows, parts if i == 0 else None)
+            if i == 0 and parts is not None:
+                parts["hidden"] = h
         return self.layers[-1].marginals(h)
 
     def log_weights(self, x, y, num_importance: int, num_samples: int = 1, indices=None, q_params=None,
                     detach_q: bool = False, generator: torch.Generator | None = None,
-                    batch_rows: tuple[int, int] | None = None):
+                    batch_rows: tuple[int, int] | None = None, parts: dict | None = None):
         """log w_{s,k,n} of eq. C.16 for S outer × K importance samples: returns (log_w [S, K, B], z [S, K, B, Q]).
 
         The hidden layers' values at the K inputs (x_n, z_{s,k,n}) are drawn jointly over k (eq. A.9's
@@ -298,7 +363,8 @@ class LatentDeepGP(nn.Module):
         `q_params` overrides (μ, σ) with tensors broadcasting to [S, B, Q] (used to take per-sample gradients);
         `detach_q` evaluates log q(z) with μ, σ held fixed (the DREG form, eq. D.23). `batch_rows` = (offset, B):
         these rows are rows offset.. of a global batch of B split over processes; every draw (z and the hidden
-        layers) is made for all B rows and sliced, so a row's draws do not depend on the split.
+        layers) is made for all B rows and sliced, so a row's draws do not depend on the split. `parts`: as in
+        `joint_last_layer_marginals`, plus q(z)'s (μ, σ) [S, 1, B, Q].
         """
         k = check_num_importance(num_importance)
         s = _check_positive_int(num_samples, "num_samples")
@@ -310,7 +376,9 @@ class LatentDeepGP(nn.Module):
                         (s, k, b, q), batch_rows)
         z = mean + std * eps  # reparameterised (eq. C.13)
         h = torch.cat([x.expand(s, k, b, x.shape[-1]), z], dim=-1).transpose(1, 2)  # [S, B, K, D + Q]
-        f_mean, f_var = self.joint_last_layer_marginals(h, generator, batch_rows)
+        f_mean, f_var = self.joint_last_layer_marginals(h, generator, batch_rows, parts)
+        if parts is not None:
+            parts.update(q_mean=mean, q_std=std)
         ell = self.likelihood.expected_log_prob(y.unsqueeze(-2), f_mean, f_var).sum(-1).transpose(1, 2)  # [S, K, B]
         log_q = normal_log_prob(z, mean.detach(), std.detach()) if detach_q else normal_log_prob(z, mean, std)
         return ell + normal_log_prob(z) - log_q, z
@@ -338,8 +406,11 @@ class LatentDeepGP(nn.Module):
         """
         gradient = check_gradient(gradient)
         dreg = gradient in ("dreg", "dreg-d23")
+        # two layers: G's diagonal in closed form from the hidden draw's pieces (`own_slot_derivative`)
+        parts = {} if (gradient == "dreg" and len(self.layers) == 2 and num_importance > 1
+                       and torch.is_grad_enabled()) else None
         log_w, z = self.log_weights(x, y, num_importance, num_samples, indices, q_params, dreg, generator,
-                                    batch_rows)
+                                    batch_rows, parts)
         terms = torch.logsumexp(log_w, dim=1) - math.log(log_w.shape[1])
         if dreg and z.requires_grad and torch.is_grad_enabled():
             k = log_w.shape[1]
@@ -356,13 +427,43 @@ class LatentDeepGP(nn.Module):
                 # on what autograd brings to z_j (eq. D.23 exactly), no Jacobian needed
                 z.register_hook(lambda g: g * weights)
                 return terms
-            rows = [torch.autograd.grad(log_w[:, i].sum(), z, retain_graph=True)[0] for i in range(k)]
-            jac = torch.stack(rows, 1)  # G_{k j}: [S, K (k), K (j), B, Q]
-            pathwise = (weights.unsqueeze(2) * jac).sum(1)  # Σ_k w̃_k G_kj, [S, K, B, Q]
-            own = torch.diagonal(jac, dim1=1, dim2=2).movedim(-1, 1)  # G_jj, [S, K, B, Q]
+            if parts is not None:
+                pathwise, own = self.dreg_jacobian_terms(log_w, z, weights, parts)
+            else:
+                rows = [torch.autograd.grad(log_w[:, i].sum(), z, retain_graph=True)[0] for i in range(k)]
+                jac = torch.stack(rows, 1)  # G_{k j}: [S, K (k), K (j), B, Q]
+                pathwise = (weights.unsqueeze(2) * jac).sum(1)  # Σ_k w̃_k G_kj, [S, K, B, Q]
+                own = torch.diagonal(jac, dim1=1, dim2=2).movedim(-1, 1)  # G_jj, [S, K, B, Q]
             coef = (weights * (pathwise - own)).detach()
             terms = terms + (coef * (z - z.detach())).sum((1, -1))
         return terms
+
+    def dreg_jacobian_terms(self, log_w, z, weights, parts: dict):
+        """(Σ_k w̃_k G_kj, G_jj), each [S, K, B, Q], of a two-layer model, G_kj = ∂log w_k/∂z_j, without forming G.
+
+        The weighted column sums are one vector-Jacobian product (cotangent w̃). The diagonal: the last layer is
+        evaluated per slot, so one product of Σ_k log w_k with respect to the hidden draw h gives every
+        U_k = ∂log w_k/∂h_k; then G_jj = U_j·∂h_j/∂z_j + ∂(log p(z_j) - log q(z_j))/∂z_j, with ∂h_j/∂z_j from
+        `own_slot_derivative` and q's parameters held fixed (DREG's log w). This replaces K products through the
+        hidden layer by K × K arithmetic per point. `parts` is what `log_weights` collected.
+        """
+        hidden = parts["hidden"]  # [S, B, K, D_h]
+        u = torch.autograd.grad(log_w.sum(), hidden, retain_graph=True)[0]
+        pathwise = torch.autograd.grad((weights.squeeze(-1) * log_w).sum(), z, retain_graph=True)[0]
+        s, b, k, d_h = hidden.shape
+        q = z.shape[-1]
+        d_in = parts["groups"].shape[-1]
+        columns = list(range(d_in - q, d_in))  # z's columns of the hidden layer's input [x, z]
+        layer = self.layers[0]
+        d_gp = own_slot_derivative(layer.gp, parts, columns)  # [S·B, K, J, Q]
+        if "mixing" in parts:  # h = [x, z] P + g W
+            d_h_z = d_gp.mT @ parts["mixing"] + parts["passthrough"][columns]  # [S·B, K, Q, D_h]
+        else:
+            d_h_z = d_gp.mT
+        own = (u.reshape(s * b, k, 1, d_h) * d_h_z).sum(-1).reshape(s, b, k, q).transpose(1, 2)  # [S, K, B, Q]
+        zd = z.detach()
+        own = own - zd + (zd - parts["q_mean"].detach()) / parts["q_std"].detach().square()
+        return pathwise, own
 
     # ----- objectives ---------------------------------------------------------------------------------
     def elbo(self, x, y, num_data: int | None = None, indices=None, num_importance: int | None = None,
