@@ -164,7 +164,7 @@ def test_unbiased_dreg_coefficient_matches_the_jacobian_formed_row_by_row(float6
     """"dreg" with a hidden layer: the gradient reaching z_j is Σ_k w̃_k G_kj - w̃_j G_jj + w̃_j Σ_k w̃_k G_kj
     (LatentDeepGP.iw_terms: autograd of L_K plus a zero-valued surrogate), checked against G formed here by K
     vector-Jacobian products on the same draws and combined by the formula. Two layers take G's diagonal in
-    closed form (`dreg_jacobian_terms`: PCA-mean GP and concatenated-projection hidden layers, one and two latent
+    closed form (`dreg_own_terms`: PCA-mean GP and concatenated-projection hidden layers, one and two latent
     dimensions); three layers form G by products."""
     k = 4
     x, y = _data(60)
@@ -174,14 +174,16 @@ def test_unbiased_dreg_coefficient_matches_the_jacobian_formed_row_by_row(float6
     xb, yb, idx = x[:5], y[:5], torch.arange(5)
     mean, std = (t.detach().requires_grad_(True) for t in model.q_params(xb, yb, idx))
     terms = model.iw_terms(xb, yb, k, "dreg", num_samples=2, q_params=(mean, std), generator=_gen(7), indices=idx)
-    g_mean = torch.autograd.grad(terms.sum(), mean)[0]
+    # a different weight per sample and point downstream of the terms (as a minibatch objective's scaling is)
+    alpha = torch.linspace(0.5, 2.0, terms.numel(), dtype=terms.dtype).reshape(terms.shape)
+    g_mean = torch.autograd.grad((alpha * terms).sum(), mean)[0]
     log_w, z = model.log_weights(xb, yb, k, 2, q_params=(mean, std), detach_q=True, generator=_gen(7), indices=idx)
     wt = torch.softmax(log_w.detach(), dim=1)[..., None]  # [S, K, B, 1]
     jac = torch.stack([torch.autograd.grad(log_w[:, i].sum(), z, retain_graph=True)[0] for i in range(k)], 1)
     pathwise = (wt[:, :, None] * jac).sum(1)  # Σ_k w̃_k G_kj: [S, K, B, Q]
     own = torch.stack([jac[:, j, j] for j in range(k)], 1)  # G_jj
     coef = pathwise - wt * own + wt * pathwise
-    torch.testing.assert_close(g_mean, coef.sum((0, 1)), rtol=1e-9, atol=1e-12)  # ∂z_j/∂μ = 1
+    torch.testing.assert_close(g_mean, (alpha[:, None, :, None] * coef).sum((0, 1)), rtol=1e-9, atol=1e-12)
     assert (wt * (pathwise - own)).abs().max() > 1e-6  # the cross terms are present, not a diagonal G
 
 

@@ -39,6 +39,7 @@ Both give `layer(h [S, N, D_in], generator=None) -> (sample, mean, var)`, `layer
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Sequence
 
 import torch
@@ -158,7 +159,10 @@ def own_slot_derivative(gp, parts: dict, columns: Sequence[int]) -> torch.Tensor
     linv_t = lower_inverse(parts["chol_z"]).mT
     r = gp.q_sqrt_tril()
     out = []
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        # torch's forward mode loads its decompositions through torch.jit.script on first use, which warns of
+        # its own deprecation: torch's internals, nothing a user of this function can act on
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=DeprecationWarning)
         inv_chol = torch.linalg.solve_triangular(chol, eye.expand_as(chol), upper=False)  # C⁻¹, [L, G, K, K]
         for c in columns:
             tangent = torch.zeros_like(rows)
@@ -432,28 +436,32 @@ class LatentDeepGP(nn.Module):
                 z.register_hook(lambda g: g * weights)
                 return terms
             if parts is not None:
-                pathwise, own = self.dreg_jacobian_terms(log_w, z, weights, parts)
-            else:
-                rows = [torch.autograd.grad(log_w[:, i].sum(), z, retain_graph=True)[0] for i in range(k)]
-                jac = torch.stack(rows, 1)  # G_{k j}: [S, K (k), K (j), B, Q]
-                pathwise = (weights.unsqueeze(2) * jac).sum(1)  # Σ_k w̃_k G_kj, [S, K, B, Q]
-                own = torch.diagonal(jac, dim1=1, dim2=2).movedim(-1, 1)  # G_jj, [S, K, B, Q]
+                # autograd of L_K brings α Σ_k w̃_k G_kj to z_j, α = ∂(objective)/∂(the point's term); the estimator
+                # wants α((1 + w̃_j) Σ_k w̃_k G_kj - w̃_j G_jj). α is read where the gradient reaches `terms` (which
+                # the backward reaches before z) and z's gradient is rewritten: no product for the column sums
+                own = self.dreg_own_terms(log_w, z, parts)
+                seen = {}
+                terms.register_hook(lambda g: seen.__setitem__("alpha", g.detach()))
+                z.register_hook(lambda g: g * (1.0 + weights) - seen["alpha"][:, None, :, None] * weights * own)
+                return terms
+            rows = [torch.autograd.grad(log_w[:, i].sum(), z, retain_graph=True)[0] for i in range(k)]
+            jac = torch.stack(rows, 1)  # G_{k j}: [S, K (k), K (j), B, Q]
+            pathwise = (weights.unsqueeze(2) * jac).sum(1)  # Σ_k w̃_k G_kj, [S, K, B, Q]
+            own = torch.diagonal(jac, dim1=1, dim2=2).movedim(-1, 1)  # G_jj, [S, K, B, Q]
             coef = (weights * (pathwise - own)).detach()
             terms = terms + (coef * (z - z.detach())).sum((1, -1))
         return terms
 
-    def dreg_jacobian_terms(self, log_w, z, weights, parts: dict):
-        """(Σ_k w̃_k G_kj, G_jj), each [S, K, B, Q], of a two-layer model, G_kj = ∂log w_k/∂z_j, without forming G.
+    def dreg_own_terms(self, log_w, z, parts: dict) -> torch.Tensor:
+        """G_jj = ∂log w_j/∂z_j, [S, K, B, Q] (no gradient), of a two-layer model, without forming G.
 
-        The weighted column sums are one vector-Jacobian product (cotangent w̃). The diagonal: the last layer is
-        evaluated per slot, so one product of Σ_k log w_k with respect to the hidden draw h gives every
-        U_k = ∂log w_k/∂h_k; then G_jj = U_j·∂h_j/∂z_j + ∂(log p(z_j) - log q(z_j))/∂z_j, with ∂h_j/∂z_j from
+        The last layer is evaluated per slot, so one product of Σ_k log w_k with respect to the hidden draw h gives
+        every U_k = ∂log w_k/∂h_k; then G_jj = U_j·∂h_j/∂z_j + ∂(log p(z_j) - log q(z_j))/∂z_j, with ∂h_j/∂z_j from
         `own_slot_derivative` and q's parameters held fixed (DREG's log w). This replaces K products through the
         hidden layer by K × K arithmetic per point. `parts` is what `log_weights` collected.
         """
         hidden = parts["hidden"]  # [S, B, K, D_h]
         u = torch.autograd.grad(log_w.sum(), hidden, retain_graph=True)[0]
-        pathwise = torch.autograd.grad((weights.squeeze(-1) * log_w).sum(), z, retain_graph=True)[0]
         s, b, k, d_h = hidden.shape
         q = z.shape[-1]
         d_in = parts["groups"].shape[-1]
@@ -466,8 +474,7 @@ class LatentDeepGP(nn.Module):
             d_h_z = d_gp.mT
         own = (u.reshape(s * b, k, 1, d_h) * d_h_z).sum(-1).reshape(s, b, k, q).transpose(1, 2)  # [S, K, B, Q]
         zd = z.detach()
-        own = own - zd + (zd - parts["q_mean"].detach()) / parts["q_std"].detach().square()
-        return pathwise, own
+        return own - zd + (zd - parts["q_mean"].detach()) / parts["q_std"].detach().square()
 
     # ----- objectives ---------------------------------------------------------------------------------
     def elbo(self, x, y, num_data: int | None = None, indices=None, num_importance: int | None = None,
