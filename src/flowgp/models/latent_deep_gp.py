@@ -404,9 +404,11 @@ class LatentDeepGP(nn.Module):
 
         which is D.23's w̃_j² G_jj when G is diagonal. The first term is what autograd of L_K brings to z_j (log q
         with φ held fixed); the rest is added by a zero-valued surrogate Σ_j sg(coef_j)·(z_j - sg(z_j)), so the
-        returned value is L_K and the model's parameters keep the plain IW gradient. G is formed by K
-        vector-Jacobian products of log w w.r.t. z (only when z carries a gradient and a hidden layer couples the
-        slots; a one-layer model has a diagonal G and uses D.23 through a gradient hook on z).
+        returned value is L_K and the model's parameters keep the plain IW gradient. With more than two layers G
+        is formed by K vector-Jacobian products of log w w.r.t. z (only when z carries a gradient). With two
+        layers nothing is formed: G_jj comes in closed form (`dreg_own_terms`), and z's gradient hook rewrites the
+        α Σ_k w̃_k G_kj that autograd brings (α: the objective's weight on the point's term, read by a hook on the
+        returned terms) into α c_j. A one-layer model has a diagonal G and uses D.23 through a hook on z.
 
         "dreg-d23": D.23's surrogate taken literally, Σ_k sg(w̃_k²) log w_k differentiated through every z, which
         gives z_j the coefficient Σ_k w̃_k² G_kj. It equals "dreg" for one layer and is biased once a hidden layer
