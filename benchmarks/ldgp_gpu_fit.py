@@ -9,7 +9,8 @@ the last layer, learning rates annealed by 0.98 per 1 000 iterations, 10 000 sam
 authors' split (`reference_split`) and the bench's seed rule (seed = split). A short probe fit times an epoch on
 this device; the real fit then gets as many epochs as `--seconds` allows (at most `--max-epochs`; or `--epochs`),
 starting again from the initialisation. The annealing follows the iteration count, so a longer budget is the same schedule
-run further, as in the supplement. Prints and writes: iterations, seconds per iteration, and the standardised
+run further, as in the supplement. `--checkpoint FILE` keeps the training state (and resumes from it), for
+`benchmarks/ldgp_anneal_tail.py`. Prints and writes: iterations, seconds per iteration, and the standardised
 test log-likelihood (-nll + log y_scale, the supplement's Table 1 units), RMSE, 95 % coverage.
 """
 from __future__ import annotations
@@ -47,7 +48,13 @@ def main(argv=None):
                    help="at most this many epochs when they come from --seconds (589 = the CPU rows' 10 013 "
                         "iterations on power)")
     p.add_argument("--json", default=None)
+    p.add_argument("--checkpoint", default=None,
+                   help="keep the real fit's training state in this file (resumes from it when it exists; "
+                        "`ldgp_anneal_tail.py --checkpoint` continues a finished fit); --epochs then required")
+    p.add_argument("--no-score", action="store_true", help="train only (no 10 000-sample scoring)")
     args = p.parse_args(argv)
+    if args.checkpoint and args.epochs is None:
+        p.error("--checkpoint needs --epochs (a probe-sized fit would not resume to the same schedule)")
 
     split = reference_split(args.dataset, args.split)
     n = len(split.y_train)
@@ -65,9 +72,13 @@ def main(argv=None):
     else:
         epochs = args.epochs
     est = build(args.model, epochs, args.split, args.device, n)
+    est.checkpoint = args.checkpoint
     start = time.perf_counter()
     est.fit(split.x_train, split.y_train)
     train_seconds = time.perf_counter() - start
+    if args.no_score:
+        print(f"trained {epochs * per_epoch} iterations in {train_seconds:.1f} s (this process)", flush=True)
+        return
     start = time.perf_counter()
     scores = evaluate_regression(est, split.x_test, split.y_test)
     y_scale = float(np.std(split.y_train))
