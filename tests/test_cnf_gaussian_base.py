@@ -559,3 +559,36 @@ def test_control_variate_predictive_is_unbiased_and_less_noisy(common_noise):
     assert cv.var(0).mean() < 0.5 * plain.var(0).mean()  # near the identity the control variate is much quieter
     m_se = torch.sqrt(cv_mean.var(0) / reps + torch.stack(vs_moments).var(0) / reps)
     assert ((cv_mean.mean(0) - torch.stack(vs_moments).mean(0)).abs() < 5 * m_se + 1e-12).all()
+
+
+def test_selection_keeps_a_flow_only_if_its_gain_replicates_on_fresh_draws():
+    """The best of several noisy estimates is biased upward: `select_flow_strength` scores its winner again against
+    λ = 0 with fresh random numbers and keeps the flow only if it still wins there. Small random flows around a
+    trained DSVI base (fixed seeds): every kept flow beat λ = 0 on the confirmation draws, and at least one winner
+    of the first stage was sent back to the identity."""
+    from flowgp.models.deep_gp import select_flow_strength
+
+    x, y = _toy(n=40)
+    flow = build_deep_gp(x, 1, 2, num_inducing=6, kmeans_restarts=1, posterior="cnf", draws="coupled",
+                         base_gradient="dsvi")
+    train(flow, x, y, epochs=15, batch_size=20, lr=0.03, seed=4, verbose=False)
+    rejected = 0
+    for s in range(12):
+        values = [0.02 * torch.randn(p.shape, generator=torch.Generator().manual_seed(100 + s), dtype=p.dtype)
+                  for p in flow.posterior.parameters()]
+        with torch.no_grad():
+            for p, v in zip(flow.posterior.parameters(), values):
+                p.copy_(v)
+        first = select_flow_strength(flow, x, y, num_samples=4, seed=s, confirm=False)
+        with torch.no_grad():
+            for p, v in zip(flow.posterior.parameters(), values):
+                p.copy_(v)
+        out = select_flow_strength(flow, x, y, num_samples=4, seed=s)
+        if out["selected"] > 0:
+            assert out["confirmation"][out["selected"]] > out["confirmation"][0.0]
+            assert out["selected"] == first["selected"]
+        elif first["selected"] > 0:
+            rejected += 1
+            assert out["confirmation"][first["selected"]] <= out["confirmation"][0.0]
+            assert all(float(p.abs().max()) == 0.0 for p in flow.posterior.parameters())  # the DSVI posterior
+    assert rejected >= 1

@@ -239,8 +239,9 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
             `flowgp.models.deep_gp.DeepGP`.
         flow_selection: ("cnf" only) after training, scale the flow toward the identity where that raises the
             training bound (`flowgp.models.deep_gp.select_flow_strength`, λ in {0, 1/8, 1/4, 1/2, 1} with common
-            random numbers, for the final flow and for an exponential moving average of its iterates); λ = 0 is
-            the Gaussian base, so the fitted bound never ends below it. The scores are kept in `flow_strength_`.
+            random numbers, for the final flow and for an exponential moving average of its iterates; the winner
+            is kept only if it beats λ = 0 again on fresh draws); λ = 0 is the Gaussian base, so the fitted bound
+            never ends below it. The scores are kept in `flow_strength_`.
         flow_lr_scale: ("cnf" only) the flow steps' Adam step size as a fraction of `lr` (the base and the
             hyperparameters keep `lr`). The flow's gradient is mostly Monte Carlo noise where the posterior is
             nearly Gaussian, and Adam moves every parameter by about its step size whatever its signal-to-noise

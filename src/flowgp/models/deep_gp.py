@@ -997,7 +997,8 @@ def warm_start_from_gaussian(model: DeepGP, gaussian_model: DeepGP) -> DeepGP:
 
 def select_flow_strength(model: DeepGP, x: torch.Tensor, y: torch.Tensor,
                          fractions: Sequence[float] = (0.0, 0.125, 0.25, 0.5, 1.0), num_samples: int = 8,
-                         seed: int = 0, max_rows: int = 4096, alternatives: dict | None = None) -> dict:
+                         seed: int = 0, max_rows: int = 4096, alternatives: dict | None = None,
+                         confirm: bool = True) -> dict:
     """Scale a trained Gaussian-base flow toward the identity where that raises the bound: θ ← λ*·θ.
 
     Every parameter of `GaussianConvolutionalFlowPosterior` is 0 at the identity (LU factors, log-scales,
@@ -1012,8 +1013,15 @@ def select_flow_strength(model: DeepGP, x: torch.Tensor, y: torch.Tensor,
     `alternatives` ({name: parameter values in the order of `model.posterior.parameters()`}, e.g. averaged
     iterates) are scaled and scored the same way and compete with the trained values.
 
+    `confirm`: the best of several noisy estimates is biased upward (it is chosen because its noise was
+    favourable), so a winner with λ* > 0 is scored again against λ = 0 with fresh random numbers (seed + 1; on
+    another subset of rows when there are more than `max_rows`) and kept only if it still beats λ = 0 there. A
+    flow whose gain was the selection's own noise then falls back to the DSVI posterior (measured: L = 4 power
+    split 6 kept λ = 1/8 for a change of -3e-5 nats per point on the bench's independent estimate).
+
     Returns {λ: bound estimate per row of the trained flow, name: {λ: estimate} per alternative, "selected": λ*,
-    "source": "trained" or the alternative's name}. The model is left at λ*·θ of the selected source.
+    "source": "trained" or the alternative's name, "confirmation": {0.0: estimate, λ*: estimate} or None}. The
+    model is left at λ*·θ of the selected source.
     """
     if not getattr(model.posterior, "gaussian_base", False):
         raise ValueError("select_flow_strength needs a Gaussian-base flow posterior (posterior='cnf')")
@@ -1029,27 +1037,39 @@ def select_flow_strength(model: DeepGP, x: torch.Tensor, y: torch.Tensor,
             raise ValueError(f"alternatives[{name!r}] must be a new name with one value per flow parameter, "
                              f"shaped like model.posterior.parameters()")
         sources[name] = values
-    x, y = model.validate(x, y)
-    if x.shape[0] > max_rows:
-        rows = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(int(seed)))[:max_rows]
-        x, y = x[rows.to(x.device)], y[rows.to(y.device)]
+    x_all, y_all = model.validate(x, y)
+
+    def rows_of(row_seed):
+        if x_all.shape[0] <= max_rows:
+            return x_all, y_all
+        rows = torch.randperm(x_all.shape[0], generator=torch.Generator().manual_seed(int(row_seed)))[:max_rows]
+        return x_all[rows.to(x_all.device)], y_all[rows.to(y_all.device)]
+
     scores = {name: {} for name in sources}
     with torch.no_grad():
-        def score(values, f):
+        def score(values, f, draw_seed, xs, ys):
             for p, t in zip(params, values):
                 p.copy_(f * t)
-            gen = torch.Generator(device=x.device).manual_seed(int(seed))
-            return float(model.elbo(x, y, num_data=x.shape[0], num_samples=num_samples, generator=gen)) / x.shape[0]
+            gen = torch.Generator(device=xs.device).manual_seed(int(draw_seed))
+            return float(model.elbo(xs, ys, num_data=xs.shape[0], num_samples=num_samples, generator=gen)) / xs.shape[0]
 
-        base = score(sources["trained"], 0.0)  # λ = 0 is the same model for every source
+        xs, ys = rows_of(seed)
+        base = score(sources["trained"], 0.0, seed, xs, ys)  # λ = 0 is the same model for every source
         for name, values in sources.items():
-            scores[name] = {f: base if f == 0.0 else score(values, f) for f in fractions}
+            scores[name] = {f: base if f == 0.0 else score(values, f, seed, xs, ys) for f in fractions}
         # the best (source, λ); ties go to the smaller flow and to the trained values
         order = list(sources)
         best_name, best = max(((n, f) for n in order for f in fractions),
                               key=lambda c: (scores[c[0]][c[1]], -c[1], -order.index(c[0])))
+        confirmation = None
+        if confirm and best > 0:
+            xc, yc = rows_of(seed + 1)
+            confirmation = {0.0: score(sources[best_name], 0.0, seed + 1, xc, yc),
+                            best: score(sources[best_name], best, seed + 1, xc, yc)}
+            if not confirmation[best] > confirmation[0.0]:
+                best_name, best = "trained", 0.0
         for p, t in zip(params, sources[best_name]):
             p.copy_(best * t)
     out = dict(scores.pop("trained"))
     out.update(scores)
-    return {**out, "selected": best, "source": best_name if best > 0 else "trained"}
+    return {**out, "selected": best, "source": best_name if best > 0 else "trained", "confirmation": confirmation}
