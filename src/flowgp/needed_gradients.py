@@ -43,8 +43,7 @@ def needed_inputs(ctx) -> tuple:
     if edges is None:
         return static
     out = []
-    for i, need in enumerate(static):
-        edge = edges[i] if i < len(edges) else None
+    for need, edge in zip(static, edges):  # one edge per forward input, as recorded
         if need and edge is not None:
             try:
                 need = bool(_will_run(edge.node))

@@ -98,7 +98,7 @@ def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = Non
     remembered in `memory`). Differentiable in h and in every parameter (reparameterised draw).
     `batch_rows` = (offset, B): h's last leading axis holds rows offset.. of a global batch of B split over
     processes; the noise is drawn for all B rows and sliced, so a row's draw does not depend on the split.
-    `parts`: a dict that receives the draw's pieces (inputs, Aᵀ, (RᵀA)ᵀ, Lz, the K × K factors and ε) for
+    `parts`: a dict that receives the draw's pieces (inputs, Aᵀ, (RᵀA)ᵀ, R, Lz, the K × K factors and ε) for
     `own_slot_derivative`.
     """
     if h.dim() < 2:
@@ -134,7 +134,7 @@ def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = Non
     if gp.mean_function is not None:
         out = out + gp.mean_function(h)
     if parts is not None:
-        parts.update(groups=groups, at=at, rat=rat, chol_z=chol_z, chol=chol, eps=eps)
+        parts.update(groups=groups, at=at, rat=rat, r=r, chol_z=chol_z, chol=chol, eps=eps)
     return out
 
 
@@ -157,7 +157,7 @@ def own_slot_derivative(gp, parts: dict, columns: Sequence[int]) -> torch.Tensor
     eye = torch.eye(k, dtype=chol.dtype, device=chol.device)
     half_tril = torch.ones_like(eye).tril(-1) + 0.5 * eye
     linv_t = lower_inverse(parts["chol_z"]).mT
-    r = gp.q_sqrt_tril()
+    r = parts["r"]  # R of q(u), as the draw used it
     out = []
     with torch.no_grad(), warnings.catch_warnings():
         # torch's forward mode loads its decompositions through torch.jit.script on first use, which warns of
