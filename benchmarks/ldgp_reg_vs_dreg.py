@@ -13,6 +13,9 @@ log-likelihood lies more than two standard deviations from the mean of its datas
 REG and DREG alike.
 
     python benchmarks/ldgp_reg_vs_dreg.py docs/results/ldgp-uci-reference/uci.jsonl [--preset reference-e300]
+
+With `--models ldgp2-reg,ldgp2-dreg,ldgp2-dreg-d23,svgp,dgp2` a further table gives every model's mean over its
+own splits and its paired difference from `--reference` (default ldgp2-reg) on the splits both have.
 """
 from __future__ import annotations
 
@@ -61,29 +64,83 @@ def summary_line(dataset, label, reg, dreg):
             f"{ref} |")
 
 
+def _collect(rows, models, preset, data_dir):
+    """{dataset: {model: {split: (ll in y units, standardised ll)}}} for the chosen models and preset."""
+    table = {}
+    for r in rows:
+        if r["model"] in models and (preset is None or r.get("preset") == preset):
+            ll_std = -r["nll"] + _log_scale(r, data_dir)
+            table.setdefault(r["dataset"], {}).setdefault(r["model"], {})[r["split"]] = (-r["nll"], ll_std)
+    return table
+
+
+def _mean_se(v):
+    se = v.std(ddof=1) / math.sqrt(len(v)) if len(v) > 1 else 0.0
+    return f"{v.mean():.3f} ± {se:.3f} (median {np.median(v):.3f})"
+
+
+def comparison_lines(dataset, per_model, reference, models):
+    """One line per model: its own mean over its splits, and its paired difference from `reference` on the splits
+    both have, with the supplement's outlier rule applied to that pair."""
+    lines = []
+    ref = per_model.get(reference, {})
+    for m in models:
+        own = per_model.get(m, {})
+        if not own:
+            continue
+        v = np.array([x[1] for x in own.values()])
+        paired = ""
+        if m != reference and ref:
+            common = sorted(set(own) & set(ref))
+            pair = {"a": {s: ref[s][1] for s in common}, "b": {s: own[s][1] for s in common}}
+            drop = outlier_splits(pair)
+            cells = []
+            for use in (common, [s for s in common if s not in drop]):
+                if not use:
+                    cells.append("—")
+                    continue
+                d = np.array([own[s][1] - ref[s][1] for s in use])
+                cells.append(f"{_mean_se(d)}, wins {int((d > 0).sum())}/{len(d)}")
+            paired = f"{cells[0]} | {cells[1]} (dropped {sorted(drop)})"
+        else:
+            paired = "— | —"
+        lines.append(f"| {dataset} | {m} | {len(v)} | {_mean_se(v)} | {paired} |")
+    return lines
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("rows", nargs="+", help="JSON-lines files of flowgp bench uci")
     p.add_argument("--preset", default=None, help="only rows of this preset label (e.g. reference-e300)")
     p.add_argument("--data", default=None, help="data folder (default: FLOWGP_DATA or ../shared/data)")
+    p.add_argument("--models", default=None,
+                   help="comma-separated models for a further table of every model against --reference "
+                        "(e.g. ldgp2-reg,ldgp2-dreg,ldgp2-dreg-d23,svgp,dgp2)")
+    p.add_argument("--reference", default="ldgp2-reg", help="the model the --models table is paired against")
+    p.add_argument("--curve", action="append", default=[], metavar="FILE:ITERATIONS",
+                   help="also take the rows of a learning curve (benchmarks/ldgp_learning_curve.py) scored at "
+                        "exactly ITERATIONS iterations, as if the bench had written them under --preset "
+                        "(e.g. curve-10k/curve.jsonl:10002 for the split-0 fits of the 10 002-iteration rows)")
     a = p.parse_args(argv)
     rows = [json.loads(line) for f in a.rows for line in open(f) if line.strip()]
-    table = {}
-    for r in rows:
-        if r["model"] in ("ldgp2-reg", "ldgp2-dreg") and (a.preset is None or r.get("preset") == a.preset):
-            ll_std = -r["nll"] + _log_scale(r, a.data)
-            table.setdefault((r["dataset"], r["split"]), {})[r["model"].split("-")[1]] = (-r["nll"], ll_std)
+    for spec in a.curve:
+        path, _, iterations = spec.rpartition(":")
+        for line in open(path):
+            if line.strip():
+                r = json.loads(line)
+                if int(r["iterations"]) == int(iterations):
+                    rows.append({**r, "preset": a.preset})
+    table = _collect(rows, ("ldgp2-reg", "ldgp2-dreg"), a.preset, a.data)
     print("| dataset | split | REG (y units) | DREG (y units) | DREG − REG | REG (standardised) | DREG (standardised) |")
     print("|---|---|---|---|---|---|---|")
     per_dataset = {}
-    for (dataset, split), ll in sorted(table.items()):
-        if set(ll) != {"reg", "dreg"}:
-            continue
-        d = per_dataset.setdefault(dataset, {"reg": {}, "dreg": {}})
-        for g in ("reg", "dreg"):
-            d[g][split] = ll[g][1]
-        print(f"| {dataset} | {split} | {ll['reg'][0]:.3f} | {ll['dreg'][0]:.3f} | {ll['dreg'][0] - ll['reg'][0]:+.3f} | "
-              f"{ll['reg'][1]:.3f} | {ll['dreg'][1]:.3f} |")
+    for dataset in sorted(table):
+        reg, dreg = table[dataset].get("ldgp2-reg", {}), table[dataset].get("ldgp2-dreg", {})
+        for split in sorted(set(reg) & set(dreg)):
+            d = per_dataset.setdefault(dataset, {"reg": {}, "dreg": {}})
+            d["reg"][split], d["dreg"][split] = reg[split][1], dreg[split][1]
+            print(f"| {dataset} | {split} | {reg[split][0]:.3f} | {dreg[split][0]:.3f} | "
+                  f"{dreg[split][0] - reg[split][0]:+.3f} | {reg[split][1]:.3f} | {dreg[split][1]:.3f} |")
     print()
     print("| dataset | splits used | n | REG (std.) mean ± se | DREG (std.) mean ± se | DREG − REG mean ± se | "
           "DREG wins | paper REG → DREG |")
@@ -97,7 +154,23 @@ def main(argv=None):
             reg = np.array([d["reg"][s] for s in use])
             dreg = np.array([d["dreg"][s] for s in use])
             print(summary_line(dataset, label, reg, dreg))
-
+    if a.models:
+        models = [m.strip() for m in a.models.split(",") if m.strip()]
+        everything = _collect(rows, models, a.preset, a.data)
+        print()
+        print(f"Every model on its own splits, and paired with {a.reference} on the splits both have "
+              "(standardised test log-likelihood):")
+        print()
+        print(f"| dataset | model | n | mean ± se (median) | − {a.reference}, all common splits | "
+              f"− {a.reference}, outliers out |")
+        print("|---|---|---|---|---|---|")
+        for dataset in sorted(everything):
+            for line in comparison_lines(dataset, everything[dataset], a.reference, models):
+                print(line)
+            paper = PAPER.get(dataset)
+            if paper:
+                print(f"| {dataset} | paper Table 1 (20 splits, 300 000 iterations) | 20 | REG {paper[0]:.3f}, "
+                      f"DREG {paper[1]:.3f} | | |")
 
 if __name__ == "__main__":
     main()
