@@ -423,7 +423,9 @@ def test_bench_model_table_has_ldgp_entries():
     from flowgp.bench.models import make_estimator, model_names
     from flowgp.bench.presets import get_preset
 
-    names = {f"ldgp{n}-{g}" for n in range(1, 5) for g in ("reg", "dreg")}
+    from flowgp.models.latent_deep_gp import GRADIENT_ESTIMATORS
+
+    names = {f"ldgp{n}-{g}" for n in range(1, 5) for g in GRADIENT_ESTIMATORS}
     assert names <= set(model_names())
     quick = get_preset("quick")
     est = make_estimator("ldgp3-reg", quick, 50, 2, 300, num_importance=7)

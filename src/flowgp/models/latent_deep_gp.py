@@ -56,8 +56,10 @@ from ._checks import as_inputs, as_targets
 __all__ = ["LatentDeepGP", "ConcatProjectionLayer", "build_latent_deep_gp", "joint_gp_sample",
            "GRADIENT_ESTIMATORS", "HIDDEN_LAYERS", "check_num_importance", "check_gradient"]
 
-#: "dreg-d23" is eq. D.23 applied as written (an ablation: biased once a hidden layer couples the K slots)
-GRADIENT_ESTIMATORS = ("reg", "dreg", "dreg-d23")
+#: "dreg-d23" is eq. D.23 applied as written (an ablation: biased once a hidden layer couples the K slots);
+#: "dreg-cond" is D.23's form with each slot's own derivative taken through its conditional given the other slots'
+#: values (unbiased with joint draws, `LatentDeepGP.iw_terms`)
+GRADIENT_ESTIMATORS = ("reg", "dreg", "dreg-d23", "dreg-cond")
 #: hidden-layer structures of `build_latent_deep_gp`: "pca" (GPs with a fixed PCA linear mean, the DSVI layer)
 #: and "concat" (supplement E.2: a fixed projection of 5 GPs concatenated with the layer's observed inputs)
 HIDDEN_LAYERS = ("pca", "concat")
@@ -138,32 +140,22 @@ def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = Non
     return out
 
 
-def own_slot_derivative(gp, parts: dict, columns: Sequence[int]) -> torch.Tensor:
-    """∂f_k/∂h_{k,c}: the derivative of each slot's joint draw (`joint_gp_sample`, same ε) with respect to its own
-    input's column c, for c in `columns`: [G, K, L, len(columns)], no gradient.
-
-    Every row of Aᵀ = K_HZ Lz⁻ᵀ and (RᵀA)ᵀ depends on its own input only, so their derivatives come from one
-    forward-mode product per column (of the kernel) and GEMMs. The draw f = Aᵀm + C ε, C = chol(Σ), with
-    Σ_kb = k(h_k, h_b) + q_k·q_b - a_k·a_b per point and output; h_k moves row and column k of Σ by
-    D_kb = ∂₁k(h_k, h_b) + q̇_k·q_b - ȧ_k·a_b (dΣ = e_k D_kᵀ + D_k e_kᵀ), and the factor by dC = C Φ(C⁻¹ dΣ C⁻ᵀ),
-    Φ = lower triangle with the diagonal halved (the Cholesky's derivative). So ∂f_k/∂h_k = ȧ_kᵀm + (dC ε)_k
-    (+ the mean function's derivative) costs K × K arithmetic per point. The latent DGP's DREG needs exactly these
-    diagonal terms of ∂log w_k/∂z_j (`LatentDeepGP.iw_terms`).
-    """
-    groups, at, rat, chol, eps = parts["groups"], parts["at"], parts["rat"], parts["chol"], parts["eps"]
+def _own_input_derivatives(gp, parts: dict, columns: Sequence[int]):
+    """For each column c: (∂mean_k/∂h_{k,c} [G, K, L], D [L, G, K, K]) of a joint draw's pieces (`joint_gp_sample`),
+    with D_kb = ∂₁k(h_k, h_b) + q̇_k·q_b - ȧ_k·a_b the derivative of row k of Σ with respect to slot k's own input
+    (dΣ = e_k D_kᵀ + D_k e_kᵀ). Every row of Aᵀ = K_HZ Lz⁻ᵀ and (RᵀA)ᵀ depends on its own input only, so these
+    come from one forward-mode product of the kernel per column and GEMMs. The mean's derivative includes the
+    layer's mean function. No gradient."""
+    groups, at, rat = parts["groups"], parts["at"], parts["rat"]
     g, k, d = groups.shape
-    num_out, m = chol.shape[0], at.shape[-1]
+    num_out, m = parts["chol"].shape[0], at.shape[-1]
     rows = groups.reshape(g * k, d)
-    eye = torch.eye(k, dtype=chol.dtype, device=chol.device)
-    half_tril = torch.ones_like(eye).tril(-1) + 0.5 * eye
     linv_t = lower_inverse(parts["chol_z"]).mT
     r = parts["r"]  # R of q(u), as the draw used it
-    out = []
     with torch.no_grad(), warnings.catch_warnings():
         # torch's forward mode loads its decompositions through torch.jit.script on first use, which warns of
         # its own deprecation: torch's internals, nothing a user of this function can act on
         warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=DeprecationWarning)
-        inv_chol = torch.linalg.solve_triangular(chol, eye.expand_as(chol), upper=False)  # C⁻¹, [L, G, K, K]
         for c in columns:
             tangent = torch.zeros_like(rows)
             tangent[:, c] = 1.0
@@ -179,6 +171,31 @@ def own_slot_derivative(gp, parts: dict, columns: Sequence[int]) -> torch.Tensor
                                      (tangent.reshape(g, k, d),))  # ∂₁k(h_k, h_b), [G, Lb, K, K]
             drow = (dkxx.movedim(-3, 0) + drat.reshape(num_out, g, k, m) @ rat.reshape(num_out, g, k, m).mT
                     - dat.reshape(dat.shape[0], g, k, m) @ at.reshape(at.shape[0], g, k, m).mT)  # D, [L, G, K, K]
+            dmean = dmean.reshape(g, k, num_out)
+            if gp.mean_function is not None:
+                _, dmf = torch.func.jvp(gp.mean_function, (rows,), (tangent,))
+                dmean = dmean + dmf.reshape(g, k, num_out)
+            yield dmean, drow
+
+
+def own_slot_derivative(gp, parts: dict, columns: Sequence[int]) -> torch.Tensor:
+    """∂f_k/∂h_{k,c}: the derivative of each slot's joint draw (`joint_gp_sample`, same ε) with respect to its own
+    input's column c, for c in `columns`: [G, K, L, len(columns)], no gradient.
+
+    The draw is f = Aᵀm + C ε, C = chol(Σ), Σ_kb = k(h_k, h_b) + q_k·q_b - a_k·a_b per point and output; h_k moves
+    row and column k of Σ by D_k (`_own_input_derivatives`), and the factor by dC = C Φ(C⁻¹ dΣ C⁻ᵀ), Φ = lower
+    triangle with the diagonal halved (the Cholesky's derivative). So ∂f_k/∂h_k = ȧ_kᵀm + (dC ε)_k (+ the mean
+    function's derivative) costs K × K arithmetic per point. The latent DGP's unbiased DREG with the ε held fixed
+    ("dreg") needs exactly these diagonal terms of ∂log w_k/∂z_j (`LatentDeepGP.iw_terms`).
+    """
+    chol, eps = parts["chol"], parts["eps"]
+    k = chol.shape[-1]
+    eye = torch.eye(k, dtype=chol.dtype, device=chol.device)
+    half_tril = torch.ones_like(eye).tril(-1) + 0.5 * eye
+    out = []
+    with torch.no_grad():
+        inv_chol = torch.linalg.solve_triangular(chol, eye.expand_as(chol), upper=False)  # C⁻¹, [L, G, K, K]
+        for dmean, drow in _own_input_derivatives(gp, parts, columns):
             # C⁻¹ dΣ⁽ᵏ⁾ C⁻ᵀ = v_k w_kᵀ + w_k v_kᵀ with v_k, w_k the k-th columns of V = C⁻¹ and W = C⁻¹ Dᵀ: rank
             # two, so the K factor derivatives need two K × K products per point, not 2K triangular solves
             v = inv_chol.mT  # v[.., k, a] = V[a, k], [L, G, K, K]
@@ -188,11 +205,30 @@ def own_slot_derivative(gp, parts: dict, columns: Sequence[int]) -> torch.Tensor
             # (dC ε)_k = Σ_a C_ka Σ_b Φ(y)_ab ε_b, Φ = lower triangle with the diagonal halved
             # (element-wise: a batched product of 5 x 5 by 5 x 1 blocks is far slower on CPU)
             dnoise = (chol * (y * (half_tril * eps.mT.unsqueeze(-3))).sum(-1)).sum(-1)  # [L, G, K]
-            dout = dmean.reshape(g, k, num_out) + dnoise.permute(1, 2, 0)
-            if gp.mean_function is not None:
-                _, dmf = torch.func.jvp(gp.mean_function, (rows,), (tangent,))
-                dout = dout + dmf.reshape(g, k, num_out)
-            out.append(dout)
+            out.append(dmean + dnoise.permute(1, 2, 0))
+    return torch.stack(out, -1)
+
+
+def conditional_slot_derivative(gp, parts: dict, columns: Sequence[int]) -> torch.Tensor:
+    """∂f_k/∂h_{k,c} with the other slots' *values* held fixed: [G, K, L, len(columns)], no gradient.
+
+    Given f_(-k), slot k of the joint draw is f_k = m_k + s_k ε̃_k with the Gaussian conditional
+    m_k = μ_k + Σ_(k,-k) Σ_(-k,-k)⁻¹ (f_(-k) - μ_(-k)), s_k² = Σ_kk - Σ_(k,-k) Σ_(-k,-k)⁻¹ Σ_(-k,k). Moving h_k
+    moves μ_k, row k of Σ (by D_k, `_own_input_derivatives`) and Σ_kk (by 2 D_kk), and nothing in Σ_(-k,-k) or
+    f_(-k). Written with the precision P = Σ⁻¹ (s_k² = 1/P_kk, ε̃_k = ρ_k/√P_kk, ρ = P (f - μ) = C⁻ᵀ ε) the terms
+    of ∂m_k and ε̃_k ∂s_k that involve Σ_(-k,-k)⁻¹ cancel, leaving
+
+        ∂f_k/∂h_k = ∂μ_k + Σ_b D_kb ρ_b,
+
+    one K × K product per point, output and column. This is the derivative the latent DGP's conditional DREG
+    ("dreg-cond", `LatentDeepGP.iw_terms`) needs: with the other slots' values fixed, log w_k depends on z_k alone.
+    """
+    chol, eps = parts["chol"], parts["eps"]
+    out = []
+    with torch.no_grad():
+        rho = torch.linalg.solve_triangular(chol.mT, eps, upper=True)  # C⁻ᵀ ε = Σ⁻¹(f - μ), [L, G, K, 1]
+        for dmean, drow in _own_input_derivatives(gp, parts, columns):
+            out.append(dmean + (drow @ rho).squeeze(-1).permute(1, 2, 0))
     return torch.stack(out, -1)
 
 
@@ -354,11 +390,17 @@ class LatentDeepGP(nn.Module):
         """Inputs h [S, B, K, D + Q]: every hidden layer drawn jointly over the K axis (per outer sample, point and
         output), then the last layer's per-input marginals (mean, var), each [S, B, K, L]. `batch_rows` as in
         `joint_gp_sample` (B is h's row axis). `parts`: a dict that receives the first hidden layer's pieces
-        (`joint_gp_sample`) and its draw as "hidden"."""
+        (`joint_gp_sample`), every hidden layer's pieces as a list "layers" (each with its draw as "output"), and
+        the last hidden draw (the last layer's input) as "hidden"."""
+        per_layer = []
         for i, layer in enumerate(self.layers[:-1]):
-            h = self.joint_hidden_sample(layer, h, generator, batch_rows, parts if i == 0 else None)
-            if i == 0 and parts is not None:
-                parts["hidden"] = h
+            own = {} if parts is not None else None
+            h = self.joint_hidden_sample(layer, h, generator, batch_rows, own)
+            if own is not None:
+                own["output"] = h
+                per_layer.append(own)
+        if parts is not None and per_layer:
+            parts.update(per_layer[0], layers=per_layer, hidden=h)
         return self.layers[-1].marginals(h)
 
     def log_weights(self, x, y, num_importance: int, num_samples: int = 1, indices=None, q_params=None,
@@ -413,12 +455,25 @@ class LatentDeepGP(nn.Module):
         "dreg-d23": D.23's surrogate taken literally, Σ_k sg(w̃_k²) log w_k differentiated through every z, which
         gives z_j the coefficient Σ_k w̃_k² G_kj. It equals "dreg" for one layer and is biased once a hidden layer
         couples the slots; kept to measure what the cross terms do to the gradient's signal-to-noise ratio.
+
+        "dreg-cond": unbiased with joint draws and in D.23's form, c_j = w̃_j² G̃_jj, where G̃_jj = ∂log w_j/∂z_j with
+        the other slots' hidden *values* held fixed (slot j drawn from its conditional given them), not their ε.
+        Why it is unbiased: ∇_φ L_K = Σ_j ∂L_K/∂φ_j, φ_j the parameters of slot j's proposal (L_K is a valid bound
+        for any φ_1..φ_K and equals the bound at φ_j = φ). For ∂/∂φ_j, represent the joint draw as (z_(-j), f_(-j))
+        first, which does not depend on φ_j, then z_j = μ + σ η_j and slot j's values from their Gaussian
+        conditional given f_(-j) (layer by layer). Only log w_j then depends on φ_j, the slots are as independent
+        as in D.23's derivation, and Tucker et al.'s identity gives E[w̃_j² G̃_jj ∂z_j/∂φ]. Each term's integrand
+        is a function of the joint draw's values, so one draw serves every j. G̃_jj comes in closed form
+        (`conditional_slot_derivative`, chained through the hidden layers) after one product of Σ_k log w_k with
+        respect to the last hidden draw; z's gradient hook replaces what autograd brings by α w̃_j² G̃_jj.
         """
         gradient = check_gradient(gradient)
-        dreg = gradient in ("dreg", "dreg-d23")
-        # two layers: G's diagonal in closed form from the hidden draw's pieces (`own_slot_derivative`)
-        parts = {} if (gradient == "dreg" and len(self.layers) == 2 and num_importance > 1
-                       and torch.is_grad_enabled()) else None
+        dreg = gradient in ("dreg", "dreg-d23", "dreg-cond")
+        conditional = gradient == "dreg-cond"
+        # G's diagonal in closed form from the hidden draws' pieces: "dreg" with two layers (`own_slot_derivative`),
+        # "dreg-cond" at any depth (`conditional_slot_derivative`)
+        parts = {} if ((gradient == "dreg" and len(self.layers) == 2 or conditional and len(self.layers) > 1)
+                       and num_importance > 1 and torch.is_grad_enabled()) else None
         log_w, z = self.log_weights(x, y, num_importance, num_samples, indices, q_params, dreg, generator,
                                     batch_rows, parts)
         terms = torch.logsumexp(log_w, dim=1) - math.log(log_w.shape[1])
@@ -437,6 +492,14 @@ class LatentDeepGP(nn.Module):
                 # on what autograd brings to z_j (eq. D.23 exactly), no Jacobian needed
                 z.register_hook(lambda g: g * weights)
                 return terms
+            if conditional:
+                # α w̃_j² G̃_jj replaces what autograd brings to z_j (α as below, read where the backward reaches
+                # `terms`, before it reaches z)
+                own = self.dreg_own_terms(log_w, z, parts, conditional=True)
+                seen = {}
+                terms.register_hook(lambda g: seen.__setitem__("alpha", g.detach()))
+                z.register_hook(lambda g: seen["alpha"][:, None, :, None] * weights.square() * own)
+                return terms
             if parts is not None:
                 # autograd of L_K brings α Σ_k w̃_k G_kj to z_j, α = ∂(objective)/∂(the point's term); the estimator
                 # wants α((1 + w̃_j) Σ_k w̃_k G_kj - w̃_j G_jj). α is read where the gradient reaches `terms` (which
@@ -454,27 +517,35 @@ class LatentDeepGP(nn.Module):
             terms = terms + (coef * (z - z.detach())).sum((1, -1))
         return terms
 
-    def dreg_own_terms(self, log_w, z, parts: dict) -> torch.Tensor:
-        """G_jj = ∂log w_j/∂z_j, [S, K, B, Q] (no gradient), of a two-layer model, without forming G.
+    def dreg_own_terms(self, log_w, z, parts: dict, conditional: bool = False) -> torch.Tensor:
+        """G_jj = ∂log w_j/∂z_j, [S, K, B, Q] (no gradient), without forming G.
 
-        The last layer is evaluated per slot, so one product of Σ_k log w_k with respect to the hidden draw h gives
-        every U_k = ∂log w_k/∂h_k; then G_jj = U_j·∂h_j/∂z_j + ∂(log p(z_j) - log q(z_j))/∂z_j, with ∂h_j/∂z_j from
-        `own_slot_derivative` and q's parameters held fixed (DREG's log w). This replaces K products through the
-        hidden layer by K × K arithmetic per point. `parts` is what `log_weights` collected.
+        The last layer is evaluated per slot, so one product of Σ_k log w_k with respect to the last hidden draw h
+        gives every U_k = ∂log w_k/∂h_k; then G_jj = U_j·∂h_j/∂z_j + ∂(log p(z_j) - log q(z_j))/∂z_j with q's
+        parameters held fixed (DREG's log w). ∂h_j/∂z_j: with the ε of the joint draws held fixed
+        (`own_slot_derivative`, two layers only: "dreg"), or, `conditional`, with the other slots' values held fixed
+        (`conditional_slot_derivative`, chained through every hidden layer: "dreg-cond"). This replaces K products
+        through the hidden layers by K × K arithmetic per point. `parts` is what `log_weights` collected.
         """
         hidden = parts["hidden"]  # [S, B, K, D_h]
         u = torch.autograd.grad(log_w.sum(), hidden, retain_graph=True)[0]
         s, b, k, d_h = hidden.shape
         q = z.shape[-1]
-        d_in = parts["groups"].shape[-1]
-        columns = list(range(d_in - q, d_in))  # z's columns of the hidden layer's input [x, z]
-        layer = self.layers[0]
-        d_gp = own_slot_derivative(layer.gp, parts, columns)  # [S·B, K, J, Q]
-        if "mixing" in parts:  # h = [x, z] P + g W
-            d_h_z = d_gp.mT @ parts["mixing"] + parts["passthrough"][columns]  # [S·B, K, Q, D_h]
-        else:
-            d_h_z = d_gp.mT
-        own = (u.reshape(s * b, k, 1, d_h) * d_h_z).sum(-1).reshape(s, b, k, q).transpose(1, 2)  # [S, K, B, Q]
+        per_layer = parts["layers"]
+        if not conditional and len(per_layer) != 1:
+            raise ValueError("the closed-form own terms with the ε held fixed need exactly one hidden layer")
+        derivative = conditional_slot_derivative if conditional else own_slot_derivative
+        jac = None  # ∂(layer output)_j/∂z_j, [S·B, K, D_out, Q]
+        for layer, pieces in zip(self.layers[:-1], per_layer):
+            d_in = pieces["groups"].shape[-1]
+            columns = list(range(d_in - q, d_in)) if jac is None else list(range(d_in))  # z's columns of [x, z]
+            d_gp = derivative(layer.gp, pieces, columns)  # [S·B, K, J, C]
+            if "mixing" in pieces:  # h = h_in P + g W
+                step = (d_gp.mT @ pieces["mixing"] + pieces["passthrough"][columns]).mT  # [S·B, K, D_out, C]
+            else:
+                step = d_gp
+            jac = step if jac is None else step @ jac
+        own = (u.reshape(s * b, k, d_h, 1) * jac).sum(-2).reshape(s, b, k, q).transpose(1, 2)  # [S, K, B, Q]
         zd = z.detach()
         return own - zd + (zd - parts["q_mean"].detach()) / parts["q_std"].detach().square()
 
@@ -494,7 +565,7 @@ class LatentDeepGP(nn.Module):
         gradient = self.gradient if gradient is None else gradient
         # DREG's bookkeeping (vector-Jacobian products and gradient hooks inside the forward) runs eagerly even in
         # a compiled step: traced, a fit ended 1.6e-4 nats off the eager one (REG's compiled fit is equal to it)
-        iw_terms = self.iw_terms_eagerly if gradient in ("dreg", "dreg-d23") else self.iw_terms
+        iw_terms = self.iw_terms_eagerly if gradient in ("dreg", "dreg-d23", "dreg-cond") else self.iw_terms
         terms = iw_terms(x, y, k, gradient, num_samples, indices, generator=generator, batch_rows=batch_rows)
         return minibatch_bound(terms.mean(0), [self.kl_divergence()], num_data, x.shape[0])
 
