@@ -194,3 +194,54 @@ def test_joint_draw_is_the_reference_draw_with_its_gradients(per_output_kernel):
         torch.testing.assert_close(draw[g].detach(), expected.mT, rtol=1e-6, atol=1e-6)
     params = [gp.q_mu, gp.q_sqrt, gp.inducing_points]
     assert torch.autograd.gradcheck(lambda hh, *p: joint_gp_sample(gp, hh, _gen(6)), (h, *params))
+
+
+@pytest.mark.parametrize("per_output_kernel", [False, True])
+def test_conditional_slot_derivative_is_the_derivative_of_the_explicit_conditional(per_output_kernel):
+    # slot j of the joint draw given the other slots' values: m_j + s_j ε̃_j with the Gaussian conditional formed
+    # from the definition's moments (explicit solves); its autograd derivative in slot j's own input must equal the
+    # closed form ∂μ_j + Σ_b D_jb ρ_b of `conditional_slot_derivative`, in every input column
+    from flowgp.kernels import RBF, Scale
+    from flowgp.models.latent_deep_gp import conditional_slot_derivative, own_slot_derivative
+    from flowgp.variational import SparseVariationalGP
+    gen = _gen(5)
+    num_out, k, m, d = 2, 4, 6, 3
+    batch = (num_out,) if per_output_kernel else ()
+    kernel = Scale(RBF(d, ard=True, batch_shape=batch), batch_shape=batch)
+    gp = SparseVariationalGP(kernel, torch.randn(m, d, dtype=torch.float64, generator=gen), num_out)
+    with torch.no_grad():
+        gp.q_mu.copy_(torch.randn(gp.q_mu.shape, dtype=torch.float64, generator=gen))
+        gp.q_sqrt.copy_(0.5 * torch.randn(gp.q_sqrt.shape, dtype=torch.float64, generator=gen))
+        if per_output_kernel:  # different kernels per output, so that a mix-up of outputs shows
+            gp.kernel.base.raw_lengthscale[1].add_(0.7)
+    h = torch.randn(3, k, d, dtype=torch.float64, generator=gen)
+    parts = {}
+    with torch.no_grad():
+        draw = joint_gp_sample(gp, h, _gen(6), parts=parts)  # [G, K, L]
+    closed = conditional_slot_derivative(gp, parts, range(d))  # [G, K, L, D]
+
+    def moments(hg, out):
+        kzz = gp.kernel(gp.inducing_points).reshape(-1, m, m)[out if per_output_kernel else 0]
+        lz = torch.linalg.cholesky(kzz + 1e-8 * torch.eye(m, dtype=torch.float64))
+        khz = gp.kernel(hg, gp.inducing_points).reshape(-1, k, m)[out if per_output_kernel else 0]
+        khh = gp.kernel(hg).reshape(-1, k, k)[out if per_output_kernel else 0]
+        a = torch.linalg.solve_triangular(lz, khz.mT, upper=False)
+        r = gp.q_sqrt_tril()[out]
+        return gp.q_mu[out] @ a, khh - a.mT @ a + a.mT @ r @ r.mT @ a
+
+    for g in range(3):
+        for j in range(k):
+            others = [i for i in range(k) if i != j]
+            for out in range(num_out):
+                f = draw[g, :, out]
+                a0 = h[g, j].clone().requires_grad_(True)
+                mean, cov = moments(torch.cat([h[g, :j], a0[None], h[g, j + 1:]]), out)
+                weights = torch.linalg.solve(cov[others][:, others], cov[others, j])
+                m_j = mean[j] + weights @ (f[others] - mean[others])
+                s_j = (cov[j, j] - cov[j, others] @ weights).sqrt()
+                value = m_j + s_j * ((f[j] - m_j) / s_j).detach()  # equals f_j; ε̃_j held fixed
+                torch.testing.assert_close(value.detach(), f[j], rtol=1e-6, atol=1e-6)
+                grad = torch.autograd.grad(value, a0)[0]
+                torch.testing.assert_close(closed[g, j, out], grad, rtol=1e-5, atol=1e-6)
+    # and it is not the derivative with the ε held fixed (the two representations differ once K > 1)
+    assert not torch.allclose(closed, own_slot_derivative(gp, parts, range(d)), atol=1e-3)
