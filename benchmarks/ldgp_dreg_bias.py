@@ -1,4 +1,5 @@
-"""Is a q(z) gradient estimator unbiased? REG, the joint DREG and D.23 taken literally on a fitted latent DGP (issue 25).
+"""Is a q(z) gradient estimator unbiased? REG, the joint DREG, D.23 taken literally and the conditional DREG
+("dreg-cond") on a fitted latent DGP (issue 25).
 
 Run from the repository root (reuses the fitted models of `flowgp bench snr --out docs/results/snr/joint`):
 
@@ -38,7 +39,12 @@ def main():
     p.add_argument("--num-data", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="docs/results/snr/joint/bias.jsonl")
+    p.add_argument("--estimators", default="reg,dreg,dreg-d23",
+                   help="comma-separated, REG first (e.g. reg,dreg,dreg-d23,dreg-cond)")
     a = p.parse_args()
+    estimators = [g.strip() for g in a.estimators.split(",") if g.strip()]
+    if estimators[0] != "reg":
+        raise SystemExit("--estimators must start with reg (the unbiased reference)")
     path = Path(a.models) / f"ldgp{a.layers}-dreg-k5-seed{a.seed}.pt"
     if not path.exists():
         raise SystemExit(f"{path}: no fitted model; run `flowgp bench snr --layers {a.layers} --out {a.models}` first")
@@ -49,7 +55,7 @@ def main():
     for k in [int(v) for v in a.num_importance.split(",")]:
         row = {"layers": a.layers, "num_importance": k, "repeats": a.repeats, "points": a.points}
         samples, seconds = {}, {}
-        for g in ("reg", "dreg", "dreg-d23"):
+        for g in estimators:
             start = time.perf_counter()
             samples[g] = latent_gradient_samples(est.model_, xt, yt, idx, k, g, repeats=a.repeats, seed=a.seed + 1,
                                                  wrt="moments").reshape(a.repeats, -1)
@@ -59,12 +65,13 @@ def main():
             diff = s - ref  # paired: the same draws
             z = diff.mean(0) / (diff.std(0) / math.sqrt(a.repeats)).clamp_min(1e-300)
             paired = g != "reg"
-            if g == "dreg-d23":
+            if g in ("dreg-d23", "dreg-cond") and "dreg" in samples:
                 # against the joint DREG (unbiased, and much less noisy than REG: a sharper test)
                 d2 = s - samples["dreg"]
                 z2 = d2.mean(0) / (d2.std(0) / math.sqrt(a.repeats)).clamp_min(1e-300)
-                row["d23_vs_dreg"] = {"mean_z2": float(z2.square().mean()), "max_abs_z": float(z2.abs().max()),
-                                      "relative_difference": float(d2.mean(0).norm() / samples["dreg"].mean(0).norm())}
+                row[("d23" if g == "dreg-d23" else "cond") + "_vs_dreg"] = {
+                    "mean_z2": float(z2.square().mean()), "max_abs_z": float(z2.abs().max()),
+                    "relative_difference": float(d2.mean(0).norm() / samples["dreg"].mean(0).norm())}
             row[g] = {"mean_z2_vs_reg": float(z.square().mean()) if paired else None,
                       "max_abs_z_vs_reg": float(z.abs().max()) if paired else None,
                       "relative_bias": float(diff.mean(0).norm() / ref.mean(0).norm()) if paired else None,
