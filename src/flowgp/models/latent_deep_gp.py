@@ -13,6 +13,11 @@ DREG is implemented by (i) stopping the gradient through φ inside log q and (ii
 gradient reaching z_k by w̃_k (detached): autograd of L_K already carries w̃_k ∂log w_k/∂z_k there, and z
 is the only path from φ into log w. Model, kernel and layer parameters never pass through z, so they
 keep the usual IW gradient Σ_k w̃_k ∇ log w_k, and the returned value is L_K itself in both cases.
+With a hidden layer drawn jointly over the K samples (below), log w_k also depends on z_j (j ≠ k), and D.23 needs
+a choice of what is held fixed when z_k moves: "dreg" holds the joint draw's ε fixed and keeps the cross terms
+this creates (unbiased), "dreg-cond" holds the other slots' values fixed, which leaves D.23's form with each slot's
+derivative through its Gaussian conditional (unbiased, `LatentDeepGP.iw_terms`), and "dreg-d23" applies D.23's
+surrogate literally (biased, an ablation).
 
 Joint draws over the K importance samples. Inside log (1/K) Σ_k w_{n,k} the K values f⁽¹⁾(x_n, z_{n,k}) are one
 function evaluated at K inputs, so eq. A.9's expectation over f⁽¹⁾_{1:K} is over their *joint* law: for each point
