@@ -53,7 +53,7 @@ def main(argv=None):
                            generator=torch.Generator().manual_seed(5))
         torch.autograd.grad(loss, params, allow_unused=True)
 
-    costs = {mode: median_ms(lambda: gradient(mode), args.repeats) for mode in ("reg", "dreg-d23", "dreg", "dreg-cond")}
+    costs = {mode: median_ms(lambda: gradient(mode), args.repeats) for mode in ("reg", "dreg-d23", "dreg-eps", "dreg")}
     print("bound + gradient, ms:", costs)
 
     # one of DREG's K products, split at the hidden layer's joint draw h (the last layer's input)

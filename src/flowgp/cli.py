@@ -392,7 +392,7 @@ def main(argv=None) -> int:
                        help="dgp: q(U) family: DSVI Gaussian, convolutional flow over DSVI's base (cnf), the CNF "
                             "paper's exact design (cnf-paper) or the layer-wise ablation (default gaussian)")
     p_fit.add_argument("--num-importance", type=int, default=None, help="ldgp: importance samples K (default 5)")
-    p_fit.add_argument("--gradient", default=None, choices=["dreg", "dreg-cond", "dreg-d23", "reg"],
+    p_fit.add_argument("--gradient", default=None, choices=["dreg", "dreg-d23", "dreg-eps", "reg"],
                        help="ldgp: q(z) gradient estimator (default dreg; flowgp.models.latent_deep_gp."
                             "GRADIENT_ESTIMATORS)")
     p_fit.add_argument("--kernel", default=None, help="default rbf (single-output models)")

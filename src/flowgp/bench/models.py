@@ -199,11 +199,12 @@ def _builtins() -> list:
                      description=f"{n}-layer deep GP, the CNF paper's q(U) (shared draws)") for n in range(2, 6)],
         # issue 7: latent-variable deep GPs with 1-4 layers, REG or DREG q(z) gradients (names in sorted order);
         # issue 25: "dreg-d23", the supplement's eq. D.23 taken literally (an ablation: cross terms weighted as own);
-        # "dreg-cond", D.23's form with each slot's derivative through its conditional (unbiased with joint draws)
+        # since 2026-11-28 "dreg" is D.23's form through each slot's conditional (unbiased with joint draws) and the
+        # former "dreg" (the joint draw's ε held fixed, cross terms kept) is "dreg-eps"
         *[NamedModel(f"ldgp{n}-{g}", "LatentDeepGPRegressor", fixed={"layers": n, "gradient": g},
                      defaults={"num_importance": 5, "num_samples_predict": 10000},
                      description=f"{n}-layer latent-variable deep GP, IWVI with {g}")
-          for n in range(1, 5) for g in ("dreg", "dreg-cond", "dreg-d23", "reg")],
+          for n in range(1, 5) for g in ("dreg", "dreg-d23", "dreg-eps", "reg")],
         # the CLI's deep models, depth and q(U) family / q(z) gradient as options (`flowgp fit --model dgp --layers 3`)
         NamedModel("dgp", "DeepGPRegressor", "DeepGPClassifier",
                    defaults={"layers": 2, "posterior": "gaussian", **_DEEP_OPTIONS},

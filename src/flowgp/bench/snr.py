@@ -37,7 +37,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dataset", default="demo", help=f"data set: one of {', '.join(_DATASETS)}")
     parser.add_argument("--layers", default="1,2,3,4", help="comma-separated depths")
     parser.add_argument("--num-importance", default="1,2,5,10,20,50", help="comma-separated K values")
-    parser.add_argument("--gradient", default="reg,dreg", help="comma-separated estimators (reg, dreg, dreg-cond: D.23's form through each slot's conditional, dreg-d23: D.23 taken literally, an ablation)")
+    parser.add_argument("--gradient", default="reg,dreg", help="comma-separated estimators (reg, dreg; ablations dreg-eps: the joint draw's ε held fixed, dreg-d23: D.23 taken literally)")
     parser.add_argument("--out", required=True, help="output folder (snr.jsonl, snr.png, fitted models)")
     parser.add_argument("--repeats", type=int, default=1000, help="gradient draws Q per point (paper: 1000)")
     parser.add_argument("--points", type=int, default=10, help="random training points (paper: 10)")

@@ -35,9 +35,9 @@ class LatentDeepGPRegressor(SVGPRegressor):
     Args:
         layers: number of GP layers (hidden layers have `hidden_width` GPs with a fixed PCA linear mean).
         latent_dim: dimension of z. num_importance: K importance samples per point.
-        gradient: q(z)'s gradient estimator: "dreg" (doubly reparameterised, eq. D.23, with the joint draws'
-            cross terms), "dreg-cond" (D.23's form through each slot's conditional; unbiased), "reg" (eq. C.17) or
-            "dreg-d23" (D.23 taken literally, an ablation); `flowgp.models.latent_deep_gp.GRADIENT_ESTIMATORS`.
+        gradient: q(z)'s gradient estimator: "dreg" (doubly reparameterised, eq. D.23 through each slot's
+            conditional given the other importance samples' hidden values; unbiased), "reg" (eq. C.17), or the
+            ablations "dreg-eps" and "dreg-d23"; `flowgp.models.latent_deep_gp.GRADIENT_ESTIMATORS`.
         amortized: q(z_n) from the E.2 encoder network of (x_n, y_n) (True) or free per-point parameters.
         natgrad: natural-gradient steps on the last layer's q(u) (step `natgrad_lr`), Adam for the rest.
         epochs: passes over the data (iterations = epochs × ceil(N / batch_size)); lr: Adam step (E.2: 0.005),

@@ -14,10 +14,10 @@ gradient reaching z_k by w̃_k (detached): autograd of L_K already carries w̃_k
 is the only path from φ into log w. Model, kernel and layer parameters never pass through z, so they
 keep the usual IW gradient Σ_k w̃_k ∇ log w_k, and the returned value is L_K itself in both cases.
 With a hidden layer drawn jointly over the K samples (below), log w_k also depends on z_j (j ≠ k), and D.23 needs
-a choice of what is held fixed when z_k moves: "dreg" holds the joint draw's ε fixed and keeps the cross terms
-this creates (unbiased), "dreg-cond" holds the other slots' values fixed, which leaves D.23's form with each slot's
-derivative through its Gaussian conditional (unbiased, `LatentDeepGP.iw_terms`), and "dreg-d23" applies D.23's
-surrogate literally (biased, an ablation).
+a choice of what is held fixed when z_k moves: "dreg" holds the other slots' values fixed, which leaves D.23's form
+with each slot's derivative through its Gaussian conditional (unbiased, `LatentDeepGP.iw_terms`); the ablations
+"dreg-eps" hold the joint draw's ε fixed and keep the cross terms this creates (unbiased, but its SNR stops growing
+with K) and "dreg-d23" apply D.23's surrogate literally (biased).
 
 Joint draws over the K importance samples. Inside log (1/K) Σ_k w_{n,k} the K values f⁽¹⁾(x_n, z_{n,k}) are one
 function evaluated at K inputs, so eq. A.9's expectation over f⁽¹⁾_{1:K} is over their *joint* law: for each point
@@ -61,10 +61,11 @@ from ._checks import as_inputs, as_targets
 __all__ = ["LatentDeepGP", "ConcatProjectionLayer", "build_latent_deep_gp", "joint_gp_sample",
            "GRADIENT_ESTIMATORS", "HIDDEN_LAYERS", "check_num_importance", "check_gradient"]
 
-#: "dreg-d23" is eq. D.23 applied as written (an ablation: biased once a hidden layer couples the K slots);
-#: "dreg-cond" is D.23's form with each slot's own derivative taken through its conditional given the other slots'
-#: values (unbiased with joint draws, `LatentDeepGP.iw_terms`)
-GRADIENT_ESTIMATORS = ("reg", "dreg", "dreg-d23", "dreg-cond")
+#: "dreg" is D.23's form with each slot's own derivative taken through its conditional given the other slots'
+#: values (unbiased with joint draws, `LatentDeepGP.iw_terms`); two ablations: "dreg-eps" holds the joint draw's ε
+#: fixed instead (unbiased, with cross terms that keep its SNR from growing with K) and "dreg-d23" applies eq. D.23's
+#: surrogate as written (biased once a hidden layer couples the K slots). Before 2026-11-28 "dreg" named "dreg-eps".
+GRADIENT_ESTIMATORS = ("reg", "dreg", "dreg-eps", "dreg-d23")
 #: hidden-layer structures of `build_latent_deep_gp`: "pca" (GPs with a fixed PCA linear mean, the DSVI layer)
 #: and "concat" (supplement E.2: a fixed projection of 5 GPs concatenated with the layer's observed inputs)
 HIDDEN_LAYERS = ("pca", "concat")
@@ -191,7 +192,7 @@ def own_slot_derivative(gp, parts: dict, columns: Sequence[int]) -> torch.Tensor
     row and column k of Σ by D_k (`_own_input_derivatives`), and the factor by dC = C Φ(C⁻¹ dΣ C⁻ᵀ), Φ = lower
     triangle with the diagonal halved (the Cholesky's derivative). So ∂f_k/∂h_k = ȧ_kᵀm + (dC ε)_k (+ the mean
     function's derivative) costs K × K arithmetic per point. The latent DGP's unbiased DREG with the ε held fixed
-    ("dreg") needs exactly these diagonal terms of ∂log w_k/∂z_j (`LatentDeepGP.iw_terms`).
+    ("dreg-eps") needs exactly these diagonal terms of ∂log w_k/∂z_j (`LatentDeepGP.iw_terms`).
     """
     chol, eps = parts["chol"], parts["eps"]
     k = chol.shape[-1]
@@ -226,7 +227,7 @@ def conditional_slot_derivative(gp, parts: dict, columns: Sequence[int]) -> torc
         ∂f_k/∂h_k = ∂μ_k + Σ_b D_kb ρ_b,
 
     one K × K product per point, output and column. This is the derivative the latent DGP's conditional DREG
-    ("dreg-cond", `LatentDeepGP.iw_terms`) needs: with the other slots' values fixed, log w_k depends on z_k alone.
+    ("dreg", `LatentDeepGP.iw_terms`) needs: with the other slots' values fixed, log w_k depends on z_k alone.
     """
     chol, eps = parts["chol"], parts["eps"]
     out = []
@@ -442,8 +443,20 @@ class LatentDeepGP(nn.Module):
                  q_params=None, generator=None, batch_rows=None) -> torch.Tensor:
         """Per-sample, per-point log (1/K) Σ_k w_k, [S, B], whose gradient is the chosen estimator for q(z).
 
-        "dreg" with joint draws: eq. D.23 assumes log w_k depends on z_k alone, but the joint first layer makes
-        log w_k depend on every z_j of its point (G_kj = ∂log w_k/∂z_j ≠ 0 for k ≠ j, through the K × K
+        "dreg" with joint draws (the hidden layers' K values of a point are one function at K inputs, drawn
+        jointly): unbiased and in D.23's form, c_j = w̃_j² G̃_jj, where G̃_jj = ∂log w_j/∂z_j with
+        the other slots' hidden *values* held fixed (slot j drawn from its conditional given them), not their ε.
+        Why it is unbiased: ∇_φ L_K = Σ_j ∂L_K/∂φ_j, φ_j the parameters of slot j's proposal (L_K is a valid bound
+        for any φ_1..φ_K and equals the bound at φ_j = φ). For ∂/∂φ_j, represent the joint draw as (z_(-j), f_(-j))
+        first, which does not depend on φ_j, then z_j = μ + σ η_j and slot j's values from their Gaussian
+        conditional given f_(-j) (layer by layer). Only log w_j then depends on φ_j, the slots are as independent
+        as in D.23's derivation, and Tucker et al.'s identity gives E[w̃_j² G̃_jj ∂z_j/∂φ]. Each term's integrand
+        is a function of the joint draw's values, so one draw serves every j. G̃_jj comes in closed form
+        (`conditional_slot_derivative`, chained through the hidden layers) after one product of Σ_k log w_k with
+        respect to the last hidden draw; z's gradient hook replaces what autograd brings by α w̃_j² G̃_jj.
+
+        "dreg-eps" (an ablation; "dreg" before 2026-11-28): with the joint draw's ε held fixed, log w_k depends on
+        every z_j of its point (G_kj = ∂log w_k/∂z_j ≠ 0 for k ≠ j, through the K × K
         Cholesky). Tucker et al.'s identity E[w̃_k ∇_φ log q(z_k)] = E[(dw̃_k/dz_k) ∂z_k/∂φ] then gives the
         unbiased doubly reparameterised gradient at z_j
 
@@ -460,24 +473,13 @@ class LatentDeepGP(nn.Module):
         "dreg-d23": D.23's surrogate taken literally, Σ_k sg(w̃_k²) log w_k differentiated through every z, which
         gives z_j the coefficient Σ_k w̃_k² G_kj. It equals "dreg" for one layer and is biased once a hidden layer
         couples the slots; kept to measure what the cross terms do to the gradient's signal-to-noise ratio.
-
-        "dreg-cond": unbiased with joint draws and in D.23's form, c_j = w̃_j² G̃_jj, where G̃_jj = ∂log w_j/∂z_j with
-        the other slots' hidden *values* held fixed (slot j drawn from its conditional given them), not their ε.
-        Why it is unbiased: ∇_φ L_K = Σ_j ∂L_K/∂φ_j, φ_j the parameters of slot j's proposal (L_K is a valid bound
-        for any φ_1..φ_K and equals the bound at φ_j = φ). For ∂/∂φ_j, represent the joint draw as (z_(-j), f_(-j))
-        first, which does not depend on φ_j, then z_j = μ + σ η_j and slot j's values from their Gaussian
-        conditional given f_(-j) (layer by layer). Only log w_j then depends on φ_j, the slots are as independent
-        as in D.23's derivation, and Tucker et al.'s identity gives E[w̃_j² G̃_jj ∂z_j/∂φ]. Each term's integrand
-        is a function of the joint draw's values, so one draw serves every j. G̃_jj comes in closed form
-        (`conditional_slot_derivative`, chained through the hidden layers) after one product of Σ_k log w_k with
-        respect to the last hidden draw; z's gradient hook replaces what autograd brings by α w̃_j² G̃_jj.
         """
         gradient = check_gradient(gradient)
-        dreg = gradient in ("dreg", "dreg-d23", "dreg-cond")
-        conditional = gradient == "dreg-cond"
-        # G's diagonal in closed form from the hidden draws' pieces: "dreg" with two layers (`own_slot_derivative`),
-        # "dreg-cond" at any depth (`conditional_slot_derivative`)
-        parts = {} if ((gradient == "dreg" and len(self.layers) == 2 or conditional and len(self.layers) > 1)
+        dreg = gradient in ("dreg", "dreg-eps", "dreg-d23")
+        conditional = gradient == "dreg"
+        # G's diagonal in closed form from the hidden draws' pieces: "dreg-eps" with two layers (`own_slot_derivative`),
+        # "dreg" at any depth (`conditional_slot_derivative`)
+        parts = {} if ((gradient == "dreg-eps" and len(self.layers) == 2 or conditional and len(self.layers) > 1)
                        and num_importance > 1 and torch.is_grad_enabled()) else None
         log_w, z = self.log_weights(x, y, num_importance, num_samples, indices, q_params, dreg, generator,
                                     batch_rows, parts)
@@ -528,8 +530,8 @@ class LatentDeepGP(nn.Module):
         The last layer is evaluated per slot, so one product of Σ_k log w_k with respect to the last hidden draw h
         gives every U_k = ∂log w_k/∂h_k; then G_jj = U_j·∂h_j/∂z_j + ∂(log p(z_j) - log q(z_j))/∂z_j with q's
         parameters held fixed (DREG's log w). ∂h_j/∂z_j: with the ε of the joint draws held fixed
-        (`own_slot_derivative`, two layers only: "dreg"), or, `conditional`, with the other slots' values held fixed
-        (`conditional_slot_derivative`, chained through every hidden layer: "dreg-cond"). This replaces K products
+        (`own_slot_derivative`, two layers only: "dreg-eps"), or, `conditional`, with the other slots' values held fixed
+        (`conditional_slot_derivative`, chained through every hidden layer: "dreg"). This replaces K products
         through the hidden layers by K × K arithmetic per point. `parts` is what `log_weights` collected.
         """
         hidden = parts["hidden"]  # [S, B, K, D_h]
@@ -570,7 +572,7 @@ class LatentDeepGP(nn.Module):
         gradient = self.gradient if gradient is None else gradient
         # DREG's bookkeeping (vector-Jacobian products and gradient hooks inside the forward) runs eagerly even in
         # a compiled step: traced, a fit ended 1.6e-4 nats off the eager one (REG's compiled fit is equal to it)
-        iw_terms = self.iw_terms_eagerly if gradient in ("dreg", "dreg-d23", "dreg-cond") else self.iw_terms
+        iw_terms = self.iw_terms_eagerly if gradient in ("dreg", "dreg-eps", "dreg-d23") else self.iw_terms
         terms = iw_terms(x, y, k, gradient, num_samples, indices, generator=generator, batch_rows=batch_rows)
         return minibatch_bound(terms.mean(0), [self.kl_divergence()], num_data, x.shape[0])
 
