@@ -10,7 +10,7 @@ natural gradient alike; fixed, or with `--decay` decayed as the preset decays th
 same z draws (same generator seed).
 
     FLOWGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/ldgp_anneal_tail.py \\
-        --checkpoint CKPT.pt --model ldgp2-dreg --dataset power --split 0 --iterations 1000 --factor 0.1 \\
+        --checkpoint CKPT.pt --model ldgp2-dreg-eps --dataset power --split 0 --iterations 1000 --factor 0.1 \\
         --samples 2000 --out docs/results/ldgp-uci-reference/anneal-tail.jsonl
 
 One JSON line per scoring (label "start" / "tail"), with the standardised test log-likelihood
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     parser.add_argument("--point", action="append", default=[], metavar="LABEL:ITERATIONS:VALUE",
                         help="an extra point for --plot, e.g. a bench row")
     parser.add_argument("--reference", type=float, help="--plot: the paper's value, drawn as a line")
-    parser.add_argument("--model", default="ldgp2-dreg")
+    parser.add_argument("--model", default="ldgp2-dreg-eps", help="the bench model the checkpoint was made with (its name labels the rows)")
     parser.add_argument("--dataset", default="power")
     parser.add_argument("--split", type=int, default=0)
     parser.add_argument("--iterations", type=int, default=1000)
