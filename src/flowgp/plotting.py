@@ -164,19 +164,22 @@ def application_figure(summary, models_by_key, path) -> Figure:
 def snr_figure(rows, path=None) -> Figure:
     """SNR vs K on log axes, one panel per depth, one line per estimator (DGP-IWVI/DREG supplement, Fig. 3).
 
-    rows: dicts with "layers", "num_importance", "gradient" ("reg" or "dreg") and "snr".
+    rows: dicts with "layers", "num_importance", "gradient" (an estimator of
+    `flowgp.models.latent_deep_gp.GRADIENT_ESTIMATORS`) and "snr"; every estimator present gets a line.
     """
     depths = sorted({r["layers"] for r in rows})
     panels = max(1, len(depths))
     fig = Figure(figsize=(3.2 * panels, 3.0))
     axes = fig.subplots(1, panels, sharey=True, squeeze=False)
-    colours = {"reg": "tab:blue", "dreg": "tab:orange"}
+    known = ("reg", "dreg", "dreg-eps", "dreg-d23")
+    present = sorted({r["gradient"] for r in rows}, key=lambda g: (known.index(g) if g in known else len(known), g))
+    palette = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
     for ax, depth in zip(axes[0], depths):
-        for g in ("reg", "dreg"):
+        for i, g in enumerate(present):
             pts = sorted((r["num_importance"], r["snr"]) for r in rows if r["layers"] == depth and r["gradient"] == g)
             if pts:
                 k, s = np.array(pts).T
-                ax.plot(k, s, "o-", color=colours[g], label=g.upper())
+                ax.plot(k, s, "o-", color=palette[i % len(palette)], label=g.upper() if g in ("reg", "dreg") else g)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(f"{depth} layer{'s' if depth > 1 else ''}")
