@@ -6,6 +6,13 @@ Builds the step of benchmarks/step_time.py (the same closure), warms it up, then
 torch.profiler and prints, per step: wall time, CPU time of the process, and the counts of CUDA runtime calls that
 matter for a launch-bound step (kernel launches, stream/device synchronisations, memory copies), followed by the
 operators with the most self CPU time. Runs on the CPU too (without the CUDA counts), as a dry run.
+
+`--memory` also records one step's allocations (`profile_memory=True`) and prints how many fresh buffers of at
+least 100 kB it makes and their total size: on CPU each is memory the kernel may have to map and zero again
+(glibc returns large freed blocks to the system), a cost that does not show up as an operator. For example
+
+    python benchmarks/cuda_step_profile.py --device cpu --dtype float32 --inducing 500 --batch 512 \
+        --num-data 10240 --models svgp --steps 40 --memory
 """
 from __future__ import annotations
 
@@ -22,6 +29,20 @@ RUNTIME_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cuda
                  "cudaMemsetAsync", "cudaMemcpy")
 
 
+def large_allocations(step, device, threshold=100_000) -> str:
+    """Fresh buffers of at least `threshold` bytes that one step allocates, and their total size."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+        _sync(device)
+    # each operator's own net allocation (what it allocates minus what it frees before returning): the buffers it
+    # hands on; frees outside operators are separate "[memory]" events with negative sizes
+    sizes = [e.self_cpu_memory_usage if device.type == "cpu" else e.self_device_memory_usage
+             for e in prof.events() if e.name != "[memory]"]
+    big = [b for b in sizes if b >= threshold]
+    return (f"one step allocates {len(big)} buffers of >= {threshold // 1000} kB, {sum(big) / 1e6:.1f} MB in all "
+            f"({sum(b for b in sizes if b > 0) / 1e6:.1f} MB in {sum(b > 0 for b in sizes)} operators that allocate)")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda")
@@ -31,6 +52,7 @@ def main():
     p.add_argument("--num-data", type=int, default=100_000)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--models", default="svgp,tgp")
+    p.add_argument("--memory", action="store_true", help="also count one step's large allocations")
     a = p.parse_args()
     device, dtype = torch.device(a.device), getattr(torch, a.dtype)
     g = torch.Generator().manual_seed(0)
@@ -66,6 +88,8 @@ def main():
               f"{1e3 * cpu:.2f} ms CPU; GPU busy {gpu_us / 1e3:.2f} ms per step (profiled)")
         print("   runtime calls per step: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(counts.items())))
         print(events.table(sort_by="self_cpu_time_total", row_limit=18, max_name_column_width=48))
+        if a.memory:
+            print("   " + large_allocations(step, device))
         if device.type == "cuda":
             # where the step waits for the GPU: one step under CUDA's sync debug mode, each synchronising
             # call reported once by the Python line that made it
