@@ -3,6 +3,8 @@
     python benchmarks/cnf_dgp_vs_dsvi.py docs/results/cnf-dgp-v3/uci.jsonl [more.jsonl ...] [--markdown] [--per-split]
 
 Several files are read as one (a row of a later file replaces an earlier row of the same model, set and split).
+`--refit FILE ...` takes refitted cnf rows (e.g. the same fits rerun on newer code), says how many of them differ
+from the rows they replace, and scores with them in place.
 `--per-split` (with --markdown) also prints one line per pair: DSVI's training ELBO per point on standardised
 targets (the bench's ELBO plus n·log y_scale), the flow's gain, the kept (source, λ*) and both test NLLs.
 
@@ -102,16 +104,46 @@ def scorecard(rows):
     return out
 
 
+def refit_summary(rows, refits, rel=1e-6) -> str:
+    """How the refitted cnf rows compare with the rows they replace (same model, set and split)."""
+    old = {(r["model"], r["dataset"], r["split"]): r for r in rows}
+    same, changed, new = 0, [], 0
+    for r in refits:
+        o = old.get((r["model"], r["dataset"], r["split"]))
+        if o is None:
+            new += 1
+            continue
+        moved = (r.get("flow_strength") != o.get("flow_strength") or r.get("flow_source") != o.get("flow_source")
+                 or abs(r["nll"] - o["nll"]) > rel * abs(o["nll"])
+                 or abs(r["train_elbo"] - o["train_elbo"]) > rel * abs(o["train_elbo"]))
+        if moved:
+            changed.append(f"{r['model']} {r['dataset']} {r['split']}: λ* {o.get('flow_strength')} → "
+                           f"{r.get('flow_strength')} ({o.get('flow_source')} → {r.get('flow_source')}), test NLL "
+                           f"{o['nll']:.6f} → {r['nll']:.6f}")
+        else:
+            same += 1
+    lines = [f"Refitted rows: {len(refits)}; unchanged (same kept strength and source, NLL and ELBO within "
+             f"{rel:g} relative): {same}; changed: {len(changed)}; without an earlier row: {new}"]
+    return "\n".join(lines + ["  " + c for c in changed]) + "\n"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("results", nargs="+")
     p.add_argument("--markdown", action="store_true")
     p.add_argument("--per-split", action="store_true")
+    p.add_argument("--refit", nargs="+", default=None, metavar="FILE",
+                   help="refitted cnf rows: print how many of them change the row they replace (kept strength or "
+                        "source, or test NLL / training ELBO beyond 1e-6 relative), then score with them in place")
     a = p.parse_args()
     rows = []
     for path in a.results:
         with open(path) as f:
             rows += [json.loads(line) for line in f if line.strip()]
+    if a.refit:
+        refits = [json.loads(line) for path in a.refit for line in open(path) if line.strip()]
+        print(refit_summary(rows, refits))
+        rows += refits
     card = scorecard(rows)
     if not a.markdown:
         print(json.dumps(card, indent=1))

@@ -34,3 +34,15 @@ def test_scorecard_counts_a_flow_kept_at_strength_zero_as_a_tie_in_both_columns(
     assert c["rank_cnf"] + c["rank_dsvi"] == pytest.approx(3.0)
     assert c["flow_kept"] == 2
     assert c["mean_test_ll_difference"] == pytest.approx((0.1 - 0.1 - 3e-12) / 3)
+
+
+def test_refit_summary_counts_rows_that_moved_and_scoring_uses_the_refits():
+    rows = _pair("a", 0, 1.0, 1.1, -50.0, -52.0, 0.25) + _pair("a", 1, 1.2, 1.1, -50.0, -51.0, 0.25)
+    same = {**rows[0], "nll": 1.0 + 1e-9}                                      # a rerun equal to rounding
+    sent_back = {**rows[2], "flow_strength": 0.0, "nll": 1.1, "train_elbo": -51.0}  # confirmation: λ* → 0
+    text = card.refit_summary(rows, [same, sent_back])
+    assert "unchanged (same kept strength and source, NLL and ELBO within 1e-06 relative): 1; changed: 1" in text
+    assert "cnf-dgp3 a 1: λ* 0.25 → 0.0" in text
+    c = card.scorecard(rows + [same, sent_back])[3]
+    assert (c["wins"], c["ties"], c["losses"]) == (1, 1, 0)
+    assert c["rank_cnf"] == pytest.approx((1.0 + 1.5) / 2)
