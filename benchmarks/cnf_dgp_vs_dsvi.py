@@ -11,11 +11,12 @@ targets (the bench's ELBO plus n·log y_scale), the flow's gain, the kept (sourc
 Per depth L: splits where both rows exist; how often the flow's training ELBO is above DSVI's (win), equal to
 rounding (tie: |difference| <= 1e-9 of the bound, the flow kept at strength 0, i.e. exactly its DSVI base) or
 below (loss); the mean and largest ELBO gain per point; the mean difference of test log-likelihood (−NLL) and
-each model's average rank by test NLL over the splits (1 = better; NLLs equal to rounding, 1e-9 relative, tie). Targets of the issue: >= 50 wins of 60 per
-depth, mean test log-likelihood no worse than DSVI's by more than 0.01, average rank no worse. For reading a rank
-difference of a split or two: the paired standard error of the mean test-LL difference and the exact two-sided
-sign test of the test-NLL wins against the losses (equal NLLs left out): the probability, were the two models
-equally likely to win a split, of a split of wins and losses at least as uneven as the one seen.
+each model's average rank by test NLL over the splits (1 = better; NLLs equal to rounding, 1e-9 relative, tie).
+Targets of the issue: >= 50 wins of 60 per depth, mean test log-likelihood no worse than DSVI's by more than
+0.01, average rank no worse. For reading a rank difference of a split or two: the paired standard error of the
+mean test-LL difference and the exact two-sided sign test of the test-NLL wins against the losses (equal NLLs
+left out): the probability, were the two models equally likely to win a split, of a split of wins and losses at
+least as uneven as the one seen.
 """
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def scorecard(rows):
         for p in pairs:
             c, d = p["cnf"], p["dsvi"]
             diff = c["train_elbo"] - d["train_elbo"]
-            tol = 1e-9 * abs(d["train_elbo"])
+            tol = ROUNDING * abs(d["train_elbo"])
             wins += diff > tol
             ties += abs(diff) <= tol
             losses += diff < -tol
