@@ -26,7 +26,8 @@ so step / limit >= 1 only approximately bounds what any implementation can reach
 
 With --compile the flowgp steps are also timed through `flowgp.compiled.CompiledObjective` (torch.compile
 of the whole bound, forward and backward); its compilation time is reported on its own (compile_s), with
-the end-to-end time of a 1000-step fit it implies next to the eager one.
+the end-to-end time of a 1000-step fit it implies next to the eager one (an estimate from step times;
+`benchmarks/compiled_fit_time.py` times whole fits, eager, compiled and compile="auto", each in a fresh process).
 """
 from __future__ import annotations
 

@@ -392,8 +392,8 @@ def test_predict_takes_a_device_and_a_gpu_model_loads_on_a_cpu_only_machine(tmp_
 
 
 def test_fit_compile_passes_the_mode_to_the_training_loop(tmp_path, monkeypatch, capsys):
-    # `--compile` (torch.compile's default mode) and `--compile reduce-overhead` (CUDA graphs on a GPU) reach
-    # train(compile=...); the compiler is swapped for a tracing backend here so that no kernels are built
+    # `--compile default` (torch.compile's default mode), `--compile reduce-overhead` (CUDA graphs on a GPU) and
+    # the bare `--compile` ("auto") reach train(compile=...); the compiler is swapped for a tracing backend here so that no kernels are built
     import flowgp.training as training_module
     from flowgp.compiled import CompiledObjective
     from flowgp.training import COMPILE_MODES
@@ -406,9 +406,10 @@ def test_fit_compile_passes_the_mode_to_the_training_loop(tmp_path, monkeypatch,
 
     monkeypatch.setattr(training_module, "CompiledObjective", traced)
     csv = _sine_csv(tmp_path / "train.csv", 40, 3)
-    for flag in (["--compile"], ["--compile", "reduce-overhead"]):
+    for flag in (["--compile", "default"], ["--compile", "reduce-overhead"], ["--compile"]):
         assert main(["fit", "--csv", str(csv), "--target", "target", "--model", "svgp", "--epochs", "2",
                      "--num-inducing", "5", "--quiet", "--out", str(tmp_path / "m.pt"), *flag]) == 0
+    # the bare flag is compile="auto": a two-epoch fit of 40 rows is far too short to repay a compilation
     assert modes == [None, "reduce-overhead"]
     capsys.readouterr()
     with pytest.raises(SystemExit):

@@ -161,9 +161,9 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="max_signatures"):
         CompiledObjective(lambda: None, [], max_signatures=-1)
     x, y = _data()
-    with pytest.raises(ValueError, match="compile='yes' is not a torch.compile mode; use True, False or one of"):
+    with pytest.raises(ValueError, match="compile='yes' is not a torch.compile mode; use True, False, 'auto' or one"):
         train(_svgp(x), x, y, epochs=1, batch_size=B, verbose=False, compile="yes")
-    with pytest.raises(TypeError, match="compile must be True, False or a torch.compile mode name"):
+    with pytest.raises(TypeError, match="compile must be True, False, 'auto' or a torch.compile mode name"):
         train(_svgp(x), x, y, epochs=1, batch_size=B, verbose=False, compile=1)
 
 
@@ -240,3 +240,81 @@ def test_estimators_with_compile_follow_the_eager_fit(monkeypatch, name, kwargs)
     assert calls  # the estimator's fit went through the compiled objective
     np.testing.assert_allclose(compiled.history_, eager.history_, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(compiled.predict(x[:10]), eager.predict(x[:10]), rtol=1e-6, atol=1e-8)
+
+
+def test_compile_pays_off_weighs_the_best_saving_against_the_compilation():
+    from flowgp.compiled import (AUTO_COMPILE_SECONDS, AUTO_MAX_STEP_SAVING_SECONDS, AUTO_STEP_SAVING,
+                                 compile_pays_off)
+
+    # the measured cases of benchmarks/compiled_fit_time.py on the project's CPU: 1 000-step SVGP fits at
+    # M = 20 (1.2 ms a step) and M = 500 (16-20 ms) gain nothing from about 3.5 s of compilation
+    assert not compile_pays_off(1.2e-3, 1000, "cpu")[0]
+    assert not compile_pays_off(18e-3, 1000, "cpu")[0]
+    assert compile_pays_off(1.2e-3, 10_000, "cpu")[0] and compile_pays_off(18e-3, 3000, "cpu")[0]
+    # the rule at its edges: steps * min(share * step, most per step) against compilations * cost
+    short = AUTO_COMPILE_SECONDS["cpu"] / AUTO_STEP_SAVING["cpu"] / 10_000  # short enough for the share to rule
+    assert short * AUTO_STEP_SAVING["cpu"] < AUTO_MAX_STEP_SAVING_SECONDS["cpu"]
+    assert compile_pays_off(1.01 * short, 10_000, "cpu")[0] and not compile_pays_off(0.99 * short, 10_000)[0]
+    assert not compile_pays_off(1.5 * short, 10_000, "cpu", compilations=2)[0]
+    steps = AUTO_COMPILE_SECONDS["cpu"] / AUTO_MAX_STEP_SAVING_SECONDS["cpu"]  # a long step saves at most the cap
+    assert compile_pays_off(1.0, int(1.01 * steps), "cpu")[0] and not compile_pays_off(1.0, int(0.99 * steps))[0]
+    assert not compile_pays_off(1.0, 0, "cpu")[0]
+    worth, reason = compile_pays_off(18e-3, 990, "cpu")
+    assert not worth and "990 steps of 18.00 ms" in reason and reason.endswith("staying eager")
+    with pytest.raises(ValueError, match="eager_step_seconds"):
+        compile_pays_off(float("nan"), 10)
+    with pytest.raises(ValueError, match="remaining_steps"):
+        compile_pays_off(1e-3, -1)
+
+
+def _counting_hook(monkeypatch, modes):
+    import flowgp.training as training_module
+
+    def traced(*args, mode=None, **kwargs):  # traced without building kernels, counting its uses
+        modes.append(mode)
+        return CompiledObjective(*args, backend="aot_eager", mode=mode, **kwargs)
+
+    monkeypatch.setattr(training_module, "CompiledObjective", traced)
+    return training_module
+
+
+def test_auto_compile_leaves_a_short_fit_eager(monkeypatch):
+    modes = []
+    _counting_hook(monkeypatch, modes)
+    x, y = _data()
+    eager_model, auto_model = _svgp(x), _svgp(x)
+    kwargs = dict(epochs=6, batch_size=B, lr=0.01, verbose=False)
+    eager = train(eager_model, x, y, **kwargs)
+    auto = train(auto_model, x, y, compile="auto", **kwargs)
+    assert modes == []  # 18 steps of a tiny model: nothing to repay a compilation with
+    assert auto == eager
+    for pa, pe in zip(auto_model.parameters(), eager_model.parameters()):
+        assert torch.equal(pa, pe)
+
+
+def test_auto_compile_switches_after_the_probe_and_follows_the_eager_fit(monkeypatch):
+    from flowgp.compiled import AUTO_PROBE_STEPS
+
+    modes, decisions = [], []
+    training_module = _counting_hook(monkeypatch, modes)
+
+    def always(seconds, remaining, device, compilations=1):
+        decisions.append((remaining, compilations))
+        return True, "test: compile"
+
+    monkeypatch.setattr(training_module, "compile_pays_off", always)
+    x, y = _data()
+    eager_model, auto_model = _svgp(x), _svgp(x)
+    # 3 steps per epoch, 8 epochs; the noise frozen for the first 6 steps, i.e. inside the probe
+    kwargs = dict(epochs=8, batch_size=B, lr=0.01, verbose=False, fix_noise_fraction=0.25)
+    eager = train(eager_model, x, y, **kwargs)
+    auto = train(auto_model, x, y, compile="auto", **kwargs)
+    assert modes == [None]  # one compiled objective, torch.compile's default mode, built after the probe
+    assert decisions == [(24 - AUTO_PROBE_STEPS, 1)]  # the noise was already unfrozen: one compilation
+    torch.testing.assert_close(torch.tensor(auto), torch.tensor(eager), rtol=1e-6, atol=1e-8)
+    for pa, pe in zip(auto_model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(pa, pe, rtol=1e-6, atol=1e-8)
+    # a later unfreezing of the noise is counted as a second compilation
+    decisions.clear()
+    train(_svgp(x), x, y, compile="auto", **dict(kwargs, fix_noise_fraction=0.75))
+    assert decisions == [(24 - AUTO_PROBE_STEPS, 2)]

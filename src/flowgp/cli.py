@@ -405,10 +405,12 @@ def main(argv=None) -> int:
     p_fit.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     p_fit.add_argument("--device", default="cpu")
     # flowgp.training.COMPILE_MODES, written out so that --help does not import torch
-    p_fit.add_argument("--compile", nargs="?", const="default", default=None, metavar="MODE",
-                       choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
-                       help="train through torch.compile (MODE: default, or reduce-overhead for CUDA graphs on a "
-                            "GPU; compiling takes seconds to a minute, then every step is cheaper: for long fits)")
+    # ("auto" is the training loop's own: compile only where the fit is long enough to repay it)
+    p_fit.add_argument("--compile", nargs="?", const="auto", default=None, metavar="MODE",
+                       choices=["auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
+                       help="train through torch.compile. Alone or 'auto': time the first steps eagerly and "
+                            "compile only if the rest of the fit can repay the compilation (seconds on a CPU); "
+                            "a MODE (default, or reduce-overhead for CUDA graphs on a GPU) compiles regardless")
     p_fit.add_argument("--quiet", action="store_true")
     p_fit.add_argument("--out", required=True, help="where to save the fitted model (.pt)")
     p_fit.add_argument("--checkpoint", default=None, metavar="PATH",

@@ -17,10 +17,13 @@ Cholesky with growing jitter (and warns and remembers the level, the project's j
 clear error about the data. Batches of another signature (an epoch's last, smaller batch) run eagerly rather
 than compile a second graph, unless `max_signatures` allows more.
 
-Compilation costs tens of seconds on a CPU (a C++ toolchain builds the kernels) and removes per-step
-dispatch overhead only (the arithmetic is the same), so it pays off for long fits at small M; the training
-loop's `compile=` is off by default. `compile_seconds` holds the time spent in compiling calls, reported
-separately from step times by `benchmarks/step_time.py`.
+Compilation costs seconds on a CPU (about 3 s for an SVGP or TGP bound with a warm inductor cache on the
+project's 2-core machine, 5-10 s cold, while a C++ toolchain builds the kernels) and removes per-step
+dispatch overhead only (the arithmetic is the same), so it pays off for long fits only; the training
+loop's `compile=` is off by default, and `compile="auto"` compiles only when `compile_pays_off` finds the
+remaining budget long enough to repay it. `compile_seconds` holds the time spent in compiling calls,
+reported separately from step times by `benchmarks/step_time.py`; `benchmarks/compiled_fit_time.py`
+measures whole fits end to end.
 """
 from __future__ import annotations
 
@@ -34,7 +37,22 @@ from typing import Callable, Iterable
 
 import torch
 
-__all__ = ["CompiledObjective", "CompileFallbackWarning", "compile_unavailable_reason"]
+__all__ = ["CompiledObjective", "CompileFallbackWarning", "compile_unavailable_reason", "compile_pays_off",
+           "AUTO_PROBE_STEPS", "AUTO_COMPILE_SECONDS", "AUTO_STEP_SAVING", "AUTO_MAX_STEP_SAVING_SECONDS"]
+
+#: compile="auto": the eager steps timed before deciding (the first two, which allocate, are not counted)
+AUTO_PROBE_STEPS = 10
+#: what one compilation of a bound (forward and backward, default mode) costs, by device type: measured with a
+#: warm inductor cache by benchmarks/compiled_fit_time.py (CPU, 2 cores: 3.3-3.7 s for SVGP and TGP at M = 20
+#: and 100) and on an H200 (about 6 s, docs/results/gpu). A cold cache costs more (the C++ or Triton build).
+AUTO_COMPILE_SECONDS = {"cpu": 3.5, "cuda": 6.0}
+#: the largest share of an eager step that compiling removed in this project's measurements (CPU: SVGP at
+#: M = 20, compiled 0.45x eager; H200: SVGP M = 100, B = 1 024, default mode 2.8 of 6.7 ms), by device type
+AUTO_STEP_SAVING = {"cpu": 0.55, "cuda": 0.6}
+#: and the most it removed from one step in seconds: compiling saves dispatch overhead and memory passes, not
+#: arithmetic, so a long step saves no more than this (CPU: 1-3 ms at M = 100-500, where the step takes
+#: 2-20 ms; H200: 3.9 ms)
+AUTO_MAX_STEP_SAVING_SECONDS = {"cpu": 2e-3, "cuda": 4e-3}
 
 
 class CompileFallbackWarning(RuntimeWarning):
@@ -59,6 +77,35 @@ def compile_unavailable_reason(device="cpu") -> str | None:
         except ImportError:
             return "Triton is not installed (torch.compile builds CUDA kernels with it)"
     return None
+
+
+def compile_pays_off(eager_step_seconds: float, remaining_steps: int, device="cpu",
+                     compilations: int = 1) -> tuple[bool, str]:
+    """Whether compiling can repay itself in the rest of a fit, and why (one sentence), for compile="auto".
+
+    The most compiling can save per step is min(`AUTO_STEP_SAVING` x the eager step,
+    `AUTO_MAX_STEP_SAVING_SECONDS`); it costs `AUTO_COMPILE_SECONDS` per compilation (`compilations`: 2 when
+    the noise is unfrozen later in the fit, which changes the graph). Compile when
+        remaining_steps * min(saving * eager_step_seconds, max_saving) > compilations * cost.
+    Both savings are the best measured, so the rule compiles only fits that compiling can speed up, while
+    a fit it leaves eager cannot have gained much: a 1 000-step SVGP fit on the project's CPU stays eager
+    at M = 20 (1.2 ms a step), 100 and 500 (16-20 ms, where the compiled fit measured the same as the eager
+    one within the machine's drift); at M = 20 a fit of more than about 5 000 steps is compiled.
+    """
+    if not eager_step_seconds >= 0.0:
+        raise ValueError(f"eager_step_seconds must be a non-negative number, got {eager_step_seconds!r}")
+    if isinstance(remaining_steps, bool) or not isinstance(remaining_steps, int) or remaining_steps < 0:
+        raise ValueError(f"remaining_steps must be a non-negative integer, got {remaining_steps!r}")
+    kind = torch.device(device).type
+    known = kind if kind in AUTO_COMPILE_SECONDS else "cuda"  # another accelerator: the GPU's figures
+    cost = compilations * AUTO_COMPILE_SECONDS[known]
+    per_step = min(AUTO_STEP_SAVING[known] * eager_step_seconds, AUTO_MAX_STEP_SAVING_SECONDS[known])
+    saving = remaining_steps * per_step
+    verdict = saving > cost
+    reason = (f"{remaining_steps} steps of {1e3 * eager_step_seconds:.2f} ms left: compiling could save up to "
+              f"{saving:.1f} s against about {cost:.1f} s to compile on {kind}: "
+              f"{'compiling' if verdict else 'staying eager'}")
+    return verdict, reason
 
 
 _INSTANCES = itertools.count()
