@@ -304,8 +304,9 @@ def train(
             "auto" runs the first `flowgp.compiled.AUTO_PROBE_STEPS` steps eagerly, times them, and compiles
             (default mode) only when `flowgp.compiled.compile_pays_off` finds the rest of the budget long
             enough to repay the compilation; otherwise the whole fit stays eager (the decision is printed when
-            `verbose`). A short fit (a 1 000-step SVGP at M = 20 on a CPU: 1.2 s eager, 3 s to compile) is
-            never made slower by it.
+            `verbose`). A short fit (a 1 000-step SVGP at M = 20 on a CPU: 1.2 s eager, 3.5 s to compile) is
+            not made slower by it. The choice depends on measured time, and a compiled fit differs from the
+            eager one by rounding (1e-6 relative): where a fit must repeat bit for bit, pass True or False.
 
     Returns:
         The history: with the default objective the mean negative ELBO per data point (mean over the epoch's
