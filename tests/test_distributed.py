@@ -28,7 +28,7 @@ from flowgp.distributed import World, local_slice
 from flowgp.training import train
 
 N, D, BATCH, STEPS = 70, 2, 16, 20  # 70 = 4 x 16 + 6: the last batch of an epoch is partial
-KINDS = ("svgp", "tgp", "dsvi", "cnf", "ldgp", "tgp-mcd", "cls-mcd", "amogp", "svgp-nan")
+KINDS = ("svgp", "tgp", "dsvi", "cnf", "ldgp", "tgp-mcd", "cls-mcd", "amogp", "svgp-nan", "svgp-auto")
 
 
 def _data():
@@ -113,6 +113,8 @@ def _fit(kind, world=None, checkpoint=None, stop_at=None):
             bad = bool((batch.index == 5).any())
             return -m.elbo(batch.x, batch.y, num_data=num_data) + (math.nan if bad else 0.0)
         options = dict(loss=loss, nonfinite="backoff")
+    if kind == "svgp-auto":  # compile="auto": the ranks agree on the timed step (an all-reduce) before deciding
+        options = dict(compile="auto")
     try:
         history = train(model, **data, steps=STEPS, lr=0.03, seed=5, verbose=False,
                         world=world, checkpoint_path=checkpoint, checkpoint_every=1000, callback=callback,

@@ -45,7 +45,7 @@ from tqdm.auto import tqdm
 from .batches import ArrayBatches, Batch
 from .checkpoint import atomic_save, safe_load
 from .compiled import AUTO_PROBE_STEPS, CompiledObjective, compile_pays_off
-from .distributed import World, all_reduce_gradients, barrier, broadcast_module, current_world
+from .distributed import World, all_reduce_gradients, all_reduce_sum, barrier, broadcast_module, current_world
 from .linalg import JitterMemory
 from .optim import NaturalGradient
 
@@ -610,9 +610,13 @@ def train(
     def decide_compilation():
         probe["pending"] = False
         timed = sorted(probe["seconds"][2:])  # the first steps allocate and warm caches
+        seconds = timed[len(timed) // 2]
+        if world.distributed:  # every rank decides on the same (mean) figure, so all compile or none does
+            mean = all_reduce_sum(torch.tensor(seconds, dtype=torch.float64, device=tracked[0].device), world)
+            seconds = float(mean) / world.size
         remaining = total - step
         frozen_later = step < frozen_steps < total and bool(noise_params)  # unfreezing compiles again
-        worth, reason = compile_pays_off(timed[len(timed) // 2], remaining, tracked[0].device,
+        worth, reason = compile_pays_off(seconds, remaining, tracked[0].device,
                                          compilations=2 if frozen_later else 1)
         if verbose and world.is_main:
             bar.write(f"{desc}: compile='auto': {reason}")
