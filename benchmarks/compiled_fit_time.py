@@ -56,6 +56,12 @@ def child(model: str, m: int, variant: str, steps: int, num_data: int, dim: int,
             "final_loss": history[-1]}
 
 
+def round_order(variants: list, r: int) -> list:
+    """The variants in the order round `r` runs them: rotated by one each round, so none always goes first."""
+    k = r % len(variants)
+    return variants[k:] + variants[:k]
+
+
 def run_one(args, model, m, variant) -> dict:
     env = dict(os.environ)
     cache = None
@@ -106,8 +112,7 @@ def main(argv=None):
     for model in models:
         for m in (int(s) for s in args.inducing.split(",")):
             for r in range(args.rounds):
-                order = variants[r % len(variants):] + variants[:r % len(variants)]  # alternate who goes first
-                for variant in order:
+                for variant in round_order(variants, r):
                     row = run_one(args, model, m, variant)
                     row["round"] = r
                     rows.append(row)
