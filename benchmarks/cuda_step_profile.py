@@ -13,6 +13,12 @@ least 100 kB it makes and their total size: on CPU each is memory the kernel may
 
     python benchmarks/cuda_step_profile.py --device cpu --dtype float32 --inducing 500 --batch 512 \
         --num-data 10240 --models svgp --steps 40 --memory
+
+`--compile` profiles the compiled step instead (`flowgp.compiled.CompiledObjective`, compiled before timing), e.g.
+the TGP's compiled extra at M = 20 (docs/results/timing, session 19):
+
+    python benchmarks/cuda_step_profile.py --device cpu --dtype float32 --inducing 20 --batch 512 \
+        --num-data 10240 --steps 100 --compile
 """
 from __future__ import annotations
 
@@ -53,6 +59,7 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--models", default="svgp,tgp")
     p.add_argument("--memory", action="store_true", help="also count one step's large allocations")
+    p.add_argument("--compile", action="store_true", help="profile the compiled step (flowgp.compiled)")
     a = p.parse_args()
     device, dtype = torch.device(a.device), getattr(torch, a.dtype)
     g = torch.Generator().manual_seed(0)
@@ -65,7 +72,7 @@ def main():
             model = SVGP(make_kernel("rbf", 8), z, GaussianLikelihood(0.05))
         else:
             model = TGP(make_kernel("rbf", 8), z, make_flow("sal+softplus"), GaussianLikelihood(0.05))
-        step = flowgp_step(model.to(device, dtype), x, y, a.batch)
+        step = flowgp_step(model.to(device, dtype), x, y, a.batch, compiled=a.compile)
         for _ in range(10):
             step()
         _sync(device)
@@ -84,7 +91,8 @@ def main():
         events = prof.key_averages()
         counts = {e.key: e.count / a.steps for e in events if e.key in RUNTIME_CALLS}
         gpu_us = sum(getattr(e, "self_device_time_total", 0.0) for e in events) / a.steps
-        print(f"== {name} {a.dtype} M={a.inducing} B={a.batch} on {device}: {1e3 * wall:.2f} ms wall per step, "
+        print(f"== {name}{' compiled' if a.compile else ''} {a.dtype} M={a.inducing} B={a.batch} on {device}: "
+              f"{1e3 * wall:.2f} ms wall per step, "
               f"{1e3 * cpu:.2f} ms CPU; GPU busy {gpu_us / 1e3:.2f} ms per step (profiled)")
         print("   runtime calls per step: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(counts.items())))
         print(events.table(sort_by="self_cpu_time_total", row_limit=18, max_name_column_width=48))
