@@ -59,3 +59,31 @@ def test_the_saved_file_mode_follows_the_umask(tmp_path, mask):
     finally:
         os.umask(previous)
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask == stat.S_IMODE(plain.stat().st_mode)
+
+
+def test_a_save_recreates_its_folder_when_a_parallel_worker_removed_it(tmp_path, monkeypatch):
+    """Bench workers remove their shared checkpoint folder once it is empty; a save that created the folder just
+    before must create it again, not fail (CI, session 19: FileNotFoundError naming the temporary file)."""
+    import flowgp.checkpoint as checkpoint
+
+    folder = tmp_path / "checkpoints"
+    real = checkpoint.tempfile.mkstemp
+    calls = []
+
+    def mkstemp_after_another_worker_removed_the_folder(*args, **kwargs):
+        calls.append(1)
+        if len(calls) <= 2:
+            folder.rmdir()  # the other worker's `_remove_checkpoint`, between mkdir and mkstemp (twice)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(checkpoint.tempfile, "mkstemp", mkstemp_after_another_worker_removed_the_folder)
+    atomic_save({"w": torch.ones(2)}, folder / "fit.pt")
+    assert len(calls) == 3
+    assert torch.equal(safe_load(folder / "fit.pt")["w"], torch.ones(2))
+
+
+def test_a_save_into_a_path_under_a_file_still_fails_clearly(tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    with pytest.raises((FileExistsError, NotADirectoryError)):
+        atomic_save({"w": torch.ones(2)}, blocker / "fit.pt")

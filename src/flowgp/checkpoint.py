@@ -71,9 +71,8 @@ def atomic_save(obj, path, checksum: bool = True) -> Path:
         if CHECKSUM_KEY in obj:
             raise ValueError(f"the key {CHECKSUM_KEY!r} is reserved for the checkpoint's checksum")
         obj = {**obj, CHECKSUM_KEY: content_digest(obj)}
-    path.parent.mkdir(parents=True, exist_ok=True)
     remove_orphans(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _temporary_file(path)
     try:
         os.chmod(tmp, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as fh:
@@ -86,6 +85,27 @@ def atomic_save(obj, path, checksum: bool = True) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+#: how often `atomic_save` re-creates its target's folder when another process removed it in the meantime
+FOLDER_RETRIES = 5
+
+
+def _temporary_file(path: Path) -> tuple[int, str]:
+    """A new temporary file beside `path` (named as the module doc says), its folder created first.
+
+    Parallel bench workers share a checkpoint folder and each removes it once it is empty
+    (`flowgp.bench.runner`), so the folder can vanish between creating it and creating the file in it; it is
+    then created again. Once the file exists the folder is not empty and cannot be removed under the save.
+    """
+    for attempt in range(FOLDER_RETRIES + 1):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+        except FileNotFoundError:
+            if attempt == FOLDER_RETRIES or path.parent.exists():
+                raise  # not the race above: something else is missing
+    raise AssertionError("unreachable")
 
 
 #: a temporary file of `atomic_save` whose writer left no process id (versions before the id was written) is
