@@ -328,3 +328,36 @@ def test_elbo_is_the_minibatch_bound_and_validate_checks_inputs(float64_default)
         model.validate(x[:, :1])
     with pytest.raises(ValueError, match="num_data"):
         model.elbo(xb, yb, num_data=0)
+
+
+@pytest.mark.parametrize("common_noise", [False, True])
+def test_propagate_draws_every_layer_as_the_layers_draw_themselves(common_noise):
+    """`propagate` draws all layers' ε up front (`layer_noise`, one graph break under torch.compile): the same
+    numbers as calling each layer with the generator in turn, so fits and published results are unchanged."""
+    x, _ = _toy(n=30, d=3)
+    model = build_deep_gp(x, 1, 3, num_inducing=6, generator=torch.Generator().manual_seed(0))
+    chain = model.propagate(x, 4, generator=torch.Generator().manual_seed(7), common_noise=common_noise)
+    g = torch.Generator().manual_seed(7)
+    h = x
+    for layer, (sample, mean, var) in zip(model.layers, chain):
+        want = layer(h, generator=g, num_samples=4, common_noise=common_noise)
+        for got, ref in zip((sample, mean, var), want):
+            assert torch.equal(got, ref)
+        h = want[0]
+    with pytest.raises(ValueError, match="eps must have shape"):
+        model.layers[0](x, num_samples=4, eps=torch.zeros(4, 30, 99, dtype=x.dtype))
+
+
+def test_compiled_deep_gp_bound_breaks_its_graph_once_whatever_the_depth():
+    """A draw from a torch.Generator is a graph break; drawing every layer's noise in one call keeps the number
+    of breaks independent of the depth (it was one per layer, a compiled graph per layer)."""
+    import torch._dynamo
+
+    x, y = _toy(n=30, d=3)
+    breaks = {}
+    for depth in (1, 3):
+        model = build_deep_gp(x, 1, depth, num_inducing=6, generator=torch.Generator().manual_seed(0))
+        explanation = torch._dynamo.explain(lambda a, b: model.elbo(a, b, num_data=30,
+                                                                    generator=torch.Generator().manual_seed(1)))(x, y)
+        breaks[depth] = explanation.graph_break_count
+    assert breaks[3] == breaks[1]

@@ -282,6 +282,7 @@ class GPLayer(nn.Module):
     def forward(
         self, x: torch.Tensor, v: torch.Tensor | None = None, generator: torch.Generator | None = None,
         num_samples: int | None = None, common_noise: bool = False, batch_rows: tuple[int, int] | None = None,
+        eps: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(sample, mean, var) of f(x), each [S, N, D_out], for x [S, N, D_in] (or [N, D_in] with num_samples).
 
@@ -292,6 +293,8 @@ class GPLayer(nn.Module):
         depends on which other points are predicted with it (common random numbers).
         `batch_rows` = (offset, B): these N rows are rows offset..offset+N of a global batch of B split over
         processes; ε is drawn for all B rows and sliced, so a row's draw does not depend on the split.
+        `eps`: ε drawn beforehand (`layer_noise`, shape [S, N, D_out], or [S, 1, D_out] with common_noise),
+        used instead of drawing here; `generator` and `batch_rows` are then not used.
         """
         if x.dim() < 2 or x.shape[-1] != self.input_dim:
             raise ValueError(f"x must have shape [S, N, {self.input_dim}] or [N, {self.input_dim}], got {tuple(x.shape)}")
@@ -300,10 +303,27 @@ class GPLayer(nn.Module):
         if num_samples is not None and mean.dim() == 2:
             shape = (int(num_samples),) + tuple(shape)
         noise_shape = tuple(shape[:-2]) + (1, shape[-1]) if common_noise else shape
-        eps = draw_rows(lambda s: torch.randn(s, dtype=mean.dtype, device=mean.device, generator=generator),
-                        noise_shape, None if common_noise else batch_rows)
+        if eps is None:
+            eps = draw_rows(lambda s: torch.randn(s, dtype=mean.dtype, device=mean.device, generator=generator),
+                            noise_shape, None if common_noise else batch_rows)
+        elif tuple(eps.shape) != tuple(noise_shape):
+            raise ValueError(f"eps must have shape {tuple(noise_shape)} (the layer's noise), got {tuple(eps.shape)}")
         sample = mean + var.sqrt() * eps
         return sample, mean.expand(shape), var.expand(shape)
+
+
+# not traced by torch.compile, like `draw_rows` (a draw from a torch.Generator is a graph break): calling it once
+# for all layers keeps a deep GP's compiled step in one graph after it
+@torch.compiler.disable
+def layer_noise(layers, num_samples: int, rows: int, generator, dtype, device, batch_rows=None,
+                common_noise: bool = False) -> list[torch.Tensor]:
+    """The ε of DSVI's marginal samples for every layer, [S, N, d_ℓ] each ([S, 1, d_ℓ] with `common_noise`),
+    drawn in layer order exactly as `GPLayer.forward` draws them one layer at a time (same shapes, dtype and
+    generator calls, so the same numbers); `batch_rows` as there."""
+    width = 1 if common_noise else int(rows)
+    return [draw_rows(lambda shape: torch.randn(shape, dtype=dtype, device=device, generator=generator),
+                      (int(num_samples), width, layer.output_dim), None if common_noise else batch_rows)
+            for layer in layers]
 
 
 class DeepGP(nn.Module):
@@ -480,12 +500,19 @@ class DeepGP(nn.Module):
         `common_noise`: the same ε for every point (see GPLayer.forward), for row-wise predictions.
         """
         num_samples = _positive_int(num_samples, "num_samples")
+        noise = [None] * len(self.layers)
+        if inducing is None and x.dim() == 2 and x.dtype == self.layers[0].gp.q_mu.dtype:
+            # every layer's ε in one call before the chain: the same draws in the same order as drawing them
+            # layer by layer, and under torch.compile one graph break (a draw from a torch.Generator is one)
+            # instead of one per layer, which split the compiled step into a graph per layer
+            noise = layer_noise(self.layers, num_samples, x.shape[0], generator, x.dtype, x.device, batch_rows,
+                                common_noise)
         outs = []
         h = x
         for i, layer in enumerate(self.layers):
             v = None if inducing is None else inducing[i]
             sample, mean, var = layer(h, v=v, generator=generator, num_samples=num_samples, common_noise=common_noise,
-                                      batch_rows=batch_rows)
+                                      batch_rows=batch_rows, eps=noise[i])
             outs.append((sample, mean, var))
             h = sample
         return outs
@@ -621,11 +648,8 @@ class DeepGP(nn.Module):
         on the split, the coupling's own draws do). `common_noise`: one ε per sample and output for all points
         ([S, 1, d_ℓ]), as `propagate(common_noise=True)` draws them.
         """
-        dtype = self.layers[0].gp.q_mu.dtype
-        rows = 1 if common_noise else x.shape[0]
-        noise = [draw_rows(lambda shape: torch.randn(shape, dtype=dtype, device=x.device, generator=generator),
-                           (num_samples, rows, layer.output_dim), None if common_noise else batch_rows)
-                 for layer in self.layers]
+        noise = layer_noise(self.layers, num_samples, x.shape[0], generator, self.layers[0].gp.q_mu.dtype, x.device,
+                            batch_rows, common_noise)
         return noise, derived_generator(generator, x.device)
 
     def _coupled_terms(self, x, y, chain_noise, flow_generator, chain=None, rows=None):
