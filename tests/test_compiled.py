@@ -318,3 +318,36 @@ def test_auto_compile_switches_after_the_probe_and_follows_the_eager_fit(monkeyp
     decisions.clear()
     train(_svgp(x), x, y, compile="auto", **dict(kwargs, fix_noise_fraction=0.75))
     assert decisions == [(24 - AUTO_PROBE_STEPS, 2)]
+
+
+def test_auto_compile_goes_back_to_eager_when_the_compiled_steps_are_not_faster(monkeypatch):
+    """compile="auto" times AUTO_PROBE_STEPS compiled steps after compiling; slower than the eager probe, the
+    rest of the fit runs eagerly (here the compiled objective is made 20 ms slower per call)."""
+    import time as time_module
+
+    from flowgp.compiled import AUTO_PROBE_STEPS
+
+    import flowgp.training as training_module
+
+    calls = []
+
+    class Slow:
+        def __init__(self, objective, *args, **kwargs):
+            self.objective = objective
+
+        def __call__(self, *args):
+            calls.append(1)
+            time_module.sleep(0.02)
+            return self.objective(*args)
+
+    monkeypatch.setattr(training_module, "CompiledObjective", Slow)
+    monkeypatch.setattr(training_module, "compile_pays_off", lambda *a, **k: (True, "test: compile"))
+    x, y = _data()
+    eager_model, auto_model = _svgp(x), _svgp(x)
+    kwargs = dict(epochs=12, batch_size=B, lr=0.01, verbose=False)  # 3 steps per epoch: 36 steps
+    eager = train(eager_model, x, y, **kwargs)
+    auto = train(auto_model, x, y, compile="auto", **kwargs)
+    assert len(calls) == AUTO_PROBE_STEPS  # timed, found slower, dropped: the other 16 steps ran eagerly
+    assert auto == eager  # the wrapper evaluates the eager objective: the same fit
+    for pa, pe in zip(auto_model.parameters(), eager_model.parameters()):
+        assert torch.equal(pa, pe)

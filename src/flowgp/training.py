@@ -304,8 +304,10 @@ def train(
             "auto" runs the first `flowgp.compiled.AUTO_PROBE_STEPS` steps eagerly, times them, and compiles
             (default mode) only when `flowgp.compiled.compile_pays_off` finds the rest of the budget long
             enough to repay the compilation; otherwise the whole fit stays eager (the decision is printed when
-            `verbose`). A short fit (a 1 000-step SVGP at M = 20 on a CPU: 1.2 s eager, 3.5 s to compile) is
-            not made slower by it. The choice depends on measured time, and a compiled fit differs from the
+            `verbose`). After compiling it times as many compiled steps (the first two, which compile and warm
+            up, not counted) and goes back to the eager objective for the rest of the fit if their median is not
+            below the eager one. A short fit (a 1 000-step SVGP at M = 20 on a CPU: 1.2 s eager, 3.5 s to
+            compile) is not made slower by it. The choice depends on measured time, and a compiled fit differs from the
             eager one by rounding (1e-6 relative): where a fit must repeat bit for bit, pass True or False.
 
     Returns:
@@ -605,15 +607,30 @@ def train(
     bar = tqdm(total=budget, initial=done_units, desc=desc, disable=not (verbose and world.is_main), leave=False)
     halt = False
     # compile="auto": the first steps run eagerly and are timed; then compile only if the rest can repay it
-    probe = {"pending": compile == "auto", "start": step, "seconds": []}
+    # and once compiled, as many compiled steps are timed: no faster than eager, the fit goes back to eager
+    probe = {"pending": compile == "auto", "start": step, "seconds": [], "verify": False, "eager": None}
+
+    def median_step_seconds():
+        timed = sorted(probe["seconds"][2:])  # the first steps allocate, warm caches (and compile)
+        seconds = timed[len(timed) // 2]
+        if world.distributed:  # every rank decides on the same (mean) figure, so all ranks decide alike
+            mean = all_reduce_sum(torch.tensor(seconds, dtype=torch.float64, device=tracked[0].device), world)
+            seconds = float(mean) / world.size
+        return seconds
+
+    def keep_compiled() -> bool:
+        probe["verify"] = False
+        seconds = median_step_seconds()
+        faster = seconds < probe["eager"]
+        if verbose and world.is_main:
+            bar.write(f"{desc}: compile='auto': compiled steps {1e3 * seconds:.2f} ms against "
+                      f"{1e3 * probe['eager']:.2f} ms eager: {'kept' if faster else 'back to eager'}")
+        return faster
 
     def decide_compilation():
         probe["pending"] = False
-        timed = sorted(probe["seconds"][2:])  # the first steps allocate and warm caches
-        seconds = timed[len(timed) // 2]
-        if world.distributed:  # every rank decides on the same (mean) figure, so all compile or none does
-            mean = all_reduce_sum(torch.tensor(seconds, dtype=torch.float64, device=tracked[0].device), world)
-            seconds = float(mean) / world.size
+        seconds = median_step_seconds()
+        probe["eager"] = seconds
         remaining = total - step
         frozen_later = step < frozen_steps < total and bool(noise_params)  # unfreezing compiles again
         worth, reason = compile_pays_off(seconds, remaining, tracked[0].device,
@@ -633,7 +650,7 @@ def train(
                 frozen = step < frozen_steps
                 for p in noise_params:
                     p.requires_grad_(not frozen)
-                if probe["pending"]:
+                if probe["pending"] or probe["verify"]:
                     started = time.perf_counter()
                     value, taken = run_step(batch)  # its host read of the loss waits for the device
                     probe["seconds"].append(time.perf_counter() - started)
@@ -645,6 +662,9 @@ def train(
                     compiled = decide_compilation()
                     if compiled is not None:
                         objective = compiled
+                        probe.update(verify=True, start=step, seconds=[])
+                elif probe["verify"] and step - probe["start"] >= AUTO_PROBE_STEPS and not keep_compiled():
+                    objective = eager_objective
                 entry = None
                 if taken:
                     epoch_sum += value
