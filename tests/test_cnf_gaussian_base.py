@@ -233,7 +233,9 @@ def test_dsvi_base_gradient_follows_a_dsvi_fit_step_by_step_and_selection_keeps_
     d_value = float(dsvi.elbo(x, y, num_samples=16, generator=torch.Generator().manual_seed(2))) / x.shape[0]
     assert scores[0.0] == pytest.approx(d_value, rel=1e-9, abs=1e-9)  # λ = 0 is the DSVI fit, draw for draw
     f_value = float(flow.elbo(x, y, num_samples=16, generator=torch.Generator().manual_seed(2))) / x.shape[0]
-    assert f_value == pytest.approx(scores[chosen], rel=1e-12) and f_value >= d_value
+    # never below the DSVI fit; where λ = 0 is selected the two are the same bound, equal up to rounding (the
+    # coupled estimator's terms that cancel at the identity cancel to the last bit only in exact arithmetic)
+    assert f_value == pytest.approx(scores[chosen], rel=1e-12) and f_value >= d_value - 1e-12 * abs(d_value)
     with pytest.raises(ValueError, match="Gaussian-base"):
         select_flow_strength(dsvi, x, y)
     # alternatives (e.g. averaged iterates) compete with the trained values; the identity scores as λ = 0 does
