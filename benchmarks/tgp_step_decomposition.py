@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 
 import torch
 
+from dgp_step_time import interleaved
 from flowgp import SVGP, TGP, GaussianLikelihood, make_flow, make_kernel
 from step_time import flowgp_step
 
@@ -40,6 +39,19 @@ def build(flow, frozen, z, dim):
     return model
 
 
+def synthetic_data(num_data: int, dim: int):
+    """The benchmark's inputs and targets (float64; the same as benchmarks/step_time.py's) and its generator."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(num_data, dim, generator=g, dtype=torch.float64)
+    y = torch.sin(x[:, :1]) + 0.1 * torch.randn(num_data, 1, generator=g, dtype=torch.float64)
+    return x, y, g
+
+
+def step_medians(steps: dict, rounds: int, per_round: int) -> dict:
+    """Median over interleaved rounds of each step's per-round median, in seconds (20 warm-up calls each)."""
+    return interleaved(steps, rounds, per_round, 20, torch.device("cpu"))[0]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--inducing", default="20,100")
@@ -52,28 +64,14 @@ def main():
     p.add_argument("--json", default=None)
     args = p.parse_args()
     dtype = getattr(torch, args.dtype)
-    g = torch.Generator().manual_seed(0)
     n, d = args.num_data, args.dim
-    x = torch.randn(n, d, generator=g, dtype=torch.float64)
-    y = torch.sin(x[:, :1]) + 0.1 * torch.randn(n, 1, generator=g, dtype=torch.float64)
+    x, y, g = synthetic_data(n, d)
     rows = []
     for m in (int(v) for v in args.inducing.split(",")):
         z = x[torch.randperm(n, generator=g)[:m]].clone()
         steps = {name: flowgp_step(build(flow, frozen, z, d).to(dtype), x.to(dtype), y.to(dtype), args.batch,
                                    compiled=True) for name, flow, frozen in VARIANTS}
-        for step in steps.values():
-            for _ in range(20):
-                step()
-        rounds = {name: [] for name in steps}
-        for _ in range(args.rounds):
-            for name, step in steps.items():
-                times = []
-                for _ in range(args.steps):
-                    start = time.perf_counter()
-                    step()
-                    times.append(time.perf_counter() - start)
-                rounds[name].append(statistics.median(times))
-        median = {name: statistics.median(v) for name, v in rounds.items()}
+        median = step_medians(steps, args.rounds, args.steps)
         row = {"M": m, "N": n, "B": args.batch, "dtype": args.dtype, "threads": torch.get_num_threads(),
                "step_us": {k: 1e6 * v for k, v in median.items()},
                "over_svgp": {k: v / median["svgp"] for k, v in median.items()}}
