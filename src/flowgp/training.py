@@ -663,8 +663,9 @@ def train(
                     if compiled is not None:
                         objective = compiled
                         probe.update(verify=True, start=step, seconds=[])
-                elif probe["verify"] and step - probe["start"] >= AUTO_PROBE_STEPS and not keep_compiled():
-                    objective = eager_objective
+                elif probe["verify"] and step - probe["start"] >= AUTO_PROBE_STEPS:
+                    if not keep_compiled():  # it also ends the check
+                        objective = eager_objective
                 entry = None
                 if taken:
                     epoch_sum += value
