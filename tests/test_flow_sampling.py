@@ -48,7 +48,7 @@ def test_sampling_argument_sets_the_sample_dimension_through_compositions():
     g, ld = flow.forward_and_log_det(f, x, sampling=WeightSampling(3))
     assert g.shape == ld.shape == (3, 6, 2)
     p = flow.params(x, sampling=WeightSampling(2))
-    assert p["0"]["a"].shape == p["2"]["d"].shape == (2, 6, 2)
+    assert p["0"]["a"].shape == p["1"]["d"].shape == (2, 6, 2)  # sal (4 parameters), then tanh
     low, high = flow.codomain_bounds(x, sampling=WeightSampling(stochastic=False))
     assert low.shape == high.shape == (6, 2)
     assert flow.affine_coefficients(x, sampling=WeightSampling(stochastic=False)) is None

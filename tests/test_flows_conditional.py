@@ -51,8 +51,7 @@ def test_parameters_follow_each_input_through_their_constraints():
         with torch.no_grad():
             start = 0
             for path, size in zip(flow._paths, flow._sizes):
-                param = plain.flows[int(path[0])].get_parameter("raw_" + path[1])
-                param.copy_(raw[n, start:start + size[0]])
+                plain.raw_parameter(path[0]).copy_(raw[n, start:start + size[0]])
                 start += size[0]
         torch.testing.assert_close(g[n], plain(f[n]), rtol=1e-12, atol=1e-12)
     assert not torch.allclose(g[0] - g[1], base(f[0]) - base(f[1]))  # parameters really vary with x
@@ -74,13 +73,15 @@ def test_sampled_parameters_carry_a_leading_sample_dimension():
 def test_make_input_dependent_wraps_nonlinear_stages_and_shares_modules():
     plain = make_flow("sal")
     flow = make_input_dependent(plain, 3, hidden=(4,))
-    assert isinstance(flow, Compose)
-    assert isinstance(flow.flows[0], InputDependentFlow) and isinstance(flow.flows[1], Affine)
-    assert flow.flows[0].base is plain.flows[0] and flow.flows[1] is plain.flows[1]
-    static = static_flow(flow)
-    assert isinstance(static.flows[0], SinhArcsinh) and static.flows[0] is plain.flows[0]
+    # appendix B.6: the sinh-arcsinh's (a, b) follow x, the affine map's (c, d) stay shared
+    assert isinstance(flow, InputDependentFlow) and flow.base is plain
+    assert flow.parameters_from_network == ("a", "b") and flow.num_raw == 2
+    assert static_flow(flow) is plain
+    composed = make_input_dependent(make_flow("sinharcsinh+affine+softplus"), 3, hidden=(4,))
+    assert isinstance(composed.flows[0], InputDependentFlow) and isinstance(composed.flows[1], Affine)
     every = make_input_dependent(make_flow("sal"), 3, which="all")
-    assert len(input_dependent_flows(every)) == 2
+    assert every.parameters_from_network is None and every.num_raw == 4
+    assert len(input_dependent_flows(make_input_dependent(make_flow("sa+l"), 3, which="all"))) == 2
     single = make_input_dependent(make_flow("tanh"), 3)
     assert isinstance(single, InputDependentFlow)
     with pytest.raises(ValueError, match="no non-affine stage"):
@@ -94,8 +95,8 @@ def test_initialisation_teaches_the_network_the_plain_parameters():
     plain = _random_flow("sal", ())
     flow = make_input_dependent(plain, 2, hidden=(16,), dropout=0.25)
     x = torch.randn(200, 2)
-    target = flow.flows[0].raw_target()
-    before = (flow.flows[0].network(x, sample=False) - target).square().mean().item()
+    target = flow.raw_target()
+    before = (flow.network(x, sample=False) - target).square().mean().item()
     mse = init_input_dependent(flow, x, epochs=60, batch_size=50, generator=torch.Generator().manual_seed(0))
     assert mse < 1e-3 < before
     flow.eval()
@@ -153,7 +154,7 @@ def test_warping_curves_and_plot(tmp_path):
                                                               "std": (11, 3, 1)}
     assert bool(torch.all(curves["std"] > 0))
     assert bool(torch.all(curves["point"][1:] > curves["point"][:-1]))  # every warping is increasing
-    flow.flows[0].network.set_constant_(flow.flows[0].raw_target())
+    flow.network.set_constant_(flow.raw_target())
     const = warping_curves(flow, x, grid, num_samples=5)
     torch.testing.assert_close(const["point"], plain(grid.view(-1, 1, 1)).expand(11, 3, 1))
     torch.testing.assert_close(const["std"], torch.zeros(11, 3, 1), rtol=0, atol=1e-12)

@@ -68,8 +68,7 @@ def test_affine_flow_monte_carlo_agrees_with_its_closed_form():
               conditional_jitter=1e-4).double()
     _randomise_q(gsp.gp, g)
     with torch.no_grad():
-        gsp.flow.raw_a.fill_(0.4)
-        gsp.flow.raw_b.fill_(0.3)  # a constrained b far from 1: a real change of scale
+        gsp.flow.raw.copy_(torch.tensor([0.4, 0.3]))  # raw (a, b): a constrained b far from 1, a real change of scale
         exact = gsp.affine_expected_elbo(x, y)
         gen = torch.Generator().manual_seed(2)
         draws = torch.stack([gsp.elbo(x, y, generator=gen) for _ in range(300)])

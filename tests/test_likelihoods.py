@@ -199,8 +199,7 @@ def test_warped_expected_log_prob_agrees_with_monte_carlo(flow):
 def test_warped_affine_closed_form_equals_quadrature(base):
     flow = make_flow("affine").double()
     with torch.no_grad():
-        flow.raw_a.fill_(0.7)
-        flow.raw_b.fill_(0.4)
+        flow.raw.copy_(torch.tensor([0.7, 0.4]))  # raw (a, b)
     mean, var, y, _ = _gaussian_marginals(1)
     if base == "bernoulli":
         y = (y > 0).to(torch.float64)
@@ -236,7 +235,7 @@ def test_warped_input_dependent_penalty_is_a_kl_term():
     lik = WarpedLikelihood(flow, GaussianLikelihood(0.1, dtype=torch.float64), mc_samples_train=3)
     assert lik.input_dependent and lik.accepts_inputs
     (term,) = lik.kl_terms()
-    torch.testing.assert_close(term, flow.flows[0].network.penalty())
+    torch.testing.assert_close(term, flow.network.penalty())
     assert WarpedLikelihood("sal").kl_terms() == []
     mean, var, y, _ = _gaussian_marginals(3)
     x = torch.randn(mean.shape[0], 2, dtype=torch.float64)

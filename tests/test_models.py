@@ -221,14 +221,14 @@ def test_constant_network_tgp_equals_plain_tgp():
     model = TGP(make_kernel("rbf", 2), x[:8].clone(), flow, GaussianLikelihood(0.1), mc_samples_train=3,
                 mc_samples_predict=4)
     model.load_state_dict(plain_state, strict=False)  # GP, likelihood and the bases (shared with plain)
-    flow.flows[0].network.set_constant_(flow.flows[0].raw_target())
+    flow.network.set_constant_(flow.raw_target())
     with torch.no_grad():
         for mode in (model.train, model.eval):
             mode()
             plain.eval()
             torch.testing.assert_close(model.expected_log_likelihood(x, y), plain.expected_log_likelihood(x, y))
         model.eval()
-        penalty = flow.flows[0].network.penalty()
+        penalty = flow.network.penalty()
         torch.testing.assert_close(model.elbo(x, y), plain.elbo(x, y) - penalty)
         for a, b in zip(model.predict(x), plain.predict(x)):
             torch.testing.assert_close(a, b)
@@ -254,7 +254,7 @@ def test_mc_dropout_with_zero_dropout_equals_point_estimate():
     model2.eval()
     with torch.no_grad():
         lpd_ba = model2.log_predictive_density(x, y)
-        model2.flow.flows[0].network.bayesian = "point"
+        model2.flow.network.bayesian = "point"
         assert not torch.allclose(lpd_ba, model2.log_predictive_density(x, y))
 
 
@@ -262,7 +262,7 @@ def test_bayesian_prediction_is_the_eq20_mixture():
     """Fixed network draws: predictions equal the average over plain TGPs, one per draw (appendix eq. 20)."""
     model, x, y = _id_tgp("vb", dropout=0.0, mc_samples_predict=3)
     model.eval()
-    stage = model.flow.flows[0]
+    stage = model.flow
     draws = torch.randn(3, stage.num_raw, generator=torch.Generator().manual_seed(5))
     stage.network.forward = lambda xx, num_samples=1, sample=True, generator=None, **kw: draws[:, None, :].expand(
         3, xx.shape[0], -1)
@@ -275,8 +275,9 @@ def test_bayesian_prediction_is_the_eq20_mixture():
                         closed_form_affine=False)
             plain.load_state_dict({k: v for k, v in model.state_dict().items() if "network" not in k},
                                   strict=False)
-            plain.flow.flows[0].raw_a.copy_(draws[s, 0])
-            plain.flow.flows[0].raw_b.copy_(draws[s, 1])
+            plain.flow.raw.copy_(model.flow.base.raw)  # the shared affine map (c, d)
+            plain.flow.raw_parameter("a").copy_(draws[s, 0])  # the network gives the SAL's (a, b)
+            plain.flow.raw_parameter("b").copy_(draws[s, 1])
             f, w = gh_points(*plain.gp.marginals(x), 20)  # quantiles use 20 nodes per W draw
             per_draw.append((plain.predict(x), plain.log_predictive_density(x, y), plain.flow(f), w))
     m = torch.stack([p[0][0] for p in per_draw])
@@ -296,13 +297,13 @@ def test_input_dependent_ell_is_one_batched_pass():
     """S weight draws x Q nodes x N points in one network call (no loop over points or samples)."""
     model, x, y = _id_tgp("mc_dropout", mc_samples_train=4, quadrature_points=7)
     calls = []
-    model.flow.flows[0].network.register_forward_hook(lambda mod, inp, out: calls.append(tuple(out.shape)))
+    model.flow.network.register_forward_hook(lambda mod, inp, out: calls.append(tuple(out.shape)))
     model.train()
     ell = model.expected_log_likelihood(x, y)
     assert ell.shape == (30, 1)
     assert calls == [(4, 30, 2)]
     # Deterministic path: the batched ELL equals the per-point ELL.
-    model.flow.flows[0].network.bayesian = "point"
+    model.flow.network.bayesian = "point"
     model.eval()
     with torch.no_grad():
         full = model.expected_log_likelihood(x, y)
@@ -315,8 +316,8 @@ def test_input_dependent_ell_gradcheck_float64():
     model, x, y = _id_tgp("vb", dropout=0.0, mc_samples_train=2, quadrature_points=5)
     x, y = x[:6], y[:6]
     model.train()
-    names = ["gp.q_mu", "likelihood.flow.flows.0.network.weights.0",
-             "likelihood.flow.flows.0.network.weight_raw_std.1", "likelihood.flow.flows.0.network.biases.1"]
+    names = ["gp.q_mu", "likelihood.flow.network.weights.0",
+             "likelihood.flow.network.weight_raw_std.1", "likelihood.flow.network.biases.1"]
     params = dict(model.named_parameters())
     inputs = tuple(params[n].detach().clone().requires_grad_(True) for n in names)
 
@@ -339,14 +340,14 @@ def test_input_dependent_ell_gradcheck_float64():
 def test_elbo_subtracts_the_network_penalty():
     for bayesian, dropout in (("point", 0.25), ("vb", 0.0)):
         model, x, y = _id_tgp(bayesian, dropout=dropout)
-        model.flow.flows[0].network.bayesian = bayesian
+        model.flow.network.bayesian = bayesian
         model.eval()
         with torch.no_grad():
             torch.manual_seed(0)
             value = model.elbo(x, y, num_data=90)
             torch.manual_seed(0)
             ell = model.expected_log_likelihood(x, y).sum() * 3
-            expected = ell - model.gp.kl_divergence() - model.flow.flows[0].network.penalty()
+            expected = ell - model.gp.kl_divergence() - model.flow.network.penalty()
         torch.testing.assert_close(value, expected)
         assert model.flow_penalty() > 0
 
@@ -384,10 +385,10 @@ def test_input_dependent_tgp_runs_on_cuda(bayesian, dropout):
     assert mean.device.type == "cuda" and bool(torch.all(var > 0)) and bool(torch.all(torch.isfinite(lpd)))
     # Deterministic (PE) prediction agrees with the CPU model.
     if bayesian == "mc_dropout":
-        model.flow.flows[0].network.bayesian = "point"
+        model.flow.network.bayesian = "point"
         cpu_model, _, _ = _id_tgp(bayesian, dropout=dropout)
         cpu_model.load_state_dict(cpu_state)
-        cpu_model.flow.flows[0].network.bayesian = "point"
+        cpu_model.flow.network.bayesian = "point"
         cpu_model.eval()
         with torch.no_grad():
             torch.testing.assert_close(model.predict(x)[0].cpu(), cpu_model.predict(x.cpu())[0])

@@ -52,9 +52,9 @@ def test_warped_gp_on_tied_targets_fits_and_a_degenerate_warping_raises_instead_
     assert "refined_bound" not in est.fit_report_  # SAL starts exactly at the SVGP: nothing to refine
     assert np.isfinite(est.predict(X)).all()
     with torch.no_grad():  # the step-like warping and z-noise (variance ~720) that refinement reached
-        sal, affine = est.model_.flow.flows
-        sal.raw_b.fill_(805.0)
-        affine.raw_b.fill_(-705.0)
+        sal = est.model_.flow
+        sal.raw_parameter("b").fill_(805.0)  # the sinh-arcsinh's b
+        sal.raw_parameter("d").fill_(-705.0)  # the affine map's scale
         est.model_.likelihood.raw_noise.fill_(720.0)
     with pytest.raises(FloatingPointError, match="non-finite mean .*few distinct values"):
         est.predict(X)

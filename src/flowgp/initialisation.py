@@ -329,22 +329,27 @@ def init_input_dependent(flow: Flow, x: Tensor, epochs: int = 100, batch_size: i
 
 
 def _set_affine_stage(flow: Flow, shift: float, scale: float) -> bool:
-    """Put β + α·f into the flow's last affine stage when every other stage is at the identity; True if done."""
+    """Put β + α·f into the last stage with an output affine map (`Flow.output_affine`: an Affine, a SAL's c + d·H)
+    when the rest of the flow, that stage's H included, is at the identity; True if done."""
     stages = list(getattr(flow, "flows", [flow]))
     probe = torch.linspace(-3.0, 3.0, 7, dtype=flow.dtype, device=flow.device)
+
+    def identity(g):
+        return torch.allclose(g, probe, rtol=0, atol=1e-12)
+
     for i in reversed(range(len(stages))):
         stage = stages[i]
-        if getattr(stage, "name", None) != "affine" or tuple(stage.param_shape) not in ((),):
+        names = getattr(stage, "output_affine", None)
+        if names is None or tuple(stage.param_shape) not in ((),):
             continue
         others = stages[:i] + stages[i + 1:]
         with torch.no_grad():
-            if not all(o.domain == "real" and torch.allclose(o(probe, validate=False), probe, rtol=0, atol=1e-12)
-                       for o in others):
+            p = stage.params()
+            inner = (stage(probe, validate=False) - p[names[0]]) / p[names[1]]
+            if not (identity(inner) and all(o.domain == "real" and identity(o(probe, validate=False))
+                                            for o in others)):
                 return False
-            constraints = {spec.name: spec.constraint for spec in stage.param_specs}
-            stage.raw_a.copy_(torch.as_tensor(float(shift), dtype=torch.float64).to(stage.raw_a))
-            stage.raw_b.copy_(constraints["b"].inverse(torch.as_tensor(float(scale), dtype=torch.float64))
-                              .to(stage.raw_b))
+            stage.set_params(**{names[0]: float(shift), names[1]: float(scale)})
         return True
     return False
 

@@ -8,7 +8,7 @@ Write your own by subclassing `Flow` (see `flowgp.flows.base` for the contract).
 from .base import Compose, Flow, FlowOfFlows, ParamSpec, asinh, compose
 from .combination import ArcsinhCombination, LinearCombination
 from .conditional import InputDependentFlow, input_dependent_flows, make_input_dependent, static_flow
-from .elementwise import (Affine, Arcsinh, BoxCox, Exp, Identity, InverseBoxCox, Log, Sinh, SinhArcsinh,
+from .elementwise import (SAL, Affine, Arcsinh, BoxCox, Exp, Identity, InverseBoxCox, Log, Sinh, SinhArcsinh,
                           Softplus, Tanh, TukeyGH)
 from .factory import FLOW_ALIASES, FLOW_NAMES, make_flow
 from .numerical import monotone_inverse
@@ -17,7 +17,7 @@ from .serialization import flow_from_record, flow_to_record
 
 __all__ = [
     "Flow", "ParamSpec", "FlowOfFlows", "Identity", "Log", "Exp", "Softplus", "Sinh", "Arcsinh", "Affine",
-    "SinhArcsinh", "BoxCox", "InverseBoxCox", "TukeyGH", "Tanh", "Compose", "compose", "LinearCombination",
+    "SinhArcsinh", "SAL", "BoxCox", "InverseBoxCox", "TukeyGH", "Tanh", "Compose", "compose", "LinearCombination",
     "ArcsinhCombination", "make_flow", "FLOW_NAMES", "FLOW_ALIASES",
     "monotone_inverse", "InputDependentFlow", "make_input_dependent", "static_flow",
     "input_dependent_flows", "WeightSampling", "flow_to_record",

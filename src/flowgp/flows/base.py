@@ -3,11 +3,17 @@
 Every flow is a strictly increasing map applied element-wise. Writing a new flow (in flowgp or in your own
 module) takes a subclass with:
 
-* `param_specs`: a tuple of `ParamSpec(name, constraint, default)`; each parameter is stored unconstrained as
-  `raw_<name>` and mapped to its constrained value by `params(x)`;
+* `param_specs`: a tuple of `ParamSpec(name, constraint, default)`; the parameters are stored unconstrained in
+  one tensor `raw` of shape [len(param_specs), *param_shape] (row i for `param_specs[i]`; `raw_parameter(name)`
+  is a view of one row, `set_params(**values)` writes constrained values) and mapped to their constrained
+  values by `params(x)`. One tensor, not one per parameter: each parameter tensor costs a training step its
+  own gradient accumulation, optimiser work and compiled-graph input (docs/results/timing, session 21);
 * `_forward(f, p)` and `_log_det(f, p)` (log|G'(f)|), which only read the dict `p` of constrained values;
 * optionally `_inverse(y, p)` (a guarded numerical inverse is used otherwise), `_bounds(p)` for a bounded
-  codomain (set `codomain = "bounded"`) and `_affine(p)` -> (a, b) when G(f) = a + b·f exactly.
+  codomain (set `codomain = "bounded"`), `_affine(p)` -> (a, b) when G(f) = a + b·f exactly, and
+  `output_affine = (shift, scale)`, the names of two parameters with G(f) = shift + scale·H(f) where H does not
+  depend on them (e.g. `SAL`): a data initialisation can then set the flow's final shift and scale, and an
+  input-dependent version of it (which="nonlinear") keeps them shared.
 
 Such a class works wherever a built-in one does: `make_flow(instance)`, compositions (`a >> b`, `Compose`,
 `LinearCombination`), input-dependent wrapping, and `flowgp.flows.serialization` (the constructor arguments
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Iterable, NamedTuple, Optional, Sequence
 
@@ -51,7 +58,7 @@ if TYPE_CHECKING:  # only for annotations: the sampling mode is read by input-de
     from .sampling import WeightSampling
 
 __all__ = ["Flow", "ParamSpec", "FlowOfFlows", "Compose", "compose", "broadcast_param_shapes", "log_cosh",
-           "log_hypot1", "asinh", "PARAMETER_DTYPE"]
+           "log_hypot1", "asinh", "legacy_rows", "PARAMETER_DTYPE"]
 
 _LOG2 = math.log(2.0)
 
@@ -152,6 +159,29 @@ def broadcast_param_shapes(flows: Sequence["Flow"]) -> torch.Size:
         raise ValueError(f"the flows' param_shapes {shapes} do not broadcast") from err
 
 
+def _upgrade_saved_entries(module, state_dict, prefix, *args) -> None:
+    """Load pre-hook of every Flow (runs before its children's): `Flow.upgrade_state_dict`."""
+    module.upgrade_state_dict(state_dict, prefix)
+
+
+def legacy_rows(state_dict: dict, prefix: str, names) -> list | None:
+    """The rows of one saved flow's parameters, popped from `state_dict`: its `raw` tensor, or the separate
+    `raw_<name>` tensors of files saved before the parameters were packed; None (nothing popped) when the
+    entries are not all there (a partial state dict)."""
+    if prefix + "raw" in state_dict:
+        return list(state_dict.pop(prefix + "raw"))
+    keys = [prefix + "raw_" + name for name in names]
+    if not all(k in state_dict for k in keys):
+        return None
+    return [state_dict.pop(k) for k in keys]
+
+
+def _saved_before_packing(state_dict: dict, prefix: str) -> bool:
+    """Whether `state_dict` holds, under `prefix`, a stage's separate `raw_<name>` entries (earlier versions)."""
+    pattern = re.compile(re.escape(prefix) + r"\d+\.(base\.)?raw_[a-z]+$")
+    return any(pattern.match(key) for key in state_dict)
+
+
 class Flow(nn.Module):
     """Strictly increasing element-wise map G: domain -> codomain with log|G'| available.
 
@@ -174,6 +204,8 @@ class Flow(nn.Module):
     domain: str = "real"  # "real" or "positive"
     codomain: str = "real"  # "real", "positive" or "bounded" (any proper interval)
     param_specs: tuple[ParamSpec, ...] = ()
+    #: (shift, scale): names of parameters with G(f) = shift + scale·H(f), H free of them; None if there are none
+    output_affine: Optional[tuple[str, str]] = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -187,6 +219,7 @@ class Flow(nn.Module):
         self.param_shape = torch.Size(param_shape)
         # Gives parameter-free flows a dtype/device that follows .to(), for constants they return.
         self.register_buffer("_anchor", torch.empty(0, dtype=PARAMETER_DTYPE), persistent=False)
+        rows = []
         for spec in self.param_specs:
             value = initial.pop(spec.name, spec.default)
             value = torch.as_tensor(value, dtype=PARAMETER_DTYPE)
@@ -197,16 +230,13 @@ class Flow(nn.Module):
                     f"{type(self).__name__}: initial {spec.name} of shape {tuple(value.shape)} does not "
                     f"broadcast to param_shape {tuple(self.param_shape)}"
                 ) from err
-            if spec.constraint is not None:
-                if torch.any(value <= spec.constraint.lower):
-                    raise ValueError(
-                        f"{type(self).__name__}: {spec.name} must be > {spec.constraint.lower}, got {_fmt(value)}"
-                    )
-                value = spec.constraint.inverse(value)
-            self.register_parameter("raw_" + spec.name, nn.Parameter(value))
+            rows.append(self._unconstrained(spec, value))
         if initial:
             valid = [s.name for s in self.param_specs]
             raise TypeError(f"{type(self).__name__} got unknown parameters {sorted(initial)}; valid: {valid}")
+        if rows:
+            self.raw = nn.Parameter(torch.stack(rows))
+        self.register_load_state_dict_pre_hook(_upgrade_saved_entries)
 
     # ------------------------------------------------------------------ description
     def constructor_arguments(self) -> tuple[list, dict]:
@@ -256,7 +286,65 @@ class Flow(nn.Module):
 
     def params(self, x: Optional[Tensor] = None, *, sampling: Optional["WeightSampling"] = None) -> dict:
         """Constrained parameters; x and sampling are ignored here, the hooks of input-dependent flows."""
-        return self.constrain({s.name: getattr(self, "raw_" + s.name) for s in self.param_specs})
+        return self.constrain(self.raw_parameters())
+
+    def raw_parameters(self) -> dict:
+        """{name: unconstrained value}, each a view of its row of `raw` (shape `param_shape`)."""
+        if not self.param_specs:
+            return {}
+        raw = self.raw
+        return {s.name: raw[i] for i, s in enumerate(self.param_specs)}
+
+    def raw_parameter(self, name: str) -> Tensor:
+        """The unconstrained value of parameter `name`: a view of its row of `raw` (differentiate `raw`)."""
+        return self.raw[self._row(name)]
+
+    def set_params(self, **values) -> None:
+        """Set parameters to constrained values (floats or tensors broadcastable to `param_shape`), in place."""
+        with torch.no_grad():
+            for name, value in values.items():
+                spec = self.param_specs[self._row(name)]
+                value = torch.as_tensor(value, dtype=PARAMETER_DTYPE)
+                try:
+                    value = torch.broadcast_to(value, self.param_shape)
+                except RuntimeError as err:
+                    raise ValueError(f"{type(self).__name__}: {name} of shape {tuple(value.shape)} does not "
+                                     f"broadcast to param_shape {tuple(self.param_shape)}") from err
+                self.raw[self._row(name)].copy_(self._unconstrained(spec, value).to(self.raw))
+
+    # ------------------------------------------------------------------ files of earlier versions
+    #: how many consecutive stages of a composition this flow was saved as by earlier versions (a SAL: two)
+    legacy_stages: int = 1
+
+    def upgrade_state_dict(self, state_dict: dict, prefix: str) -> None:
+        """Convert, in place, the entries a file of an earlier version holds for this flow (under `prefix`), before
+        they are loaded: the separate `raw_<name>` tensors of files saved before the parameters were packed are
+        stacked into `raw`. Runs before the children's conversions; override to add a conversion (call super)."""
+        names = [prefix + "raw_" + s.name for s in self.param_specs]
+        if names and prefix + "raw" not in state_dict and all(n in state_dict for n in names):
+            state_dict[prefix + "raw"] = torch.stack([state_dict.pop(n) for n in names])
+
+    def merge_legacy_stages(self, source: dict, old_prefixes: list, target: dict, prefix: str) -> None:
+        """Move the entries of the `legacy_stages` stages an earlier version saved under `old_prefixes` (popped from
+        `source`) to this flow's `prefix` in `target`. Called by a composition loading such a file; for one stage
+        it is a rename."""
+        (old,) = old_prefixes
+        for key in [k for k in source if k.startswith(old)]:
+            target[prefix + key[len(old):]] = source.pop(key)
+
+    def _row(self, name: str) -> int:
+        for i, spec in enumerate(self.param_specs):
+            if spec.name == name:
+                return i
+        valid = [s.name for s in self.param_specs]
+        raise ValueError(f"{type(self).__name__} has no parameter {name!r}; valid: {valid}")
+
+    def _unconstrained(self, spec: ParamSpec, value: Tensor) -> Tensor:
+        if spec.constraint is None:
+            return value
+        if torch.any(value <= spec.constraint.lower):
+            raise ValueError(f"{type(self).__name__}: {spec.name} must be > {spec.constraint.lower}, got {_fmt(value)}")
+        return spec.constraint.inverse(value)
 
     def _params_for(self, x, sampling) -> dict:
         # A subclass may override params(x) without the sampling keyword; only pass it when it is set.
@@ -448,6 +536,22 @@ class Compose(FlowOfFlows):
         super().__init__()
         self.flows = nn.ModuleList(flat)
         self.param_shape = broadcast_param_shapes(flat)
+
+    def upgrade_state_dict(self, state_dict: dict, prefix: str) -> None:
+        """Also renumber the stages of a file saved when some stage (a SAL) was several stages."""
+        super().upgrade_state_dict(state_dict, prefix)
+        if all(f.legacy_stages == 1 for f in self.flows):
+            return
+        old = prefix + "flows."
+        if not _saved_before_packing(state_dict, old):
+            return
+        source = {key: state_dict.pop(key) for key in list(state_dict) if key.startswith(old)}
+        j = 0
+        for i, flow in enumerate(self.flows):
+            flow.merge_legacy_stages(source, [f"{old}{j + t}." for t in range(flow.legacy_stages)], state_dict,
+                                     f"{old}{i}.")
+            j += flow.legacy_stages
+        state_dict.update(source)  # entries no stage claimed: strict loading reports them
 
     def constructor_arguments(self) -> tuple[list, dict]:
         # The flattened stages: the same flow whatever nesting the call had.

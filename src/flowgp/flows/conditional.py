@@ -41,7 +41,7 @@ def raw_parameter_tree(flow: Flow) -> dict:
         if isinstance(flow, LinearCombination) and flow.coefficients is not None:
             tree.update({f"coef{i}": raw_parameter_tree(c) for i, c in enumerate(flow.coefficients)})
         return tree
-    return {s.name: getattr(flow, "raw_" + s.name) for s in flow.param_specs}
+    return flow.raw_parameters()
 
 
 def _leaves(tree: dict, prefix=()) -> list:
@@ -70,6 +70,9 @@ class InputDependentFlow(Flow):
         hidden, activation, dropout, bayesian, prior_precision: passed to `flowgp.bayesian.BayesianMLP`.
         network: a ready BayesianMLP to use instead (its out_features must equal `num_raw`).
         generator: torch.Generator for the network's initial weights (None: torch's global generator).
+        parameters: names of the parameters of a plain (not composed) `base` that the network gives; the others
+            keep `base`'s own shared values (e.g. ("a", "b") of a `SAL`: appendix B.6's input-dependent
+            sinh-arcsinh with a shared affine map). None: every parameter.
 
     The network is built in the dtype and on the device of `base`.
     """
@@ -78,17 +81,31 @@ class InputDependentFlow(Flow):
 
     def __init__(self, base: Flow, input_dim: int, hidden=(50,), activation: str = "relu", dropout: float = 0.25,
                  bayesian: str = "mc_dropout", prior_precision: Optional[float] = None,
-                 network: Optional[BayesianMLP] = None, generator: Optional[torch.Generator] = None):
+                 network: Optional[BayesianMLP] = None, generator: Optional[torch.Generator] = None,
+                 parameters=None):
         if not isinstance(base, Flow):
             raise TypeError(f"base must be a flowgp Flow, got {type(base).__name__}")
         if any(isinstance(m, InputDependentFlow) for m in base.modules()):
             raise ValueError("base is already (partly) input-dependent; wrap the plain flow instead")
+        leaves = _leaves(raw_parameter_tree(base))
+        if parameters is not None:
+            if isinstance(base, FlowOfFlows):
+                raise ValueError("parameters= selects parameters of a plain flow; wrap the stages of a composed "
+                                 "flow one by one (make_input_dependent) instead")
+            parameters = tuple(str(name) for name in ([parameters] if isinstance(parameters, str) else parameters))
+            valid = [s.name for s in base.param_specs]
+            unknown = [name for name in parameters if name not in valid]
+            if unknown or not parameters:
+                raise ValueError(f"parameters must name some of the '{base.spec}' flow's parameters {valid}, "
+                                 f"got {list(parameters)}")
+            leaves = [(path, raw) for path, raw in leaves if path[0] in parameters]
         super().__init__()
         self.base = base
         self.param_shape = base.param_shape
+        self.parameters_from_network = parameters
         self._paths = []
         self._sizes = []
-        for path, raw in _leaves(raw_parameter_tree(base)):
+        for path, raw in leaves:
             if raw.dim() > 1:
                 raise ValueError(f"input-dependent flows support parameters of shape () or (L,), got "
                                  f"{tuple(raw.shape)} for {'.'.join(path)} of '{base.spec}'")
@@ -109,7 +126,10 @@ class InputDependentFlow(Flow):
     def constructor_arguments(self) -> tuple[list, dict]:
         # The network itself (its architecture and mode as they are now), not the options that built it.
         if type(self).__init__ is InputDependentFlow.__init__:
-            return [self.base, self.input_dim], {"network": self.network}
+            kwargs = {"network": self.network}
+            if self.parameters_from_network is not None:
+                kwargs["parameters"] = list(self.parameters_from_network)
+            return [self.base, self.input_dim], kwargs
         return super().constructor_arguments()
 
     # ------------------------------------------------------------------ description
@@ -135,6 +155,28 @@ class InputDependentFlow(Flow):
 
     def extra_repr(self) -> str:
         return f"base={self.base.spec!r}, num_raw={getattr(self, 'num_raw', None)}"
+
+    # ------------------------------------------------------------------ files of earlier versions
+    @property
+    def legacy_stages(self) -> int:
+        # make_input_dependent of a "sal" was [input-dependent sinh-arcsinh, shared affine] before SAL existed
+        return self.base.legacy_stages if self.parameters_from_network is not None else 1
+
+    def upgrade_state_dict(self, state_dict, prefix):
+        """Also load a file saved when this flow was the stages [input-dependent sinh-arcsinh, affine] (a "sal")."""
+        super().upgrade_state_dict(state_dict, prefix)
+        old = [prefix + "flows.0.", prefix + "flows.1."]
+        if self.legacy_stages == 2 and prefix + "network." + next(iter(self.network.state_dict())) not in state_dict \
+                and any(k.startswith(old[0] + "network.") for k in state_dict):
+            self.merge_legacy_stages(state_dict, old, state_dict, prefix)
+
+    def merge_legacy_stages(self, source, old_prefixes, target, prefix):
+        if len(old_prefixes) == 1:
+            return super().merge_legacy_stages(source, old_prefixes, target, prefix)
+        first, *rest = old_prefixes  # the input-dependent first stage: its network, and its base's entries
+        for key in [k for k in source if k.startswith(first + "network.")]:
+            target[prefix + key[len(first):]] = source.pop(key)
+        self.base.merge_legacy_stages(source, [first + "base."] + rest, target, prefix + "base.")
 
     # ------------------------------------------------------------------ parameters
     def raw_target(self) -> Tensor:
@@ -171,7 +213,9 @@ class InputDependentFlow(Flow):
     def params(self, x: Optional[Tensor] = None, *, sampling: Optional[WeightSampling] = None) -> dict:
         """Constrained parameters per input: each leaf [S, ..., N, k] (k = L or 1) or [..., N, k]."""
         out = self.raw_params(x, sampling)
-        tree, start = {}, 0
+        # parameters the network does not give: the base's own (shared) values, broadcasting against the rest
+        tree = {} if self.parameters_from_network is None else self.base.raw_parameters()
+        start = 0
         for path, shape in zip(self._paths, self._sizes):
             size = math.prod(shape)
             leaf = out[..., start:start + size]
@@ -221,8 +265,9 @@ def make_input_dependent(flow: Flow, input_dim: int, which: str = "nonlinear",
                          generator: Optional[torch.Generator] = None, **network_kwargs) -> Flow:
     """Make the stages of `flow` input-dependent, sharing their modules (so `static_flow` recovers `flow`).
 
-    which="nonlinear": only stages that are not affine (appendix B.6: for SAL, the sinh-arcsinh carries
-    the dependency and the affine stays shared); which="all": every stage with parameters.
+    which="nonlinear": only stages that are not affine, and of a stage with an output affine map
+    (`Flow.output_affine`) only the other parameters (appendix B.6: for SAL, the sinh-arcsinh carries the
+    dependency and the affine map stays shared); which="all": every parameter of every stage.
     generator: torch.Generator for the networks' initial weights (drawn in stage order).
     network_kwargs: hidden, activation, dropout, bayesian, prior_precision.
     """
@@ -235,11 +280,17 @@ def make_input_dependent(flow: Flow, input_dim: int, which: str = "nonlinear",
     def wrap(stage):
         if not any(True for _ in stage.parameters()):
             return stage
-        with torch.no_grad():
-            affine = stage.affine_coefficients() is not None
-        if which == "nonlinear" and affine:
-            return stage
-        return InputDependentFlow(stage, input_dim, generator=generator, **network_kwargs)
+        selected = None
+        if which == "nonlinear":
+            with torch.no_grad():
+                if stage.affine_coefficients() is not None:
+                    return stage
+            if stage.output_affine is not None and not isinstance(stage, FlowOfFlows):
+                # e.g. a SAL: the inner map's parameters follow x, its final shift and scale stay shared
+                selected = [s.name for s in stage.param_specs if s.name not in stage.output_affine]
+                if not selected:
+                    return stage
+        return InputDependentFlow(stage, input_dim, generator=generator, parameters=selected, **network_kwargs)
 
     wrapped = [wrap(s) for s in stages]
     if not any(isinstance(s, InputDependentFlow) for s in wrapped):

@@ -10,10 +10,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..constraints import Positive, inv_softplus
-from .base import Flow, ParamSpec, asinh, log_cosh, log_hypot1
+from .base import Flow, ParamSpec, asinh, legacy_rows, log_cosh, log_hypot1
 
 __all__ = [
-    "Identity", "Log", "Exp", "Softplus", "Sinh", "Arcsinh", "Affine", "SinhArcsinh",
+    "Identity", "Log", "Exp", "Softplus", "Sinh", "Arcsinh", "Affine", "SinhArcsinh", "SAL",
     "BoxCox", "InverseBoxCox", "TukeyGH", "Tanh",
 ]
 
@@ -133,6 +133,7 @@ class Affine(Flow):
 
     name = "affine"
     param_specs = (ParamSpec("a", None, 0.0), ParamSpec("b", _POS, 1.0))
+    output_affine = ("a", "b")
 
     def _forward(self, f, p):
         return p["a"] + p["b"] * f
@@ -200,6 +201,52 @@ class SinhArcsinh(Flow):
     def _log_det(self, f, p):
         z = p["b"] * torch.asinh(f) - p["a"]
         return torch.log(p["b"]) + log_cosh(z) - log_hypot1(f)
+
+
+class SAL(Flow):
+    """G(f) = c + d·sinh(b·arcsinh(f) - a), b, d > 0: one SAL stage of TGP eq. 2 (Rios & Tobar 2019), i.e. the
+    sinh-arcsinh of Table 1 followed by an affine map (appendix B.1: "SAL" = Sinh-Arcsinh + Affine (L)).
+
+    Inverse sinh((arcsinh((y - c)/d) + a)/b); log G' = log d + log b + log cosh z - ½ log(1 + f²), z = b·arcsinh(f) - a.
+    Defaults a = c = 0, b = d = 1 (the identity). The same map as `SinhArcsinh(a, b) >> Affine(c, d)`, with its four
+    parameters in one tensor and one module: the TGP evaluates it at every quadrature node of every step, and
+    each extra parameter tensor or module costs a compiled step gradient accumulation, optimiser and guard work
+    (docs/results/timing, session 21). `output_affine` names its final affine map's shift and scale (c, d): the
+    data initialisation puts a target shift and scale there, and `make_input_dependent(which="nonlinear")` leaves
+    them shared while the sinh-arcsinh's (a, b) follow the inputs (appendix B.6).
+    """
+
+    name = "sal"
+    param_specs = (ParamSpec("a", None, 0.0), ParamSpec("b", _POS, 1.0),
+                   ParamSpec("c", None, 0.0), ParamSpec("d", _POS, 1.0))
+    output_affine = ("c", "d")
+
+    legacy_stages = 2  # before this class, "sal" was SinhArcsinh >> Affine
+
+    def upgrade_state_dict(self, state_dict, prefix):
+        """Also load a file saved when "sal" was the composition SinhArcsinh >> Affine (stages 0 and 1)."""
+        super().upgrade_state_dict(state_dict, prefix)
+        old = [prefix + "flows.0.", prefix + "flows.1."]
+        if prefix + "raw" not in state_dict and any(k.startswith(old[0] + "raw") for k in state_dict):
+            self.merge_legacy_stages(state_dict, old, state_dict, prefix)
+
+    def merge_legacy_stages(self, source, old_prefixes, target, prefix):
+        if len(old_prefixes) == 1:
+            return super().merge_legacy_stages(source, old_prefixes, target, prefix)
+        sinh_arcsinh, affine = old_prefixes  # (a, b) of each: this flow's (a, b) and (c, d)
+        inner, outer = legacy_rows(source, sinh_arcsinh, ("a", "b")), legacy_rows(source, affine, ("a", "b"))
+        if inner is not None and outer is not None:  # else a partial state dict: strict loading reports it
+            target[prefix + "raw"] = torch.stack(inner + outer)
+
+    def _forward(self, f, p):
+        return p["c"] + p["d"] * _SinhArcsinhMap.apply(f, p["a"], p["b"])
+
+    def _inverse(self, y, p):
+        return torch.sinh((torch.asinh((y - p["c"]) / p["d"]) + p["a"]) / p["b"])
+
+    def _log_det(self, f, p):
+        z = p["b"] * torch.asinh(f) - p["a"]
+        return torch.log(p["d"]) + torch.log(p["b"]) + log_cosh(z) - log_hypot1(f)
 
 
 def _signed_power(u: Tensor, power: Tensor) -> Tensor:
@@ -322,5 +369,4 @@ class Tanh(Flow):
             half = 0.5 * (high - low)
             a = (1.0 + margin) * half + 1e-3 * (1.0 + 0.5 * (high.abs() + low.abs()))
             d = 0.5 * (high + low)
-            self.raw_a.copy_(torch.broadcast_to(_POS.inverse(a.to(self.raw_a)), self.param_shape))
-            self.raw_d.copy_(torch.broadcast_to(d.to(self.raw_d), self.param_shape))
+            self.set_params(a=a, d=d)

@@ -16,20 +16,20 @@ from collections.abc import Mapping, Sequence
 from ..registry import FLOWS
 from .base import Compose, Flow
 from .combination import ArcsinhCombination, LinearCombination
-from .elementwise import (Affine, Arcsinh, BoxCox, Exp, Identity, InverseBoxCox, Log, Sinh, SinhArcsinh,
+from .elementwise import (SAL, Affine, Arcsinh, BoxCox, Exp, Identity, InverseBoxCox, Log, Sinh, SinhArcsinh,
                           Softplus, Tanh, TukeyGH)
 
 __all__ = ["make_flow", "FLOW_NAMES", "FLOW_ALIASES", "sal"]
 
 
-def sal(param_shape=()) -> Compose:
-    """SAL (Rios & Tobar 2019): sinh-arcsinh followed by an affine map, one stage of TGP eq. 2."""
-    return Compose([SinhArcsinh(param_shape=param_shape), Affine(param_shape=param_shape)])
+def sal(param_shape=()) -> SAL:
+    """SAL (Rios & Tobar 2019): sinh-arcsinh followed by an affine map, one stage of TGP eq. 2 (`SAL`)."""
+    return SAL(param_shape=param_shape)
 
 
 _BUILT_IN = (("identity", Identity, ()), ("log", Log, ()), ("exp", Exp, ()), ("softplus", Softplus, ()),
              ("sinh", Sinh, ()), ("arcsinh", Arcsinh, ()), ("affine", Affine, ("l",)),
-             ("sinharcsinh", SinhArcsinh, ("sa",)), ("sal", sal, ()), ("boxcox", BoxCox, ()),
+             ("sinharcsinh", SinhArcsinh, ("sa",)), ("sal", SAL, ()), ("boxcox", BoxCox, ()),
              ("inverseboxcox", InverseBoxCox, ("invboxcox",)), ("tukey", TukeyGH, ()), ("tanh", Tanh, ()),
              ("lincomb", ArcsinhCombination, ()))  # "lincomb" is eq. 26 with I = 3 terms
 for _name, _factory, _aliases in _BUILT_IN:
