@@ -49,6 +49,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Iterable, NamedTuple, Optional, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..constraints import Positive
@@ -236,6 +237,7 @@ class Flow(nn.Module):
             raise TypeError(f"{type(self).__name__} got unknown parameters {sorted(initial)}; valid: {valid}")
         if rows:
             self.raw = nn.Parameter(torch.stack(rows))
+        self._set_constraint_rows()
         self.register_load_state_dict_pre_hook(_upgrade_saved_entries)
 
     # ------------------------------------------------------------------ description
@@ -286,7 +288,26 @@ class Flow(nn.Module):
 
     def params(self, x: Optional[Tensor] = None, *, sampling: Optional["WeightSampling"] = None) -> dict:
         """Constrained parameters; x and sampling are ignored here, the hooks of input-dependent flows."""
-        return self.constrain(self.raw_parameters())
+        names = self._row_names
+        if names is None:
+            return self.constrain(self.raw_parameters())
+        if not names:
+            return {}
+        # `constrain`'s values (softplus(raw) + lower for a Positive row, raw otherwise) from plain tuples: a compiled
+        # step then checks two tuples, not every ParamSpec and constraint object
+        return {name: raw if lower is None else F.softplus(raw) + lower
+                for name, raw, lower in zip(names, self.raw.unbind(0), self._row_lower)}
+
+    def _set_constraint_rows(self) -> None:
+        """The names and lower bounds `params` reads, where it can bypass `constrain`: this class keeps
+        `Flow.constrain` and every constraint is None or a `Positive` (otherwise `_row_names` is None)."""
+        self._row_names = self._row_lower = None
+        specs = self.param_specs
+        if type(self).constrain is not Flow.constrain or \
+                not all(s.constraint is None or type(s.constraint) is Positive for s in specs):
+            return
+        self._row_names = tuple(s.name for s in specs)
+        self._row_lower = tuple(None if s.constraint is None else s.constraint.lower for s in specs)
 
     def raw_parameters(self) -> dict:
         """{name: unconstrained value}, each a view of its row of `raw` (shape `param_shape`)."""
