@@ -489,3 +489,26 @@ def test_user_kernel_registered_under_a_name_works_in_specs():
 def test_registering_a_builtin_name_is_refused():
     with pytest.raises(ValueError, match="already registered"):
         KERNELS.register("rbf", _Cosine)
+
+
+@pytest.mark.parametrize("x_shape", [(7, 4), (1, 7, 4)])
+def test_rbf_with_inputs_shared_by_the_batch_is_one_product_with_the_same_values_and_gradients(x_shape):
+    """A deep GP layer's K_ZX: Z and ℓ per output, X shared. Both 1/ℓ go on Z's side (one GEMM): the values and
+    every gradient must be those of the same X expanded to the batch (the batched product)."""
+    g = torch.Generator().manual_seed(3)
+    k = Scale(RBF(4, batch_shape=(3,)), variance=torch.tensor([0.5, 1.0, 2.0], dtype=F64).reshape(3, 1, 1))
+    with torch.no_grad():
+        for raw in k.parameters():
+            raw.add_(0.5 * torch.randn(raw.shape, generator=g, dtype=F64))
+    z = (10.0 + torch.randn(3, 5, 4, generator=g, dtype=F64)).requires_grad_(True)
+    x = (10.0 + torch.randn(*x_shape, generator=g, dtype=F64)).requires_grad_(True)
+    shared = k(z, x)
+    expanded = k(z, x.expand(3, 7, 4))
+    assert shared.shape == expanded.shape == (3, 5, 7)
+    torch.testing.assert_close(shared, expanded, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(shared, _brute_force(k.base, z, x.expand(3, 7, 4)) * k.variance, rtol=1e-9, atol=1e-9)
+    weights = torch.randn(3, 5, 7, generator=g, dtype=F64)
+    inputs = [z, x] + list(k.parameters())
+    for a, b in zip(torch.autograd.grad((shared * weights).sum(), inputs),
+                    torch.autograd.grad((expanded * weights).sum(), inputs)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
