@@ -206,3 +206,29 @@ def test_an_estimator_saved_before_the_change_loads(tmp_path):
     atomic_save(state, tmp_path / "before.pt")
     loaded = flowgp.TGPRegressor.load(tmp_path / "before.pt")
     np.testing.assert_allclose(loaded.predict(x), est.predict(x), rtol=1e-12, atol=1e-12)
+
+
+def test_input_dependent_sal_keeps_its_affine_map_shared():
+    """Appendix B.6: the network gives the sinh-arcsinh's (a, b) per input; (c, d) are the base's own values."""
+    base = perturb(SAL(param_shape=(2,)), seed=7)
+    flow = InputDependentFlow(base, input_dim=3, hidden=(4,), parameters=("a", "b"), dropout=0.0, bayesian="point")
+    assert flow.num_raw == 4 and flow.parameters_from_network == ("a", "b")  # (a, b) for each of 2 outputs
+    x, f = torch.randn(6, 3, generator=torch.Generator().manual_seed(1)), _inputs((6, 2))
+    p = flow.params(x, sampling=WeightSampling(1, False))
+    assert p["a"].shape == (6, 2) and p["c"].shape == (2,)
+    torch.testing.assert_close(p["c"], base.params()["c"])
+    torch.testing.assert_close(p["d"], base.params()["d"])
+    plain = SAL(param_shape=(2,))
+    with torch.no_grad():
+        plain.raw.copy_(base.raw)
+    for n in range(6):  # row n is the plain SAL with the network's (a, b) at x_n
+        with torch.no_grad():
+            plain.raw[0].copy_(p["a"][n])
+            plain.raw[1].copy_(torch.log(torch.expm1(p["b"][n])))
+        torch.testing.assert_close(flow(f, x, sampling=WeightSampling(1, False))[n], plain(f[n]), rtol=1e-12, atol=1e-12)
+    (grad,) = torch.autograd.grad(flow(f, x, sampling=WeightSampling(1, False)).sum(), base.raw)
+    assert bool(torch.all(grad[2:] != 0)) and bool(torch.all(grad[:2] == 0))  # only (c, d) of the base are used
+    with pytest.raises(ValueError, match="parameters must name some of the 'sal' flow's parameters"):
+        InputDependentFlow(SAL(), input_dim=3, parameters=("e",))
+    with pytest.raises(ValueError, match="wrap the stages of a composed flow one by one"):
+        InputDependentFlow(make_flow("sal+softplus"), input_dim=3, parameters=("a",))
