@@ -71,12 +71,14 @@ def test_python_compositions_and_combinations_round_trip():
         assert_same_flow(flow, round_trip(flow))
 
 
+@pytest.mark.parametrize("which", ["all", "nonlinear"])  # nonlinear: the SAL's (c, d) stay shared
 @pytest.mark.parametrize("bayesian,dropout", [("mc_dropout", 0.3), ("point", 0.2), ("vb", 0.0)])
-def test_input_dependent_flows_round_trip(bayesian, dropout):
-    flow = make_input_dependent(perturb(make_flow("sal+tanh", param_shape=(2,))), 3, which="all", hidden=(5, 4),
+def test_input_dependent_flows_round_trip(bayesian, dropout, which):
+    flow = make_input_dependent(perturb(make_flow("sal+tanh", param_shape=(2,))), 3, which=which, hidden=(5, 4),
                                 dropout=dropout, bayesian=bayesian, generator=torch.Generator().manual_seed(1))
     perturb(flow)
     back = round_trip(flow)
+    assert [s.parameters_from_network for s in back.flows] == [s.parameters_from_network for s in flow.flows]
     x = torch.randn(9, 3, generator=torch.Generator().manual_seed(2))
     assert all(isinstance(s, InputDependentFlow) for s in back.flows)
     assert_same_flow(flow, back, x, WeightSampling(stochastic=False))
