@@ -324,14 +324,15 @@ class Flow(nn.Module):
         """Set parameters to constrained values (floats or tensors broadcastable to `param_shape`), in place."""
         with torch.no_grad():
             for name, value in values.items():
-                spec = self.param_specs[self._row(name)]
+                row = self._row(name)
+                spec = self.param_specs[row]
                 value = torch.as_tensor(value, dtype=PARAMETER_DTYPE)
                 try:
                     value = torch.broadcast_to(value, self.param_shape)
                 except RuntimeError as err:
                     raise ValueError(f"{type(self).__name__}: {name} of shape {tuple(value.shape)} does not "
                                      f"broadcast to param_shape {tuple(self.param_shape)}") from err
-                self.raw[self._row(name)].copy_(self._unconstrained(spec, value).to(self.raw))
+                self.raw[row].copy_(self._unconstrained(spec, value).to(self.raw))
 
     # ------------------------------------------------------------------ files of earlier versions
     #: how many consecutive stages of a composition this flow was saved as by earlier versions (a SAL: two)
@@ -340,10 +341,17 @@ class Flow(nn.Module):
     def upgrade_state_dict(self, state_dict: dict, prefix: str) -> None:
         """Convert, in place, the entries a file of an earlier version holds for this flow (under `prefix`), before
         they are loaded: the separate `raw_<name>` tensors of files saved before the parameters were packed are
-        stacked into `raw`. Runs before the children's conversions; override to add a conversion (call super)."""
-        names = [prefix + "raw_" + s.name for s in self.param_specs]
-        if names and prefix + "raw" not in state_dict and all(n in state_dict for n in names):
-            state_dict[prefix + "raw"] = torch.stack([state_dict.pop(n) for n in names])
+        stacked into `raw`, and a flow an earlier version saved as a composition of its `legacy_stages` stages
+        (entries under `flows.0.`, `flows.1.`, ..., none of its own) gets them merged (`merge_legacy_stages`).
+        Runs before the children's conversions; override to add a conversion (call super)."""
+        if self.param_specs and prefix + "raw" not in state_dict:
+            rows = legacy_rows(state_dict, prefix, [s.name for s in self.param_specs])
+            if rows is not None:
+                state_dict[prefix + "raw"] = torch.stack(rows)
+        if self.legacy_stages > 1 and _saved_before_packing(state_dict, prefix + "flows.") \
+                and not any(prefix + key in state_dict for key in self.state_dict()):
+            self.merge_legacy_stages(state_dict, [f"{prefix}flows.{t}." for t in range(self.legacy_stages)],
+                                     state_dict, prefix)
 
     def merge_legacy_stages(self, source: dict, old_prefixes: list, target: dict, prefix: str) -> None:
         """Move the entries of the `legacy_stages` stages an earlier version saved under `old_prefixes` (popped from

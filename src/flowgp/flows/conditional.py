@@ -162,14 +162,6 @@ class InputDependentFlow(Flow):
         # make_input_dependent of a "sal" was [input-dependent sinh-arcsinh, shared affine] before SAL existed
         return self.base.legacy_stages if self.parameters_from_network is not None else 1
 
-    def upgrade_state_dict(self, state_dict, prefix):
-        """Also load a file saved when this flow was the stages [input-dependent sinh-arcsinh, affine] (a "sal")."""
-        super().upgrade_state_dict(state_dict, prefix)
-        old = [prefix + "flows.0.", prefix + "flows.1."]
-        if self.legacy_stages == 2 and prefix + "network." + next(iter(self.network.state_dict())) not in state_dict \
-                and any(k.startswith(old[0] + "network.") for k in state_dict):
-            self.merge_legacy_stages(state_dict, old, state_dict, prefix)
-
     def merge_legacy_stages(self, source, old_prefixes, target, prefix):
         if len(old_prefixes) == 1:
             return super().merge_legacy_stages(source, old_prefixes, target, prefix)

@@ -223,13 +223,6 @@ class SAL(Flow):
 
     legacy_stages = 2  # before this class, "sal" was SinhArcsinh >> Affine
 
-    def upgrade_state_dict(self, state_dict, prefix):
-        """Also load a file saved when "sal" was the composition SinhArcsinh >> Affine (stages 0 and 1)."""
-        super().upgrade_state_dict(state_dict, prefix)
-        old = [prefix + "flows.0.", prefix + "flows.1."]
-        if prefix + "raw" not in state_dict and any(k.startswith(old[0] + "raw") for k in state_dict):
-            self.merge_legacy_stages(state_dict, old, state_dict, prefix)
-
     def merge_legacy_stages(self, source, old_prefixes, target, prefix):
         if len(old_prefixes) == 1:
             return super().merge_legacy_stages(source, old_prefixes, target, prefix)
