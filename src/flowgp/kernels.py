@@ -358,14 +358,15 @@ class RBF(_Stationary):
         neg_a2 = a.pow(2).sum(-1, keepdim=True).neg()  # [..., N, 1]
         if log_scale is not None:
             neg_a2 = neg_a2 + log_scale
-        neg_b2 = (b / ell).pow(2).sum(-1, keepdim=True).neg()  # [..., M, 1]
+        b_scaled = b / ell
+        neg_b2 = b_scaled.pow(2).sum(-1, keepdim=True).neg()  # [..., M, 1]
         if a.dim() > 2 and b.dim() <= a.dim() and all(n == 1 for n in b.shape[:-2]):
             # x2 shared by x1's batch (a deep GP layer's K_ZX: one Z and lengthscale per output, the same X):
             # both 1/ℓ go on x1's side, so that x2 stays one [M, D] matrix and the product is one GEMM over
             # x1's stacked rows, not a batch of [N, D] x [D, M] products with D = 8 inner columns (3-5x slower)
             cross = (a / ell) @ (2.0 * b.reshape(b.shape[-2:])).mT
         else:
-            cross = a @ (2.0 * (b / ell)).mT
+            cross = a @ (2.0 * b_scaled).mT
         return cross.add_(neg_a2).add_(neg_b2.mT)
 
     def _profile(self, r2):
