@@ -499,6 +499,35 @@ def test_estimator_contract_save_load_and_multimodal_sampling(tmp_path):
     np.testing.assert_allclose(back.log_predictive_density(x[:7], y[:7]), lpd)
 
 
+def test_predictive_summary_is_the_three_predictions_from_one_set_of_draws():
+    """The bench scores a fit by `predictive_summary` (one pass over the 10 000 draws of z): its four arrays
+    must be what log_predictive_density, predict and predict_interval give with the same draws (one chunk of
+    rows and of samples here, so the three calls draw the same z's as the summary)."""
+    from flowgp import LatentDeepGPRegressor
+    from flowgp.bench.runner import evaluate_regression
+
+    x, y, _ = make_multimodal_demo(120, seed=1)
+    est = LatentDeepGPRegressor(layers=2, num_importance=3, num_inducing=10, epochs=8, lr=0.02,
+                                kmeans_restarts=1, num_samples_predict=300, verbose=False).fit(x, y)
+    lpd, mean, lower, upper = est.predictive_summary(x[:9], y[:9], 0.8)
+    np.testing.assert_allclose(lpd, est.log_predictive_density(x[:9], y[:9]), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(mean, est.predict(x[:9]), rtol=0, atol=1e-10)
+    lo, hi = est.predict_interval(x[:9], 0.8)
+    np.testing.assert_allclose(lower, lo, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(upper, hi, rtol=0, atol=1e-8)
+    assert np.all(lower < upper) and lpd.shape == mean.shape == (9,)
+    # the mixture's interval holds `level` of its mass: fewer draws inside at a lower level
+    lo50, hi50 = est.predictive_summary(x[:9], y[:9], 0.5)[2:]
+    assert np.all(lo50 > lower) and np.all(hi50 < upper)
+    with pytest.raises(ValueError, match="level"):
+        est.predictive_summary(x[:9], y[:9], 1.5)
+    # the bench's scores come from it and agree with the three-call form
+    scores = evaluate_regression(est, x[:9], y[:9])
+    assert scores["nll"] == pytest.approx(-np.mean(lpd), abs=1e-12)
+    assert scores["coverage95"] == pytest.approx(np.mean((y[:9] >= est.predict_interval(x[:9], 0.95)[0])
+                                                         & (y[:9] <= est.predict_interval(x[:9], 0.95)[1])))
+
+
 def test_estimator_free_qz_and_reg_save_load(tmp_path):
     from flowgp import LatentDeepGPRegressor
 

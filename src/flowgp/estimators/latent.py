@@ -178,6 +178,26 @@ class LatentDeepGPRegressor(SVGPRegressor):
                 num_samples=s)
         return lpd.cpu().numpy() - math.log(self.y_scale_)
 
+    def predictive_summary(self, X, y, level=0.95):
+        """(log p(y* | x*), predictive mean, lower, upper) in the units of y, all from the same
+        `num_samples_predict` draws of z per point (`LatentDeepGP.predictive_summary`): the three separate calls
+        draw them three times (power's 957 test points, 10 000 draws: about 100 s each on one core)."""
+        if not 0 < level < 1:
+            raise ValueError(f"level must lie in (0, 1), got {level}")
+        xt = self.scaled_inputs(X)
+        yt = self.scaled_targets(y, xt.shape[0])
+        s = int(self.num_samples_predict)
+        probs = [(1 - level) / 2, (1 + level) / 2]
+
+        def one_chunk(x, y):
+            lpd, mean, q = self.model_.predictive_summary(x, y, probs, s, self._generator(x.device),
+                                                          common_noise=True)
+            return lpd, mean, q[0], q[1]
+
+        lpd, mean, lower, upper = self.predict_in_chunks(one_chunk, [xt, yt], num_probs=2, num_samples=s)
+        q = self._quantiles_in_target_units(torch.stack([lower, upper]))
+        return lpd.cpu().numpy() - math.log(self.y_scale_), self._in_target_units(mean), q[0], q[1]
+
     def elbo(self, X, y, num_importance=None):
         """An estimate of the importance-weighted bound L_K on (X, y) in the units of y (K defaults to the
         estimator's num_importance; X must be the training inputs when q(z) is free per point)."""
