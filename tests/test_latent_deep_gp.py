@@ -509,23 +509,51 @@ def test_predictive_summary_is_the_three_predictions_from_one_set_of_draws():
     x, y, _ = make_multimodal_demo(120, seed=1)
     est = LatentDeepGPRegressor(layers=2, num_importance=3, num_inducing=10, epochs=8, lr=0.02,
                                 kmeans_restarts=1, num_samples_predict=300, verbose=False).fit(x, y)
-    lpd, mean, lower, upper = est.predictive_summary(x[:9], y[:9], 0.8)
+    summary = est.predictive_summary(x[:9], y[:9], 0.8)
+    lpd, mean, lower, upper = (summary[k] for k in ("log_density", "mean", "lower", "upper"))
     np.testing.assert_allclose(lpd, est.log_predictive_density(x[:9], y[:9]), rtol=0, atol=1e-10)
     np.testing.assert_allclose(mean, est.predict(x[:9]), rtol=0, atol=1e-10)
     lo, hi = est.predict_interval(x[:9], 0.8)
     np.testing.assert_allclose(lower, lo, rtol=0, atol=1e-8)
     np.testing.assert_allclose(upper, hi, rtol=0, atol=1e-8)
-    assert np.all(lower < upper) and lpd.shape == mean.shape == (9,)
-    # the mixture's interval holds `level` of its mass: fewer draws inside at a lower level
-    lo50, hi50 = est.predictive_summary(x[:9], y[:9], 0.5)[2:]
-    assert np.all(lo50 > lower) and np.all(hi50 < upper)
+    assert np.all(lower < upper) and lpd.shape == mean.shape == summary["log_density_kde"].shape == (9,)
+    # the mixture's interval holds `level` of its mass: a narrower interval at a lower level
+    half = est.predictive_summary(x[:9], y[:9], 0.5)
+    assert np.all(half["lower"] > lower) and np.all(half["upper"] < upper)
     with pytest.raises(ValueError, match="level"):
         est.predictive_summary(x[:9], y[:9], 1.5)
-    # the bench's scores come from it and agree with the three-call form
+    # the bench's scores come from it: the three-call scores, and the KDE's NLL beside them
     scores = evaluate_regression(est, x[:9], y[:9])
     assert scores["nll"] == pytest.approx(-np.mean(lpd), abs=1e-12)
-    assert scores["coverage95"] == pytest.approx(np.mean((y[:9] >= est.predict_interval(x[:9], 0.95)[0])
-                                                         & (y[:9] <= est.predict_interval(x[:9], 0.95)[1])))
+    lo95, hi95 = est.predict_interval(x[:9], 0.95)
+    assert scores["coverage95"] == pytest.approx(np.mean((y[:9] >= lo95) & (y[:9] <= hi95)))
+    assert scores["nll_kde"] == pytest.approx(-np.mean(summary["log_density_kde"]), abs=1e-12)
+
+
+def test_kde_log_density_is_the_authors_kde_of_one_draw_of_y_per_z():
+    """The KDE score of the IWVI authors' public script: sklearn's KernelDensity with Silverman's bandwidth,
+    fitted to one draw y_s ~ N(μ_s, v_s + σ²) per z_s, scored at y. Rebuilt here from the same generator
+    stream: the z's (and hidden-layer draws) of prior_marginals, then one ε per z shared by the rows."""
+    from sklearn.neighbors import KernelDensity
+
+    from flowgp import LatentDeepGPRegressor
+
+    x, y, _ = make_multimodal_demo(120, seed=1)
+    est = LatentDeepGPRegressor(layers=2, num_importance=3, num_inducing=10, epochs=8, lr=0.02,
+                                kmeans_restarts=1, num_samples_predict=500, verbose=False).fit(x, y)
+    model = est.model_
+    xt, yt = est.scaled_inputs(x[:6]), est.scaled_targets(y[:6], 6)
+    out = model.predictive_summary(xt, yt, [0.5], 700, torch.Generator().manual_seed(3), common_noise=True)
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        mean, var = (torch.cat(p, 0) for p in zip(*model.prior_marginals(xt, 700, gen, common_noise=True)))
+        eps = torch.randn((700, 1, 1), dtype=mean.dtype, generator=gen)
+        draws = (mean + (var + model.likelihood.noise).sqrt() * eps)[..., 0].numpy()  # [S, N]
+    for n in range(6):
+        kde = KernelDensity(bandwidth=float(1.06 * np.std(draws[:, n]) * 700 ** -0.2)).fit(draws[:, n, None])
+        assert float(out["log_density_kde"][n]) == pytest.approx(kde.score([[float(yt[n, 0])]]), abs=1e-9)
+    # a different estimate from the same draws: the KDE widens the mixture's modes
+    assert torch.all(out["log_density_kde"] != out["log_density"])
 
 
 def test_estimator_free_qz_and_reg_save_load(tmp_path):

@@ -77,3 +77,24 @@ def test_newton_quantiles_do_not_depend_on_the_other_rows():
     alone = mixture_quantiles(None, weights[:, :1], loc[:, :1], spread[:, :1], PROBS,
                               component_cdf_pdf=_cdf_pdf(loc[:, :1], spread[:, :1], calls))
     torch.testing.assert_close(alone[:, 0], together[:, 0], atol=1e-12 * float(loc.abs().max()), rtol=1e-12)
+
+
+def test_silverman_kde_log_density_is_sklearns_kernel_density_with_silvermans_bandwidth():
+    """The IWVI authors' script: KernelDensity(bandwidth=1.06·std(draws)·S^(-1/5)).fit(draws).score(y)."""
+    import numpy as np
+    from sklearn.neighbors import KernelDensity
+
+    from flowgp.prediction import silverman_kde_log_density
+
+    gen = torch.Generator().manual_seed(0)
+    draws = torch.randn((500, 4), generator=gen, dtype=torch.float64) * torch.tensor([1.0, 0.1, 3.0, 2.0])
+    draws[:250, 3] += 8.0  # a bimodal column
+    y = torch.tensor([0.3, -0.05, 10.0, 4.0], dtype=torch.float64)
+    ours = silverman_kde_log_density(draws, y)
+    for j in range(4):
+        d = draws[:, j].numpy()
+        kde = KernelDensity(bandwidth=float(1.06 * np.std(d) * 500 ** -0.2)).fit(d[:, None])
+        assert float(ours[j]) == pytest.approx(kde.score(np.array([[float(y[j])]])), abs=1e-10)
+    # batched over leading dimensions other than the draws'
+    np.testing.assert_allclose(silverman_kde_log_density(draws[:, None, :].expand(500, 3, 4), y),
+                               ours.expand(3, 4).numpy(), atol=1e-12)

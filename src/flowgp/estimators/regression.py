@@ -274,14 +274,16 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                 [xt, yt])
         return lpd[:, 0].cpu().numpy() - math.log(self.y_scale_)
 
-    def predictive_summary(self, X, y, level=0.95):
-        """The test scores' ingredients in one call: (log p(y* | x*), predictive mean, lower, upper), arrays
-        [n_samples] in the units of y, the interval central and holding `level` of the predictive mass.
+    def predictive_summary(self, X, y, level=0.95) -> dict:
+        """What the test scores need, in one call: a dict of arrays [n_samples] in the units of y,
+        "log_density" (log p(y* | x*)), "mean" (the predictive mean), "lower" and "upper" (the central interval
+        holding `level` of the predictive mass); a family may add entries.
 
         Here it is the three calls log_predictive_density, predict and predict_interval; families whose
-        predictive is a Monte Carlo mixture draw it once for all four (LatentDeepGPRegressor)."""
+        predictive is a Monte Carlo mixture draw it once for all of them (LatentDeepGPRegressor)."""
         lower, upper = self.predict_interval(X, level)
-        return self.log_predictive_density(X, y), self.predict(X), lower, upper
+        return {"log_density": self.log_predictive_density(X, y), "mean": self.predict(X),
+                "lower": lower, "upper": upper}
 
     def elbo(self, X, y):
         """The ELBO on (X, y) in the units of y (a lower bound on log p(y))."""

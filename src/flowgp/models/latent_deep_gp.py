@@ -54,7 +54,7 @@ from ..encoders import AmortizedLatentEncoder, FreeLatent, normal_log_prob
 from ..likelihoods import GaussianLikelihood, Likelihood
 from ..linalg import JitterMemory, gram, lower_inverse, robust_cholesky, shared_left_products
 from ..objective import minibatch_bound
-from ..prediction import check_probabilities, gaussian_mixture_quantiles
+from ..prediction import check_probabilities, gaussian_mixture_quantiles, silverman_kde_log_density
 from ..row_draws import draw_rows
 from ._checks import as_inputs, as_targets
 
@@ -651,21 +651,29 @@ class LatentDeepGP(nn.Module):
         return torch.cat(out, 0)
 
     def predictive_summary(self, x, y, probs, num_samples: int = 1000, generator=None, iterations: int = 80,
-                           common_noise: bool = False):
-        """log p(y*_n | x*_n) [N], the predictive mean [N, L] and quantiles at `probs` [P, N, L] from one set of
-        draws z_s ~ p(z): what log_predictive_density, predict and predict_quantiles give for the same draws,
-        for a third of their cost together (each of them draws the whole set). Holds all S components of the
-        N rows' mixtures at once, as predict_quantiles does."""
+                           common_noise: bool = False) -> dict:
+        """What the test scores need, from one set of draws z_s ~ p(z) (each of log_predictive_density, predict
+        and predict_quantiles draws the whole set itself), as a dict of tensors:
+        "log_density" [N] (supplement E.3, the last layer integrated exactly, as log_predictive_density),
+        "mean" [N, L] (as predict), "quantiles" [P, N, L] at `probs` (as predict_quantiles) and
+        "log_density_kde" [N]: the authors' public script's estimate, a Silverman-bandwidth KDE of one draw of
+        y per z_s (`flowgp.prediction.silverman_kde_log_density`). Holds all S components of the N rows'
+        mixtures at once, as predict_quantiles does."""
         x, y = self.validate(x, y)
         probs = check_probabilities(probs, x)
         with torch.no_grad():
             mean, var = (torch.cat(parts, 0) for parts in
                          zip(*self.prior_marginals(x, num_samples, generator, common_noise)))  # [S, N, L]
             log_p = self.likelihood.predictive_log_density(y, mean, var).sum(-1)
-            log_density = torch.logsumexp(log_p, 0) - math.log(log_p.shape[0])
-            predictive_mean = self.likelihood.predictive_moments(mean, var)[0].mean(0)
-            quantiles = gaussian_mixture_quantiles(mean, var + self.likelihood.noise, probs, iterations)
-        return log_density, predictive_mean, quantiles
+            total_var = var + self.likelihood.noise
+            rows = 1 if common_noise else mean.shape[1]
+            eps = torch.randn((mean.shape[0], rows, mean.shape[2]), dtype=mean.dtype, device=mean.device,
+                              generator=generator)
+            draws = mean + total_var.sqrt() * eps.expand(mean.shape)
+            return {"log_density": torch.logsumexp(log_p, 0) - math.log(log_p.shape[0]),
+                    "mean": self.likelihood.predictive_moments(mean, var)[0].mean(0),
+                    "quantiles": gaussian_mixture_quantiles(mean, total_var, probs, iterations),
+                    "log_density_kde": silverman_kde_log_density(draws, y).sum(-1)}
 
     def predict_quantiles(self, x, probs, num_samples: int = 1000, generator=None, iterations: int = 80, common_noise: bool = False):
         """Quantiles of the Gaussian-mixture predictive at `probs` (safeguarded Newton on its CDF, flowgp.prediction.mixture_quantiles): [P, N, L]."""
