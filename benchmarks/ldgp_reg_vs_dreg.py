@@ -21,6 +21,10 @@ A last table pairs DREG with REG on the same splits twice: the test log-likeliho
 95 % Student-t interval, and the training bound per point (the rows' `train_elbo` / `n_train`, the importance-
 weighted bound L_K on the whole training set; a difference of the same split's bounds, so units cancel). Rows
 without `train_elbo` (learning-curve rows) enter only the first.
+
+`--score nll_kde` makes every table use the rows' `nll_kde` instead of `nll`: the IWVI authors' public script's
+test log-likelihood (a Silverman-bandwidth KDE of 10 000 predictive draws of y per point) in place of the
+supplement's E.3 estimate; rows without it (written before 2026-11-29) are left out.
 """
 from __future__ import annotations
 
@@ -156,8 +160,12 @@ def main(argv=None):
                    help="also take the rows of a learning curve (benchmarks/ldgp_learning_curve.py) scored at "
                         "exactly ITERATIONS iterations, as if the bench had written them under --preset "
                         "(e.g. curve-10k/curve.jsonl:10002 for the split-0 fits of the 10 002-iteration rows)")
+    p.add_argument("--score", choices=("nll", "nll_kde"), default="nll",
+                   help="the rows' test NLL to use: nll (supplement E.3) or nll_kde (the authors' public script)")
     a = p.parse_args(argv)
     rows = [json.loads(line) for f in a.rows for line in open(f) if line.strip()]
+    if a.score != "nll":
+        rows = [{**r, "nll": r[a.score]} for r in rows if a.score in r]
     for spec in a.curve:
         path, _, iterations = spec.rpartition(":")
         for line in open(path):
