@@ -52,6 +52,11 @@ def test_estimator_contract(cls, kw, tmp_path):
     assert type(loaded) is cls
     np.testing.assert_allclose(loaded.predict(x[:7]), mean, rtol=1e-12)
     np.testing.assert_allclose(flowgp.load(path).log_predictive_density(x[:7], y[:7]), lpd, rtol=1e-12)
+    # the bench's one-call summary is the three predictions
+    summary = est.predictive_summary(x[:7], y[:7], 0.9)
+    assert sorted(summary) == ["log_density", "lower", "mean", "upper"]
+    for got, want in zip((summary[k] for k in ("log_density", "mean", "lower", "upper")), (lpd, mean, lower, upper)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
 def test_log_density_accounts_for_target_scaling():

@@ -44,3 +44,16 @@ def test_dreg_minus_reg_pairs_by_split_and_skips_rows_without_a_bound():
     assert f"{np.mean([0.1, -0.2, 0.3]):+.3f} ± " in test_line
     assert "positive 1/2" in bound_line and "+0.000 ± 0.100" in bound_line  # (+10 − 10)/100 per point
     assert table.dreg_minus_reg_lines(rows, "other") == []
+
+
+def test_score_nll_kde_uses_the_kde_column_and_leaves_out_rows_without_it(capsys, tmp_path):
+    rows = [{**_row("ldgp2-reg", 0, 1.0), "nll_kde": 2.0}, {**_row("ldgp2-dreg", 0, 0.9), "nll_kde": 1.5},
+            _row("ldgp2-reg", 1, 1.0), _row("ldgp2-dreg", 1, 0.9)]                 # older rows: no KDE
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(__import__("json").dumps(r) for r in rows))
+    table.main([str(path), "--preset", "p", "--score", "nll_kde"])
+    out = capsys.readouterr().out
+    assert "| wine-red | 0 | -2.000 | -1.500 | +0.500 |" in out and "| wine-red | 1 |" not in out
+    table.main([str(path), "--preset", "p"])
+    out = capsys.readouterr().out
+    assert "| wine-red | 0 | -1.000 | -0.900 | +0.100 |" in out and "| wine-red | 1 |" in out
