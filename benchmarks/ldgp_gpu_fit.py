@@ -53,6 +53,8 @@ def main(argv=None):
                    help="keep the real fit's training state in this file (resumes from it when it exists; "
                         "`ldgp_anneal_tail.py --checkpoint` continues a finished fit); --epochs then required")
     p.add_argument("--no-score", action="store_true", help="train only (no 10 000-sample scoring)")
+    p.add_argument("--save", default=None,
+                   help="save the fitted estimator there (flowgp.load reads it) for later scoring ablations")
     args = p.parse_args(argv)
     if args.checkpoint and args.epochs is None:
         p.error("--checkpoint needs --epochs (a probe-sized fit would not resume to the same schedule)")
@@ -77,6 +79,8 @@ def main(argv=None):
     start = time.perf_counter()
     est.fit(split.x_train, split.y_train)
     train_seconds = time.perf_counter() - start
+    if args.save:
+        est.save(args.save)
     if args.no_score:
         print(f"trained {epochs * per_epoch} iterations in {train_seconds:.1f} s (this process)", flush=True)
         return
