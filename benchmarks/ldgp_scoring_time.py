@@ -10,12 +10,11 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
-
 from flowgp.bench.models import make_estimator
 from flowgp.bench.presets import get_preset
 from flowgp.bench.runner import evaluate_regression
 from flowgp.bench.uci import reference_split
+from flowgp.metrics import coverage, mean_nll, rmse
 
 
 def main(argv=None):
@@ -36,8 +35,8 @@ def main(argv=None):
     mean = est.predict(split.x_test)
     three = time.perf_counter() - start
     print(f"one summary: {one:.1f} s  {scores}")
-    print(f"three calls: {three:.1f} s  nll {-lpd.mean()!r}, rmse {np.sqrt(np.mean((mean - split.y_test) ** 2))!r}, "
-          f"coverage95 {np.mean((split.y_test >= lower) & (split.y_test <= upper))!r}")
+    print(f"three calls: {three:.1f} s  nll {mean_nll(lpd)!r}, rmse {rmse(split.y_test, mean)!r}, "
+          f"coverage95 {coverage(split.y_test, lower, upper)!r}")
 
 
 if __name__ == "__main__":

@@ -80,15 +80,14 @@ def evaluate_regression(est, x_test, y_test) -> dict:
     """Test NLL (mean negative log predictive density), RMSE of the predictive mean, 95 % interval coverage;
     where the estimator's `predictive_summary` gives one, also "nll_kde" (the latent DGP: the NLL by the IWVI
     authors' public script's KDE of predictive draws, `flowgp.prediction.silverman_kde_log_density`)."""
+    from ..estimators.regression import summary_from_predictions
     from ..metrics import coverage, mean_nll, rmse
 
     if hasattr(est, "predictive_summary"):
         # one call: a Monte Carlo predictive (the latent DGP's 10 000 draws of z per point) is drawn once
         summary = est.predictive_summary(x_test, y_test, 0.95)
-    else:
-        lower, upper = est.predict_interval(x_test, 0.95)
-        summary = {"log_density": est.log_predictive_density(x_test, y_test), "mean": est.predict(x_test),
-                   "lower": lower, "upper": upper}
+    else:  # a user's own registered regressor
+        summary = summary_from_predictions(est, x_test, y_test, 0.95)
     scores = {"nll": mean_nll(summary["log_density"]), "rmse": rmse(y_test, summary["mean"]),
               "coverage95": coverage(y_test, summary["lower"], summary["upper"])}
     if "log_density_kde" in summary:

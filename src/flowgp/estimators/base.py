@@ -24,7 +24,7 @@ from ..flows import Flow
 from ..flows.serialization import flow_from_record, flow_to_record
 
 __all__ = ["Estimator", "InputDependentFlowOptions", "as_float_array", "as_2d_float", "as_1d_float",
-           "positive_int", "FORMAT", "DTYPES"]
+           "positive_int", "central_probabilities", "FORMAT", "DTYPES"]
 
 FORMAT = "flowgp-estimator-v1"
 
@@ -85,6 +85,14 @@ def positive_int(value, name) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
+
+
+def central_probabilities(level) -> tuple:
+    """The probabilities ((1 - level) / 2, (1 + level) / 2) bounding a central interval that holds `level` of the
+    predictive mass; ValueError unless 0 < level < 1."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    return (1 - level) / 2, (1 + level) / 2
 
 
 def _flow_to_saved(flow):
@@ -280,8 +288,7 @@ class Estimator:
         from ..data_sources import open_table, table_writer
 
         self.check_fitted()
-        if not 0 < level < 1:
-            raise ValueError(f"level must lie in (0, 1), got {level}")
+        central_probabilities(level)
         chunk_rows = positive_int(chunk_rows, "chunk_rows")
         if features is None and isinstance(data, (str, Path)) and not str(data).endswith(".npy"):
             features = getattr(self, "feature_names_", None)

@@ -18,15 +18,10 @@ from ..data_sources import is_table
 from ..models.latent_deep_gp import HIDDEN_LAYERS, check_gradient, check_num_importance
 from ..optim import NaturalGradient
 from ..training import step_lr, train
+from .base import central_probabilities, positive_int
 from .regression import SVGPRegressor
 
 __all__ = ["LatentDeepGPRegressor"]
-
-
-def _positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 class LatentDeepGPRegressor(SVGPRegressor):
@@ -68,7 +63,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
 
     # ----- checks and construction ---------------------------------------------------------------------
     def _check_params(self):
-        _positive_int(self.layers, "layers")
+        positive_int(self.layers, "layers")
         if isinstance(self.latent_dim, bool) or not isinstance(self.latent_dim, (int, np.integer)):
             raise TypeError(f"latent_dim must be an int, got {type(self.latent_dim).__name__}")
         if self.latent_dim < 1:
@@ -77,7 +72,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
                              else self.num_importance)
         check_gradient(self.gradient)
         for name in ("hidden_width", "num_inducing", "num_samples_predict"):
-            _positive_int(getattr(self, name), name)
+            positive_int(getattr(self, name), name)
         if self.hidden_layer not in HIDDEN_LAYERS:
             raise ValueError(f"hidden_layer must be one of {HIDDEN_LAYERS}, got {self.hidden_layer!r}")
         if not isinstance(self.kernel, str):
@@ -111,7 +106,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
         fresh random subset of the rows (from a streamed table: `stream`, a sampler of `num_rows` rows read
         block by block, for the same number of iterations)."""
         n = xt.shape[0] if stream is None else int(num_rows)
-        batch = n if self.batch_size is None else min(_positive_int(self.batch_size, "batch_size"), n)
+        batch = n if self.batch_size is None else min(positive_int(self.batch_size, "batch_size"), n)
         iterations = int(self.epochs) * math.ceil(n / batch)
         natgrad = NaturalGradient([self.model_.layers[-1].gp], lr=self.natgrad_lr) if self.natgrad else None
         sampler = ArrayBatches(xt, yt, batch, per_step=batch < n, seed=self.seed) if stream is None else stream
@@ -170,7 +165,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
         in the units of y; `num_samples` defaults to `num_samples_predict`."""
         xt = self.scaled_inputs(X)
         yt = self.scaled_targets(y, xt.shape[0])
-        s = int(self.num_samples_predict) if num_samples is None else _positive_int(num_samples, "num_samples")
+        s = int(self.num_samples_predict) if num_samples is None else positive_int(num_samples, "num_samples")
         with torch.no_grad():
             lpd = self.predict_in_chunks(
                 lambda x, y: self.model_.log_predictive_density(x, y, s, self._generator(x.device),
@@ -183,12 +178,10 @@ class LatentDeepGPRegressor(SVGPRegressor):
         (`LatentDeepGP.predictive_summary`; the three separate calls draw them three times: power's 957 test
         points with 10 000 draws take about 100 s each on one core), plus "log_density_kde": the IWVI authors'
         public script's KDE estimate of log p(y* | x*) from one draw of y per z (units of y)."""
-        if not 0 < level < 1:
-            raise ValueError(f"level must lie in (0, 1), got {level}")
+        probs = list(central_probabilities(level))
         xt = self.scaled_inputs(X)
         yt = self.scaled_targets(y, xt.shape[0])
         s = int(self.num_samples_predict)
-        probs = [(1 - level) / 2, (1 + level) / 2]
 
         def one_chunk(x, y):
             out = self.model_.predictive_summary(x, y, probs, s, self._generator(x.device), common_noise=True)
@@ -213,7 +206,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
     def sample_y(self, X, n=1, seed=None):
         """Draws from the predictive p(y* | x*) (both modes of a multimodal target): [n, n_samples]."""
         xt = self.scaled_inputs(X)
-        n = _positive_int(n, "n")
+        n = positive_int(n, "n")
         with torch.no_grad():
             gen = self._generator(xt.device, seed)  # one stream across chunks: rows stay independent
             draws = self.predict_in_chunks(lambda x: self.model_.sample_y(x, n, generator=gen), [xt],
@@ -224,7 +217,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
         """Samples of the last layer's latent function at X with z ~ p(z), [num_samples, n_samples]."""
         xt = self.scaled_inputs(X)
         with torch.no_grad():
-            s = _positive_int(num_samples, "num_samples")
+            s = positive_int(num_samples, "num_samples")
             gen = self._generator(xt.device, seed)  # one stream across chunks: rows stay independent
 
             def draw(x):

@@ -20,7 +20,7 @@ from ..models.amogp import layer_curves
 from ..optim import NaturalGradient
 from ..training import EarlyStop, train
 from ..data_sources import is_table
-from .base import Estimator, as_1d_float, as_2d_float, positive_int
+from .base import Estimator, as_1d_float, as_2d_float, central_probabilities, positive_int
 from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, map_row_chunks
 
 __all__ = ["AlignedMultiOutputGPRegressor"]
@@ -398,8 +398,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
     def predict_interval(self, X, output, level=0.95, method="gaussian", seed=None):
         """Central predictive interval (lower, upper): "gaussian" from the propagated Gaussian, "samples" from
         quantiles of y drawn through the hierarchy."""
-        if not 0 < level < 1:
-            raise ValueError(f"level must lie in (0, 1), got {level}")
+        central_probabilities(level)
         xt, ot, o = self.scaled_inputs(X, output)
         if method == "gaussian":
             mean, std = self.predict(X, output, return_std=True)
