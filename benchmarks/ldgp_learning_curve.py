@@ -6,7 +6,9 @@ for `--iterations` iterations and, at each of `--at` iterations, scores the test
 (iterations, test_ll_std = mean log p(y*) + log y_scale, nll in y units, train bound per point, seconds).
 Training checkpoints to OUT/<model>-<dataset>-<split>.ckpt every 100 iterations, so an interrupted run resumes
 (milestones already in the JSONL are not scored again); the budget (`--iterations`) must stay the same for a
-resume. OUT/curve.png plots the curve.
+resume. OUT/curve.png plots the curve (`--reference` draws the paper's value as a line); `--plot-only` redraws it
+from the rows so far, e.g. while a long run is still going, and prints the slope per decade of iterations (least
+squares in log10(iterations)) over each model's last three milestones.
 
     PYTHONPATH=src python benchmarks/ldgp_learning_curve.py --out docs/results/ldgp-uci-reference/curve \\
         --model ldgp2-dreg --dataset wine-red --split 0 --iterations 3000 --at 300,1000,2000,3000
@@ -30,7 +32,14 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def slope_per_decade(points: list[tuple[int, float]]) -> float:
+    """Least-squares slope of the test log-likelihood against log10(iterations) through `points`."""
+    x = np.log10([p[0] for p in points])
+    y = np.asarray([p[1] for p in points], dtype=float)
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def plot(rows: list[dict], path: Path, reference: float | None = None) -> None:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(5.5, 3.6))
@@ -38,6 +47,8 @@ def plot(rows: list[dict], path: Path) -> None:
     for model in sorted({r["model"] for r in rows}):
         pts = sorted((r["iterations"], r["test_ll_std"]) for r in rows if r["model"] == model)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=model)
+    if reference is not None:
+        ax.axhline(reference, color="k", linestyle="--", linewidth=1, label=f"paper (300 000 iterations): {reference}")
     ax.set_xlabel("iterations")
     ax.set_ylabel("test log-likelihood (standardised)")
     ax.set_xscale("log")
@@ -62,9 +73,22 @@ def main(argv=None) -> int:
     parser.add_argument("--samples", type=int, default=10000, help="z samples per test point (E.3: 10000)")
     parser.add_argument("--inducing", type=int, default=128)
     parser.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
+    parser.add_argument("--reference", type=float, default=None, help="the paper's value, drawn as a line")
+    parser.add_argument("--plot-only", action="store_true", help="only redraw OUT/curve.png from the rows so far")
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
     out = Path(args.out)
+    if args.plot_only:
+        rows = _rows(out / "curve.jsonl")
+        if not rows:
+            parser.error(f"--plot-only: no rows in {out / 'curve.jsonl'}")
+        for model in sorted({r["model"] for r in rows}):
+            pts = sorted((r["iterations"], r["test_ll_std"]) for r in rows if r["model"] == model)
+            print(model, " ".join(f"{i}:{v:.4f}" for i, v in pts))
+            if len(pts) >= 3:
+                print(f"{model}: {slope_per_decade(pts[-3:]):+.4f} per decade over the last three milestones")
+        plot(rows, out / "curve.png", args.reference)
+        return 0
+    torch.set_num_threads(1)
     out.mkdir(parents=True, exist_ok=True)
     rows_path = out / "curve.jsonl"
     done = {r["iterations"] for r in _rows(rows_path) if r["model"] == args.model and r["dataset"] == args.dataset
@@ -98,7 +122,7 @@ def main(argv=None) -> int:
         return False
 
     est.fit(split.x_train, split.y_train, callback=score)
-    plot(_rows(rows_path), out / "curve.png")
+    plot(_rows(rows_path), out / "curve.png", args.reference)
     return 0
 
 
