@@ -32,6 +32,11 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _points(rows: list[dict], model: str) -> list[tuple[int, float]]:
+    """(iterations, standardised test LL) of one model's milestones, in order."""
+    return sorted((r["iterations"], r["test_ll_std"]) for r in rows if r["model"] == model)
+
+
 def slope_per_decade(points: list[tuple[int, float]]) -> float:
     """Least-squares slope of the test log-likelihood against log10(iterations) through `points`."""
     x = np.log10([p[0] for p in points])
@@ -45,7 +50,7 @@ def plot(rows: list[dict], path: Path, reference: float | None = None) -> None:
     fig = Figure(figsize=(5.5, 3.6))
     ax = fig.add_subplot(1, 1, 1)
     for model in sorted({r["model"] for r in rows}):
-        pts = sorted((r["iterations"], r["test_ll_std"]) for r in rows if r["model"] == model)
+        pts = _points(rows, model)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=model)
     if reference is not None:
         ax.axhline(reference, color="k", linestyle="--", linewidth=1, label=f"paper (300 000 iterations): {reference}")
@@ -82,7 +87,7 @@ def main(argv=None) -> int:
         if not rows:
             parser.error(f"--plot-only: no rows in {out / 'curve.jsonl'}")
         for model in sorted({r["model"] for r in rows}):
-            pts = sorted((r["iterations"], r["test_ll_std"]) for r in rows if r["model"] == model)
+            pts = _points(rows, model)
             print(model, " ".join(f"{i}:{v:.4f}" for i, v in pts))
             if len(pts) >= 3:
                 print(f"{model}: {slope_per_decade(pts[-3:]):+.4f} per decade over the last three milestones")
