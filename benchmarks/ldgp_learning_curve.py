@@ -6,7 +6,9 @@ for `--iterations` iterations and, at each of `--at` iterations, scores the test
 (iterations, test_ll_std = mean log p(y*) + log y_scale, nll in y units, train bound per point, seconds).
 Training checkpoints to OUT/<model>-<dataset>-<split>.ckpt every 100 iterations, so an interrupted run resumes
 (milestones already in the JSONL are not scored again); the budget (`--iterations`) must stay the same for a
-resume. OUT/curve.png plots the curve (`--reference` draws the paper's value as a line); `--plot-only` redraws it
+resume, unless `--extend` is given: then a checkpoint of a shorter run (finished or not) is carried on to the new
+budget with its optimiser states, on the trajectory a run given that budget from the start would take (the
+schedule depends on the step alone). OUT/curve.png plots the curve (`--reference` draws the paper's value as a line); `--plot-only` redraws it
 from the rows so far, e.g. while a long run is still going, and prints the slope per decade of iterations (least
 squares in log10(iterations)) over each model's last three milestones.
 
@@ -80,6 +82,8 @@ def main(argv=None) -> int:
     parser.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
     parser.add_argument("--reference", type=float, default=None, help="the paper's value, drawn as a line")
     parser.add_argument("--plot-only", action="store_true", help="only redraw OUT/curve.png from the rows so far")
+    parser.add_argument("--extend", action="store_true",
+                        help="carry a checkpoint of a shorter run on to --iterations (extend_checkpoint=True)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     if args.plot_only:
@@ -104,7 +108,7 @@ def main(argv=None) -> int:
     per_epoch = math.ceil(n / preset.batch_for(n))
     epochs = math.ceil(args.iterations / per_epoch)
     est = make_estimator(args.model, get_preset("reference", epochs=epochs), args.inducing, args.split, n)
-    est.set_params(num_samples_predict=args.samples, verbose=False,
+    est.set_params(num_samples_predict=args.samples, verbose=False, extend_checkpoint=args.extend,
                    checkpoint=str(out / f"{args.model}-{args.dataset}-{args.split}.ckpt"))
     milestones = sorted({int(v) for v in args.at.split(",")} | {epochs * per_epoch})
     start = time.perf_counter()

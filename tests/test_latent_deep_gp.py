@@ -568,6 +568,25 @@ def test_estimator_free_qz_and_reg_save_load(tmp_path):
     np.testing.assert_allclose(back.elbo(x, y), est.elbo(x, y))
 
 
+def test_estimator_extends_a_checkpointed_fit_to_more_epochs(tmp_path):
+    """A fit of 6 epochs and one of 3 epochs carried on to 6 from its checkpoint are the same fit (natural
+    gradients, the step schedule and minibatches included): how a long reference fit is made longer."""
+    from flowgp import LatentDeepGPRegressor
+
+    x, y, _ = make_multimodal_demo(60, seed=0)
+    kwargs = dict(layers=2, num_inducing=6, batch_size=20, natgrad=True, kmeans_restarts=1, num_samples_predict=20,
+                  verbose=False, hidden_layer="concat")
+    reference = LatentDeepGPRegressor(epochs=6, **kwargs).fit(x, y)
+    ckpt = tmp_path / "fit.ckpt"
+    LatentDeepGPRegressor(epochs=3, checkpoint=ckpt, **kwargs).fit(x, y)
+    with pytest.raises(ValueError, match="extend_budget"):
+        LatentDeepGPRegressor(epochs=6, checkpoint=ckpt, **kwargs).fit(x, y)
+    longer = LatentDeepGPRegressor(epochs=6, checkpoint=ckpt, extend_checkpoint=True, **kwargs).fit(x, y)
+    for (name, a), (_, b) in zip(reference.model_.named_parameters(), longer.model_.named_parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=name)
+    assert longer.history_ == pytest.approx(reference.history_, rel=1e-12)
+
+
 @pytest.mark.parametrize("kwargs, error, match", [
     ({"num_importance": 0}, ValueError, "num_importance"),
     ({"latent_dim": 0}, ValueError, "latent_dim"),

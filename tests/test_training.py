@@ -378,3 +378,56 @@ def test_regulariser_is_added_to_the_loss_once_and_checked():
     assert abs(seen[-1] - (bound + float(pull()))) < 1.0 and len(history) == 200
     with pytest.raises(TypeError, match="regulariser must be callable"):
         train(model, x, y, epochs=1, verbose=False, regulariser=1.0)
+
+
+@pytest.mark.parametrize("unit", ["steps", "epochs"])
+def test_extending_a_finished_run_is_the_longer_run(tmp_path, unit):
+    x, y = _problem(n=50)
+    budget = (lambda n: dict(steps=n)) if unit == "steps" else (lambda n: dict(epochs=n))
+    kwargs = dict(batch_size=20, lr=0.02, seed=3, verbose=False, schedule=step_lr(4, 0.7))
+    reference = _model(x)
+    h_ref = train(reference, x, y, **budget(12), **kwargs)
+    ckpt = tmp_path / "run.pt"
+    short = _model(x)
+    h_short = train(short, x, y, **budget(5), checkpoint_path=ckpt, **kwargs)
+    assert safe_load(ckpt)["finished"]
+    assert h_short == pytest.approx(h_ref[:5], rel=1e-12)
+    with pytest.raises(ValueError, match="extend_budget=True allows a larger budget"):
+        train(_model(x), x, y, **budget(12), checkpoint_path=ckpt, **kwargs)
+    with pytest.raises(ValueError, match="only grows a budget"):
+        train(_model(x), x, y, **budget(4), checkpoint_path=ckpt, extend_budget=True, **kwargs)
+    # extended in two legs, the second one interrupted and resumed: the 12-unit run, step for step
+    longer = _model(x)
+    train(longer, x, y, **budget(8), checkpoint_path=ckpt, extend_budget=True, **kwargs)
+    with pytest.raises(KeyboardInterrupt):
+        train(_model(x), x, y, **budget(12), checkpoint_path=ckpt, extend_budget=True, checkpoint_every=1000,
+              callback=_Interrupt(9 if unit == "steps" else 30), **kwargs)  # epochs: 3 steps each
+    fresh = _model(x)
+    h_ext = train(fresh, x, y, **budget(12), checkpoint_path=ckpt, extend_budget=True, **kwargs)
+    assert h_ext == pytest.approx(h_ref, rel=1e-12)
+    _assert_same_parameters(reference, fresh, 1e-10)
+    # extend_budget with the checkpoint's own budget is a plain resume of the finished run
+    again = _model(x)
+    assert train(again, x, y, **budget(12), checkpoint_path=ckpt, extend_budget=True, **kwargs) == h_ext
+    _assert_same_parameters(fresh, again, 0.0)
+
+
+def test_extending_refuses_what_a_longer_run_would_not_continue(tmp_path):
+    x, y = _problem(n=40)
+    stopped = tmp_path / "stopped.pt"
+    train(_model(x), x, y, steps=20, batch_size=16, verbose=False, checkpoint_path=stopped,
+          callback=lambda step, loss, model: step == 6)
+    with pytest.raises(ValueError, match="stopped at step 7 of 20"):
+        train(_model(x), x, y, steps=30, batch_size=16, verbose=False, checkpoint_path=stopped, extend_budget=True)
+    best = tmp_path / "best.pt"
+    train(_model(x), x, y, steps=5, batch_size=16, verbose=False, checkpoint_path=best, keep_best=True)
+    with pytest.raises(ValueError, match="keep_best"):
+        train(_model(x), x, y, steps=9, batch_size=16, verbose=False, checkpoint_path=best, keep_best=True,
+              extend_budget=True)
+    frozen = tmp_path / "frozen.pt"
+    train(_model(x), x, y, steps=10, batch_size=16, verbose=False, checkpoint_path=frozen, fix_noise_fraction=0.3)
+    with pytest.raises(ValueError, match="noise freeze"):
+        train(_model(x), x, y, steps=20, batch_size=16, verbose=False, checkpoint_path=frozen,
+              fix_noise_fraction=0.3, extend_budget=True)
+    with pytest.raises(TypeError, match="extend_budget"):
+        train(_model(x), x, y, steps=2, verbose=False, extend_budget="yes")

@@ -20,6 +20,7 @@ schedule, early stopping on a plateau, a per-step callback, a progress bar and r
   They are written every `checkpoint_every` budget units (epochs or steps), when the run ends, and on
   KeyboardInterrupt, always at a completed-step boundary: while a checkpointed run is in the main thread, a
   first Ctrl-C is held until the current step is done (a second one interrupts at once, without saving).
+  `extend_budget=True` carries a checkpointed run, finished or not, on to a larger budget on the same trajectory.
 - Data parallelism (`flowgp.distributed`): inside an initialised torch.distributed process group (torchrun,
   `flowgp fit --nproc N`) every rank takes its part of the same global batch (the sampler is sharded), weights
   its bound by its share of the rows so that the summed gradients are the single-process gradient of the
@@ -225,6 +226,24 @@ def _grads_finite(params) -> bool:
     return all(p.grad is None or bool(torch.all(torch.isfinite(p.grad))) for p in params)
 
 
+def _check_extension(path, state, budget) -> None:
+    """Refuse to extend a checkpoint that a longer run would not have passed through (see `extend_budget`)."""
+    saved = int(state["config"]["budget"])
+    if budget < saved:
+        raise ValueError(f"extend_budget only grows a budget: the checkpoint {path} was written with budget={saved} "
+                         f"but this run has budget={budget}")
+    if not state["finished"]:
+        return
+    cfg = state["config"]
+    total = saved if cfg["unit"] == "steps" else saved * int(cfg["steps_per_epoch"])
+    if int(state["step"]) < total:
+        raise ValueError(f"the run in {path} stopped at step {int(state['step'])} of {total} (early stop, back-off "
+                         "or a callback), so a longer budget would not continue it; delete the file to start afresh")
+    if state["best"] is not None:
+        raise ValueError(f"the run in {path} ended by restoring its best parameters (keep_best), not at its last "
+                         "step, so a longer budget would not continue it; delete the file to start afresh")
+
+
 def train(
     model,
     x,
@@ -252,6 +271,7 @@ def train(
     world: Optional[World] = None,
     compile: bool | str = False,
     regulariser: Optional[Callable] = None,
+    extend_budget: bool = False,
 ) -> list:
     """Minimise -model.elbo (or `loss`) over minibatches; returns the history (see the module doc).
 
@@ -266,7 +286,7 @@ def train(
         seed: seeds the sampler's generator (seed) and the model's Monte Carlo generator (seed + 1).
         checkpoint_path: resume from this file when it exists, write it every `checkpoint_every` epochs (or
             steps) and at the end. A checkpoint written with another data size, batch size, budget or
-            optimiser set is refused (ValueError naming the difference).
+            optimiser set is refused (ValueError naming the difference), except as `extend_budget` allows.
         desc: label of the progress bar (shown when `verbose`).
         optimizer: None (Adam), a torch.optim.Optimizer class (built with lr=lr), or a factory
             callable(params) -> optimiser. Closure-based optimisers (L-BFGS) are stepped with a closure.
@@ -309,6 +329,14 @@ def train(
             below the eager one. A short fit (a 1 000-step SVGP at M = 20 on a CPU: 1.2 s eager, 3.5 s to
             compile) is not made slower by it. The choice depends on measured time, and a compiled fit differs from the
             eager one by rounding (1e-6 relative): where a fit must repeat bit for bit, pass True or False.
+        extend_budget: let `checkpoint_path` hold a run written with a smaller budget (same unit, everything
+            else the same), finished or not, and carry it on to this budget with its optimiser, scheduler,
+            sampler and generator states: the steps taken are those of a run given this budget from the start,
+            as long as the schedules depend on the step alone (step_lr does; one built from the total does
+            not) and the noise freeze (`fix_noise_fraction`) ends at the same step. Refused (ValueError) for a
+            smaller budget, for a run that stopped before its budget (early stop, back-off or a callback) and
+            for a finished run that restored its best parameters (`keep_best`), none of which a longer run
+            would continue from.
 
     Returns:
         The history: with the default objective the mean negative ELBO per data point (mean over the epoch's
@@ -321,6 +349,8 @@ def train(
         raise ValueError(f"fix_noise_fraction must lie in [0, 1], got {fix_noise_fraction}")
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be a positive integer, got {checkpoint_every!r}")
+    if not isinstance(extend_budget, bool):
+        raise TypeError(f"extend_budget must be True or False, got {type(extend_budget).__name__}")
     if nonfinite not in ("raise", "backoff"):
         raise ValueError(f"nonfinite must be 'raise' or 'backoff', got {nonfinite!r}")
     if early_stop is not None and not isinstance(early_stop, EarlyStop):
@@ -426,12 +456,18 @@ def train(
         state = safe_load(path, map_location=getattr(sampler, "device", "cpu"))
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{path} is not a flowgp training checkpoint; choose another checkpoint_path")
+        extending = extend_budget and state["config"].get("budget") != budget
         for key, value in config.items():
             saved = state["config"].get(key)
-            if saved != value:
+            if saved != value and not (extending and key == "budget"):
+                hint = (" (a longer budget moves the end of the noise freeze, fix_noise_fraction x the budget, "
+                        "so it cannot extend this run)" if extending and key == "frozen_steps" else "")
                 raise ValueError(f"the checkpoint {path} was written with {key}={saved!r} but this run has "
-                                 f"{key}={value!r}; resume with the same data, batch size, budget and optimisers, "
-                                 "or delete the file to start afresh")
+                                 f"{key}={value!r}{hint}; resume with the same data, batch size, budget and "
+                                 "optimisers (extend_budget=True allows a larger budget), or delete the file to "
+                                 "start afresh")
+        if extending:
+            _check_extension(path, state, budget)
         model.load_state_dict(state["model"])
         for o, s in zip(optimizers, state["optimizers"]):
             o.load_state_dict(s)
@@ -444,7 +480,7 @@ def train(
         epoch_sum, epoch_count = float(state["epoch_sum"]), int(state["epoch_count"])
         stop = dict(state["early_stop"])
         initial_lrs = [list(v) for v in state["initial_lrs"]]
-        finished = bool(state["finished"])
+        finished = bool(state["finished"]) and not extending
         earlier_seconds = float(state.get("training_seconds", 0.0))  # files from before the key: 0
         if best is not None and state["best"] is not None:
             best.load_state_dict(state["best"])

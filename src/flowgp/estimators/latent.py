@@ -47,6 +47,9 @@ class LatentDeepGPRegressor(SVGPRegressor):
             "auto" compiles only where the fit is long enough to repay the compilation (timed first steps).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped.
+        extend_checkpoint: with `checkpoint`, a file written with fewer `epochs` (finished or not) is carried on
+            to `epochs` on the same trajectory, optimiser states included (`flowgp.training.train(extend_budget=
+            True)`): train longer without starting again. Otherwise such a file is refused.
         hidden_layer: "pca" (hidden_width GPs with a fixed PCA mean) or "concat" (supplement E.2: a fixed
             projection of hidden_width GPs added to the observed inputs, `ConcatProjectionLayer`).
         q_var_init / hidden_q_var_init: initial whitened S = value·I of the last / hidden layers (None: q_var_init;
@@ -58,7 +61,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
                  lr_decay=0.98, natgrad_lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.01,
                  kmeans_restarts=10, learn_inducing=True, num_samples_predict=10000, verbose=True, checkpoint=None,
                  hidden_layer="pca", q_var_init=1e-5, hidden_q_var_init=None, learn_hidden_variance=True,
-                 compile=False):
+                 compile=False, extend_checkpoint=False):
         self._store_arguments(locals())
 
     # ----- checks and construction ---------------------------------------------------------------------
@@ -113,7 +116,8 @@ class LatentDeepGPRegressor(SVGPRegressor):
         return train(self.model_, sampler, steps=iterations, lr=self.lr, schedule=step_lr(1000, self.lr_decay),
                      natural_gradient=natgrad, seed=self.seed, verbose=self.verbose, compile=self.compile,
                      desc=type(self).__name__,
-                     checkpoint_path=self.checkpoint_path(), callback=callback)
+                     checkpoint_path=self.checkpoint_path(), extend_budget=self.extend_checkpoint,
+                     callback=callback)
 
     # ----- public API --------------------------------------------------------------------------------
     #: `fit` streams tables (paths, iterators of chunks) through Estimator.fit_stream (amortised q(z) only)
