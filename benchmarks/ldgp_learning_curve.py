@@ -8,9 +8,9 @@ Training checkpoints to OUT/<model>-<dataset>-<split>.ckpt every 100 iterations,
 (milestones already in the JSONL are not scored again); the budget (`--iterations`) must stay the same for a
 resume, unless `--extend` is given: then a checkpoint of a shorter run (finished or not) is carried on to the new
 budget with its optimiser states, on the trajectory a run given that budget from the start would take (the
-schedule depends on the step alone). OUT/curve.png plots the curve (`--reference` draws the paper's value as a line); `--plot-only` redraws it
-from the rows so far, e.g. while a long run is still going, and prints the slope per decade of iterations (least
-squares in log10(iterations)) over each model's last three milestones.
+schedule depends on the step alone). OUT/curve.png plots the curve (`--reference` draws the paper's value as a
+line); `--plot-only` redraws it from the rows so far, e.g. while a long run is still going, and prints the slope
+per decade of iterations (least squares in log10(iterations)) over each model's last three milestones.
 
     PYTHONPATH=src python benchmarks/ldgp_learning_curve.py --out docs/results/ldgp-uci-reference/curve \\
         --model ldgp2-dreg --dataset wine-red --split 0 --iterations 3000 --at 300,1000,2000,3000

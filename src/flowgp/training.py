@@ -226,6 +226,11 @@ def _grads_finite(params) -> bool:
     return all(p.grad is None or bool(torch.all(torch.isfinite(p.grad))) for p in params)
 
 
+def _total_steps(unit: str, budget: int, per_epoch: int) -> int:
+    """The number of steps in a budget of `budget` units ("steps", or "epochs" of `per_epoch` steps each)."""
+    return budget if unit == "steps" else budget * per_epoch
+
+
 def _check_extension(path, state, budget) -> None:
     """Refuse to extend a checkpoint that a longer run would not have passed through (see `extend_budget`)."""
     saved = int(state["config"]["budget"])
@@ -235,7 +240,7 @@ def _check_extension(path, state, budget) -> None:
     if not state["finished"]:
         return
     cfg = state["config"]
-    total = saved if cfg["unit"] == "steps" else saved * int(cfg["steps_per_epoch"])
+    total = _total_steps(cfg["unit"], saved, int(cfg["steps_per_epoch"]))
     if int(state["step"]) < total:
         raise ValueError(f"the run in {path} stopped at step {int(state['step'])} of {total} (early stop, back-off "
                          "or a callback), so a longer budget would not continue it; delete the file to start afresh")
@@ -383,7 +388,7 @@ def train(
     n = int(sampler.num_data)
     per_epoch = int(sampler.steps_per_epoch)
     unit, budget = ("steps", steps) if steps is not None else ("epochs", epochs)
-    total = budget if unit == "steps" else budget * per_epoch
+    total = _total_steps(unit, budget, per_epoch)
     frozen_steps = int(round(fix_noise_fraction * total))
 
     # ----- optimisers ------------------------------------------------------------------------------------
