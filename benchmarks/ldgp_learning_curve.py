@@ -34,9 +34,15 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _points(rows: list[dict], model: str) -> list[tuple[int, float]]:
-    """(iterations, standardised test LL) of one model's milestones, in order."""
-    return sorted((r["iterations"], r["test_ll_std"]) for r in rows if r["model"] == model)
+def _label(row: dict) -> str:
+    """A curve's name: the model, and K and the batch where they are not the preset's (5, 512)."""
+    k, b = row.get("num_importance", 5), row.get("batch_size", 512)
+    return row["model"] if (k, b) == (5, 512) else f"{row['model']} K={k} batch={b}"
+
+
+def _points(rows: list[dict], label: str) -> list[tuple[int, float]]:
+    """(iterations, standardised test LL) of one curve's milestones, in order."""
+    return sorted((r["iterations"], r["test_ll_std"]) for r in rows if _label(r) == label)
 
 
 def slope_per_decade(points: list[tuple[int, float]]) -> float:
@@ -51,7 +57,7 @@ def plot(rows: list[dict], path: Path, reference: float | None = None) -> None:
 
     fig = Figure(figsize=(5.5, 3.6))
     ax = fig.add_subplot(1, 1, 1)
-    for model in sorted({r["model"] for r in rows}):
+    for model in sorted({_label(r) for r in rows}):
         pts = _points(rows, model)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=model)
     if reference is not None:
@@ -79,6 +85,10 @@ def main(argv=None) -> int:
     parser.add_argument("--at", default="300,1000,2000,3000", help="comma-separated iterations to score at")
     parser.add_argument("--samples", type=int, default=10000, help="z samples per test point (E.3: 10000)")
     parser.add_argument("--inducing", type=int, default=128)
+    parser.add_argument("--num-importance", type=int, default=None,
+                        help="importance samples K (default: the model's, 5; the authors' Table 1 runs: 50)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="minibatch size (default: the reference preset's, 512; the authors' Table 1 runs: 64)")
     parser.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
     parser.add_argument("--reference", type=float, default=None, help="the paper's value, drawn as a line")
     parser.add_argument("--plot-only", action="store_true", help="only redraw OUT/curve.png from the rows so far")
@@ -90,7 +100,7 @@ def main(argv=None) -> int:
         rows = _rows(out / "curve.jsonl")
         if not rows:
             parser.error(f"--plot-only: no rows in {out / 'curve.jsonl'}")
-        for model in sorted({r["model"] for r in rows}):
+        for model in sorted({_label(r) for r in rows}):
             pts = _points(rows, model)
             print(model, " ".join(f"{i}:{v:.4f}" for i, v in pts))
             if len(pts) >= 3:
@@ -100,16 +110,23 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     out.mkdir(parents=True, exist_ok=True)
     rows_path = out / "curve.jsonl"
-    done = {r["iterations"] for r in _rows(rows_path) if r["model"] == args.model and r["dataset"] == args.dataset
-            and r["split"] == args.split}
     split = load_split(args.dataset, args.split, args.data_dir, protocol="reference")
     n = len(split.y_train)
-    preset = get_preset("reference")
+    overrides = {} if args.batch_size is None else {"batch_size": args.batch_size}
+    preset = get_preset("reference", **overrides)
     per_epoch = math.ceil(n / preset.batch_for(n))
     epochs = math.ceil(args.iterations / per_epoch)
-    est = make_estimator(args.model, get_preset("reference", epochs=epochs), args.inducing, args.split, n)
+    est = make_estimator(args.model, get_preset("reference", epochs=epochs, **overrides), args.inducing, args.split, n)
+    # a run with another K or batch keeps its own checkpoint and is labelled in its rows
+    tag = "".join(f"-{k}{v}" for k, v in (("k", args.num_importance), ("b", args.batch_size)) if v is not None)
+    # rows written before K and the batch were recorded are the defaults' (5, 512)
+    done = {r["iterations"] for r in _rows(rows_path) if r["model"] == args.model and r["dataset"] == args.dataset
+            and r["split"] == args.split and r.get("num_importance", 5) == (args.num_importance or 5)
+            and r.get("batch_size", 512) == preset.batch_for(n)}
     est.set_params(num_samples_predict=args.samples, verbose=False, extend_checkpoint=args.extend,
-                   checkpoint=str(out / f"{args.model}-{args.dataset}-{args.split}.ckpt"))
+                   checkpoint=str(out / f"{args.model}-{args.dataset}-{args.split}{tag}.ckpt"))
+    if args.num_importance is not None:
+        est.set_params(num_importance=args.num_importance)
     milestones = sorted({int(v) for v in args.at.split(",")} | {epochs * per_epoch})
     start = time.perf_counter()
 
@@ -123,6 +140,7 @@ def main(argv=None) -> int:
                "test_ll_std": float(lpd.mean() + math.log(est.y_scale_)), "nll": float(-lpd.mean()),
                "y_scale": float(est.y_scale_), "train_neg_bound_per_point": float(loss) / n,
                "samples": args.samples, "num_inducing": args.inducing,
+               "num_importance": est.num_importance, "batch_size": preset.batch_for(n),
                "score_seconds": time.perf_counter() - t0, "elapsed_seconds": time.perf_counter() - start}
         with rows_path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
