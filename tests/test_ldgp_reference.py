@@ -91,3 +91,17 @@ def test_reference_preset_builds_the_e2_estimator_and_trains_with_natural_gradie
     # the quick preset keeps its own structure but scores with 10 000 samples of z too
     quick = make_estimator("ldgp2-reg", get_preset("quick"), 10, 0, 60).get_params()
     assert quick["hidden_layer"] == "pca" and quick["num_samples_predict"] == 10000
+
+
+def test_reference_k50_preset_is_the_reference_protocol_with_the_authors_table1_k_and_batch():
+    # the DREG authors' Table 1 runs: K = 50 importance samples, minibatch 64, on the same splits and structure
+    preset = get_preset("reference-k50")
+    assert (preset.protocol, preset.num_importance, preset.batch_size, preset.steps) == ("reference", 50, 64, 300_000)
+    ref = make_estimator("ldgp2-dreg", get_preset("reference", epochs=2), 10, 0, 200).get_params()
+    k50 = make_estimator("ldgp2-dreg", get_preset("reference-k50", epochs=2), 10, 0, 200).get_params()
+    assert (k50["num_importance"], k50["batch_size"]) == (50, 64)
+    differ = {k for k in ref if ref[k] != k50[k]}
+    assert differ == {"num_importance", "batch_size"}
+    # models without importance samples take the preset's budget and ignore K
+    svgp = make_estimator("svgp", get_preset("reference-k50", epochs=2), 10, 0, 200).get_params()
+    assert svgp["batch_size"] == 64 and "num_importance" not in svgp

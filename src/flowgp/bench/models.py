@@ -138,13 +138,15 @@ def _budget_latent(preset, num_inducing, seed, num_data, task):
     common = _common(preset, num_inducing, seed, num_data)
     keep = ("num_inducing", "seed", "verbose", "epochs", "batch_size", "lr", "kmeans_restarts")
     kwargs = {**{k: common[k] for k in keep}, "noise": 0.01}
-    if preset.name == "reference":
+    if preset.protocol == "reference":
         # issue 25: supplement E.2 and the authors' run script (experiments/run_conditional_density_estimation.py
         # in hughsalimbeni/DGPs_with_IWVI): hidden layers = fixed projection of 5 GPs + the inputs, natural
         # gradients (0.01) on the last layer's q(u) whose S starts at I, hidden q_sqrt scaled by 1e-5 (S = 1e-10 I),
         # hidden kernel variances fixed at 1; Adam 0.005 and both steps x0.98 per 1000 iterations
         kwargs.update(hidden_layer="concat", natgrad=True, natgrad_lr=0.01, lr_decay=0.98, q_var_init=1.0,
                       hidden_q_var_init=1e-10, learn_hidden_variance=False)
+    if preset.num_importance is not None:
+        kwargs["num_importance"] = preset.num_importance
     return kwargs
 
 

@@ -48,6 +48,8 @@ class Preset:
     fix_noise_fraction: float = 0.0
     large_m: int | None = None         # with more inducing points than this ...
     large_m_epochs: int | None = None  # ... train for this many epochs instead (their steps cost ~(M/200)^3 more)
+    protocol: str = "standard"         # "reference": the DGP-IWVI authors' splits and latent-DGP structure
+    num_importance: int | None = None  # latent deep GPs' importance samples K (None: the model's default, 5)
 
     def batch_for(self, n: int) -> int:
         return n if self.batch_size is None else min(int(self.batch_size), n)
@@ -79,7 +81,13 @@ PRESETS = {
     # Adam 0.005, likelihood variance 0.01, one k-means run (scipy's kmeans2 in the authors' code); latent deep
     # GPs add their E.2 structure (bench.models); `flowgp bench uci --preset reference` also switches to the
     # authors' splits (bench.uci.reference_split)
-    "reference": Preset("reference", steps=300_000, batch_size=512, lr=0.005, noise=0.01, kmeans_restarts=1),
+    "reference": Preset("reference", steps=300_000, batch_size=512, lr=0.005, noise=0.01, kmeans_restarts=1,
+                        protocol="reference"),
+    # the same with what the DREG authors' own Table 1 runs used (github.com/timrudner/snr_issues_in_deep_gps,
+    # experiments/build_run_commands.py, table_1: L1_G5, K = 50, minibatch 64, 300 000 iterations); "reference"
+    # keeps K = 5 and batch 512, the defaults of the DGP-IWVI run script the issue named
+    "reference-k50": Preset("reference-k50", steps=300_000, batch_size=64, lr=0.005, noise=0.01,
+                            kmeans_restarts=1, protocol="reference", num_importance=50),
 }
 
 

@@ -30,7 +30,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--splits", default="0-9", help="split numbers, e.g. '0-9' or '0,3,5'")
     parser.add_argument("--inducing", default="100", help="numbers of inducing points, e.g. '5,100'")
     parser.add_argument("--preset", default="quick",
-                        help="training budget: paper, quick, tiny or reference (DGP-IWVI Table 1 protocol and splits)")
+                        help="training budget: paper, quick, tiny, reference (DGP-IWVI Table 1 protocol and splits, "
+                             "K = 5, batch 512) or reference-k50 (the same with the DREG authors' K = 50, batch 64)")
     parser.add_argument("--epochs", type=int, default=None, help="override the preset's epochs")
     parser.add_argument("--seed", type=int, default=0, help="base seed (split i uses seed + i)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (one torch thread each)")
@@ -100,9 +101,9 @@ def _work(job: dict) -> dict:
     from .presets import get_preset
     from .runner import fit_and_score
 
-    split = load_split(job["dataset"], job["split"], job["data_dir"], job["seed"] - job["split"],
-                       protocol="reference" if job["preset_name"] == "reference" else "standard")
     preset = get_preset(job["preset_name"], epochs=job["epochs_override"])
+    split = load_split(job["dataset"], job["split"], job["data_dir"], job["seed"] - job["split"],
+                       protocol=preset.protocol)
     n = len(split.y_train)
     m = min(job["num_inducing"], n)
     est = make_estimator(job["model"], preset, m, job["seed"], n, task=job["task"])
@@ -120,7 +121,7 @@ def build_jobs(args) -> list[dict]:
     from .models import model_names, supports_task
     from .presets import get_preset
 
-    get_preset(args.preset)  # validate early
+    protocol = get_preset(args.preset).protocol  # validates the name early
     datasets = parse_name_list(args.datasets, what="dataset")
     models = parse_name_list(args.models, known=model_names(), what="model")
     splits = parse_int_list(args.splits, "split")
@@ -136,8 +137,7 @@ def build_jobs(args) -> list[dict]:
         if ds == "avila" and splits != [0]:
             raise ValueError("avila has one official train/test split; pass --splits 0")
         # fail fast on missing/malformed files
-        load_split(ds, splits[0], args.data_dir, args.seed,
-                   protocol="reference" if args.preset == "reference" else "standard")
+        load_split(ds, splits[0], args.data_dir, args.seed, protocol=protocol)
         for split in splits:
             for model in models:
                 for m in inducing:
