@@ -35,9 +35,10 @@ def _rows(path: Path) -> list[dict]:
 
 
 def _label(row: dict) -> str:
-    """A curve's name: the model, and K and the batch where they are not the preset's (5, 512)."""
+    """A curve's name: the model, K and the batch where they are not the preset's (5, 512), the row order if given."""
     k, b = row.get("num_importance", 5), row.get("batch_size", 512)
-    return row["model"] if (k, b) == (5, 512) else f"{row['model']} K={k} batch={b}"
+    label = row["model"] if (k, b) == (5, 512) else f"{row['model']} K={k} batch={b}"
+    return label if row.get("row_order") is None else f"{label} rows={row['row_order']}"
 
 
 def _points(rows: list[dict], label: str) -> list[tuple[int, float]]:
@@ -74,7 +75,7 @@ def plot(rows: list[dict], path: Path, reference: float | None = None) -> None:
 def main(argv=None) -> int:
     from flowgp.bench.models import make_estimator
     from flowgp.bench.presets import get_preset
-    from flowgp.bench.uci import load_split
+    from flowgp.bench.uci import load_split, reference_split
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
@@ -90,6 +91,9 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=None,
                         help="minibatch size (default: the reference preset's, 512; the authors' Table 1 runs: 64)")
     parser.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
+    parser.add_argument("--row-order", default=None,
+                        help="a .npy permutation: entry i is the row of uci/<dataset>/data.txt that is row i of the "
+                             "authors' download, so the split holds their points (bench.uci.reference_split)")
     parser.add_argument("--reference", type=float, default=None, help="the paper's value, drawn as a line")
     parser.add_argument("--plot-only", action="store_true", help="only redraw OUT/curve.png from the rows so far")
     parser.add_argument("--extend", action="store_true",
@@ -110,7 +114,11 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     out.mkdir(parents=True, exist_ok=True)
     rows_path = out / "curve.jsonl"
-    split = load_split(args.dataset, args.split, args.data_dir, protocol="reference")
+    if args.row_order is None:
+        split = load_split(args.dataset, args.split, args.data_dir, protocol="reference")
+    else:
+        split = reference_split(args.dataset, args.split, args.data_dir, row_order=np.load(args.row_order))
+    rows_tag = None if args.row_order is None else Path(args.row_order).stem
     n = len(split.y_train)
     overrides = {} if args.batch_size is None else {"batch_size": args.batch_size}
     preset = get_preset("reference", **overrides)
@@ -118,11 +126,12 @@ def main(argv=None) -> int:
     epochs = math.ceil(args.iterations / per_epoch)
     est = make_estimator(args.model, get_preset("reference", epochs=epochs, **overrides), args.inducing, args.split, n)
     # a run with another K or batch keeps its own checkpoint and is labelled in its rows
-    tag = "".join(f"-{k}{v}" for k, v in (("k", args.num_importance), ("b", args.batch_size)) if v is not None)
+    tag = "".join(f"-{k}{v}" for k, v in (("k", args.num_importance), ("b", args.batch_size), ("rows-", rows_tag))
+                  if v is not None)
     # rows written before K and the batch were recorded are the defaults' (5, 512)
     done = {r["iterations"] for r in _rows(rows_path) if r["model"] == args.model and r["dataset"] == args.dataset
             and r["split"] == args.split and r.get("num_importance", 5) == (args.num_importance or 5)
-            and r.get("batch_size", 512) == preset.batch_for(n)}
+            and r.get("batch_size", 512) == preset.batch_for(n) and r.get("row_order") == rows_tag}
     est.set_params(num_samples_predict=args.samples, verbose=False, extend_checkpoint=args.extend,
                    checkpoint=str(out / f"{args.model}-{args.dataset}-{args.split}{tag}.ckpt"))
     if args.num_importance is not None:
@@ -140,7 +149,7 @@ def main(argv=None) -> int:
                "test_ll_std": float(lpd.mean() + math.log(est.y_scale_)), "nll": float(-lpd.mean()),
                "y_scale": float(est.y_scale_), "train_neg_bound_per_point": float(loss) / n,
                "samples": args.samples, "num_inducing": args.inducing,
-               "num_importance": est.num_importance, "batch_size": preset.batch_for(n),
+               "num_importance": est.num_importance, "batch_size": preset.batch_for(n), "row_order": rows_tag,
                "score_seconds": time.perf_counter() - t0, "elapsed_seconds": time.perf_counter() - start}
         with rows_path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")

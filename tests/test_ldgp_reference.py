@@ -72,6 +72,27 @@ def test_reference_split_follows_the_seeded_permutation_rule(split):
         reference_split("wine-red", -1)
 
 
+def test_reference_split_of_a_file_in_another_row_order_holds_the_same_points():
+    from flowgp.data import load_uci
+
+    x, y = load_uci("wine-red")
+    n = len(y)
+    # the authors' download as a permutation of our rows: their row i is our row perm[i]
+    perm = np.random.RandomState(3).permutation(n)
+    theirs = (x[perm], y[perm])
+    s = reference_split("wine-red", 5, row_order=perm)
+    order = np.arange(n)
+    np.random.RandomState(5).shuffle(order)
+    np.testing.assert_array_equal(s.x_test, theirs[0][order[int(0.9 * n):]])
+    np.testing.assert_array_equal(s.y_train, theirs[1][order[:int(0.9 * n)]])
+    assert not np.array_equal(s.y_test, reference_split("wine-red", 5).y_test)
+    np.testing.assert_array_equal(reference_split("wine-red", 5, row_order=np.arange(n)).y_test,
+                                  reference_split("wine-red", 5).y_test)
+    for bad in (perm[:-1], np.zeros(n, dtype=int)):
+        with pytest.raises(ValueError, match="row_order must be a permutation"):
+            reference_split("wine-red", 0, row_order=bad)
+
+
 def test_reference_preset_builds_the_e2_estimator_and_trains_with_natural_gradients():
     preset = get_preset("reference", epochs=3)
     assert (preset.lr, preset.batch_size, preset.noise, preset.steps) == (0.005, 512, 0.01, None)

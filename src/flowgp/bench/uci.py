@@ -55,21 +55,33 @@ def _dataset_task(name: str, data_dir=None) -> str:
                      ", another folder under uci/, or csv:PATH:TARGET")
 
 
-def reference_split(dataset: str, split: int, data_dir=None):
+def reference_split(dataset: str, split: int, data_dir=None, row_order=None):
     """Split `split` made as the DGP-IWVI/DREG authors' benchmark code makes it (hughsalimbeni/bayesian_benchmarks,
     `data.Dataset.__init__` with BASE_SEED = 0): the row indices 0..N-1 shuffled by NumPy's legacy Mersenne
     Twister seeded with `split` (their code seeds NumPy's global generator and shuffles), the first int(0.9 N) for training
     and the rest (10 %) for testing. Any split number >= 0 is valid (the paper uses 20). A local
-    RandomState: the global NumPy RNG is not touched."""
+    RandomState: the global NumPy RNG is not touched.
+
+    The rule picks rows by position, so the same split of a file in another row order tests other points.
+    `row_order` (a permutation of 0..N-1, or None for the file's order) says which row of `uci/<name>/data.txt` is
+    the i-th row of the authors' download: with it the split holds the points theirs holds."""
     from ..data import Split, load_uci
 
     if isinstance(split, bool) or not isinstance(split, (int, np.integer)) or split < 0:
         raise ValueError(f"split must be an integer >= 0, got {split!r}")
     x, y = load_uci(dataset, data_dir)
+    if row_order is not None:
+        row_order = np.asarray(row_order)
+        if row_order.shape != (len(y),) or not np.array_equal(np.sort(row_order), np.arange(len(y))):
+            raise ValueError(f"row_order must be a permutation of 0..{len(y) - 1} (the rows of uci/{dataset}), "
+                             f"got an array of shape {row_order.shape} that is not one")
+        x, y = x[row_order], y[row_order]
     ind = np.arange(len(y))
     np.random.RandomState(int(split)).shuffle(ind)
     n = int(len(y) * 0.9)
-    return Split(x[ind[:n]], y[ind[:n]], x[ind[n:]], y[ind[n:]], f"uci/{dataset} bayesian_benchmarks split {split}")
+    order = "" if row_order is None else " (rows in the given order)"
+    return Split(x[ind[:n]], y[ind[:n]], x[ind[n:]], y[ind[n:]],
+                 f"uci/{dataset} bayesian_benchmarks split {split}{order}")
 
 
 def load_split(dataset: str, split: int, data_dir=None, seed: int = 0, protocol: str = "standard"):
