@@ -10,16 +10,45 @@ and estimator, the mean over splits (what Table 1 reports), median, standard err
 (splits more than 2 s.d. from the mean dropped for REG and DREG alike) and DREG - REG paired by split.
 
     python benchmarks/ldgp_authors_table1.py
+    # paired with our fits on the same splits (rows of `flowgp bench uci` or of ldgp_learning_curve.py)
+    python benchmarks/ldgp_authors_table1.py --ours R/uci.jsonl R/splits-5-19/uci.jsonl --preset reference-e3334
+
+A split's test points depend on the row order of the data file. Our wine-red file is in the order of the authors'
+download, so our split k is theirs; our power file is not, so only power rows fitted with `--row-order` (which
+record `row_order`) are paired with theirs.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 from collections import defaultdict
 from pathlib import Path
 
 DEFAULT = Path(__file__).resolve().parents[1] / "docs/results/ldgp-uci-reference/authors-table1/per_split.csv"
+SAME_ROW_ORDER = {"wine-red"}  # data files whose row order is the authors' download's
+MODELS = {"reg": "ldgp2-reg", "dreg": "ldgp2-dreg"}
+
+
+def _ours(paths: list[str], preset: str | None, iterations: int | None) -> dict:
+    """{(dataset, estimator, split): standardised test LL} of our rows that hold the authors' split's points."""
+    est_of = {m: e for e, m in MODELS.items()}
+    out = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            if r.get("model") not in est_of or (preset is not None and r.get("preset", preset) != preset):
+                continue
+            if iterations is not None and r.get("iterations", iterations) != iterations:
+                continue
+            if r["dataset"] not in SAME_ROW_ORDER and not r.get("row_order"):
+                continue
+            value = r["test_ll_std"] if "test_ll_std" in r else -r["nll"] + math.log(r["y_scale"])
+            out[(r["dataset"], est_of[r["model"]], int(r["split"]))] = value
+    return out
 
 
 def _stats(values: list[float]) -> tuple[float, float, float]:
@@ -43,7 +72,11 @@ def _outliers(values: dict[int, float], ddof: int) -> set[int]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", default=str(DEFAULT))
+    parser.add_argument("--ours", nargs="*", default=[], help="our JSONL rows to pair with theirs by split")
+    parser.add_argument("--preset", default=None, help="only our bench rows of this preset label")
+    parser.add_argument("--iterations", type=int, default=None, help="only our curve rows at these iterations")
     args = parser.parse_args(argv)
+    ours = _ours(args.ours, args.preset, args.iterations)
     table: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     with open(args.csv) as fh:
         for row in csv.DictReader(fh):
@@ -64,6 +97,17 @@ def main(argv=None) -> int:
         diff = [dreg[s] - reg[s] for s in splits]
         mean, _, se = _stats(diff)
         print(f"  DREG - REG {mean:+.3f} ± {se:.3f}, DREG ahead on {sum(d > 0 for d in diff)} of {len(diff)} splits")
+        for name, theirs in (("reg", reg), ("dreg", dreg)):
+            common = sorted(s for s in theirs if (dataset, name, s) in ours)
+            if not common:
+                continue
+            o = [ours[(dataset, name, s)] for s in common]
+            d = [a - theirs[s] for a, s in zip(o, common)]
+            mean, median, se = _stats(d)
+            print(f"  ours {MODELS[name]} on {len(common)} of their splits: {_stats(o)[0]:+.3f} against their "
+                  f"{_stats([theirs[s] for s in common])[0]:+.3f}; ours - theirs {mean:+.3f} ± {se:.3f} "
+                  f"(median {median:+.3f}), ours ahead on {sum(v > 0 for v in d)}")
+            print("    " + " ".join(f"{s}:{a:+.2f}/{theirs[s]:+.2f}" for s, a in zip(common, o)))
     return 0
 
 
