@@ -26,6 +26,8 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from ldgp_reg_vs_dreg import outlier_splits  # the supplement's rule as our own tables apply it (s.d. with ddof 1)
+
 DEFAULT = Path(__file__).resolve().parents[1] / "docs/results/ldgp-uci-reference/authors-table1/per_split.csv"
 SAME_ROW_ORDER = {"wine-red"}  # data files whose row order is the authors' download's
 MODELS = {"reg": "ldgp2-reg", "dreg": "ldgp2-dreg"}
@@ -61,14 +63,6 @@ def _stats(values: list[float]) -> tuple[float, float, float]:
     return mean, median, sd / math.sqrt(n)
 
 
-def _outliers(values: dict[int, float], ddof: int) -> set[int]:
-    """Splits more than two standard deviations (with `ddof`) from the mean over splits."""
-    vals = list(values.values())
-    mean = sum(vals) / len(vals)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - ddof))
-    return {s for s, v in values.items() if abs(v - mean) > 2 * sd}
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", default=str(DEFAULT))
@@ -89,11 +83,10 @@ def main(argv=None) -> int:
             mean, median, se = _stats([values[s] for s in splits])
             print(f"  {name:5s} mean {mean:+.3f} ± {se:.3f} (median {median:+.3f}), "
                   f"range {min(values.values()):+.3f} .. {max(values.values()):+.3f}")
-        for ddof in (1, 0):
-            out = _outliers(reg, ddof) | _outliers(dreg, ddof)
-            keep = [s for s in splits if s not in out]
-            print(f"  outlier rule (s.d. with ddof={ddof}): drops {sorted(out)}; "
-                  f"REG {_stats([reg[s] for s in keep])[0]:+.3f}, DREG {_stats([dreg[s] for s in keep])[0]:+.3f}")
+        out = outlier_splits({"reg": {s: reg[s] for s in splits}, "dreg": {s: dreg[s] for s in splits}})
+        keep = [s for s in splits if s not in out]
+        print(f"  outlier rule: drops {sorted(out)}; "
+              f"REG {_stats([reg[s] for s in keep])[0]:+.3f}, DREG {_stats([dreg[s] for s in keep])[0]:+.3f}")
         diff = [dreg[s] - reg[s] for s in splits]
         mean, _, se = _stats(diff)
         print(f"  DREG - REG {mean:+.3f} ± {se:.3f}, DREG ahead on {sum(d > 0 for d in diff)} of {len(diff)} splits")
