@@ -34,16 +34,27 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _setting(row: dict) -> tuple:
+    """A row's (K, batch, row order); rows written before K and the batch were recorded are the preset's (5, 512)."""
+    return row.get("num_importance", 5), row.get("batch_size", 512), row.get("row_order")
+
+
 def _label(row: dict) -> str:
     """A curve's name: the model, K and the batch where they are not the preset's (5, 512), the row order if given."""
-    k, b = row.get("num_importance", 5), row.get("batch_size", 512)
+    k, b, rows = _setting(row)
     label = row["model"] if (k, b) == (5, 512) else f"{row['model']} K={k} batch={b}"
-    return label if row.get("row_order") is None else f"{label} rows={row['row_order']}"
+    return label if rows is None else f"{label} rows={rows}"
 
 
-def _points(rows: list[dict], label: str) -> list[tuple[int, float]]:
-    """(iterations, standardised test LL) of one curve's milestones, in order."""
-    return sorted((r["iterations"], r["test_ll_std"]) for r in rows if _label(r) == label)
+def _curves(rows: list[dict]) -> dict[str, list[tuple[int, float]]]:
+    """{name: (iterations, standardised test LL) in order} with one curve per run; the name adds the dataset and
+    split when the rows hold more than one (a folder of fits on several splits), so no line joins two splits."""
+    runs = {(r["dataset"], r["split"]) for r in rows}
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for r in rows:
+        name = _label(r) if len(runs) == 1 else f"{_label(r)} {r['dataset']} split {r['split']}"
+        curves.setdefault(name, []).append((r["iterations"], r["test_ll_std"]))
+    return {name: sorted(pts) for name, pts in sorted(curves.items())}
 
 
 def slope_per_decade(points: list[tuple[int, float]]) -> float:
@@ -58,8 +69,7 @@ def plot(rows: list[dict], path: Path, reference: float | None = None) -> None:
 
     fig = Figure(figsize=(5.5, 3.6))
     ax = fig.add_subplot(1, 1, 1)
-    for model in sorted({_label(r) for r in rows}):
-        pts = _points(rows, model)
+    for model, pts in _curves(rows).items():
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=model)
     if reference is not None:
         ax.axhline(reference, color="k", linestyle="--", linewidth=1, label=f"paper (300 000 iterations): {reference}")
@@ -104,8 +114,7 @@ def main(argv=None) -> int:
         rows = _rows(out / "curve.jsonl")
         if not rows:
             parser.error(f"--plot-only: no rows in {out / 'curve.jsonl'}")
-        for model in sorted({_label(r) for r in rows}):
-            pts = _points(rows, model)
+        for model, pts in _curves(rows).items():
             print(model, " ".join(f"{i}:{v:.4f}" for i, v in pts))
             if len(pts) >= 3:
                 print(f"{model}: {slope_per_decade(pts[-3:]):+.4f} per decade over the last three milestones")
@@ -125,17 +134,16 @@ def main(argv=None) -> int:
     per_epoch = math.ceil(n / preset.batch_for(n))
     epochs = math.ceil(args.iterations / per_epoch)
     est = make_estimator(args.model, get_preset("reference", epochs=epochs, **overrides), args.inducing, args.split, n)
-    # a run with another K or batch keeps its own checkpoint and is labelled in its rows
+    # a run with another K, batch or row order keeps its own checkpoint and is labelled in its rows
     tag = "".join(f"-{k}{v}" for k, v in (("k", args.num_importance), ("b", args.batch_size), ("rows-", rows_tag))
                   if v is not None)
-    # rows written before K and the batch were recorded are the defaults' (5, 512)
-    done = {r["iterations"] for r in _rows(rows_path) if r["model"] == args.model and r["dataset"] == args.dataset
-            and r["split"] == args.split and r.get("num_importance", 5) == (args.num_importance or 5)
-            and r.get("batch_size", 512) == preset.batch_for(n) and r.get("row_order") == rows_tag}
     est.set_params(num_samples_predict=args.samples, verbose=False, extend_checkpoint=args.extend,
                    checkpoint=str(out / f"{args.model}-{args.dataset}-{args.split}{tag}.ckpt"))
     if args.num_importance is not None:
         est.set_params(num_importance=args.num_importance)
+    setting = (est.num_importance, preset.batch_for(n), rows_tag)
+    done = {r["iterations"] for r in _rows(rows_path) if r["model"] == args.model and r["dataset"] == args.dataset
+            and r["split"] == args.split and _setting(r) == setting}
     milestones = sorted({int(v) for v in args.at.split(",")} | {epochs * per_epoch})
     start = time.perf_counter()
 
@@ -149,7 +157,7 @@ def main(argv=None) -> int:
                "test_ll_std": float(lpd.mean() + math.log(est.y_scale_)), "nll": float(-lpd.mean()),
                "y_scale": float(est.y_scale_), "train_neg_bound_per_point": float(loss) / n,
                "samples": args.samples, "num_inducing": args.inducing,
-               "num_importance": est.num_importance, "batch_size": preset.batch_for(n), "row_order": rows_tag,
+               **dict(zip(("num_importance", "batch_size", "row_order"), setting)),
                "score_seconds": time.perf_counter() - t0, "elapsed_seconds": time.perf_counter() - start}
         with rows_path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
