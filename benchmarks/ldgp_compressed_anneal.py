@@ -57,7 +57,7 @@ def main():
         checkpoint = os.path.join(args.out, "checkpoints", f"{name}-{args.dataset}-{split_index}.pt")
         scores = fit_and_score(est, split, "regression", checkpoint=checkpoint)
         job = {"dataset": args.dataset, "model": name, "num_inducing": args.inducing, "split": split_index,
-               "preset": f"reference-e{args.epochs}", "seed": split_index}
+               "preset": f"reference-e{args.epochs}", "seed": split_index, "row_order": "file"}
         row = {k: job[k] for k in KEY_FIELDS}
         row.update(task="regression", epochs=int(est.epochs), batch_size=est.batch_size, n_train=n,
                    n_test=len(split.y_test), lr_decay=COMPRESSED_DECAY, **scores)

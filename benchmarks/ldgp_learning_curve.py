@@ -85,7 +85,7 @@ def plot(rows: list[dict], path: Path, reference: float | None = None) -> None:
 def main(argv=None) -> int:
     from flowgp.bench.models import make_estimator
     from flowgp.bench.presets import get_preset
-    from flowgp.bench.uci import load_split, reference_split
+    from flowgp.bench.uci import AUTHORS_ROW_ORDERS, load_split, reference_split
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
@@ -102,7 +102,8 @@ def main(argv=None) -> int:
                         help="minibatch size (default: the reference preset's, 512; the authors' Table 1 runs: 64)")
     parser.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
     parser.add_argument("--row-order", default=None,
-                        help="a .npy permutation: entry i is the row of uci/<dataset>/data.txt that is row i of the "
+                        help="'authors' (the permutation flowgp ships, bench.uci.authors_row_order) or a .npy "
+                             "permutation: entry i is the row of uci/<dataset>/data.txt that is row i of the "
                              "authors' download, so the split holds their points (bench.uci.reference_split)")
     parser.add_argument("--reference", type=float, default=None, help="the paper's value, drawn as a line")
     parser.add_argument("--plot-only", action="store_true", help="only redraw OUT/curve.png from the rows so far")
@@ -124,10 +125,13 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows_path = out / "curve.jsonl"
     if args.row_order is None:
-        split = load_split(args.dataset, args.split, args.data_dir, protocol="reference")
+        split, rows_tag = load_split(args.dataset, args.split, args.data_dir, protocol="reference"), None
+    elif args.row_order == "authors":
+        split = load_split(args.dataset, args.split, args.data_dir, protocol="reference", row_order="authors")
+        rows_tag = Path(AUTHORS_ROW_ORDERS[args.dataset][0]).stem  # the rows made with its .npy path say the same
     else:
         split = reference_split(args.dataset, args.split, args.data_dir, row_order=np.load(args.row_order))
-    rows_tag = None if args.row_order is None else Path(args.row_order).stem
+        rows_tag = Path(args.row_order).stem
     n = len(split.y_train)
     overrides = {} if args.batch_size is None else {"batch_size": args.batch_size}
     preset = get_preset("reference", **overrides)

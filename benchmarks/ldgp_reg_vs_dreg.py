@@ -45,7 +45,9 @@ def _log_scale(row, data_dir):
     if row.get("y_scale"):
         return math.log(float(row["y_scale"]))
     protocol = "reference" if str(row.get("preset", "")).startswith("reference") else "standard"
-    return math.log(float(np.std(load_split(row["dataset"], row["split"], data_dir, protocol=protocol).y_train)))
+    split = load_split(row["dataset"], row["split"], data_dir, protocol=protocol,
+                       row_order=row.get("row_order", "file"))
+    return math.log(float(np.std(split.y_train)))
 
 
 def outlier_splits(values: dict) -> set:

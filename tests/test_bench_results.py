@@ -23,6 +23,30 @@ def test_append_and_skip(tmp_path):
     assert path.read_text().endswith("\n") and len(path.read_text().splitlines()) == 1
 
 
+def test_rows_written_before_a_key_field_existed_take_its_default(tmp_path):
+    path = tmp_path / "r.jsonl"
+    ResultStore(path, KEY).append({"dataset": "a", "split": 0})
+    store = ResultStore(path, KEY + ("order",), key_defaults={"order": "file"})
+    assert store.is_done({"dataset": "a", "split": 0, "order": "file"})
+    assert not store.is_done({"dataset": "a", "split": 0, "order": "authors"})
+    store.append({"dataset": "a", "split": 0, "order": "authors"})
+    assert store.is_done({"dataset": "a", "split": 0, "order": "authors"})
+    # without the default the old row has no key and counts as not done
+    assert not ResultStore(path, KEY + ("order",)).is_done({"dataset": "a", "split": 0, "order": "file"})
+    with pytest.raises(ValueError, match="not key fields"):
+        ResultStore(path, KEY, key_defaults={"order": "file"})
+
+
+def test_a_key_field_at_its_default_leaves_the_checkpoint_name_unchanged(tmp_path):
+    from flowgp.bench.runner import checkpoint_file
+
+    job = {"dataset": "a", "split": 0}
+    old = checkpoint_file(tmp_path, job, KEY)
+    assert checkpoint_file(tmp_path, {**job, "order": "file"}, KEY + ("order",), {"order": "file"}) == old
+    assert checkpoint_file(tmp_path, job, KEY + ("order",), {"order": "file"}) == old
+    assert checkpoint_file(tmp_path, {**job, "order": "authors"}, KEY + ("order",), {"order": "file"}) != old
+
+
 def test_torn_last_line_is_dropped_and_repaired(tmp_path):
     path = tmp_path / "r.jsonl"
     ResultStore(path, KEY).append({"dataset": "a", "split": 0})

@@ -115,7 +115,7 @@ def test_a_checkpoint_that_cannot_be_continued_is_replaced(tmp_path, capsys):
     """A fit's checkpoint left by other code or damaged (here: garbage bytes) is not a dead end: the bench says so,
     removes it and fits from the start, writing the row an uninterrupted run writes."""
     from flowgp.bench.runner import checkpoint_file
-    from flowgp.bench.uci import KEY_FIELDS
+    from flowgp.bench.uci import KEY_DEFAULTS, KEY_FIELDS
 
     data_dir = make_data_dir(tmp_path / "data", n=40)
     ref, out = tmp_path / "ref", tmp_path / "out"
@@ -123,7 +123,7 @@ def test_a_checkpoint_that_cannot_be_continued_is_replaced(tmp_path, capsys):
             "--preset", "tiny", "--data-dir", str(data_dir), "--quiet"]
     assert main(args + ["--out", str(ref)]) == 0
     job = {"dataset": "toy", "model": "svgp", "num_inducing": 5, "split": 0, "preset": "tiny", "seed": 0}
-    stale = checkpoint_file(out, job, KEY_FIELDS)
+    stale = checkpoint_file(out, job, KEY_FIELDS, KEY_DEFAULTS)
     os.makedirs(os.path.dirname(stale))
     with open(stale, "wb") as fh:
         fh.write(b"not a checkpoint")

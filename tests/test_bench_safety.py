@@ -131,18 +131,19 @@ def _uci_row(model, split, nll, **extra):
 def test_report_drops_duplicate_rows_and_says_how_many(tmp_path, capsys):
     rows = [_uci_row("svgp", s, v) for s, v in enumerate([1.0, 2.0, 3.0])]
     # a second run on the same output wrote every row again (other timings, same identity) ...
-    dup = [dict(r, train_seconds=9.0, nll=r["nll"] + 0.5, rmse=r["rmse"] + 0.5) for r in rows]
+    # (a row without `row_order`, written before the field existed, is a row of the file's order)
+    dup = [dict(r, train_seconds=9.0, nll=r["nll"] + 0.5, rmse=r["rmse"] + 0.5, row_order="file") for r in rows]
     # ... while rows that differ in any identifying field are distinct results and stay
     distinct = [_uci_row("svgp", 0, 7.0) | {"num_inducing": 10}, _uci_row("svgp", 0, 7.0) | {"preset": "quick"},
-                _uci_row("svgp", 0, 7.0) | {"seed": 5}]
+                _uci_row("svgp", 0, 7.0) | {"seed": 5}, _uci_row("svgp", 0, 7.0) | {"row_order": "authors"}]
     app = dict(dataset="airquality", model="svgp", flow="none", flow_init="none", inducing_fraction=0.1,
                fix_noise_fraction=0.6, seed=0, fold=0, protocol="cv", preset="tiny", rmse=4.0, nll=2.0)
     (tmp_path / "uci.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows + dup + distinct + [app, app]))
     kept, dropped = R.deduplicate(R.load_rows([tmp_path]))
-    assert dropped == 4 and len(kept) == 3 + 3 + 1
+    assert dropped == 4 and len(kept) == 3 + 4 + 1
     assert [r["nll"] for r in kept[:3]] == [1.0, 2.0, 3.0]  # the first of each is kept
     # the same folder given twice is not counted twice either
-    assert R.deduplicate(R.load_rows([tmp_path, tmp_path]))[1] == 2 * 11 - 7
+    assert R.deduplicate(R.load_rows([tmp_path, tmp_path]))[1] == 2 * 12 - 8
     assert main(["bench", "report", str(tmp_path), "--no-figures"]) == 0
     err = capsys.readouterr().err
     assert "dropped 4 duplicate row(s)" in err
@@ -153,6 +154,8 @@ def test_report_drops_duplicate_rows_and_says_how_many(tmp_path, capsys):
     cell = [c for c in summary["benchmark"]["tiny/regression"] if c["model"] == "svgp" and c["num_inducing"] == 5]
     # splits 0-2 once each plus the seed-5 row: 4 values, not 7 (the duplicates would also move the mean)
     assert cell[0]["nll"]["n"] == 4 and cell[0]["nll"]["mean"] == pytest.approx((1 + 2 + 3 + 7) / 4)
+    # the split of another row order is a table of its own
+    assert summary["benchmark"]["tiny-authors-order/regression"][0]["nll"]["n"] == 1
 
 
 # ----- 3. workers die with their parent ------------------------------------------------------------------------

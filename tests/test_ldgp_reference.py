@@ -93,6 +93,57 @@ def test_reference_split_of_a_file_in_another_row_order_holds_the_same_points():
             reference_split("wine-red", 0, row_order=bad)
 
 
+def test_power_reference_splits_hold_the_authors_rows_and_other_sets_keep_the_file_order():
+    """The shipped permutation puts our power rows in the order of the authors' download (Folds5x2_pp.xlsx, first
+    sheet, whose first rows are written in bench.uci): split k of the bench then tests the points theirs tests."""
+    from flowgp.bench.uci import AUTHORS_ROW_ORDERS, authors_row_order, load_split, reference_row_order
+    from flowgp.data import load_uci
+
+    x, y = load_uci("power")
+    order = authors_row_order("power")
+    np.testing.assert_array_equal(np.sort(order), np.arange(len(y)))
+    np.testing.assert_allclose(np.column_stack([x, y])[order[:5]], AUTHORS_ROW_ORDERS["power"][1])
+    s = load_split("power", 3, protocol="reference", row_order="authors")
+    ind = np.arange(len(y))
+    np.random.RandomState(3).shuffle(ind)
+    np.testing.assert_array_equal(s.y_test, y[order][ind[int(0.9 * len(y)):]])
+    assert not np.array_equal(s.y_test, load_split("power", 3, protocol="reference").y_test)
+    assert (reference_row_order("power"), reference_row_order("wine-red")) == ("authors", "file")
+    assert authors_row_order("wine-red") is None
+    with pytest.raises(ValueError, match="row_order='authors' needs the reference protocol"):
+        load_split("wine-red", 0, protocol="reference", row_order="authors")
+    with pytest.raises(ValueError, match="row_order='authors' needs the reference protocol"):
+        load_split("power", 0, row_order="authors")
+    with pytest.raises(ValueError, match="row_order must be 'file' or 'authors'"):
+        load_split("power", 0, protocol="reference", row_order="theirs")
+
+
+def test_the_authors_power_order_is_not_applied_to_another_power_file(tmp_path):
+    from flowgp.bench.uci import authors_row_order, reference_row_order
+
+    folder = tmp_path / "uci" / "power"
+    folder.mkdir(parents=True)
+    np.savetxt(folder / "data.txt", np.random.default_rng(0).uniform(size=(30, 5)))
+    with pytest.warns(RuntimeWarning, match="not the file flowgp's permutation"):
+        assert authors_row_order("power", tmp_path) is None
+    with pytest.warns(RuntimeWarning):
+        assert reference_row_order("power", tmp_path) == "file"
+
+
+def test_bench_jobs_record_the_row_order_of_their_splits():
+    from types import SimpleNamespace
+
+    from flowgp.bench.uci import build_jobs
+
+    def jobs(preset):
+        args = SimpleNamespace(preset=preset, datasets="power,wine-red", models="svgp", splits="0", inducing="5",
+                               seed=0, data_dir=None, epochs=None)
+        return {j["dataset"]: j["row_order"] for j in build_jobs(args)}
+
+    assert jobs("reference") == {"power": "authors", "wine-red": "file"}
+    assert jobs("quick") == {"power": "file", "wine-red": "file"}
+
+
 def test_reference_preset_builds_the_e2_estimator_and_trains_with_natural_gradients():
     preset = get_preset("reference", epochs=3)
     assert (preset.lr, preset.batch_size, preset.noise, preset.steps) == (0.005, 512, 0.01, None)

@@ -153,19 +153,20 @@ def _is_benchmark(r):
 def row_identity(row) -> tuple | None:
     """What identifies a result row: its kind and the key fields its subcommand resumes on (`KEY_FIELDS` of
     `flowgp bench uci` (+ task) / `airquality`, `rainfall` / `timing`); None for rows of other kinds (not
-    summarised here, never dropped). A field a row lacks counts as None."""
+    summarised here, never dropped). A field a row lacks counts as its `KEY_DEFAULTS` value, else None."""
     from . import applications, timing, uci
 
+    defaults = {}
     if _is_timing(row):
         kind, fields = "timing", timing.KEY_FIELDS
     elif _is_application(row):
         kind, fields = "application", applications.KEY_FIELDS
     elif _is_benchmark(row):
-        kind, fields = "benchmark", uci.KEY_FIELDS + ("task",)
+        kind, fields, defaults = "benchmark", uci.KEY_FIELDS + ("task",), uci.KEY_DEFAULTS
     else:
         return None
     # JSON text, so 100 and 100.0 (or a list and a tuple) read alike, as in ResultStore's keys
-    return (kind,) + tuple(json.dumps(row.get(f), sort_keys=True) for f in fields)
+    return (kind,) + tuple(json.dumps(row.get(f, defaults.get(f)), sort_keys=True) for f in fields)
 
 
 def deduplicate(rows) -> tuple[list[dict], int]:
@@ -190,11 +191,21 @@ def _order(values, preferred=()):
 
 
 # ----- benchmark tables --------------------------------------------------------------------------------------
+def _preset_label(row) -> str:
+    """A benchmark row's preset, with the row order of its splits where that is not the data file's
+    ("reference-authors-order"): split k of another row order tests other points, so such rows get a table of their
+    own."""
+    from .uci import KEY_DEFAULTS
+
+    preset, order = row.get("preset", "?"), row.get("row_order", KEY_DEFAULTS["row_order"])
+    return preset if order == KEY_DEFAULTS["row_order"] else f"{preset}-{order}-order"
+
+
 def benchmark_summary(rows):
     """{(preset, task): {(dataset, M): {model: {metric: (mean, se, n)}}}}"""
     groups = defaultdict(lambda: defaultdict(list))
     for r in rows:
-        groups[(r.get("preset", "?"), r.get("task", "regression"))][(r["dataset"], r["num_inducing"], r["model"])].append(r)
+        groups[(_preset_label(r), r.get("task", "regression"))][(r["dataset"], r["num_inducing"], r["model"])].append(r)
     out = {}
     for pt, g in groups.items():
         table = defaultdict(dict)
@@ -371,7 +382,7 @@ def paper_comparison(rows) -> list[dict]:
             group_key = lambda r: (r.get("preset"), r.get("protocol", "cv"), r["fix_noise_fraction"])  # noqa: E731
         else:
             cand = [r for r in bench if r["dataset"] == ds and r["model"] == model and r["num_inducing"] == size]
-            group_key = lambda r: (r.get("preset"), None, None)  # noqa: E731
+            group_key = lambda r: (_preset_label(r), None, None)  # noqa: E731
         groups = defaultdict(list)
         for r in cand:
             groups[group_key(r)].append(r)

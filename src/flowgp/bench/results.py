@@ -5,7 +5,8 @@ Guarantees (what `flowgp bench` relies on):
   `fsync`, so an interrupted run loses at most the row in flight;
 - on open, a torn tail (a last line without its newline, or one that is not valid JSON) is ignored and cut
   off the file, so the next append starts on a clean line; a bad line in the middle is skipped with a warning;
-- `is_done(row)` compares the row's key fields with every stored row, so a rerun skips finished work;
+- `is_done(row)` compares the row's key fields with every stored row, so a rerun skips finished work; a key
+  field added after rows were written takes its `key_defaults` value in rows that lack it, so they still count;
 - one writer per file: the store holds an exclusive lock on `<file>.lock` beside it from construction to
   `close()` (or process exit, even by SIGKILL: the kernel drops the lock with the process), so a second
   `flowgp bench` writing the same output stops at once with `OutputLocked` naming the file and the holder's
@@ -187,11 +188,16 @@ class ResultStore:
     Holds the file's exclusive lock until `close()` (also a context manager); `wait=False` raises
     `OutputLocked` when another process writes the file, `wait=True` blocks until it is done."""
 
-    def __init__(self, path, key_fields, wait: bool = False):
+    def __init__(self, path, key_fields, wait: bool = False, key_defaults=None):
         if isinstance(key_fields, str) or not key_fields:
             raise ValueError("key_fields must be a non-empty sequence of field names, e.g. ('dataset', 'split')")
         self.path = Path(path)
         self.key_fields = tuple(key_fields)
+        self.key_defaults = dict(key_defaults or {})
+        unknown = sorted(set(self.key_defaults) - set(self.key_fields))
+        if unknown:
+            raise ValueError(f"key_defaults names {unknown}, which are not key fields; key_fields are "
+                             f"{list(self.key_fields)}")
         self._lock_key = None
         if self.path.is_dir():
             raise ValueError(f"result file {self.path} is a folder; pass a file path such as {self.path / 'results.jsonl'}")
@@ -200,7 +206,8 @@ class ResultStore:
         self._lock_key = _acquire(self.path, wait)  # before reading: the rows of a writer we waited for count
         self._repair()
         self._rows = read_rows(self.path)
-        self._keys = {self.key(r) for r in self._rows if all(f in r for f in self.key_fields)}
+        self._keys = {self.key(r) for r in self._rows
+                      if all(f in r or f in self.key_defaults for f in self.key_fields)}
 
     def _repair(self) -> None:
         """Cut a torn last line (no trailing newline, or not JSON) so appends start on a clean line."""
@@ -247,10 +254,10 @@ class ResultStore:
             pass
 
     def key(self, row: dict) -> tuple:
-        missing = [f for f in self.key_fields if f not in row]
+        missing = [f for f in self.key_fields if f not in row and f not in self.key_defaults]
         if missing:
             raise ValueError(f"row is missing key fields {missing}; key_fields are {list(self.key_fields)}")
-        return tuple(_key_value(row[f]) for f in self.key_fields)
+        return tuple(_key_value(row[f] if f in row else self.key_defaults[f]) for f in self.key_fields)
 
     def is_done(self, row: dict) -> bool:
         return self.key(row) in self._keys

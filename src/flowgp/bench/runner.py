@@ -114,10 +114,13 @@ def add_checkpoint_argument(parser) -> None:
                              "mid-way continues from its last checkpoint when the command is rerun)")
 
 
-def checkpoint_file(out, job: dict, key_fields) -> str:
+def checkpoint_file(out, job: dict, key_fields, key_defaults=None) -> str:
     """Where the fit of `job` keeps its training state: OUT/checkpoints/<its row key>.pt (characters outside
-    [A-Za-z0-9._-] of the key, e.g. a csv: dataset's path, replaced by '_')."""
-    key = "_".join(str(job.get(k)) for k in key_fields)
+    [A-Za-z0-9._-] of the key, e.g. a csv: dataset's path, replaced by '_'). A key field at its `key_defaults`
+    value is left out of the name, so fits begun before the field was added keep their checkpoints."""
+    key_defaults = key_defaults or {}
+    key = "_".join(str(job.get(k)) for k in key_fields
+                   if k not in key_defaults or job.get(k, key_defaults[k]) != key_defaults[k])
     return str(Path(out) / "checkpoints" / (re.sub(r"[^A-Za-z0-9._-]+", "_", key) + ".pt"))
 
 
@@ -316,18 +319,20 @@ def run_jobs(jobs, work, store, jobs_n: int = 1, desc: str = "bench", verbose: b
     return failures
 
 
-def run_suite(args, jobs, work, key_fields, name: str, report_hint: bool = True) -> int:
+def run_suite(args, jobs, work, key_fields, name: str, report_hint: bool = True, key_defaults=None) -> int:
     """What a resumable bench subcommand's `run` does with its jobs: `run_jobs` into `<args.out>/<name>.jsonl`
-    (a ResultStore keyed by `key_fields`, waiting for another writer with `--wait`), then say where the rows
-    went (and, with `report_hint`, how to tabulate them); returns the exit code (1 if a job failed)."""
+    (a ResultStore keyed by `key_fields` with `key_defaults`, waiting for another writer with `--wait`), then say
+    where the rows went (and, with `report_hint`, how to tabulate them); returns the exit code (1 if a job
+    failed)."""
     from pathlib import Path
 
     from .results import ResultStore
 
     if not getattr(args, "no_checkpoints", True):  # a subcommand without the flag writes none
         for job in jobs:
-            job.setdefault("checkpoint", checkpoint_file(args.out, job, key_fields))
-    with ResultStore(Path(args.out) / f"{name}.jsonl", key_fields, wait=getattr(args, "wait", False)) as store:
+            job.setdefault("checkpoint", checkpoint_file(args.out, job, key_fields, key_defaults))
+    with ResultStore(Path(args.out) / f"{name}.jsonl", key_fields, wait=getattr(args, "wait", False),
+                     key_defaults=key_defaults) as store:
         failures = run_jobs(jobs, work, store, args.jobs, desc=f"bench {name}", verbose=not args.quiet)
     if not args.quiet:
         hint = f"; make tables with: flowgp bench report {args.out}" if report_hint else ""

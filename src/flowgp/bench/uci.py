@@ -3,13 +3,15 @@
     flowgp bench uci --datasets boston,concrete --models svgp,tgp --splits 0-9 --inducing 5,100 \
         --preset quick --jobs 2 --out bench-results/uci
 
-Rows go to OUT/uci.jsonl, keyed by (dataset, model, num_inducing, split, preset, seed); rerunning the same
+Rows go to OUT/uci.jsonl, keyed by (dataset, model, num_inducing, split, preset, seed, row_order); rerunning the same
 command skips finished rows, and a fit interrupted mid-way (a session ending during a long reference-preset run)
 continues from its checkpoint under OUT/checkpoints (`flowgp.bench.runner`; `--no-checkpoints`: none). Regression
 rows hold nll, rmse, coverage95; classification rows accuracy, nll.
 Datasets: the UCI folders under uci/ (standard 90/10 splits shipped with the data), the classification sets
 (stratified 90/10 splits; avila: the official split, split 0 only), or `csv:PATH:TARGET` for a user's file
-(random 90/10 splits).
+(random 90/10 splits). The reference presets split a UCI set as the DGP-IWVI authors do (`reference_split`),
+with its rows in the order of their download: for power that is not our data file's order, and its rows say
+`row_order: "authors"` (rows without the field, written before, used the file's order).
 """
 from __future__ import annotations
 
@@ -19,7 +21,20 @@ from .runner import add_checkpoint_argument, parse_int_list, parse_name_list, ru
 
 NAME = "uci"
 HELP = "UCI regression/classification benchmark over standard splits (resumable JSON lines)"
-KEY_FIELDS = ("dataset", "model", "num_inducing", "split", "preset", "seed")
+KEY_FIELDS = ("dataset", "model", "num_inducing", "split", "preset", "seed", "row_order")
+# Rows written before `row_order` existed hold splits of the data file's own row order.
+KEY_DEFAULTS = {"row_order": "file"}
+# The DGP-IWVI/DREG authors' downloads whose rows are not in the order of our uci/<name>/data.txt: the shipped
+# permutation (row i of their download is row order[i] of ours) and their download's first five rows, which the
+# permutation must reproduce from the data on disk before it is used.
+AUTHORS_ROW_ORDERS = {
+    # Folds5x2_pp.xlsx, first sheet (bayesian_benchmarks' `Power`); rebuilt from a public CSV copy of that sheet
+    "power": ("power_sheet1_order.npy", ((14.96, 41.76, 1024.07, 73.17, 463.26),
+                                         (25.18, 62.96, 1020.04, 59.08, 444.37),
+                                         (5.11, 39.40, 1012.16, 92.14, 488.56),
+                                         (20.86, 57.32, 1010.24, 76.64, 446.48),
+                                         (10.82, 37.50, 1009.23, 96.62, 473.90))),
+}
 DEFAULT_DATASETS = "boston,concrete,energy,kin8nm,power,wine-red,yacht"
 
 
@@ -55,6 +70,32 @@ def _dataset_task(name: str, data_dir=None) -> str:
                      ", another folder under uci/, or csv:PATH:TARGET")
 
 
+def authors_row_order(dataset: str, data_dir=None):
+    """The permutation that puts uci/<dataset>/data.txt in the row order of the DGP-IWVI/DREG authors' download
+    (`reference_split`'s `row_order`), or None where the two orders agree (wine-red and the other sets) or
+    where the data on disk is not the file the shipped permutation was made for (then with a warning: its splits
+    are those of the file's order, and the bench's rows say `row_order: "file"`)."""
+    import warnings
+    from importlib.resources import files
+
+    from ..data import load_uci
+
+    if dataset not in AUTHORS_ROW_ORDERS:
+        return None
+    name, first_rows = AUTHORS_ROW_ORDERS[dataset]
+    with files(__package__).joinpath("data", name).open("rb") as fh:
+        order = np.load(fh, allow_pickle=False)
+    x, y = load_uci(dataset, data_dir)
+    table = np.column_stack([x, y])
+    if (order.shape != (len(y),) or not np.array_equal(np.sort(order), np.arange(len(y)))
+            or table.shape[1] != len(first_rows[0]) or not np.allclose(table[order[:len(first_rows)]], first_rows)):
+        warnings.warn(f"uci/{dataset}/data.txt is not the file flowgp's permutation to the DGP-IWVI authors' row "
+                      f"order was made for ({len(y)} rows of {table.shape[1]} columns); its reference splits use "
+                      "the file's own row order", RuntimeWarning, stacklevel=2)
+        return None
+    return order
+
+
 def reference_split(dataset: str, split: int, data_dir=None, row_order=None):
     """Split `split` made as the DGP-IWVI/DREG authors' benchmark code makes it (hughsalimbeni/bayesian_benchmarks,
     `data.Dataset.__init__` with BASE_SEED = 0): the row indices 0..N-1 shuffled by NumPy's legacy Mersenne
@@ -64,7 +105,8 @@ def reference_split(dataset: str, split: int, data_dir=None, row_order=None):
 
     The rule picks rows by position, so the same split of a file in another row order tests other points.
     `row_order` (a permutation of 0..N-1, or None for the file's order) says which row of `uci/<name>/data.txt` is
-    the i-th row of the authors' download: with it the split holds the points theirs holds."""
+    the i-th row of the authors' download: with it the split holds the points theirs holds (`authors_row_order`
+    gives it for the sets where the orders differ)."""
     from ..data import Split, load_uci
 
     if isinstance(split, bool) or not isinstance(split, (int, np.integer)) or split < 0:
@@ -84,12 +126,31 @@ def reference_split(dataset: str, split: int, data_dir=None, row_order=None):
                  f"uci/{dataset} bayesian_benchmarks split {split}{order}")
 
 
-def load_split(dataset: str, split: int, data_dir=None, seed: int = 0, protocol: str = "standard"):
+def reference_row_order(dataset: str, data_dir=None) -> str:
+    """The `row_order` label of `dataset`'s reference-protocol splits in `flowgp bench uci`: "authors" where
+    `authors_row_order` has a permutation for the data on disk, else "file"."""
+    return "file" if authors_row_order(dataset, data_dir) is None else "authors"
+
+
+def load_split(dataset: str, split: int, data_dir=None, seed: int = 0, protocol: str = "standard",
+               row_order: str = "file"):
     """The train/test Split `split` of a bench dataset name (see the module docstring); protocol "reference"
-    gives a UCI set's split as the DGP-IWVI authors make it (`reference_split`)."""
+    gives a UCI set's split as the DGP-IWVI authors make it (`reference_split`), of the data file's rows in its
+    own order (`row_order="file"`) or in the order of the authors' download (`"authors"`, see
+    `authors_row_order`; the bench's default for the reference protocol since the twenty-sixth session)."""
     from ..data import CLASSIFICATION_DATASETS, Split, classification_split, load_csv, uci_split
 
-    if protocol == "reference" and not dataset.startswith("csv:") and dataset not in CLASSIFICATION_DATASETS:
+    if row_order not in ("file", "authors"):
+        raise ValueError(f"row_order must be 'file' or 'authors', got {row_order!r}")
+    reference = protocol == "reference" and not dataset.startswith("csv:") and dataset not in CLASSIFICATION_DATASETS
+    if row_order == "authors":
+        order = authors_row_order(dataset, data_dir) if reference else None
+        if order is None:
+            raise ValueError(f"row_order='authors' needs the reference protocol and a dataset whose rows flowgp can "
+                             f"put in the DGP-IWVI authors' order ({', '.join(AUTHORS_ROW_ORDERS)}), got dataset "
+                             f"{dataset!r} with protocol {protocol!r}; pass row_order='file'")
+        return reference_split(dataset, split, data_dir, row_order=order)
+    if reference:
         return reference_split(dataset, split, data_dir)
 
     if dataset.startswith("csv:"):
@@ -115,7 +176,7 @@ def _work(job: dict) -> dict:
 
     preset = get_preset(job["preset_name"], epochs=job["epochs_override"])
     split = load_split(job["dataset"], job["split"], job["data_dir"], job["seed"] - job["split"],
-                       protocol=preset.protocol)
+                       protocol=preset.protocol, row_order=job["row_order"])
     n = len(split.y_train)
     m = min(job["num_inducing"], n)
     est = make_estimator(job["model"], preset, m, job["seed"], n, task=job["task"])
@@ -148,18 +209,21 @@ def build_jobs(args) -> list[dict]:
             raise ValueError(f"models {bad} do not handle {task} (dataset '{ds}')")
         if ds == "avila" and splits != [0]:
             raise ValueError("avila has one official train/test split; pass --splits 0")
+        # the reference protocol splits the rows in the authors' order where it differs from the file's
+        row_order = reference_row_order(ds, args.data_dir) if protocol == "reference" else "file"
         # fail fast on missing/malformed files
-        load_split(ds, splits[0], args.data_dir, args.seed, protocol=protocol)
+        load_split(ds, splits[0], args.data_dir, args.seed, protocol=protocol, row_order=row_order)
         for split in splits:
             for model in models:
                 for m in inducing:
                     jobs.append({"dataset": ds, "model": model, "num_inducing": m, "split": split,
                                  "preset": args.preset if args.epochs is None else f"{args.preset}-e{args.epochs}",
-                                 "seed": args.seed + split, "task": task, "data_dir": args.data_dir,
+                                 "seed": args.seed + split, "row_order": row_order, "task": task,
+                                 "data_dir": args.data_dir,
                                  "preset_name": args.preset,
                                  "epochs_override": args.epochs})
     return jobs
 
 
 def run(args) -> int:
-    return run_suite(args, build_jobs(args), _work, KEY_FIELDS, "uci")
+    return run_suite(args, build_jobs(args), _work, KEY_FIELDS, "uci", key_defaults=KEY_DEFAULTS)
