@@ -78,9 +78,14 @@ def summary_line(dataset, label, reg, dreg):
 
 def _collect(rows, models, preset, data_dir):
     """{dataset: {model: {split: (ll in y units, standardised ll)}}} for the chosen models and preset."""
-    table = {}
+    table, orders = {}, {}
     for r in rows:
         if r["model"] in models and (preset is None or r.get("preset") == preset):
+            # split k of another row order tests other points: pairing it with split k of this one is wrong
+            orders.setdefault(r["dataset"], set()).add(r.get("row_order") or "file")
+            if len(orders[r["dataset"]]) > 1:
+                raise SystemExit(f"{r['dataset']}: the rows mix splits of row orders {sorted(orders[r['dataset']])}; "
+                                 "pass the files of one row order (or filter them with --preset)")
             ll_std = -r["nll"] + _log_scale(r, data_dir)
             table.setdefault(r["dataset"], {}).setdefault(r["model"], {})[r["split"]] = (-r["nll"], ll_std)
     return table

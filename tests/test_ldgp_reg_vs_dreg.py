@@ -57,3 +57,14 @@ def test_score_nll_kde_uses_the_kde_column_and_leaves_out_rows_without_it(capsys
     table.main([str(path), "--preset", "p"])
     out = capsys.readouterr().out
     assert "| wine-red | 0 | -1.000 | -0.900 | +0.100 |" in out and "| wine-red | 1 |" in out
+
+
+def test_rows_of_two_row_orders_are_not_paired_by_split(tmp_path):
+    rows = [_row("ldgp2-reg", 0, 1.0), {**_row("ldgp2-dreg", 0, 0.9), "row_order": "authors"}]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(__import__("json").dumps(r) for r in rows))
+    with pytest.raises(SystemExit, match="mix splits of row orders"):
+        table.main([str(path), "--preset", "p"])
+    # a row that says "file" is a row of the same order as one written before the field existed
+    path.write_text("\n".join(__import__("json").dumps(r) for r in [rows[0], {**rows[1], "row_order": "file"}]))
+    table.main([str(path), "--preset", "p"])
