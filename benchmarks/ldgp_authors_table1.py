@@ -14,8 +14,10 @@ and estimator, the mean over splits (what Table 1 reports), median, standard err
     python benchmarks/ldgp_authors_table1.py --ours R/uci.jsonl R/splits-5-19/uci.jsonl --preset reference-e3334
 
 A split's test points depend on the row order of the data file. Our wine-red file is in the order of the authors'
-download, so our split k is theirs; our power file is not, so only power rows fitted with `--row-order` (which
-record `row_order`) are paired with theirs.
+download, so our split k is theirs; our power file is not, so only power rows fitted in the authors' order
+(`--row-order` of ldgp_learning_curve.py, or the bench's rows with `row_order: "authors"`) are paired with theirs.
+Rows of fits with another q(z) network (`encoder_skips`, ldgp_learning_curve.py `--encoder-skips`) are paired with
+theirs when chosen by `--encoder-skips`, and with ours of the default (dense) network on the same splits.
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ MODELS = {"reg": "ldgp2-reg", "dreg": "ldgp2-dreg"}
 
 
 def _ours(paths: list[str], preset: str | None, iterations: int | None) -> dict:
-    """{(dataset, estimator, split): standardised test LL} of our rows that hold the authors' split's points."""
+    """{(dataset, estimator, split, encoder skips): standardised test LL} of our rows that hold the authors'
+    split's points."""
     est_of = {m: e for e, m in MODELS.items()}
     out = {}
     for path in paths:
@@ -46,10 +49,10 @@ def _ours(paths: list[str], preset: str | None, iterations: int | None) -> dict:
                 continue
             if iterations is not None and r.get("iterations", iterations) != iterations:
                 continue
-            if r["dataset"] not in SAME_ROW_ORDER and not r.get("row_order"):
+            if r["dataset"] not in SAME_ROW_ORDER and r.get("row_order") in (None, "file"):
                 continue
             value = r["test_ll_std"] if "test_ll_std" in r else -r["nll"] + math.log(r["y_scale"])
-            out[(r["dataset"], est_of[r["model"]], int(r["split"]))] = value
+            out[(r["dataset"], est_of[r["model"]], int(r["split"]), r.get("encoder_skips", "dense"))] = value
     return out
 
 
@@ -69,8 +72,11 @@ def main(argv=None) -> int:
     parser.add_argument("--ours", nargs="*", default=[], help="our JSONL rows to pair with theirs by split")
     parser.add_argument("--preset", default=None, help="only our bench rows of this preset label")
     parser.add_argument("--iterations", type=int, default=None, help="only our curve rows at these iterations")
+    parser.add_argument("--encoder-skips", default="dense", choices=("dense", "residual"),
+                        help="pair theirs with our fits of this q(z) network (default dense, flowgp's)")
     args = parser.parse_args(argv)
-    ours = _ours(args.ours, args.preset, args.iterations)
+    every = _ours(args.ours, args.preset, args.iterations)
+    ours = {k[:3]: v for k, v in every.items() if k[3] == args.encoder_skips}
     table: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     with open(args.csv) as fh:
         for row in csv.DictReader(fh):
@@ -101,6 +107,13 @@ def main(argv=None) -> int:
                   f"{_stats([theirs[s] for s in common])[0]:+.3f}; ours - theirs {mean:+.3f} ± {se:.3f} "
                   f"(median {median:+.3f}), ours ahead on {sum(v > 0 for v in d)}")
             print("    " + " ".join(f"{s}:{a:+.2f}/{theirs[s]:+.2f}" for s, a in zip(common, o)))
+            if args.encoder_skips != "dense":
+                both = [s for s in common if (dataset, name, s, "dense") in every]
+                if both:
+                    d = [ours[(dataset, name, s)] - every[(dataset, name, s, "dense")] for s in both]
+                    mean, median, se = _stats(d)
+                    print(f"    {args.encoder_skips} − dense encoder on {len(both)} splits: {mean:+.4f} ± {se:.4f} "
+                          f"(median {median:+.4f}), {args.encoder_skips} ahead on {sum(v > 0 for v in d)}")
     return 0
 
 

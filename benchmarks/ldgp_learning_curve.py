@@ -35,15 +35,19 @@ def _rows(path: Path) -> list[dict]:
 
 
 def _setting(row: dict) -> tuple:
-    """A row's (K, batch, row order); rows written before K and the batch were recorded are the preset's (5, 512)."""
-    return row.get("num_importance", 5), row.get("batch_size", 512), row.get("row_order")
+    """A row's (K, batch, row order, encoder skips); rows written before these were recorded are the preset's
+    (5, 512, the file's order, dense skips)."""
+    return (row.get("num_importance", 5), row.get("batch_size", 512), row.get("row_order"),
+            row.get("encoder_skips", "dense"))
 
 
 def _label(row: dict) -> str:
-    """A curve's name: the model, K and the batch where they are not the preset's (5, 512), the row order if given."""
-    k, b, rows = _setting(row)
+    """A curve's name: the model, K and the batch where they are not the preset's (5, 512), the row order if given,
+    the encoder's skips if not dense."""
+    k, b, rows, skips = _setting(row)
     label = row["model"] if (k, b) == (5, 512) else f"{row['model']} K={k} batch={b}"
-    return label if rows is None else f"{label} rows={rows}"
+    label = label if rows is None else f"{label} rows={rows}"
+    return label if skips == "dense" else f"{label} encoder={skips}"
 
 
 def _curves(rows: list[dict]) -> dict[str, list[tuple[int, float]]]:
@@ -100,6 +104,8 @@ def main(argv=None) -> int:
                         help="importance samples K (default: the model's, 5; the authors' Table 1 runs: 50)")
     parser.add_argument("--batch-size", type=int, default=None,
                         help="minibatch size (default: the reference preset's, 512; the authors' Table 1 runs: 64)")
+    parser.add_argument("--encoder-skips", default=None, choices=("dense", "residual"),
+                        help="q(z) network's skips (default: the estimator's, dense; the DREG authors': residual)")
     parser.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
     parser.add_argument("--row-order", default=None,
                         help="'authors' (the permutation flowgp ships, bench.uci.authors_row_order) or a .npy "
@@ -139,13 +145,15 @@ def main(argv=None) -> int:
     epochs = math.ceil(args.iterations / per_epoch)
     est = make_estimator(args.model, get_preset("reference", epochs=epochs, **overrides), args.inducing, args.split, n)
     # a run with another K, batch or row order keeps its own checkpoint and is labelled in its rows
-    tag = "".join(f"-{k}{v}" for k, v in (("k", args.num_importance), ("b", args.batch_size), ("rows-", rows_tag))
-                  if v is not None)
+    tag = "".join(f"-{k}{v}" for k, v in (("k", args.num_importance), ("b", args.batch_size), ("rows-", rows_tag),
+                                          ("enc-", args.encoder_skips)) if v is not None)
     est.set_params(num_samples_predict=args.samples, verbose=False, extend_checkpoint=args.extend,
                    checkpoint=str(out / f"{args.model}-{args.dataset}-{args.split}{tag}.ckpt"))
     if args.num_importance is not None:
         est.set_params(num_importance=args.num_importance)
-    setting = (est.num_importance, preset.batch_for(n), rows_tag)
+    if args.encoder_skips is not None:
+        est.set_params(encoder_skips=args.encoder_skips)
+    setting = (est.num_importance, preset.batch_for(n), rows_tag, est.encoder_skips)
     done = {r["iterations"] for r in _rows(rows_path) if r["model"] == args.model and r["dataset"] == args.dataset
             and r["split"] == args.split and _setting(r) == setting}
     milestones = sorted({int(v) for v in args.at.split(",")} | {epochs * per_epoch})
@@ -161,7 +169,7 @@ def main(argv=None) -> int:
                "test_ll_std": float(lpd.mean() + math.log(est.y_scale_)), "nll": float(-lpd.mean()),
                "y_scale": float(est.y_scale_), "train_neg_bound_per_point": float(loss) / n,
                "samples": args.samples, "num_inducing": args.inducing,
-               **dict(zip(("num_importance", "batch_size", "row_order"), setting)),
+               **dict(zip(("num_importance", "batch_size", "row_order", "encoder_skips"), setting)),
                "score_seconds": time.perf_counter() - t0, "elapsed_seconds": time.perf_counter() - start}
         with rows_path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")

@@ -360,6 +360,29 @@ def test_amortized_encoder_initial_std_is_small(float64_default):
     assert enc.mean_head.in_features == 2 + 40
 
 
+def test_residual_encoder_is_the_dreg_authors_network():
+    """skips="residual": h₁ = tanh(W₁a) (+ a where the widths agree), s = tanh(W₂h₁) + h₁, heads on s."""
+    g = torch.Generator().manual_seed(3)
+    for d, y_dim in ((3, 1), (19, 1)):  # a = 4 (no skip into h₁) and a = 20 (a skip into h₁ too)
+        enc = AmortizedLatentEncoder(d, y_dim, latent_dim=2, generator=_gen(4), skips="residual")
+        assert (enc.layer2.in_features, enc.mean_head.in_features) == (20, 20)
+        x = torch.randn(7, d, dtype=torch.float64, generator=g)
+        y = torch.randn(7, y_dim, dtype=torch.float64, generator=g)
+        a = torch.cat([x, y], -1)
+        h1 = torch.tanh(a @ enc.layer1.weight.mT + enc.layer1.bias) + (a if a.shape[-1] == 20 else 0)
+        s = torch.tanh(h1 @ enc.layer2.weight.mT + enc.layer2.bias) + h1
+        mean, std = enc(x, y)
+        torch.testing.assert_close(mean, s @ enc.mean_head.weight.mT + enc.mean_head.bias)
+        torch.testing.assert_close(std, F.softplus(s @ enc.std_head.weight.mT + enc.std_head.bias - 3))
+    with pytest.raises(ValueError, match="skips must be one of"):
+        AmortizedLatentEncoder(1, 1, skips="highway")
+    x, y = _data(30)
+    model = build_latent_deep_gp(x, y, 2, num_inducing=4, kmeans_restarts=1, encoder_skips="residual")
+    assert model.qz.skips == "residual"
+    with pytest.raises(ValueError, match="encoder_skips"):
+        build_latent_deep_gp(x, y, 2, num_inducing=4, kmeans_restarts=1, encoder_skips="highway")
+
+
 def test_free_latent_indices_and_errors(float64_default):
     q = FreeLatent(10, latent_dim=2)
     x = torch.zeros(3, 1)

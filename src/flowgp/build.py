@@ -182,6 +182,7 @@ class LatentDeepGPConfig:
     q_var_init: float = 1e-5
     hidden_q_var_init: float | None = None
     learn_hidden_variance: bool = True
+    encoder_skips: str = "dense"
 
 
 @dataclass(frozen=True)
@@ -377,7 +378,8 @@ def _build_latent(config: LatentDeepGPConfig, x, y, *, generator=None):
         noise=config.noise, num_importance=int(config.num_importance), gradient=config.gradient,
         kmeans_restarts=config.kmeans_restarts, learn_inducing=config.learn_inducing, seed=_kmeans_seed(generator),
         hidden_layer=config.hidden_layer, q_var_init=config.q_var_init, hidden_q_var_init=config.hidden_q_var_init,
-        learn_hidden_variance=config.learn_hidden_variance, **_generator_kwarg(build_latent_deep_gp, generator))
+        learn_hidden_variance=config.learn_hidden_variance, encoder_skips=config.encoder_skips,
+        **_generator_kwarg(build_latent_deep_gp, generator))
 
 
 def _build_amogp(config: AMOGPConfig, x, y, *, generator=None, output=None, input_ranges=None):

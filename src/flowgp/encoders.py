@@ -2,8 +2,8 @@
 
 Both expose `forward(x, y, indices) -> (mean [B, Q], std [B, Q])` so the model treats them alike:
 - `AmortizedLatentEncoder`: (μ_n, σ_n) = network(x_n, y_n) (DGP-IWVI/DREG supplement E.2): two tanh hidden
-  layers of 20 units with skip connections, a mean head and a std head σ = max(softplus(a - 3), 1e-6), Glorot
-  initialisation, so q(z) starts narrow (σ ≈ softplus(-3) ≈ 0.049).
+  layers of 20 units with skip connections (dense, or residual as in the DREG authors' code), a mean head and a
+  std head σ = max(softplus(a - 3), 1e-6), Glorot initialisation, so q(z) starts narrow (σ ≈ softplus(-3) ≈ 0.049).
 - `FreeLatent`: one free (μ_n, σ_n) per training point, selected by `indices`.
 """
 from __future__ import annotations
@@ -14,12 +14,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["AmortizedLatentEncoder", "FreeLatent", "normal_log_prob", "STD_BIAS", "STD_FLOOR"]
+__all__ = ["AmortizedLatentEncoder", "FreeLatent", "normal_log_prob", "ENCODER_SKIPS", "STD_BIAS", "STD_FLOOR"]
 
 #: bias added to the std head before the softplus (supplement E.2) so the initial q(z) is narrow
 STD_BIAS = -3.0
 #: floor of σ (supplement E.2 clips positive parameters at 1e-6)
 STD_FLOOR = 1e-6
+#: how the encoder's layers skip: "dense" (each layer sees the inputs and every earlier layer) or "residual"
+#: (a layer whose input and output widths agree adds its input to its output, as the DREG authors' `Encoder`)
+ENCODER_SKIPS = ("dense", "residual")
 
 
 def _check_dim(value, name: str) -> int:
@@ -31,9 +34,12 @@ def _check_dim(value, name: str) -> int:
 
 
 class AmortizedLatentEncoder(nn.Module):
-    """q(z_n | x_n, y_n) from a small residual MLP (supplement E.2).
+    """q(z_n | x_n, y_n) from a small MLP with skip connections (supplement E.2, which does not say which).
 
-    a = [x, y];  h₁ = tanh(W₁ a);  h₂ = tanh(W₂ [a, h₁]);  s = [a, h₁, h₂] (skip connections into each layer)
+    a = [x, y], then with `skips`:
+    - "dense" (default): h₁ = tanh(W₁ a);  h₂ = tanh(W₂ [a, h₁]);  s = [a, h₁, h₂] (everything earlier into each layer);
+    - "residual" (the DREG authors' `Encoder`): h₁ = tanh(W₁ a) (+ a if a has the hidden width);
+      s = h₂ = tanh(W₂ h₁) + h₁;
     μ = W_μ s,   σ = max(softplus(W_σ s + b_σ - 3), 1e-6).
 
     Weights are Glorot-uniform U(±√(6 / (fan_in + fan_out))) (Glorot & Bengio 2010) drawn from `generator`
@@ -41,18 +47,23 @@ class AmortizedLatentEncoder(nn.Module):
     """
 
     def __init__(self, input_dim: int, output_dim: int = 1, latent_dim: int = 1, hidden: int = 20,
-                 generator: torch.Generator | None = None, dtype: torch.dtype = torch.float64):
+                 generator: torch.Generator | None = None, dtype: torch.dtype = torch.float64,
+                 skips: str = "dense"):
         super().__init__()
         input_dim = _check_dim(input_dim, "input_dim")
         output_dim = _check_dim(output_dim, "output_dim")
         self.latent_dim = _check_dim(latent_dim, "latent_dim")
         hidden = _check_dim(hidden, "hidden")
+        if skips not in ENCODER_SKIPS:
+            raise ValueError(f"skips must be one of {ENCODER_SKIPS}, got {skips!r}")
+        self.skips = skips
         a = input_dim + output_dim
+        width2, width_out = (a + hidden, a + 2 * hidden) if skips == "dense" else (hidden, hidden)
         # skip nn.Linear's own (Kaiming) initialisation: it would draw from the global RNG only to be overwritten
         self.layer1 = nn.utils.skip_init(nn.Linear, a, hidden, dtype=dtype)
-        self.layer2 = nn.utils.skip_init(nn.Linear, a + hidden, hidden, dtype=dtype)
-        self.mean_head = nn.utils.skip_init(nn.Linear, a + 2 * hidden, latent_dim, dtype=dtype)
-        self.std_head = nn.utils.skip_init(nn.Linear, a + 2 * hidden, latent_dim, dtype=dtype)
+        self.layer2 = nn.utils.skip_init(nn.Linear, width2, hidden, dtype=dtype)
+        self.mean_head = nn.utils.skip_init(nn.Linear, width_out, latent_dim, dtype=dtype)
+        self.std_head = nn.utils.skip_init(nn.Linear, width_out, latent_dim, dtype=dtype)
         with torch.no_grad():
             for lin in (self.layer1, self.layer2, self.mean_head, self.std_head):
                 nn.init.xavier_uniform_(lin.weight, generator=generator)  # Glorot & Bengio (2010)
@@ -62,8 +73,13 @@ class AmortizedLatentEncoder(nn.Module):
         """(μ, σ) of q(z_n), each [B, latent_dim]; x [B, D], y [B, L]; `indices` is ignored."""
         a = torch.cat([x, y], dim=-1)
         h1 = torch.tanh(self.layer1(a))
-        h2 = torch.tanh(self.layer2(torch.cat([a, h1], dim=-1)))
-        s = torch.cat([a, h1, h2], dim=-1)
+        if self.skips == "dense":
+            h2 = torch.tanh(self.layer2(torch.cat([a, h1], dim=-1)))
+            s = torch.cat([a, h1, h2], dim=-1)
+        else:
+            if a.shape[-1] == h1.shape[-1]:
+                h1 = h1 + a
+            s = torch.tanh(self.layer2(h1)) + h1
         std = F.softplus(self.std_head(s) + STD_BIAS).clamp_min(STD_FLOOR)
         return self.mean_head(s), std
 

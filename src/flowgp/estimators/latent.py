@@ -15,6 +15,7 @@ import torch
 from ..batches import ArrayBatches
 from ..build import LatentDeepGPConfig, build, resolve_dtype
 from ..data_sources import is_table
+from ..encoders import ENCODER_SKIPS
 from ..models.latent_deep_gp import HIDDEN_LAYERS, check_gradient, check_num_importance
 from ..optim import NaturalGradient
 from ..training import step_lr, train
@@ -54,6 +55,8 @@ class LatentDeepGPRegressor(SVGPRegressor):
             projection of hidden_width GPs added to the observed inputs, `ConcatProjectionLayer`).
         q_var_init / hidden_q_var_init: initial whitened S = value·I of the last / hidden layers (None: q_var_init;
             the reference run script: 1 and 1e-10). learn_hidden_variance: train the hidden kernels' variances.
+        encoder_skips: the q(z) network's skips, "dense" or "residual" (the DREG authors' code;
+            `flowgp.encoders.AmortizedLatentEncoder`).
     """
 
     def __init__(self, layers=2, latent_dim=1, num_importance=5, gradient="dreg", amortized=True, natgrad=False,
@@ -61,7 +64,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
                  lr_decay=0.98, natgrad_lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.01,
                  kmeans_restarts=10, learn_inducing=True, num_samples_predict=10000, verbose=True, checkpoint=None,
                  hidden_layer="pca", q_var_init=1e-5, hidden_q_var_init=None, learn_hidden_variance=True,
-                 compile=False, extend_checkpoint=False):
+                 compile=False, extend_checkpoint=False, encoder_skips="dense"):
         self._store_arguments(locals())
 
     # ----- checks and construction ---------------------------------------------------------------------
@@ -78,6 +81,8 @@ class LatentDeepGPRegressor(SVGPRegressor):
             positive_int(getattr(self, name), name)
         if self.hidden_layer not in HIDDEN_LAYERS:
             raise ValueError(f"hidden_layer must be one of {HIDDEN_LAYERS}, got {self.hidden_layer!r}")
+        if self.encoder_skips not in ENCODER_SKIPS:
+            raise ValueError(f"encoder_skips must be one of {ENCODER_SKIPS}, got {self.encoder_skips!r}")
         if not isinstance(self.kernel, str):
             raise TypeError(f"kernel must be a kernel name such as 'rbf', got {type(self.kernel).__name__}")
         resolve_dtype(self.dtype)
@@ -93,7 +98,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
             learn_inducing=self.learn_inducing, kmeans_restarts=self.kmeans_restarts,
             hidden_layer=self.hidden_layer, q_var_init=float(self.q_var_init),
             hidden_q_var_init=None if self.hidden_q_var_init is None else float(self.hidden_q_var_init),
-            learn_hidden_variance=bool(self.learn_hidden_variance))
+            learn_hidden_variance=bool(self.learn_hidden_variance), encoder_skips=self.encoder_skips)
         return dataclasses.replace(config, **overrides)
 
     def _build(self, x, y=None, **overrides):

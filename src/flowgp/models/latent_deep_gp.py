@@ -50,7 +50,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from ..encoders import AmortizedLatentEncoder, FreeLatent, normal_log_prob
+from ..encoders import ENCODER_SKIPS, AmortizedLatentEncoder, FreeLatent, normal_log_prob
 from ..likelihoods import GaussianLikelihood, Likelihood
 from ..linalg import JitterMemory, gram, lower_inverse, robust_cholesky, shared_left_products
 from ..objective import minibatch_bound
@@ -707,6 +707,7 @@ def build_latent_deep_gp(
     hidden_layer: str = "pca",
     hidden_q_var_init: float | None = None,
     learn_hidden_variance: bool = True,
+    encoder_skips: str = "dense",
     seed: int = 0,
     generator: torch.Generator | None = None,
     dtype: torch.dtype | None = None,
@@ -728,7 +729,7 @@ def build_latent_deep_gp(
     `q_var_init` is the last layer's initial S = q_var_init·I (whitened), `hidden_q_var_init` the hidden
     layers' (default q_var_init; the reference run script scales the hidden q_sqrt by 1e-5, i.e. 1e-10).
     `learn_hidden_variance=False` holds the hidden kernels' variances (RBF 1, White) fixed, as the reference
-    run script does.
+    run script does. `encoder_skips` is the q(z) network's skip structure (`AmortizedLatentEncoder`'s `skips`).
 
     Every draw (the latent columns and the encoder's Glorot initialisation) comes from `generator` (a CPU
     generator), by default `torch.Generator().manual_seed(seed)` (`seed` also seeds k-means); torch's and
@@ -750,6 +751,8 @@ def build_latent_deep_gp(
         raise ValueError(f"latent_dim must be >= 1 (the latent input's dimension), got {latent_dim}")
     if hidden_layer not in HIDDEN_LAYERS:
         raise ValueError(f"hidden_layer must be one of {HIDDEN_LAYERS}, got {hidden_layer!r}")
+    if encoder_skips not in ENCODER_SKIPS:
+        raise ValueError(f"encoder_skips must be one of {ENCODER_SKIPS}, got {encoder_skips!r}")
     check_num_importance(num_importance)
     check_gradient(gradient)
     hidden_width = _check_positive_int(hidden_width, "hidden_width")
@@ -799,7 +802,8 @@ def build_latent_deep_gp(
         layers.append(layer.to(device=x.device, dtype=x.dtype))
         if not last:
             x_run, z_run = x_run @ weight, z_run @ weight
-    qz = AmortizedLatentEncoder(d, y_dim, latent_dim, generator=generator, dtype=x.dtype) if amortized \
+    qz = AmortizedLatentEncoder(d, y_dim, latent_dim, generator=generator, dtype=x.dtype, skips=encoder_skips) \
+        if amortized \
         else FreeLatent(n, latent_dim, dtype=x.dtype)
     likelihood = GaussianLikelihood(noise=noise, num_outputs=y_dim)
     model = LatentDeepGP(layers, qz, likelihood, num_importance=num_importance, gradient=gradient)
