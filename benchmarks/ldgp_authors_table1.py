@@ -25,9 +25,11 @@ import argparse
 import csv
 import json
 import math
+import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from flowgp.bench.report import mean_se
 from ldgp_reg_vs_dreg import outlier_splits  # the supplement's rule as our own tables apply it (s.d. with ddof 1)
 
 DEFAULT = Path(__file__).resolve().parents[1] / "docs/results/ldgp-uci-reference/authors-table1/per_split.csv"
@@ -57,13 +59,9 @@ def _ours(paths: list[str], preset: str | None, iterations: int | None) -> dict:
 
 
 def _stats(values: list[float]) -> tuple[float, float, float]:
-    """Mean, median and standard error of the mean."""
-    n = len(values)
-    mean = sum(values) / n
-    ordered = sorted(values)
-    median = ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else float("nan")
-    return mean, median, sd / math.sqrt(n)
+    """Mean, median and standard error of the mean (the bench report's `mean_se`; NaN se for one value)."""
+    mean, se, n = mean_se(values)
+    return mean, statistics.median(values), se if n > 1 else float("nan")
 
 
 def main(argv=None) -> int:

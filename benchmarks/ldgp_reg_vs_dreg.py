@@ -65,10 +65,7 @@ def outlier_splits(values: dict) -> set:
 def summary_line(dataset, label, reg, dreg):
     n = len(reg)
     diff = dreg - reg
-
-    def ms(v):
-        se = v.std(ddof=1) / math.sqrt(len(v)) if len(v) > 1 else 0.0
-        return f"{v.mean():.3f} ± {se:.3f} (median {np.median(v):.3f})"
+    ms = format_mean_se
 
     paper = PAPER.get(dataset)
     ref = f"{paper[0]:.3f} → {paper[1]:.3f}" if paper else "—"
@@ -91,7 +88,8 @@ def _collect(rows, models, preset, data_dir):
     return table
 
 
-def _mean_se(v):
+def format_mean_se(v) -> str:
+    """'mean ± se (median m)' of an array, three decimals (se 0 for one value)."""
     se = v.std(ddof=1) / math.sqrt(len(v)) if len(v) > 1 else 0.0
     return f"{v.mean():.3f} ± {se:.3f} (median {np.median(v):.3f})"
 
@@ -117,11 +115,11 @@ def comparison_lines(dataset, per_model, reference, models):
                     cells.append("—")
                     continue
                 d = np.array([own[s][1] - ref[s][1] for s in use])
-                cells.append(f"{_mean_se(d)}, wins {int((d > 0).sum())}/{len(d)}")
+                cells.append(f"{format_mean_se(d)}, wins {int((d > 0).sum())}/{len(d)}")
             paired = f"{cells[0]} | {cells[1]} (dropped {sorted(drop)})"
         else:
             paired = "— | —"
-        lines.append(f"| {dataset} | {m} | {len(v)} | {_mean_se(v)} | {paired} |")
+        lines.append(f"| {dataset} | {m} | {len(v)} | {format_mean_se(v)} | {paired} |")
     return lines
 
 
