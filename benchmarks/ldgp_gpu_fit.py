@@ -6,7 +6,8 @@
 
 The reference preset of `flowgp bench uci --preset reference` (M = 128, batch 512, K = 5, natural gradients for
 the last layer, learning rates annealed by 0.98 per 1 000 iterations, 10 000 samples of z per test point), the
-authors' split (`reference_split`) and the bench's seed rule (seed = split). A short probe fit times an epoch on
+authors' split (`reference_split`; since the twenty-sixth session of the rows in the authors' order, as the
+bench's, `--row-order file` for the file's order of the runs before) and the bench's seed rule (seed = split). A short probe fit times an epoch on
 this device; the real fit then gets as many epochs as `--seconds` allows (at most `--max-epochs`; or `--epochs`),
 starting again from the initialisation. The annealing follows the iteration count, so a longer budget is the same schedule
 run further, as in the supplement. `--checkpoint FILE` keeps the training state (and resumes from it), for
@@ -26,7 +27,7 @@ import numpy as np
 from flowgp.bench.models import make_estimator
 from flowgp.bench.presets import get_preset
 from flowgp.bench.runner import evaluate_regression
-from flowgp.bench.uci import reference_split
+from flowgp.bench.uci import load_split, reference_row_order
 
 
 def build(model, epochs, split, device, n):
@@ -48,6 +49,9 @@ def main(argv=None):
     p.add_argument("--max-epochs", type=int, default=None,
                    help="at most this many epochs when they come from --seconds (589 = the CPU rows' 10 013 "
                         "iterations on power)")
+    p.add_argument("--row-order", choices=("file", "authors"), default=None,
+                   help="rows of the data file in its own order or the authors' (default: the bench's reference "
+                        "protocol's, authors' where flowgp ships their order: power)")
     p.add_argument("--json", default=None)
     p.add_argument("--checkpoint", default=None,
                    help="keep the real fit's training state in this file (resumes from it when it exists; "
@@ -59,7 +63,8 @@ def main(argv=None):
     if args.checkpoint and args.epochs is None:
         p.error("--checkpoint needs --epochs (a probe-sized fit would not resume to the same schedule)")
 
-    split = reference_split(args.dataset, args.split)
+    row_order = args.row_order or reference_row_order(args.dataset)
+    split = load_split(args.dataset, args.split, protocol="reference", row_order=row_order)
     n = len(split.y_train)
     est0 = build(args.model, 1, args.split, args.device, n)
     per_epoch = math.ceil(n / est0.batch_size)
@@ -87,7 +92,8 @@ def main(argv=None):
     start = time.perf_counter()
     scores = evaluate_regression(est, split.x_test, split.y_test)
     y_scale = float(np.std(split.y_train))
-    row = {"dataset": args.dataset, "split": args.split, "model": args.model, "device": args.device,
+    row = {"dataset": args.dataset, "split": args.split, "row_order": row_order, "model": args.model,
+           "device": args.device,
            "epochs": epochs, "iterations": epochs * per_epoch, "train_seconds": round(train_seconds, 1),
            "ms_per_iteration": round(1e3 * train_seconds / (epochs * per_epoch), 2),
            "predict_seconds": round(time.perf_counter() - start, 1), **scores, "y_scale": y_scale,
