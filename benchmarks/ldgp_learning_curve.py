@@ -113,19 +113,23 @@ def main(argv=None) -> int:
                              "authors' download, so the split holds their points (bench.uci.reference_split)")
     parser.add_argument("--reference", type=float, default=None, help="the paper's value, drawn as a line")
     parser.add_argument("--plot-only", action="store_true", help="only redraw OUT/curve.png from the rows so far")
+    parser.add_argument("--with", dest="with_rows", action="append", default=[], metavar="CURVE.jsonl",
+                        help="with --plot-only: also draw these rows (another folder's curve.jsonl), e.g. another "
+                             "K and batch on the same split")
+    parser.add_argument("--png", default="curve.png", help="with --plot-only: the figure's name in OUT")
     parser.add_argument("--extend", action="store_true",
                         help="carry a checkpoint of a shorter run on to --iterations (extend_checkpoint=True)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     if args.plot_only:
-        rows = _rows(out / "curve.jsonl")
+        rows = _rows(out / "curve.jsonl") + [r for path in args.with_rows for r in _rows(Path(path))]
         if not rows:
             parser.error(f"--plot-only: no rows in {out / 'curve.jsonl'}")
         for model, pts in _curves(rows).items():
             print(model, " ".join(f"{i}:{v:.4f}" for i, v in pts))
             if len(pts) >= 3:
                 print(f"{model}: {slope_per_decade(pts[-3:]):+.4f} per decade over the last three milestones")
-        plot(rows, out / "curve.png", args.reference)
+        plot(rows, out / args.png, args.reference)
         return 0
     torch.set_num_threads(1)
     out.mkdir(parents=True, exist_ok=True)
