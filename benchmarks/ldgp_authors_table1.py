@@ -15,7 +15,8 @@ and estimator, the mean over splits (what Table 1 reports), median, standard err
 
 A split's test points depend on the row order of the data file. Our wine-red file is in the order of the authors'
 download, so our split k is theirs; our power file is not, so only power rows fitted in the authors' order
-(`--row-order` of ldgp_learning_curve.py, or the bench's rows with `row_order: "authors"`) are paired with theirs.
+(`row_order: "authors"`: ldgp_learning_curve.py `--row-order authors`, or the bench's reference presets) are
+paired with theirs.
 Rows of fits with another q(z) network (`encoder_skips`, ldgp_learning_curve.py `--encoder-skips`) are paired with
 theirs when chosen by `--encoder-skips`, and with ours of the default (dense) network on the same splits.
 """
@@ -30,6 +31,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from flowgp.bench.report import mean_se
+from flowgp.bench.uci import row_order_of
 from ldgp_reg_vs_dreg import outlier_splits  # the supplement's rule as our own tables apply it (s.d. with ddof 1)
 
 DEFAULT = Path(__file__).resolve().parents[1] / "docs/results/ldgp-uci-reference/authors-table1/per_split.csv"
@@ -51,7 +53,7 @@ def _ours(paths: list[str], preset: str | None, iterations: int | None) -> dict:
                 continue
             if iterations is not None and r.get("iterations", iterations) != iterations:
                 continue
-            if r["dataset"] not in SAME_ROW_ORDER and r.get("row_order") in (None, "file"):
+            if r["dataset"] not in SAME_ROW_ORDER and row_order_of(r) != "authors":
                 continue
             value = r["test_ll_std"] if "test_ll_std" in r else -r["nll"] + math.log(r["y_scale"])
             out[(r["dataset"], est_of[r["model"]], int(r["split"]), r.get("encoder_skips", "dense"))] = value

@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from flowgp.bench.uci import row_order_of
+
 
 def _rows(path: Path) -> list[dict]:
     if not path.exists():
@@ -37,16 +39,16 @@ def _rows(path: Path) -> list[dict]:
 def _setting(row: dict) -> tuple:
     """A row's (K, batch, row order, encoder skips); rows written before these were recorded are the preset's
     (5, 512, the file's order, dense skips)."""
-    return (row.get("num_importance", 5), row.get("batch_size", 512), row.get("row_order"),
+    return (row.get("num_importance", 5), row.get("batch_size", 512), row_order_of(row),
             row.get("encoder_skips", "dense"))
 
 
 def _label(row: dict) -> str:
-    """A curve's name: the model, K and the batch where they are not the preset's (5, 512), the row order if given,
+    """A curve's name: the model, K and the batch where they are not the preset's (5, 512), the row order if not the file's,
     the encoder's skips if not dense."""
     k, b, rows, skips = _setting(row)
     label = row["model"] if (k, b) == (5, 512) else f"{row['model']} K={k} batch={b}"
-    label = label if rows is None else f"{label} rows={rows}"
+    label = label if rows == "file" else f"{label} rows={rows}"
     return label if skips == "dense" else f"{label} encoder={skips}"
 
 
@@ -89,7 +91,7 @@ def plot(rows: list[dict], path: Path, reference: float | None = None) -> None:
 def main(argv=None) -> int:
     from flowgp.bench.models import make_estimator
     from flowgp.bench.presets import get_preset
-    from flowgp.bench.uci import AUTHORS_ROW_ORDERS, load_split, reference_split
+    from flowgp.bench.uci import load_split, reference_split
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
@@ -138,7 +140,7 @@ def main(argv=None) -> int:
         split, rows_tag = load_split(args.dataset, args.split, args.data_dir, protocol="reference"), None
     elif args.row_order == "authors":
         split = load_split(args.dataset, args.split, args.data_dir, protocol="reference", row_order="authors")
-        rows_tag = Path(AUTHORS_ROW_ORDERS[args.dataset][0]).stem  # the rows made with its .npy path say the same
+        rows_tag = "authors"
     else:
         split = reference_split(args.dataset, args.split, args.data_dir, row_order=np.load(args.row_order))
         rows_tag = Path(args.row_order).stem
@@ -157,7 +159,7 @@ def main(argv=None) -> int:
         est.set_params(num_importance=args.num_importance)
     if args.encoder_skips is not None:
         est.set_params(encoder_skips=args.encoder_skips)
-    setting = (est.num_importance, preset.batch_for(n), rows_tag, est.encoder_skips)
+    setting = (est.num_importance, preset.batch_for(n), rows_tag or "file", est.encoder_skips)
     done = {r["iterations"] for r in _rows(rows_path) if r["model"] == args.model and r["dataset"] == args.dataset
             and r["split"] == args.split and _setting(r) == setting}
     milestones = sorted({int(v) for v in args.at.split(",")} | {epochs * per_epoch})

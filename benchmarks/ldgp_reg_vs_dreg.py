@@ -35,7 +35,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from flowgp.bench.uci import load_split
+from flowgp.bench.uci import load_split, row_order_of
 
 #: IWVI supplement Table 1 (latent DGP, 300 000 iterations): test log-likelihood of standardised targets, REG → DREG
 PAPER = {"wine-red": (0.568, 0.611), "power": (0.211, 0.208)}
@@ -45,8 +45,7 @@ def _log_scale(row, data_dir):
     if row.get("y_scale"):
         return math.log(float(row["y_scale"]))
     protocol = "reference" if str(row.get("preset", "")).startswith("reference") else "standard"
-    split = load_split(row["dataset"], row["split"], data_dir, protocol=protocol,
-                       row_order=row.get("row_order", "file"))
+    split = load_split(row["dataset"], row["split"], data_dir, protocol=protocol, row_order=row_order_of(row))
     return math.log(float(np.std(split.y_train)))
 
 
@@ -65,12 +64,10 @@ def outlier_splits(values: dict) -> set:
 def summary_line(dataset, label, reg, dreg):
     n = len(reg)
     diff = dreg - reg
-    ms = format_mean_se
-
     paper = PAPER.get(dataset)
     ref = f"{paper[0]:.3f} → {paper[1]:.3f}" if paper else "—"
-    return (f"| {dataset} | {label} | {n} | {ms(reg)} | {ms(dreg)} | {ms(diff)} | {int((diff > 0).sum())}/{n} | "
-            f"{ref} |")
+    cells = " | ".join(format_mean_se(v) for v in (reg, dreg, diff))
+    return f"| {dataset} | {label} | {n} | {cells} | {int((diff > 0).sum())}/{n} | {ref} |"
 
 
 def _collect(rows, models, preset, data_dir):
@@ -79,7 +76,7 @@ def _collect(rows, models, preset, data_dir):
     for r in rows:
         if r["model"] in models and (preset is None or r.get("preset") == preset):
             # split k of another row order tests other points: pairing it with split k of this one is wrong
-            orders.setdefault(r["dataset"], set()).add(r.get("row_order") or "file")
+            orders.setdefault(r["dataset"], set()).add(row_order_of(r))
             if len(orders[r["dataset"]]) > 1:
                 raise SystemExit(f"{r['dataset']}: the rows mix splits of row orders {sorted(orders[r['dataset']])}; "
                                  "pass the files of one row order (or filter them with --preset)")

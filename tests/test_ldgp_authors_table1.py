@@ -27,9 +27,9 @@ def _csv(path, scores):
 
 def test_pairs_ours_by_split_only_in_the_authors_row_order_and_compares_encoders(table1, tmp_path, capsys):
     _csv(tmp_path / "t.csv", {("reg", 0): 0.20, ("reg", 1): 0.30, ("dreg", 0): 0.25, ("dreg", 1): 0.35})
-    rows = [{"model": "ldgp2-reg", "dataset": "power", "split": 0, "test_ll_std": 0.10, "row_order": "o"},
-            {"model": "ldgp2-reg", "dataset": "power", "split": 1, "test_ll_std": 0.20, "row_order": "o"},
-            {"model": "ldgp2-reg", "dataset": "power", "split": 0, "test_ll_std": 0.13, "row_order": "o",
+    rows = [{"model": "ldgp2-reg", "dataset": "power", "split": 0, "test_ll_std": 0.10, "row_order": "authors"},
+            {"model": "ldgp2-reg", "dataset": "power", "split": 1, "test_ll_std": 0.20, "row_order": "authors"},
+            {"model": "ldgp2-reg", "dataset": "power", "split": 0, "test_ll_std": 0.13, "row_order": "authors",
              "encoder_skips": "residual"},
             # the file's order: other test points, never paired with theirs
             {"model": "ldgp2-reg", "dataset": "power", "split": 1, "test_ll_std": 9.0, "row_order": "file"},

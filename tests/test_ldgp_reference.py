@@ -142,6 +142,11 @@ def test_bench_jobs_record_the_row_order_of_their_splits():
 
     assert jobs("reference") == {"power": "authors", "wine-red": "file"}
     assert jobs("quick") == {"power": "file", "wine-red": "file"}
+    # how every reader takes a row's order: missing (older rows) or null (learning-curve rows) is the file's
+    from flowgp.bench.uci import row_order_of
+
+    assert [row_order_of(r) for r in ({}, {"row_order": None}, {"row_order": "authors"})] == ["file", "file",
+                                                                                            "authors"]
 
 
 def test_reference_preset_builds_the_e2_estimator_and_trains_with_natural_gradients():

@@ -195,9 +195,9 @@ def _preset_label(row) -> str:
     """A benchmark row's preset, with the row order of its splits where that is not the data file's
     ("reference-authors-order"): split k of another row order tests other points, so such rows get a table of their
     own."""
-    from .uci import KEY_DEFAULTS
+    from .uci import KEY_DEFAULTS, row_order_of
 
-    preset, order = row.get("preset", "?"), row.get("row_order", KEY_DEFAULTS["row_order"])
+    preset, order = row.get("preset", "?"), row_order_of(row)
     return preset if order == KEY_DEFAULTS["row_order"] else f"{preset}-{order}-order"
 
 
