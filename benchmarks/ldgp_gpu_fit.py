@@ -10,10 +10,11 @@ authors' split (`reference_split`; since the twenty-sixth session of the rows in
 bench's, `--row-order file` for the file's order of the runs before) and the bench's seed rule (seed = split).
 A short probe fit times an epoch on this device; the real fit then gets as many epochs as `--seconds` allows
 (at most `--max-epochs`; or `--epochs`), starting again from the initialisation. The annealing follows the
-iteration count, so a longer budget is the same schedule run further, as in the supplement. `--checkpoint FILE` keeps the training state (and resumes from it), for
-`benchmarks/ldgp_anneal_tail.py`. Prints and writes: iterations, seconds per iteration, and the standardised
-test log-likelihood (-nll + log y_scale, the supplement's Table 1 units), RMSE, 95 % coverage, and the same
-log-likelihood by the authors' public script's KDE (`standardised_test_ll_kde`).
+iteration count, so a longer budget is the same schedule run further, as in the supplement. `--checkpoint FILE`
+keeps the training state (and resumes from it), for `benchmarks/ldgp_anneal_tail.py`. Prints and writes:
+iterations, seconds per iteration, and the standardised test log-likelihood (-nll + log y_scale, the
+supplement's Table 1 units), RMSE, 95 % coverage, and the same log-likelihood by the authors' public script's
+KDE (`standardised_test_ll_kde`).
 """
 from __future__ import annotations
 

@@ -44,8 +44,8 @@ def _setting(row: dict) -> tuple:
 
 
 def _label(row: dict) -> str:
-    """A curve's name: the model, K and the batch where they are not the preset's (5, 512), the row order if not the file's,
-    the encoder's skips if not dense."""
+    """A curve's name: the model, K and the batch where they are not the preset's (5, 512), the row order if not
+    the file's, the encoder's skips if not dense."""
     k, b, rows, skips = _setting(row)
     label = row["model"] if (k, b) == (5, 512) else f"{row['model']} K={k} batch={b}"
     label = label if rows == "file" else f"{label} rows={rows}"

@@ -25,12 +25,6 @@ KEY_FIELDS = ("dataset", "model", "num_inducing", "split", "preset", "seed", "ro
 # Rows written before `row_order` existed hold splits of the data file's own row order.
 KEY_DEFAULTS = {"row_order": "file"}
 
-
-def row_order_of(row: dict) -> str:
-    """The row order a result row's split was made in: its `row_order` ("authors", or the stem of a user's
-    permutation file in ldgp_learning_curve.py's rows), "file" where the field is missing or null (rows written
-    before it existed, learning-curve rows in the file's order)."""
-    return row.get("row_order") or KEY_DEFAULTS["row_order"]
 # The DGP-IWVI/DREG authors' downloads whose rows are not in the order of our uci/<name>/data.txt: the shipped
 # permutation (row i of their download is row order[i] of ours) and their download's first five rows, which the
 # permutation must reproduce from the data on disk before it is used.
@@ -43,6 +37,13 @@ AUTHORS_ROW_ORDERS = {
                                          (10.82, 37.50, 1009.23, 96.62, 473.90))),
 }
 DEFAULT_DATASETS = "boston,concrete,energy,kin8nm,power,wine-red,yacht"
+
+
+def row_order_of(row: dict) -> str:
+    """The row order a result row's split was made in: its `row_order` ("authors", "file", or the stem of a
+    user's permutation file in ldgp_learning_curve.py's rows), "file" where the field is missing or null (rows
+    written before it existed, and older learning-curve rows in the file's order)."""
+    return row.get("row_order") or KEY_DEFAULTS["row_order"]
 
 
 def add_arguments(parser) -> None:
