@@ -37,19 +37,20 @@ def _rows(path: Path) -> list[dict]:
 
 
 def _setting(row: dict) -> tuple:
-    """A row's (K, batch, row order, encoder skips); rows written before these were recorded are the preset's
-    (5, 512, the file's order, dense skips)."""
+    """A row's (K, batch, row order, encoder skips, seed); rows written before these were recorded are the
+    preset's (5, 512, the file's order, dense skips, seed = split)."""
     return (row.get("num_importance", 5), row.get("batch_size", 512), row_order_of(row),
-            row.get("encoder_skips", "dense"))
+            row.get("encoder_skips", "dense"), row.get("seed", row["split"]))
 
 
 def _label(row: dict) -> str:
     """A curve's name: the model, K and the batch where they are not the preset's (5, 512), the row order if not
-    the file's, the encoder's skips if not dense."""
-    k, b, rows, skips = _setting(row)
+    the file's, the encoder's skips if not dense, the seed if not the split's."""
+    k, b, rows, skips, seed = _setting(row)
     label = row["model"] if (k, b) == (5, 512) else f"{row['model']} K={k} batch={b}"
     label = label if rows == "file" else f"{label} rows={rows}"
-    return label if skips == "dense" else f"{label} encoder={skips}"
+    label = label if skips == "dense" else f"{label} encoder={skips}"
+    return label if seed == row["split"] else f"{label} seed={seed}"
 
 
 def _curves(rows: list[dict]) -> dict[str, list[tuple[int, float]]]:
@@ -108,6 +109,9 @@ def main(argv=None) -> int:
                         help="minibatch size (default: the reference preset's, 512; the authors' Table 1 runs: 64)")
     parser.add_argument("--encoder-skips", default=None, choices=("dense", "residual"),
                         help="q(z) network's skips (default: the estimator's, dense; the DREG authors': residual)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="the fit's seed (inducing points, q(z) network, minibatches, samples; default: the "
+                             "split, as the bench); another seed on the same split measures fit-to-fit spread")
     parser.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
     parser.add_argument("--row-order", default=None,
                         help="'authors' (the permutation flowgp ships, bench.uci.authors_row_order) or a .npy "
@@ -149,17 +153,19 @@ def main(argv=None) -> int:
     preset = get_preset("reference", **overrides)
     per_epoch = math.ceil(n / preset.batch_for(n))
     epochs = math.ceil(args.iterations / per_epoch)
-    est = make_estimator(args.model, get_preset("reference", epochs=epochs, **overrides), args.inducing, args.split, n)
+    seed = args.split if args.seed is None else args.seed
+    est = make_estimator(args.model, get_preset("reference", epochs=epochs, **overrides), args.inducing, seed, n)
     # a run with another K, batch or row order keeps its own checkpoint and is labelled in its rows
     tag = "".join(f"-{k}{v}" for k, v in (("k", args.num_importance), ("b", args.batch_size), ("rows-", rows_tag),
-                                          ("enc-", args.encoder_skips)) if v is not None)
+                                          ("enc-", args.encoder_skips),
+                                          ("seed", None if seed == args.split else seed)) if v is not None)
     est.set_params(num_samples_predict=args.samples, verbose=False, extend_checkpoint=args.extend,
                    checkpoint=str(out / f"{args.model}-{args.dataset}-{args.split}{tag}.ckpt"))
     if args.num_importance is not None:
         est.set_params(num_importance=args.num_importance)
     if args.encoder_skips is not None:
         est.set_params(encoder_skips=args.encoder_skips)
-    setting = (est.num_importance, preset.batch_for(n), rows_tag or "file", est.encoder_skips)
+    setting = (est.num_importance, preset.batch_for(n), rows_tag or "file", est.encoder_skips, seed)
     done = {r["iterations"] for r in _rows(rows_path) if r["model"] == args.model and r["dataset"] == args.dataset
             and r["split"] == args.split and _setting(r) == setting}
     milestones = sorted({int(v) for v in args.at.split(",")} | {epochs * per_epoch})
@@ -175,7 +181,7 @@ def main(argv=None) -> int:
                "test_ll_std": float(lpd.mean() + math.log(est.y_scale_)), "nll": float(-lpd.mean()),
                "y_scale": float(est.y_scale_), "train_neg_bound_per_point": float(loss) / n,
                "samples": args.samples, "num_inducing": args.inducing,
-               **dict(zip(("num_importance", "batch_size", "row_order", "encoder_skips"), setting)),
+               **dict(zip(("num_importance", "batch_size", "row_order", "encoder_skips", "seed"), setting)),
                "score_seconds": time.perf_counter() - t0, "elapsed_seconds": time.perf_counter() - start}
         with rows_path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
