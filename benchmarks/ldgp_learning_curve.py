@@ -11,6 +11,9 @@ budget with its optimiser states, on the trajectory a run given that budget from
 schedule depends on the step alone). OUT/curve.png plots the curve (`--reference` draws the paper's value as a
 line); `--plot-only` redraws it from the rows so far, e.g. while a long run is still going, and prints the slope
 per decade of iterations (least squares in log10(iterations)) over each model's last three milestones.
+`--rescore R` trains nothing: it scores the checkpoint's current state R times with R prediction seeds (the
+DREG authors score each fit 10 times) and writes a line to OUT/rescore.jsonl (each score, their range and sd, and the
+per-point median and lower quantiles of log p(y*) in standardised units) and the per-point values to an .npz.
 
     PYTHONPATH=src python benchmarks/ldgp_learning_curve.py --out docs/results/ldgp-uci-reference/curve \\
         --model ldgp2-dreg --dataset wine-red --split 0 --iterations 3000 --at 300,1000,2000,3000
@@ -89,6 +92,45 @@ def plot(rows: list[dict], path: Path, reference: float | None = None) -> None:
     fig.savefig(path, dpi=120)
 
 
+def rescore(est, split, args, setting, out: Path) -> int:
+    """Score the state in `est.checkpoint` `args.rescore` times without training: a copy marked finished is
+    resumed (the fit loads it and returns), then each score draws its z's from another prediction seed."""
+    import tempfile
+
+    from flowgp.checkpoint import atomic_save, safe_load
+
+    source = Path(est.checkpoint)
+    if not source.exists():
+        raise SystemExit(f"--rescore: no checkpoint {source}; give the run's --out, --model, --split and settings")
+    state = safe_load(source)
+    state["finished"] = True
+    with tempfile.TemporaryDirectory() as tmp:
+        est.set_params(checkpoint=atomic_save(state, Path(tmp) / source.name), extend_checkpoint=False)
+        est.fit(split.x_train, split.y_train)
+    log_scale = math.log(est.y_scale_)
+    scores, per_point = [], []
+    for r in range(args.rescore):
+        est.set_params(seed=r)  # the prediction draws only: the fitted state is loaded above
+        lpd = est.log_predictive_density(split.x_test, split.y_test) + log_scale
+        per_point.append(lpd)
+        scores.append(float(lpd.mean()))
+        print(f"score {r}: {scores[-1]:+.4f}", flush=True)
+    per_point = np.stack(per_point)
+    mean_point = per_point.mean(0)
+    row = {"model": args.model, "dataset": args.dataset, "split": args.split, "iterations": int(state["step"]),
+           **dict(zip(("num_importance", "batch_size", "row_order", "encoder_skips", "seed"), setting)),
+           "samples": args.samples, "scores": scores, "score_range": max(scores) - min(scores),
+           "score_sd": float(np.std(scores, ddof=1)) if len(scores) > 1 else None,
+           "per_point_median": float(np.median(mean_point)),
+           "per_point_quantiles": {q: float(np.quantile(mean_point, float(q))) for q in ("0.01", "0.05", "0.25")},
+           "per_point_sd_over_scores": float(per_point.std(0, ddof=1).mean()) if len(scores) > 1 else None}
+    with (out / "rescore.jsonl").open("a") as fh:
+        fh.write(json.dumps(row) + "\n")
+    np.savez(out / f"{source.stem}-step{state['step']}-rescore.npz", per_point=per_point, y_test=split.y_test)
+    print(json.dumps(row), flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     from flowgp.bench.models import make_estimator
     from flowgp.bench.presets import get_preset
@@ -123,6 +165,9 @@ def main(argv=None) -> int:
                         help="with --plot-only: also draw these rows (another folder's curve.jsonl), e.g. another "
                              "K and batch on the same split")
     parser.add_argument("--png", default="curve.png", help="with --plot-only: the figure's name in OUT")
+    parser.add_argument("--rescore", type=int, default=0, metavar="R",
+                        help="train nothing: score the checkpoint's current state R times, prediction seeds "
+                             "0..R-1 (same --iterations, K, batch, row order and seed as the run that wrote it)")
     parser.add_argument("--extend", action="store_true",
                         help="carry a checkpoint of a shorter run on to --iterations (extend_checkpoint=True)")
     args = parser.parse_args(argv)
@@ -168,6 +213,8 @@ def main(argv=None) -> int:
     setting = (est.num_importance, preset.batch_for(n), rows_tag or "file", est.encoder_skips, seed)
     done = {r["iterations"] for r in _rows(rows_path) if r["model"] == args.model and r["dataset"] == args.dataset
             and r["split"] == args.split and _setting(r) == setting}
+    if args.rescore:
+        return rescore(est, split, args, setting, out)
     milestones = sorted({int(v) for v in args.at.split(",")} | {epochs * per_epoch})
     start = time.perf_counter()
 
