@@ -17,6 +17,10 @@ A split's test points depend on the row order of the data file. Our wine-red fil
 download, so our split k is theirs; our power file is not, so only power rows fitted in the authors' order
 (`row_order: "authors"`: ldgp_learning_curve.py `--row-order authors`, or the bench's reference presets) are
 paired with theirs.
+`--outlying-rows Z` (needs the data: FLOWGP_DATA or `--data-dir`) marks the rows of a dataset whose target lies
+more than Z robust s.d. from the median target of its 10 nearest neighbours (standardised inputs, the whole file;
+robust s.d. = 1.4826 x the median absolute residual), lists the splits whose test set holds one, and gives their
+means, the spread of their 10 scores and ours - theirs for the splits with and without such a row apart.
 Rows of fits with another q(z) network (`encoder_skips`, ldgp_learning_curve.py `--encoder-skips`) are paired with
 theirs when chosen by `--encoder-skips`, and with ours of the default (dense) network on the same splits.
 """
@@ -26,6 +30,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -60,6 +65,45 @@ def _ours(paths: list[str], preset: str | None, iterations: int | None) -> dict:
     return out
 
 
+def outlying_rows(x, y, threshold: float, neighbours: int = 10):
+    """Boolean mask of the rows whose target is more than `threshold` robust standard deviations from the median
+    target of their `neighbours` nearest rows in standardised input space (the row itself left out), and the
+    robust z-scores: a point the regression surface around it does not explain, whatever the model."""
+    import numpy as np
+    from sklearn.neighbors import NearestNeighbors
+
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float).ravel()
+    xs = (x - x.mean(0)) / np.where(x.std(0) > 0, x.std(0), 1.0)
+    _, idx = NearestNeighbors(n_neighbors=neighbours + 1).fit(xs).kneighbors(xs)
+    residual = y - np.median(y[idx[:, 1:]], axis=1)
+    z = residual / (1.4826 * np.median(np.abs(residual)))
+    return np.abs(z) > threshold, z
+
+
+def _splits_holding(dataset: str, splits: list[int], threshold: float, data_dir) -> tuple[dict[int, int], int]:
+    """{split: number of outlying rows (`outlying_rows`) in its test set} for the authors' splits of `dataset`
+    (their row order), and how many rows the file has that are outlying."""
+    import numpy as np
+
+    from flowgp.bench.uci import load_split
+
+    def split_of(k):
+        order = "file" if dataset in SAME_ROW_ORDER else "authors"
+        return load_split(dataset, k, data_dir, protocol="reference", row_order=order)
+
+    first = split_of(splits[0])
+    x = np.vstack([first.x_train, first.x_test])
+    y = np.concatenate([np.ravel(first.y_train), np.ravel(first.y_test)])
+    mask, _ = outlying_rows(x, y, threshold)
+    flagged = {tuple(r) for r in np.column_stack([x, y])[mask]}
+    counts = {}
+    for k in splits:
+        t = split_of(k)
+        counts[k] = sum(tuple(r) in flagged for r in np.column_stack([t.x_test, np.ravel(t.y_test)]))
+    return counts, int(mask.sum())
+
+
 def _stats(values: list[float]) -> tuple[float, float, float]:
     """Mean, median and standard error of the mean (the bench report's `mean_se`; NaN se for one value)."""
     mean, se, n = mean_se(values)
@@ -74,13 +118,20 @@ def main(argv=None) -> int:
     parser.add_argument("--iterations", type=int, default=None, help="only our curve rows at these iterations")
     parser.add_argument("--encoder-skips", default="dense", choices=("dense", "residual"),
                         help="pair theirs with our fits of this q(z) network (default dense, flowgp's)")
+    parser.add_argument("--outlying-rows", type=float, default=None, metavar="Z",
+                        help="also compare the splits whose test set holds a row more than Z robust s.d. from its "
+                             "10 nearest neighbours' median target with the others (reads the data)")
+    parser.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
     args = parser.parse_args(argv)
     every = _ours(args.ours, args.preset, args.iterations)
     ours = {k[:3]: v for k, v in every.items() if k[3] == args.encoder_skips}
     table: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    spread: dict[tuple[str, str, int], float] = {}
     with open(args.csv) as fh:
         for row in csv.DictReader(fh):
             table[row["dataset"]][row["estimator"]][int(row["split"])] = float(row["mean_of_10"])
+            spread[(row["dataset"], row["estimator"], int(row["split"]))] = (float(row["max_of_10"])
+                                                                             - float(row["min_of_10"]))
     for dataset, by_est in table.items():
         reg, dreg = by_est["reg"], by_est["dreg"]
         splits = sorted(set(reg) & set(dreg))
@@ -107,6 +158,8 @@ def main(argv=None) -> int:
                   f"{_stats([theirs[s] for s in common])[0]:+.3f}; ours - theirs {mean:+.3f} ± {se:.3f} "
                   f"(median {median:+.3f}), ours ahead on {sum(v > 0 for v in d)}")
             print("    " + " ".join(f"{s}:{a:+.2f}/{theirs[s]:+.2f}" for s, a in zip(common, o)))
+            if args.outlying_rows is not None:
+                _by_outlying_rows(dataset, name, theirs, ours, spread, args)
             if args.encoder_skips != "dense":
                 both = [s for s in common if (dataset, name, s, "dense") in every]
                 if both:
@@ -115,6 +168,25 @@ def main(argv=None) -> int:
                     print(f"    {args.encoder_skips} − dense encoder on {len(both)} splits: {mean:+.4f} ± {se:.4f} "
                           f"(median {median:+.4f}), {args.encoder_skips} ahead on {sum(v > 0 for v in d)}")
     return 0
+
+
+def _by_outlying_rows(dataset: str, name: str, theirs: dict, ours: dict, spread: dict, args) -> None:
+    """Theirs, the range of their 10 scores and ours - theirs on the splits with an outlying test row and without."""
+    counts, n_rows = _splits_holding(dataset, sorted(theirs), args.outlying_rows, args.data_dir)
+    print(f"    {n_rows} rows of {dataset} lie more than {args.outlying_rows:g} robust s.d. from their neighbours' "
+          f"median; test sets holding one: {[k for k, c in counts.items() if c]}")
+    for label, group in (("with", [k for k, c in counts.items() if c]), ("without", [k for k, c in counts.items()
+                                                                                        if not c])):
+        if not group:
+            continue
+        paired = [k for k in group if (dataset, name, k) in ours]
+        line = (f"      {label:7s} ({len(group):2d} splits): theirs {_stats([theirs[k] for k in group])[0]:+.3f}, "
+                f"range of their 10 scores {statistics.median(spread[(dataset, name, k)] for k in group):.3f} "
+                "(median)")
+        if paired:
+            mean, median, se = _stats([ours[(dataset, name, k)] - theirs[k] for k in paired])
+            line += f"; ours - theirs on {len(paired)}: {mean:+.3f} ± {se:.3f} (median {median:+.3f})"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -44,3 +44,16 @@ def test_pairs_ours_by_split_only_in_the_authors_row_order_and_compares_encoders
     out = capsys.readouterr().out
     assert "ours ldgp2-reg on 1 of their splits: +0.130 against their +0.200" in out
     assert "residual − dense encoder on 1 splits: +0.0300" in out
+
+
+def test_outlying_rows_flags_a_planted_outlier_and_nothing_on_a_smooth_surface(table1):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-2, 2, size=(400, 3))
+    y = np.sin(x[:, 0]) + 0.5 * x[:, 1] + 0.05 * rng.standard_normal(400)
+    mask, z = table1.outlying_rows(x, y, threshold=10)
+    assert not mask.any() and np.abs(z).max() < 10  # Gaussian noise alone: no row 10 robust s.d. out
+    y[17] -= 2.0  # 40 noise s.d. below the surface
+    mask, z = table1.outlying_rows(x, y, threshold=10)
+    assert mask.nonzero()[0].tolist() == [17] and z[17] < -10
