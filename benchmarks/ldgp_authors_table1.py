@@ -147,6 +147,7 @@ def main(argv=None) -> int:
         diff = [dreg[s] - reg[s] for s in splits]
         mean, _, se = _stats(diff)
         print(f"  DREG - REG {mean:+.3f} ± {se:.3f}, DREG ahead on {sum(d > 0 for d in diff)} of {len(diff)} splits")
+        holding = None  # the splits' outlying test rows, read once per dataset (REG and DREG share the splits)
         for name, theirs in (("reg", reg), ("dreg", dreg)):
             common = sorted(s for s in theirs if (dataset, name, s) in ours)
             if not common:
@@ -159,7 +160,9 @@ def main(argv=None) -> int:
                   f"(median {median:+.3f}), ours ahead on {sum(v > 0 for v in d)}")
             print("    " + " ".join(f"{s}:{a:+.2f}/{theirs[s]:+.2f}" for s, a in zip(common, o)))
             if args.outlying_rows is not None:
-                _by_outlying_rows(dataset, name, theirs, ours, spread, args)
+                if holding is None:
+                    holding = _splits_holding(dataset, splits, args.outlying_rows, args.data_dir)
+                _by_outlying_rows(dataset, name, theirs, ours, spread, holding, args.outlying_rows)
             if args.encoder_skips != "dense":
                 both = [s for s in common if (dataset, name, s, "dense") in every]
                 if both:
@@ -170,10 +173,12 @@ def main(argv=None) -> int:
     return 0
 
 
-def _by_outlying_rows(dataset: str, name: str, theirs: dict, ours: dict, spread: dict, args) -> None:
-    """Theirs, the range of their 10 scores and ours - theirs on the splits with an outlying test row and without."""
-    counts, n_rows = _splits_holding(dataset, sorted(theirs), args.outlying_rows, args.data_dir)
-    print(f"    {n_rows} rows of {dataset} lie more than {args.outlying_rows:g} robust s.d. from their neighbours' "
+def _by_outlying_rows(dataset: str, name: str, theirs: dict, ours: dict, spread: dict, holding: tuple,
+                      threshold: float) -> None:
+    """Theirs, the range of their 10 scores and ours - theirs on the splits with an outlying test row and without
+    (`holding`: `_splits_holding`'s counts per split and number of outlying rows)."""
+    counts, n_rows = holding
+    print(f"    {n_rows} rows of {dataset} lie more than {threshold:g} robust s.d. from their neighbours' "
           f"median; test sets holding one: {[k for k, c in counts.items() if c]}")
     for label, group in (("with", [k for k, c in counts.items() if c]), ("without", [k for k, c in counts.items()
                                                                                         if not c])):

@@ -211,10 +211,10 @@ def main(argv=None) -> int:
     if args.encoder_skips is not None:
         est.set_params(encoder_skips=args.encoder_skips)
     setting = (est.num_importance, preset.batch_for(n), rows_tag or "file", est.encoder_skips, seed)
-    done = {r["iterations"] for r in _rows(rows_path) if r["model"] == args.model and r["dataset"] == args.dataset
-            and r["split"] == args.split and _setting(r) == setting}
     if args.rescore:
         return rescore(est, split, args, setting, out)
+    done = {r["iterations"] for r in _rows(rows_path) if r["model"] == args.model and r["dataset"] == args.dataset
+            and r["split"] == args.split and _setting(r) == setting}
     milestones = sorted({int(v) for v in args.at.split(",")} | {epochs * per_epoch})
     start = time.perf_counter()
 
