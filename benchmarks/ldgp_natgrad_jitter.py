@@ -1,0 +1,121 @@
+"""Does GPflow 1's jittered natural-gradient step explain part of the power gap? A probe on a fitted state (issue 25).
+
+The DREG authors train the last layer's q(u) with GPflow 1's `NatGradOptimizer` (natural parameters, γ = 0.01,
+× 0.98 per 1 000 iterations). After each step it maps the natural parameters back to (m, chol S) and takes that
+Cholesky of S + 10⁻⁶ I (`_cholesky_with_jitter`, settings.jitter), so every step adds 10⁻⁶ I to the whitened S;
+`flowgp.optim.NaturalGradient` adds nothing. In the conjugate case the step is, per eigen-direction of the
+optimum S* (eigenvalue s*, the same basis throughout since ε I commutes with everything),
+
+    p' = (1 - γ)/s + γ/s*,   θ₁' = (1 - γ) m/s + γ m*/s*,   m' = θ₁'/p',   s' = 1/p' + ε,
+
+with fixed point s = [(s* + ε) + √((s* + ε)² + 4(1 - γ) ε s*/γ)]/2, about √(ε s*/γ) when s* ≪ ε/γ: as γ is annealed
+the small eigenvalues of S grow (×78 for s* = 7·10⁻⁶ by 300 016 iterations), while m stays at m*.
+
+This script runs that recursion over the schedule up to a checkpoint's step for every eigenvalue of the fitted
+last layer's S (our fit, without the jitter, stands in for S*), puts the result into the state and scores the
+test set as `ldgp_learning_curve.py` does (10 000 z per point, prediction seed 0), beside the unchanged state.
+Nothing else is refitted, so it measures the first-order effect, not the co-adapted one.
+
+    FLOWGP_DATA=../shared/data python benchmarks/ldgp_natgrad_jitter.py \\
+        --checkpoint docs/results/ldgp-uci-reference/power-curve/ldgp2-reg-power-0.ckpt --split 0
+    ... --checkpoint docs/results/ldgp-uci-reference/power-authors-splits/ldgp2-reg-power-8-rows-authors.ckpt \\
+        --split 8 --row-order authors --iterations 300000
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def jittered_natgrad(s_star, steps: int, gamma: float = 0.01, decay: float = 0.98, every: int = 1000,
+                     jitter: float = 1e-6, s0: float = 1.0):
+    """(s, m/m*) after `steps` conjugate natural-gradient steps from S = s0 I, m = 0 towards (s*, m*) per direction,
+    with `jitter` added to s after each step as GPflow 1 does (module docstring); vectorised over s_star."""
+    s_star = np.asarray(s_star, dtype=float)
+    if np.any(s_star <= 0):
+        raise ValueError("s_star must be positive (eigenvalues of a covariance); clamp them first")
+    s = np.full_like(s_star, s0)
+    ratio = np.zeros_like(s_star)  # m / m*, so that θ₁ = ratio m*/s and the target θ₁* = m*/s*
+    for t in range(int(steps)):
+        g = gamma * decay ** (t // every)
+        p = (1.0 - g) / s + g / s_star
+        ratio = ((1.0 - g) * ratio / s + g / s_star) / p
+        s = 1.0 / p + jitter
+    return s, ratio
+
+
+def fixed_point(s_star, gamma: float, jitter: float = 1e-6):
+    """The recursion's fixed point for a constant γ (module docstring)."""
+    s_star = np.asarray(s_star, dtype=float)
+    b = s_star + jitter
+    return 0.5 * (b + np.sqrt(b * b + 4.0 * (1.0 - gamma) * jitter * s_star / gamma))
+
+
+def jittered_state(model_state: dict, steps: int, layer: str = "layers.1.gp") -> tuple[dict, np.ndarray]:
+    """A copy of a latent DGP's state dict with `layer`'s q(u) moved as the jittered steps would hold it, and the
+    ratio of new to old eigenvalues of its S."""
+    state = dict(model_state)
+    r, mu = state[f"{layer}.q_sqrt"].tril(), state[f"{layer}.q_mu"]
+    cov = r @ r.mT
+    evals, vecs = torch.linalg.eigh(cov)
+    evals = evals.clamp_min(1e-12)
+    s_new, ratio = jittered_natgrad(evals.flatten().numpy(), steps)
+    s_new = torch.as_tensor(s_new, dtype=cov.dtype).reshape(evals.shape)
+    ratio = torch.as_tensor(ratio, dtype=cov.dtype).reshape(evals.shape)
+    state[f"{layer}.q_sqrt"] = torch.linalg.cholesky(vecs @ torch.diag_embed(s_new) @ vecs.mT)
+    state[f"{layer}.q_mu"] = (vecs @ (ratio * (vecs.mT @ mu.unsqueeze(-1)).squeeze(-1)).unsqueeze(-1)).squeeze(-1)
+    return state, (s_new / evals).flatten().numpy()
+
+
+def main(argv=None) -> int:
+    from flowgp.bench.models import make_estimator
+    from flowgp.bench.presets import get_preset
+    from flowgp.bench.uci import load_split
+    from flowgp.checkpoint import atomic_save, safe_load
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", required=True, help="a ldgp_learning_curve.py checkpoint of ldgp2-reg on power")
+    p.add_argument("--dataset", default="power")
+    p.add_argument("--split", type=int, required=True)
+    p.add_argument("--row-order", default="file", choices=("file", "authors"))
+    p.add_argument("--iterations", type=int, default=None, help="the run's budget (default: the checkpoint's step)")
+    p.add_argument("--num-importance", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--samples", type=int, default=10000)
+    p.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    split = load_split(args.dataset, args.split, args.data_dir, protocol="reference", row_order=args.row_order)
+    n = len(split.y_train)
+    saved = safe_load(Path(args.checkpoint))
+    step = int(saved["step"])
+    per_epoch = math.ceil(n / get_preset("reference", batch_size=args.batch_size).batch_for(n))
+    epochs = math.ceil((args.iterations or step) / per_epoch)
+    est = make_estimator("ldgp2-reg", get_preset("reference", epochs=epochs, batch_size=args.batch_size), 128,
+                         args.split, n)
+    est.set_params(num_importance=args.num_importance, num_samples_predict=args.samples, verbose=False)
+    jittered, growth = jittered_state(saved["model"], step)
+    for name, model_state in (("as fitted", saved["model"]), ("GPflow's natgrad jitter", jittered)):
+        state = dict(saved, model=model_state, finished=True)
+        with tempfile.TemporaryDirectory() as tmp:  # the fit loads a finished state and returns
+            est.set_params(checkpoint=atomic_save(state, Path(tmp) / "state.ckpt"), extend_checkpoint=False, seed=args.split)
+            est.fit(split.x_train, split.y_train)
+        est.set_params(seed=0)
+        lpd = est.log_predictive_density(split.x_test, split.y_test) + math.log(est.y_scale_)
+        row = {"checkpoint": args.checkpoint, "step": step, "state": name, "test_ll_std": float(lpd.mean()),
+               "median": float(np.median(lpd)), "q05": float(np.quantile(lpd, 0.05))}
+        if name != "as fitted":
+            row["eigenvalue_growth_quantiles"] = [round(float(v), 3) for v in np.quantile(growth, [0, .1, .5, .9, 1])]
+        print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
