@@ -10,7 +10,8 @@ resume, unless `--extend` is given: then a checkpoint of a shorter run (finished
 budget with its optimiser states, on the trajectory a run given that budget from the start would take (the
 schedule depends on the step alone). OUT/curve.png plots the curve (`--reference` draws the paper's value as a
 line); `--plot-only` redraws it from the rows so far, e.g. while a long run is still going, and prints the slope
-per decade of iterations (least squares in log10(iterations)) over each model's last three milestones.
+per decade of iterations (least squares in log10(iterations)) over each model's last three milestones
+(`--with` adds another folder's rows, `--only-split` keeps one split's).
 `--rescore R` trains nothing: it scores the checkpoint's current state R times with R prediction seeds (the
 DREG authors score each fit 10 times) and writes a line to OUT/rescore.jsonl (each score, their range and sd, and the
 per-point median and lower quantiles of log p(y*) in standardised units) and the per-point values to an .npz.
@@ -165,6 +166,8 @@ def main(argv=None) -> int:
                         help="with --plot-only: also draw these rows (another folder's curve.jsonl), e.g. another "
                              "K and batch on the same split")
     parser.add_argument("--png", default="curve.png", help="with --plot-only: the figure's name in OUT")
+    parser.add_argument("--only-split", type=int, default=None,
+                        help="with --plot-only: draw only this split's rows (e.g. one split of a folder of many)")
     parser.add_argument("--rescore", type=int, default=0, metavar="R",
                         help="train nothing: score the checkpoint's current state R times, prediction seeds "
                              "0..R-1 (same --iterations, K, batch, row order and seed as the run that wrote it)")
@@ -174,6 +177,8 @@ def main(argv=None) -> int:
     out = Path(args.out)
     if args.plot_only:
         rows = _rows(out / "curve.jsonl") + [r for path in args.with_rows for r in _rows(Path(path))]
+        if args.only_split is not None:
+            rows = [r for r in rows if r["split"] == args.only_split]
         if not rows:
             parser.error(f"--plot-only: no rows in {out / 'curve.jsonl'}")
         for model, pts in _curves(rows).items():
