@@ -1,0 +1,106 @@
+"""Does a larger K (and the authors' minibatch) sharpen a fit that a smaller K has already trained? (issue 25)
+
+The power gap to the DREG authors' Table 1 sits on the splits without an outlying test row, and their fits are
+sharper per point; their runs used K = 50 importance samples and minibatch 64, our `reference` preset K = 5 and
+512. A K = 50 curve from scratch costs about 10 h per split on one core. This probe asks the question for less:
+it loads a checkpoint trained with the preset (K = 5, batch 512) and carries it on with `--num-importance` /
+`--batch-size` for `--iterations` more iterations, every step size starting where the checkpoint's schedule had
+decayed it (Adam 0.005 and natural-gradient γ 0.01, × 0.98 per 1 000 iterations, from the checkpoint's step on)
+with fresh optimiser states, and scores the test set as `ldgp_learning_curve.py` does (10 000 z per point) at each
+of `--at`. Run it twice, with the new K and batch and with the checkpoint's own, to separate the change of K
+from the restart of the optimisers. Rows go to OUT/finetune.jsonl (not resumable: an interrupted run starts
+again and appends its rows anew).
+
+    FLOWGP_DATA=../shared/data python benchmarks/ldgp_k_finetune.py \\
+        --checkpoint docs/results/ldgp-uci-reference/power-authors-splits/ldgp2-reg-power-8-rows-authors.ckpt \\
+        --split 8 --row-order authors --num-importance 50 --batch-size 64 --iterations 10000 \\
+        --out docs/results/ldgp-uci-reference/power-k-finetune
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import torch
+
+
+def decayed(value: float, step: int, decay: float = 0.98, every: int = 1000) -> float:
+    """A step size of `value` at step 0 after the staircase schedule of supplement E.2 has run to `step`."""
+    return value * decay ** (int(step) // every)
+
+
+def main(argv=None) -> int:
+    from flowgp.bench.models import make_estimator
+    from flowgp.bench.presets import get_preset
+    from flowgp.bench.uci import load_split
+    from flowgp.checkpoint import safe_load
+    from flowgp.estimators.latent import LatentDeepGPRegressor
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", required=True, help="an ldgp_learning_curve.py checkpoint of ldgp2-reg")
+    p.add_argument("--out", required=True)
+    p.add_argument("--dataset", default="power")
+    p.add_argument("--split", type=int, required=True)
+    p.add_argument("--row-order", default="file", choices=("file", "authors"))
+    p.add_argument("--num-importance", type=int, required=True)
+    p.add_argument("--batch-size", type=int, required=True)
+    p.add_argument("--iterations", type=int, default=10000, help="iterations carried on from the checkpoint")
+    p.add_argument("--at", default="2000,5000,10000", help="comma-separated iterations (of this run) to score at")
+    p.add_argument("--samples", type=int, default=10000)
+    p.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    split = load_split(args.dataset, args.split, args.data_dir, protocol="reference", row_order=args.row_order)
+    n = len(split.y_train)
+    saved = safe_load(Path(args.checkpoint))
+    start = int(saved["step"])
+    preset = get_preset("reference", batch_size=args.batch_size)
+    per_epoch = math.ceil(n / preset.batch_for(n))
+    epochs = math.ceil(args.iterations / per_epoch)
+    est = make_estimator("ldgp2-reg", get_preset("reference", epochs=epochs, batch_size=args.batch_size), 128,
+                         args.split, n)
+    est.set_params(num_importance=args.num_importance, num_samples_predict=args.samples, verbose=False,
+                   lr=decayed(est.lr, start), natgrad_lr=decayed(est.natgrad_lr, start))
+    # the schedule counts from this run's step 0, so its decays fall up to 999 steps off the checkpoint's grid
+    state = saved["model"]
+
+    class CarriedOn(LatentDeepGPRegressor):
+        """The estimator with its model built as usual, then given the checkpoint's trained state."""
+
+        def _build(self, x, y=None, **overrides):
+            model = super()._build(x, y, **overrides)
+            model.load_state_dict(state)
+            return model
+
+    est = CarriedOn(**est.get_params())
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    milestones = sorted({int(v) for v in args.at.split(",")} | {epochs * per_epoch})
+    t0 = time.perf_counter()
+
+    def score(step, loss, model):
+        iterations = step + 1
+        if iterations not in milestones:
+            return False
+        lpd = est.log_predictive_density(split.x_test, split.y_test)
+        row = {"model": "ldgp2-reg", "dataset": args.dataset, "split": args.split, "row_order": args.row_order,
+               "checkpoint": args.checkpoint, "checkpoint_step": start, "iterations": iterations,
+               "num_importance": args.num_importance, "batch_size": args.batch_size,
+               "lr_start": est.lr, "natgrad_lr_start": est.natgrad_lr, "samples": args.samples,
+               "test_ll_std": float(lpd.mean() + math.log(est.y_scale_)),
+               "train_neg_bound_per_point": float(loss) / n, "elapsed_seconds": time.perf_counter() - t0}
+        with (out / "finetune.jsonl").open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        print(json.dumps(row), flush=True)
+        return False
+
+    est.fit(split.x_train, split.y_train, callback=score)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
