@@ -23,9 +23,41 @@ import json
 import math
 import os
 import time
+import types
 from pathlib import Path
 
 import torch
+
+
+def per_slot_hidden_sample(model, layer, h, generator=None, batch_rows=None, parts=None):
+    """The DREG authors' hidden-layer draw over the K importance samples: each slot from its own marginal.
+
+    Their hidden `G5` layer (`SharedMixedMok` with `MixedKernelSharedMof`) goes through
+    `multisample_sample_conditional` in `dgps_with_iwvi/temp_workaround.py`, whose mixed-kernel branch calls the
+    conditional with `full_cov=False` whatever `propagate` asked for, so the `full_cov=True` over the K axis reaches
+    only their last layer (of which they use the diagonal). This is the per-slot draw the issue removed from
+    flowgp (the K values of one function drawn as if independent; not a bound); here only to measure what it does
+    to the fit. REG only (DREG needs the joint draw's pieces)."""
+    whole = batch_rows is None or (batch_rows[0] == 0 and batch_rows[1] == h.shape[-3])
+    if parts is not None or not whole:
+        raise ValueError("per-slot draws: REG on one process only (parts and a split batch are not supported)")
+    return layer(h, generator=generator)[0]
+
+
+def estimator_with(est, state: dict | None = None, per_slot: bool = False):
+    """A LatentDeepGPRegressor like `est` (same parameters) whose model, once built as usual, gets the trained
+    `state` (a state dict) and/or the per-slot hidden-layer draw (`per_slot_hidden_sample`, this model only)."""
+
+    class Altered(type(est)):
+        def _build(self, x, y=None, **overrides):
+            model = super()._build(x, y, **overrides)
+            if state is not None:
+                model.load_state_dict(state)
+            if per_slot:  # prediction never uses the joint draw, so only training changes
+                model.joint_hidden_sample = types.MethodType(per_slot_hidden_sample, model)
+            return model
+
+    return Altered(**est.get_params())
 
 
 def decayed(value: float, step: int, decay: float = 0.98, every: int = 1000) -> float:
@@ -38,7 +70,6 @@ def main(argv=None) -> int:
     from flowgp.bench.presets import get_preset
     from flowgp.bench.uci import load_split
     from flowgp.checkpoint import safe_load
-    from flowgp.estimators.latent import LatentDeepGPRegressor
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", required=True, help="an ldgp_learning_curve.py checkpoint of ldgp2-reg")
@@ -51,6 +82,9 @@ def main(argv=None) -> int:
     p.add_argument("--iterations", type=int, default=10000, help="iterations carried on from the checkpoint")
     p.add_argument("--at", default="2000,5000,10000", help="comma-separated iterations (of this run) to score at")
     p.add_argument("--samples", type=int, default=10000)
+    p.add_argument("--draws", default="joint", choices=("joint", "per-slot"),
+                   help="the hidden layer's draw over the K slots in training: flowgp's joint draw, or the DREG "
+                        "authors' per-slot marginals (per_slot_hidden_sample); scoring is the same for both")
     p.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
     args = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -66,17 +100,7 @@ def main(argv=None) -> int:
     est.set_params(num_importance=args.num_importance, num_samples_predict=args.samples, verbose=False,
                    lr=decayed(est.lr, start), natgrad_lr=decayed(est.natgrad_lr, start))
     # the schedule counts from this run's step 0, so its decays fall up to 999 steps off the checkpoint's grid
-    state = saved["model"]
-
-    class CarriedOn(LatentDeepGPRegressor):
-        """The estimator with its model built as usual, then given the checkpoint's trained state."""
-
-        def _build(self, x, y=None, **overrides):
-            model = super()._build(x, y, **overrides)
-            model.load_state_dict(state)
-            return model
-
-    est = CarriedOn(**est.get_params())
+    est = estimator_with(est, saved["model"], per_slot=args.draws == "per-slot")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     milestones = sorted({int(v) for v in args.at.split(",")} | {epochs * per_epoch})
@@ -89,7 +113,7 @@ def main(argv=None) -> int:
         lpd = est.log_predictive_density(split.x_test, split.y_test)
         row = {"model": "ldgp2-reg", "dataset": args.dataset, "split": args.split, "row_order": args.row_order,
                "checkpoint": args.checkpoint, "checkpoint_step": start, "iterations": iterations,
-               "num_importance": args.num_importance, "batch_size": args.batch_size,
+               "num_importance": args.num_importance, "batch_size": args.batch_size, "draws": args.draws,
                "lr_start": est.lr, "natgrad_lr_start": est.natgrad_lr, "samples": args.samples,
                "test_ll_std": float(lpd.mean() + math.log(est.y_scale_)),
                "train_neg_bound_per_point": float(loss) / n, "elapsed_seconds": time.perf_counter() - t0}

@@ -44,16 +44,17 @@ def _setting(row: dict) -> tuple:
     """A row's (K, batch, row order, encoder skips, seed); rows written before these were recorded are the
     preset's (5, 512, the file's order, dense skips, seed = split)."""
     return (row.get("num_importance", 5), row.get("batch_size", 512), row_order_of(row),
-            row.get("encoder_skips", "dense"), row.get("seed", row["split"]))
+            row.get("encoder_skips", "dense"), row.get("seed", row["split"]), row.get("draws", "joint"))
 
 
 def _label(row: dict) -> str:
     """A curve's name: the model, K and the batch where they are not the preset's (5, 512), the row order if not
     the file's, the encoder's skips if not dense, the seed if not the split's."""
-    k, b, rows, skips, seed = _setting(row)
+    k, b, rows, skips, seed, draws = _setting(row)
     label = row["model"] if (k, b) == (5, 512) else f"{row['model']} K={k} batch={b}"
     label = label if rows == "file" else f"{label} rows={rows}"
     label = label if skips == "dense" else f"{label} encoder={skips}"
+    label = label if draws == "joint" else f"{label} draws={draws}"
     return label if seed == row["split"] else f"{label} seed={seed}"
 
 
@@ -119,7 +120,7 @@ def rescore(est, split, args, setting, out: Path) -> int:
     per_point = np.stack(per_point)
     mean_point = per_point.mean(0)
     row = {"model": args.model, "dataset": args.dataset, "split": args.split, "iterations": int(state["step"]),
-           **dict(zip(("num_importance", "batch_size", "row_order", "encoder_skips", "seed"), setting)),
+           **dict(zip(("num_importance", "batch_size", "row_order", "encoder_skips", "seed", "draws"), setting)),
            "samples": args.samples, "scores": scores, "score_range": max(scores) - min(scores),
            "score_sd": float(np.std(scores, ddof=1)) if len(scores) > 1 else None,
            "per_point_median": float(np.median(mean_point)),
@@ -160,6 +161,9 @@ def main(argv=None) -> int:
                         help="'authors' (the permutation flowgp ships, bench.uci.authors_row_order) or a .npy "
                              "permutation: entry i is the row of uci/<dataset>/data.txt that is row i of the "
                              "authors' download, so the split holds their points (bench.uci.reference_split)")
+    parser.add_argument("--draws", default="joint", choices=("joint", "per-slot"),
+                        help="the hidden layer's draw over the K slots in training: flowgp's joint draw, or the "
+                             "DREG authors' per-slot marginals (an ablation: ldgp_k_finetune.per_slot_hidden_sample)")
     parser.add_argument("--reference", type=float, default=None, help="the paper's value, drawn as a line")
     parser.add_argument("--plot-only", action="store_true", help="only redraw OUT/curve.png from the rows so far")
     parser.add_argument("--with", dest="with_rows", action="append", default=[], metavar="CURVE.jsonl",
@@ -208,14 +212,19 @@ def main(argv=None) -> int:
     # a run with another K, batch or row order keeps its own checkpoint and is labelled in its rows
     tag = "".join(f"-{k}{v}" for k, v in (("k", args.num_importance), ("b", args.batch_size), ("rows-", rows_tag),
                                           ("enc-", args.encoder_skips),
-                                          ("seed", None if seed == args.split else seed)) if v is not None)
+                                          ("seed", None if seed == args.split else seed),
+                                          ("draws-", None if args.draws == "joint" else args.draws)) if v is not None)
     est.set_params(num_samples_predict=args.samples, verbose=False, extend_checkpoint=args.extend,
                    checkpoint=str(out / f"{args.model}-{args.dataset}-{args.split}{tag}.ckpt"))
     if args.num_importance is not None:
         est.set_params(num_importance=args.num_importance)
     if args.encoder_skips is not None:
         est.set_params(encoder_skips=args.encoder_skips)
-    setting = (est.num_importance, preset.batch_for(n), rows_tag or "file", est.encoder_skips, seed)
+    if args.draws == "per-slot":
+        from ldgp_k_finetune import estimator_with  # a sibling script (its directory is on sys.path)
+
+        est = estimator_with(est, per_slot=True)
+    setting = (est.num_importance, preset.batch_for(n), rows_tag or "file", est.encoder_skips, seed, args.draws)
     if args.rescore:
         return rescore(est, split, args, setting, out)
     done = {r["iterations"] for r in _rows(rows_path) if r["model"] == args.model and r["dataset"] == args.dataset
@@ -233,7 +242,7 @@ def main(argv=None) -> int:
                "test_ll_std": float(lpd.mean() + math.log(est.y_scale_)), "nll": float(-lpd.mean()),
                "y_scale": float(est.y_scale_), "train_neg_bound_per_point": float(loss) / n,
                "samples": args.samples, "num_inducing": args.inducing,
-               **dict(zip(("num_importance", "batch_size", "row_order", "encoder_skips", "seed"), setting)),
+               **dict(zip(("num_importance", "batch_size", "row_order", "encoder_skips", "seed", "draws"), setting)),
                "score_seconds": time.perf_counter() - t0, "elapsed_seconds": time.perf_counter() - start}
         with rows_path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
