@@ -60,14 +60,24 @@ def estimator_with(est, state: dict | None = None, per_slot: bool = False):
     return Altered(**est.get_params())
 
 
+def reference_estimator(n: int, split: int, batch_size: int, iterations: int, **params):
+    """The `reference`-preset ldgp2-reg estimator for n training rows whose budget covers `iterations` at
+    `batch_size` (whole epochs), with `params` set; returns (estimator, iterations per epoch, epochs)."""
+    from flowgp.bench.models import make_estimator
+    from flowgp.bench.presets import get_preset
+
+    per_epoch = math.ceil(n / get_preset("reference", batch_size=batch_size).batch_for(n))
+    epochs = math.ceil(iterations / per_epoch)
+    est = make_estimator("ldgp2-reg", get_preset("reference", epochs=epochs, batch_size=batch_size), 128, split, n)
+    return est.set_params(**params), per_epoch, epochs
+
+
 def decayed(value: float, step: int, decay: float = 0.98, every: int = 1000) -> float:
     """A step size of `value` at step 0 after the staircase schedule of supplement E.2 has run to `step`."""
     return value * decay ** (int(step) // every)
 
 
 def main(argv=None) -> int:
-    from flowgp.bench.models import make_estimator
-    from flowgp.bench.presets import get_preset
     from flowgp.bench.uci import load_split
     from flowgp.checkpoint import safe_load
 
@@ -92,13 +102,10 @@ def main(argv=None) -> int:
     n = len(split.y_train)
     saved = safe_load(Path(args.checkpoint))
     start = int(saved["step"])
-    preset = get_preset("reference", batch_size=args.batch_size)
-    per_epoch = math.ceil(n / preset.batch_for(n))
-    epochs = math.ceil(args.iterations / per_epoch)
-    est = make_estimator("ldgp2-reg", get_preset("reference", epochs=epochs, batch_size=args.batch_size), 128,
-                         args.split, n)
-    est.set_params(num_importance=args.num_importance, num_samples_predict=args.samples, verbose=False,
-                   lr=decayed(est.lr, start), natgrad_lr=decayed(est.natgrad_lr, start))
+    est, per_epoch, epochs = reference_estimator(n, args.split, args.batch_size, args.iterations,
+                                                 num_importance=args.num_importance,
+                                                 num_samples_predict=args.samples, verbose=False)
+    est.set_params(lr=decayed(est.lr, start), natgrad_lr=decayed(est.natgrad_lr, start))
     # the schedule counts from this run's step 0, so its decays fall up to 999 steps off the checkpoint's grid
     est = estimator_with(est, saved["model"], per_slot=args.draws == "per-slot")
     out = Path(args.out)

@@ -75,10 +75,9 @@ def jittered_state(model_state: dict, steps: int, layer: str = "layers.1.gp") ->
 
 
 def main(argv=None) -> int:
-    from flowgp.bench.models import make_estimator
-    from flowgp.bench.presets import get_preset
     from flowgp.bench.uci import load_split
     from flowgp.checkpoint import atomic_save, safe_load
+    from ldgp_k_finetune import reference_estimator  # a sibling script (its directory is on sys.path)
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", required=True, help="a ldgp_learning_curve.py checkpoint of ldgp2-reg on power")
@@ -96,11 +95,9 @@ def main(argv=None) -> int:
     n = len(split.y_train)
     saved = safe_load(Path(args.checkpoint))
     step = int(saved["step"])
-    per_epoch = math.ceil(n / get_preset("reference", batch_size=args.batch_size).batch_for(n))
-    epochs = math.ceil((args.iterations or step) / per_epoch)
-    est = make_estimator("ldgp2-reg", get_preset("reference", epochs=epochs, batch_size=args.batch_size), 128,
-                         args.split, n)
-    est.set_params(num_importance=args.num_importance, num_samples_predict=args.samples, verbose=False)
+    est, _, _ = reference_estimator(n, args.split, args.batch_size, args.iterations or step,
+                                    num_importance=args.num_importance, num_samples_predict=args.samples,
+                                    verbose=False)
     jittered, growth = jittered_state(saved["model"], step)
     for name, model_state in (("as fitted", saved["model"]), ("GPflow's natgrad jitter", jittered)):
         state = dict(saved, model=model_state, finished=True)

@@ -1,7 +1,4 @@
 """benchmarks/ldgp_k_finetune.py: the per-slot hidden-layer draw of the DREG authors' code, as an ablation."""
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -9,15 +6,10 @@ import torch
 from flowgp.estimators.latent import LatentDeepGPRegressor
 from flowgp.models.latent_deep_gp import build_latent_deep_gp
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "ldgp_k_finetune.py"
-
 
 @pytest.fixture(scope="module")
-def probe():
-    spec = importlib.util.spec_from_file_location("ldgp_k_finetune", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def probe(benchmark_script):
+    return benchmark_script("ldgp_k_finetune")
 
 
 def test_per_slot_draws_are_independent_over_k_where_the_joint_draw_is_one_function(probe):

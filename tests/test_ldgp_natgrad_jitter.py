@@ -1,22 +1,14 @@
 """benchmarks/ldgp_natgrad_jitter.py: the scalar recursion of GPflow 1's jittered natural-gradient step."""
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
 from flowgp.optim import natural_gradient_step
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "ldgp_natgrad_jitter.py"
-
 
 @pytest.fixture(scope="module")
-def probe():
-    spec = importlib.util.spec_from_file_location("ldgp_natgrad_jitter", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def probe(benchmark_script):
+    return benchmark_script("ldgp_natgrad_jitter")
 
 
 def test_recursion_follows_flowgps_natural_gradient_step_with_the_jitter_added(probe):
