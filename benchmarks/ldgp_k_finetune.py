@@ -72,15 +72,23 @@ def reference_estimator(n: int, split: int, batch_size: int, iterations: int, **
     return est.set_params(**params), per_epoch, epochs
 
 
+def split_and_checkpoint(args):
+    """(the split, its training rows, the checkpoint's saved state) for a script's --dataset, --split, --row-order,
+    --data-dir and --checkpoint; also keeps torch to one thread, as every fit on this machine."""
+    from flowgp.bench.uci import load_split
+    from flowgp.checkpoint import safe_load
+
+    torch.set_num_threads(1)
+    split = load_split(args.dataset, args.split, args.data_dir, protocol="reference", row_order=args.row_order)
+    return split, len(split.y_train), safe_load(Path(args.checkpoint))
+
+
 def decayed(value: float, step: int, decay: float = 0.98, every: int = 1000) -> float:
     """A step size of `value` at step 0 after the staircase schedule of supplement E.2 has run to `step`."""
     return value * decay ** (int(step) // every)
 
 
 def main(argv=None) -> int:
-    from flowgp.bench.uci import load_split
-    from flowgp.checkpoint import safe_load
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", required=True, help="an ldgp_learning_curve.py checkpoint of ldgp2-reg")
     p.add_argument("--out", required=True)
@@ -97,10 +105,7 @@ def main(argv=None) -> int:
                         "authors' per-slot marginals (per_slot_hidden_sample); scoring is the same for both")
     p.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
     args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    split = load_split(args.dataset, args.split, args.data_dir, protocol="reference", row_order=args.row_order)
-    n = len(split.y_train)
-    saved = safe_load(Path(args.checkpoint))
+    split, n, saved = split_and_checkpoint(args)
     start = int(saved["step"])
     est, per_epoch, epochs = reference_estimator(n, args.split, args.batch_size, args.iterations,
                                                  num_importance=args.num_importance,

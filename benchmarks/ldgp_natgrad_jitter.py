@@ -75,9 +75,8 @@ def jittered_state(model_state: dict, steps: int, layer: str = "layers.1.gp") ->
 
 
 def main(argv=None) -> int:
-    from flowgp.bench.uci import load_split
-    from flowgp.checkpoint import atomic_save, safe_load
-    from ldgp_k_finetune import reference_estimator  # a sibling script (its directory is on sys.path)
+    from flowgp.checkpoint import atomic_save
+    from ldgp_k_finetune import reference_estimator, split_and_checkpoint  # a sibling script (on sys.path)
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", required=True, help="a ldgp_learning_curve.py checkpoint of ldgp2-reg on power")
@@ -90,10 +89,7 @@ def main(argv=None) -> int:
     p.add_argument("--samples", type=int, default=10000)
     p.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
     args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    split = load_split(args.dataset, args.split, args.data_dir, protocol="reference", row_order=args.row_order)
-    n = len(split.y_train)
-    saved = safe_load(Path(args.checkpoint))
+    split, n, saved = split_and_checkpoint(args)
     step = int(saved["step"])
     est, _, _ = reference_estimator(n, args.split, args.batch_size, args.iterations or step,
                                     num_importance=args.num_importance, num_samples_predict=args.samples,
