@@ -46,7 +46,7 @@ MODELS = {"reg": "ldgp2-reg", "dreg": "ldgp2-dreg"}
 
 def _ours(paths: list[str], preset: str | None, iterations: int | None) -> dict:
     """{(dataset, estimator, split, encoder skips): standardised test LL} of our rows that hold the authors'
-    split's points."""
+    split's points (rows trained with the per-slot draw of `--draws per-slot` left out)."""
     est_of = {m: e for e, m in MODELS.items()}
     out = {}
     for path in paths:
@@ -59,6 +59,8 @@ def _ours(paths: list[str], preset: str | None, iterations: int | None) -> dict:
             if iterations is not None and r.get("iterations", iterations) != iterations:
                 continue
             if r["dataset"] not in SAME_ROW_ORDER and row_order_of(r) != "authors":
+                continue
+            if r.get("draws", "joint") != "joint":  # the per-slot ablation (ldgp_learning_curve.py --draws) is not ours
                 continue
             value = r["test_ll_std"] if "test_ll_std" in r else -r["nll"] + math.log(r["y_scale"])
             out[(r["dataset"], est_of[r["model"]], int(r["split"]), r.get("encoder_skips", "dense"))] = value

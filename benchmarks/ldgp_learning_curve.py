@@ -41,15 +41,15 @@ def _rows(path: Path) -> list[dict]:
 
 
 def _setting(row: dict) -> tuple:
-    """A row's (K, batch, row order, encoder skips, seed); rows written before these were recorded are the
-    preset's (5, 512, the file's order, dense skips, seed = split)."""
+    """A row's (K, batch, row order, encoder skips, seed, training draw); rows written before these were recorded
+    are the preset's (5, 512, the file's order, dense skips, seed = split, the joint draw)."""
     return (row.get("num_importance", 5), row.get("batch_size", 512), row_order_of(row),
             row.get("encoder_skips", "dense"), row.get("seed", row["split"]), row.get("draws", "joint"))
 
 
 def _label(row: dict) -> str:
     """A curve's name: the model, K and the batch where they are not the preset's (5, 512), the row order if not
-    the file's, the encoder's skips if not dense, the seed if not the split's."""
+    the file's, the encoder's skips if not dense, the training draw if not joint, the seed if not the split's."""
     k, b, rows, skips, seed, draws = _setting(row)
     label = row["model"] if (k, b) == (5, 512) else f"{row['model']} K={k} batch={b}"
     label = label if rows == "file" else f"{label} rows={rows}"

@@ -33,7 +33,10 @@ def test_pairs_ours_by_split_only_in_the_authors_row_order_and_compares_encoders
              "encoder_skips": "residual"},
             # the file's order: other test points, never paired with theirs
             {"model": "ldgp2-reg", "dataset": "power", "split": 1, "test_ll_std": 9.0, "row_order": "file"},
-            {"model": "ldgp2-reg", "dataset": "power", "split": 1, "test_ll_std": 9.0}]
+            {"model": "ldgp2-reg", "dataset": "power", "split": 1, "test_ll_std": 9.0},
+            # the per-slot ablation (ldgp_learning_curve.py --draws per-slot): not flowgp's model, never paired
+            {"model": "ldgp2-reg", "dataset": "power", "split": 0, "test_ll_std": 9.0, "row_order": "authors",
+             "draws": "per-slot"}]
     (tmp_path / "ours.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     args = ["--csv", str(tmp_path / "t.csv"), "--ours", str(tmp_path / "ours.jsonl")]
     table1.main(args)
