@@ -94,21 +94,30 @@ def plot(rows: list[dict], path: Path, reference: float | None = None) -> None:
     fig.savefig(path, dpi=120)
 
 
-def rescore(est, split, args, setting, out: Path) -> int:
-    """Score the state in `est.checkpoint` `args.rescore` times without training: a copy marked finished is
-    resumed (the fit loads it and returns), then each score draws its z's from another prediction seed."""
+def fit_from_state(est, state: dict, split) -> None:
+    """Give `est` the trained state of a checkpoint's saved dict without training: a copy marked finished is
+    written to a temporary file and resumed (the fit loads it and returns). `est` must match the run that wrote it
+    (budget, batch, K, seed), as for any resume."""
     import tempfile
 
-    from flowgp.checkpoint import atomic_save, safe_load
+    from flowgp.checkpoint import atomic_save
+
+    with tempfile.TemporaryDirectory() as tmp:
+        est.set_params(checkpoint=atomic_save(dict(state, finished=True), Path(tmp) / "state.ckpt"),
+                       extend_checkpoint=False)
+        est.fit(split.x_train, split.y_train)
+
+
+def rescore(est, split, args, setting, out: Path) -> int:
+    """Score the state in `est.checkpoint` `args.rescore` times without training (`fit_from_state`), each score
+    drawing its z's from another prediction seed."""
+    from flowgp.checkpoint import safe_load
 
     source = Path(est.checkpoint)
     if not source.exists():
         raise SystemExit(f"--rescore: no checkpoint {source}; give the run's --out, --model, --split and settings")
     state = safe_load(source)
-    state["finished"] = True
-    with tempfile.TemporaryDirectory() as tmp:
-        est.set_params(checkpoint=atomic_save(state, Path(tmp) / source.name), extend_checkpoint=False)
-        est.fit(split.x_train, split.y_train)
+    fit_from_state(est, state, split)
     log_scale = math.log(est.y_scale_)
     scores, per_point = [], []
     for r in range(args.rescore):

@@ -27,8 +27,6 @@ import argparse
 import json
 import math
 import os
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -75,8 +73,8 @@ def jittered_state(model_state: dict, steps: int, layer: str = "layers.1.gp") ->
 
 
 def main(argv=None) -> int:
-    from flowgp.checkpoint import atomic_save
-    from ldgp_k_finetune import reference_estimator, split_and_checkpoint  # a sibling script (on sys.path)
+    from ldgp_k_finetune import reference_estimator, split_and_checkpoint  # sibling scripts (on sys.path)
+    from ldgp_learning_curve import fit_from_state
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", required=True, help="a ldgp_learning_curve.py checkpoint of ldgp2-reg on power")
@@ -96,10 +94,8 @@ def main(argv=None) -> int:
                                     verbose=False)
     jittered, growth = jittered_state(saved["model"], step)
     for name, model_state in (("as fitted", saved["model"]), ("GPflow's natgrad jitter", jittered)):
-        state = dict(saved, model=model_state, finished=True)
-        with tempfile.TemporaryDirectory() as tmp:  # the fit loads a finished state and returns
-            est.set_params(checkpoint=atomic_save(state, Path(tmp) / "state.ckpt"), extend_checkpoint=False, seed=args.split)
-            est.fit(split.x_train, split.y_train)
+        est.set_params(seed=args.split)  # the fit's own seed, for the resume's check (the scores use seed 0)
+        fit_from_state(est, dict(saved, model=model_state), split)
         est.set_params(seed=0)
         lpd = est.log_predictive_density(split.x_test, split.y_test) + math.log(est.y_scale_)
         row = {"checkpoint": args.checkpoint, "step": step, "state": name, "test_ll_std": float(lpd.mean()),
