@@ -118,6 +118,17 @@ def test_power_reference_splits_hold_the_authors_rows_and_other_sets_keep_the_fi
         load_split("power", 0, protocol="reference", row_order="theirs")
 
 
+def test_an_authors_order_split_reads_the_data_file_once(monkeypatch):
+    import flowgp.data
+    from flowgp.bench.uci import load_split
+
+    reads = []
+    load = flowgp.data.load_uci
+    monkeypatch.setattr(flowgp.data, "load_uci", lambda *a, **k: reads.append(a) or load(*a, **k))
+    s = load_split("power", 3, protocol="reference", row_order="authors")
+    assert len(reads) == 1 and len(s.y_test) == len(load("power")[1]) - int(0.9 * len(load("power")[1]))
+
+
 def test_the_authors_power_order_is_not_applied_to_another_power_file(tmp_path):
     from flowgp.bench.uci import authors_row_order, reference_row_order
 

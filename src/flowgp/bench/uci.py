@@ -78,11 +78,12 @@ def _dataset_task(name: str, data_dir=None) -> str:
                      ", another folder under uci/, or csv:PATH:TARGET")
 
 
-def authors_row_order(dataset: str, data_dir=None):
+def authors_row_order(dataset: str, data_dir=None, data=None):
     """The permutation that puts uci/<dataset>/data.txt in the row order of the DGP-IWVI/DREG authors' download
     (`reference_split`'s `row_order`), or None where the two orders agree (wine-red and the other sets) or
     where the data on disk is not the file the shipped permutation was made for (then with a warning: its splits
-    are those of the file's order, and the bench's rows say `row_order: "file"`)."""
+    are those of the file's order, and the bench's rows say `row_order: "file"`). `data`: the (x, y) that
+    `flowgp.data.load_uci(dataset, data_dir)` returns, where the caller holds them already (not read again)."""
     import warnings
     from importlib.resources import files
 
@@ -93,7 +94,7 @@ def authors_row_order(dataset: str, data_dir=None):
     name, first_rows = AUTHORS_ROW_ORDERS[dataset]
     with files(__package__).joinpath("data", name).open("rb") as fh:
         order = np.load(fh, allow_pickle=False)
-    x, y = load_uci(dataset, data_dir)
+    x, y = load_uci(dataset, data_dir) if data is None else data
     table = np.column_stack([x, y])
     if (order.shape != (len(y),) or not np.array_equal(np.sort(order), np.arange(len(y)))
             or table.shape[1] != len(first_rows[0]) or not np.allclose(table[order[:len(first_rows)]], first_rows)):
@@ -104,7 +105,7 @@ def authors_row_order(dataset: str, data_dir=None):
     return order
 
 
-def reference_split(dataset: str, split: int, data_dir=None, row_order=None):
+def reference_split(dataset: str, split: int, data_dir=None, row_order=None, data=None):
     """Split `split` made as the DGP-IWVI/DREG authors' benchmark code makes it (hughsalimbeni/bayesian_benchmarks,
     `data.Dataset.__init__` with BASE_SEED = 0): the row indices 0..N-1 shuffled by NumPy's legacy Mersenne
     Twister seeded with `split` (their code seeds NumPy's global generator and shuffles), the first int(0.9 N) for training
@@ -114,12 +115,12 @@ def reference_split(dataset: str, split: int, data_dir=None, row_order=None):
     The rule picks rows by position, so the same split of a file in another row order tests other points.
     `row_order` (a permutation of 0..N-1, or None for the file's order) says which row of `uci/<name>/data.txt` is
     the i-th row of the authors' download: with it the split holds the points theirs holds (`authors_row_order`
-    gives it for the sets where the orders differ)."""
+    gives it for the sets where the orders differ). `data`: as in `authors_row_order`."""
     from ..data import Split, load_uci
 
     if isinstance(split, bool) or not isinstance(split, (int, np.integer)) or split < 0:
         raise ValueError(f"split must be an integer >= 0, got {split!r}")
-    x, y = load_uci(dataset, data_dir)
+    x, y = load_uci(dataset, data_dir) if data is None else data
     if row_order is not None:
         row_order = np.asarray(row_order)
         if row_order.shape != (len(y),) or not np.array_equal(np.sort(row_order), np.arange(len(y))):
@@ -146,18 +147,19 @@ def load_split(dataset: str, split: int, data_dir=None, seed: int = 0, protocol:
     gives a UCI set's split as the DGP-IWVI authors make it (`reference_split`), of the data file's rows in its
     own order (`row_order="file"`) or in the order of the authors' download (`"authors"`, see
     `authors_row_order`; the bench's default for the reference protocol since the twenty-sixth session)."""
-    from ..data import CLASSIFICATION_DATASETS, Split, classification_split, load_csv, uci_split
+    from ..data import CLASSIFICATION_DATASETS, Split, classification_split, load_csv, load_uci, uci_split
 
     if row_order not in ("file", "authors"):
         raise ValueError(f"row_order must be 'file' or 'authors', got {row_order!r}")
     reference = protocol == "reference" and not dataset.startswith("csv:") and dataset not in CLASSIFICATION_DATASETS
     if row_order == "authors":
-        order = authors_row_order(dataset, data_dir) if reference else None
+        data = load_uci(dataset, data_dir) if reference and dataset in AUTHORS_ROW_ORDERS else None
+        order = authors_row_order(dataset, data_dir, data=data) if data is not None else None
         if order is None:
             raise ValueError(f"row_order='authors' needs the reference protocol and a dataset whose rows flowgp can "
                              f"put in the DGP-IWVI authors' order ({', '.join(AUTHORS_ROW_ORDERS)}), got dataset "
                              f"{dataset!r} with protocol {protocol!r}; pass row_order='file'")
-        return reference_split(dataset, split, data_dir, row_order=order)
+        return reference_split(dataset, split, data_dir, row_order=order, data=data)
     if reference:
         return reference_split(dataset, split, data_dir)
 

@@ -143,11 +143,8 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
         quadrature_points: Gauss-Hermite points of the binary ELL; mc_samples: MC samples of the multiclass ELL.
         predict_samples: MC samples of the multiclass predictive probabilities.
         verbose: show a tqdm progress bar.
-        compile: train through `torch.compile` of the bound and its backward (`flowgp.training.train(compile=True)`;
-            eager fallback with a warning where it cannot compile). Compiling takes seconds to a minute, then
-            removes per-step overhead: worth it for long fits with small M (benchmarks/step_time.py). A
-            torch.compile mode name instead of True picks that mode: "reduce-overhead" (CUDA graphs) on a GPU.
-            "auto" compiles only where the fit is long enough to repay the compilation (timed first steps).
+        compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.train(compile=...)`
+            documents; it pays off in long fits with small M (benchmarks/step_time.py).
         checkpoint: a file path: training saves its state there (the variance-fixed stage next to it, with
             the suffix ".stage1") and a later `fit` with the same path continues where it stopped.
     """

@@ -41,11 +41,8 @@ class LatentDeepGPRegressor(SVGPRegressor):
         num_samples_predict: samples of z ~ p(z) for predictions and test log-likelihoods (E.3: 10000, the
             default), drawn in chunks of bounded memory.
         noise: initial likelihood variance (E.2: 0.01). Other arguments as SVGPRegressor.
-        compile: train through `torch.compile` of the bound and its backward (`flowgp.training.train(compile=True)`;
-            eager fallback with a warning where it cannot compile). Compiling takes seconds to a minute, then
-            removes per-step overhead: worth it for long fits with small M (benchmarks/step_time.py). A
-            torch.compile mode name instead of True picks that mode: "reduce-overhead" (CUDA graphs) on a GPU.
-            "auto" compiles only where the fit is long enough to repay the compilation (timed first steps).
+        compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.train(compile=...)`
+            documents; it pays off in long fits with small M (benchmarks/step_time.py).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped.
         extend_checkpoint: with `checkpoint`, a file written with fewer `epochs` (finished or not) is carried on

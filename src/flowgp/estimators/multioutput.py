@@ -81,11 +81,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             sets and an alignment GP (where the Ψ₂ node runs), off otherwise (the MO-GP, alignment="identity",
             has no Ψ₂ node to speed up and fits its blocks slightly better with trained inducing inputs). Files
             saved before this option load with False.
-        compile: train through `torch.compile` of the bound and its backward (`flowgp.training.train(compile=True)`;
-            eager fallback with a warning where it cannot compile). Compiling takes seconds to a minute, then
-            removes per-step overhead: worth it for long fits with small M (benchmarks/step_time.py). A
-            torch.compile mode name instead of True picks that mode: "reduce-overhead" (CUDA graphs) on a GPU.
-            "auto" compiles only where the fit is long enough to repay the compilation (timed first steps).
+        compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.train(compile=...)`
+            documents; it pays off in long fits with small M (benchmarks/step_time.py).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped.
     """

@@ -64,11 +64,8 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         fix_noise_fraction: hold the noise fixed for this fraction of iterations (appendix B.5).
         quadrature_points / predict_quadrature_points: Gauss-Hermite points in training / prediction.
         verbose: show a tqdm progress bar.
-        compile: train through `torch.compile` of the bound and its backward (`flowgp.training.train(compile=True)`;
-            eager fallback with a warning where it cannot compile). Compiling takes seconds to a minute, then
-            removes per-step overhead: worth it for long fits with small M (benchmarks/step_time.py). A
-            torch.compile mode name instead of True picks that mode: "reduce-overhead" (CUDA graphs) on a GPU.
-            "auto" compiles only where the fit is long enough to repay the compilation (timed first steps).
+        compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.train(compile=...)`
+            documents; it pays off in long fits with small M (benchmarks/step_time.py).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped (a finished fit is loaded back without training).
         natural_gradient: None (default: Adam on everything) or a step size γ in (0, 1] of natural-gradient
