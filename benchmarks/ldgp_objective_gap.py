@@ -1,0 +1,108 @@
+"""How far the authors' per-slot objective sits above the valid bound on a fitted model, per training point (issue 25)
+
+The DREG authors' code draws the hidden layer per slot (`ldgp_k_finetune.per_slot_hidden_sample`): each of the K
+values f(x_n, z_{n,k}) from its own marginal. With the joint draw, the per-point term log (1/K) Σ_k w_k is, in
+expectation, E_f[log (1/K) Σ_k w_k(f)]: the log inside the expectation over the hidden function, a lower bound
+on log p(y_n | x_n) (eq. C.12). Drawn per slot, as K grows the K slots average over function draws as well, and
+the term tends to log E_f E_z[p(y_n | f, x_n, z)], the log predictive density of y_n under the fitted model
+(the quantity the test set scores, there with z from the prior; the per-slot objective is in this sense a
+predictive-log-likelihood objective for the hidden layer, not a bound).
+
+This script loads a checkpoint's fitted state (nothing trained: `ldgp_learning_curve.fit_from_state`) and, on a
+fixed random subsample of the training rows, estimates per point and in standardised units:
+- the joint-draw term E[log (1/K) Σ_k w_k] (what flowgp trains) and the per-slot term (what the authors train)
+  for every K of `--num-importance`, each averaged over `--repeats` draws;
+- the log predictive density of the same rows with `--samples` draws of z from the prior (as the test scores).
+The KL terms are the same for both objectives and left out. One JSON row per checkpoint and K goes to
+OUT/objective_gap.jsonl (appended).
+
+    FLOWGP_DATA=../shared/data python benchmarks/ldgp_objective_gap.py \\
+        --checkpoint docs/results/ldgp-uci-reference/power-per-slot/ldgp2-reg-power-8-k50-b64-rows-authors-draws-per-slot.ckpt \\
+        --split 8 --row-order authors --fit-num-importance 50 --batch-size 64 --iterations 300000 \\
+        --out docs/results/ldgp-uci-reference/objective-gap
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+import types
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def per_point_terms(model, x, y, num_importance: int, per_slot: bool, repeats: int, generator,
+                    chunk: int = 250) -> torch.Tensor:
+    """E[log (1/K) Σ_k w_k] per row of (x, y) (standardised), averaged over `repeats` draws, with the hidden layer
+    drawn jointly over the K slots (flowgp) or per slot (the authors' code) on this model instance."""
+    from ldgp_k_finetune import per_slot_hidden_sample  # a sibling script (its directory is on sys.path)
+
+    if per_slot:
+        model.joint_hidden_sample = types.MethodType(per_slot_hidden_sample, model)
+    try:
+        with torch.no_grad():
+            parts = [model.iw_terms(x[i:i + chunk], y[i:i + chunk], num_importance, "reg", repeats,
+                                    generator=generator).mean(0) for i in range(0, x.shape[0], chunk)]
+    finally:
+        if per_slot:
+            del model.joint_hidden_sample  # back to the class's joint draw
+    return torch.cat(parts)
+
+
+def main(argv=None) -> int:
+    from ldgp_k_finetune import reference_estimator, split_and_checkpoint
+    from ldgp_learning_curve import fit_from_state
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", required=True, help="an ldgp_learning_curve.py checkpoint of ldgp2-reg")
+    p.add_argument("--out", required=True)
+    p.add_argument("--dataset", default="power")
+    p.add_argument("--split", type=int, required=True)
+    p.add_argument("--row-order", default="file", choices=("file", "authors"))
+    p.add_argument("--fit-num-importance", type=int, required=True, help="the K the checkpoint was trained with")
+    p.add_argument("--batch-size", type=int, required=True, help="the batch the checkpoint was trained with")
+    p.add_argument("--iterations", type=int, required=True, help="the --iterations of the run that wrote it")
+    p.add_argument("--num-importance", default="5,50", help="comma-separated K to evaluate both terms at")
+    p.add_argument("--rows", type=int, default=1000, help="training rows in the subsample (seeded, fixed)")
+    p.add_argument("--repeats", type=int, default=8, help="draws averaged per point for each term")
+    p.add_argument("--samples", type=int, default=10000, help="z samples per point of the log predictive density")
+    p.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
+    args = p.parse_args(argv)
+    split, n, saved = split_and_checkpoint(args)
+    est, _, _ = reference_estimator(n, args.split, args.batch_size, args.iterations,
+                                    num_importance=args.fit_num_importance, num_samples_predict=args.samples,
+                                    verbose=False)
+    t0 = time.perf_counter()
+    fit_from_state(est, saved, split)
+    rows = np.sort(np.random.default_rng(0).choice(n, size=min(args.rows, n), replace=False))
+    x_sub, y_sub = split.x_train[rows], split.y_train[rows]
+    x = est.scaled_inputs(x_sub)
+    y = est.scaled_targets(y_sub, x.shape[0])
+    log_scale = math.log(est.y_scale_)
+    lpd = torch.as_tensor(np.asarray(est.log_predictive_density(x_sub, y_sub)), dtype=torch.float64) + log_scale
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for k in (int(v) for v in args.num_importance.split(",")):
+        g = torch.Generator().manual_seed(k)
+        joint = per_point_terms(est.model_, x, y, k, False, args.repeats, g)
+        slot = per_point_terms(est.model_, x, y, k, True, args.repeats, g)
+        gap = slot - joint
+        row = {"checkpoint": args.checkpoint, "step": int(saved["step"]), "dataset": args.dataset,
+               "split": args.split, "row_order": args.row_order, "fit_num_importance": args.fit_num_importance,
+               "fit_batch_size": args.batch_size, "num_importance": k, "rows": len(rows), "repeats": args.repeats,
+               "samples": args.samples, "joint_per_point": float(joint.mean()), "per_slot_per_point": float(slot.mean()),
+               "gap_mean": float(gap.mean()), "gap_se": float(gap.std() / math.sqrt(len(gap))),
+               "gap_median": float(gap.median()), "log_predictive_per_point": float(lpd.mean()),
+               "elapsed_seconds": time.perf_counter() - t0}
+        with (out / "objective_gap.jsonl").open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
