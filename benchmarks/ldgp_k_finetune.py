@@ -72,6 +72,18 @@ def reference_estimator(n: int, split: int, batch_size: int, iterations: int, **
     return est.set_params(**params), per_epoch, epochs
 
 
+def checkpoint_parser(description: str, checkpoint_help: str) -> argparse.ArgumentParser:
+    """A parser with the arguments `split_and_checkpoint` reads: --checkpoint, --dataset, --split, --row-order and
+    --data-dir (the scripts that start from a fitted checkpoint add their own)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--checkpoint", required=True, help=checkpoint_help)
+    p.add_argument("--dataset", default="power")
+    p.add_argument("--split", type=int, required=True)
+    p.add_argument("--row-order", default="file", choices=("file", "authors"))
+    p.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
+    return p
+
+
 def split_and_checkpoint(args):
     """(the split, its training rows, the checkpoint's saved state) for a script's --dataset, --split, --row-order,
     --data-dir and --checkpoint; also keeps torch to one thread, as every fit on this machine."""
@@ -89,12 +101,8 @@ def decayed(value: float, step: int, decay: float = 0.98, every: int = 1000) -> 
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--checkpoint", required=True, help="an ldgp_learning_curve.py checkpoint of ldgp2-reg")
+    p = checkpoint_parser(__doc__.splitlines()[0], "an ldgp_learning_curve.py checkpoint of ldgp2-reg")
     p.add_argument("--out", required=True)
-    p.add_argument("--dataset", default="power")
-    p.add_argument("--split", type=int, required=True)
-    p.add_argument("--row-order", default="file", choices=("file", "authors"))
     p.add_argument("--num-importance", type=int, required=True)
     p.add_argument("--batch-size", type=int, required=True)
     p.add_argument("--iterations", type=int, default=10000, help="iterations carried on from the checkpoint")
@@ -103,7 +111,6 @@ def main(argv=None) -> int:
     p.add_argument("--draws", default="joint", choices=("joint", "per-slot"),
                    help="the hidden layer's draw over the K slots in training: flowgp's joint draw, or the DREG "
                         "authors' per-slot marginals (per_slot_hidden_sample); scoring is the same for both")
-    p.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
     args = p.parse_args(argv)
     split, n, saved = split_and_checkpoint(args)
     start = int(saved["step"])

@@ -23,10 +23,8 @@ Nothing else is refitted, so it measures the first-order effect, not the co-adap
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import os
 
 import numpy as np
 import torch
@@ -73,19 +71,14 @@ def jittered_state(model_state: dict, steps: int, layer: str = "layers.1.gp") ->
 
 
 def main(argv=None) -> int:
-    from ldgp_k_finetune import reference_estimator, split_and_checkpoint  # sibling scripts (on sys.path)
+    from ldgp_k_finetune import checkpoint_parser, reference_estimator, split_and_checkpoint  # sibling scripts
     from ldgp_learning_curve import fit_from_state
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--checkpoint", required=True, help="a ldgp_learning_curve.py checkpoint of ldgp2-reg on power")
-    p.add_argument("--dataset", default="power")
-    p.add_argument("--split", type=int, required=True)
-    p.add_argument("--row-order", default="file", choices=("file", "authors"))
+    p = checkpoint_parser(__doc__.splitlines()[0], "a ldgp_learning_curve.py checkpoint of ldgp2-reg on power")
     p.add_argument("--iterations", type=int, default=None, help="the run's budget (default: the checkpoint's step)")
     p.add_argument("--num-importance", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=512)
     p.add_argument("--samples", type=int, default=10000)
-    p.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
     args = p.parse_args(argv)
     split, n, saved = split_and_checkpoint(args)
     step = int(saved["step"])

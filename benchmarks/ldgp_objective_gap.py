@@ -23,10 +23,8 @@ OUT/objective_gap.jsonl (appended).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import os
 import time
 import types
 from pathlib import Path
@@ -54,15 +52,11 @@ def per_point_terms(model, x, y, num_importance: int, per_slot: bool, repeats: i
 
 
 def main(argv=None) -> int:
-    from ldgp_k_finetune import reference_estimator, split_and_checkpoint
+    from ldgp_k_finetune import checkpoint_parser, reference_estimator, split_and_checkpoint
     from ldgp_learning_curve import fit_from_state
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--checkpoint", required=True, help="an ldgp_learning_curve.py checkpoint of ldgp2-reg")
+    p = checkpoint_parser(__doc__.splitlines()[0], "an ldgp_learning_curve.py checkpoint of ldgp2-reg")
     p.add_argument("--out", required=True)
-    p.add_argument("--dataset", default="power")
-    p.add_argument("--split", type=int, required=True)
-    p.add_argument("--row-order", default="file", choices=("file", "authors"))
     p.add_argument("--fit-num-importance", type=int, required=True, help="the K the checkpoint was trained with")
     p.add_argument("--batch-size", type=int, required=True, help="the batch the checkpoint was trained with")
     p.add_argument("--iterations", type=int, required=True, help="the --iterations of the run that wrote it")
@@ -70,7 +64,6 @@ def main(argv=None) -> int:
     p.add_argument("--rows", type=int, default=1000, help="training rows in the subsample (seeded, fixed)")
     p.add_argument("--repeats", type=int, default=8, help="draws averaged per point for each term")
     p.add_argument("--samples", type=int, default=10000, help="z samples per point of the log predictive density")
-    p.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
     args = p.parse_args(argv)
     split, n, saved = split_and_checkpoint(args)
     est, _, _ = reference_estimator(n, args.split, args.batch_size, args.iterations,
