@@ -79,7 +79,7 @@ def slope_per_decade(points: list[tuple[int, float]]) -> float:
 def plot(rows: list[dict], path: Path, reference: float | None = None) -> None:
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(5.5, 3.6))
+    fig = Figure(figsize=(6.0, 4.8))
     ax = fig.add_subplot(1, 1, 1)
     for model, pts in _curves(rows).items():
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=model)
@@ -89,7 +89,7 @@ def plot(rows: list[dict], path: Path, reference: float | None = None) -> None:
     ax.set_ylabel("test log-likelihood (standardised)")
     ax.set_xscale("log")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), fontsize=7)  # below: never over the curves
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
