@@ -4,9 +4,9 @@ The DREG authors' code draws the hidden layer per slot (`ldgp_k_finetune.per_slo
 values f(x_n, z_{n,k}) from its own marginal. With the joint draw, the per-point term log (1/K) Σ_k w_k is, in
 expectation, E_f[log (1/K) Σ_k w_k(f)]: the log inside the expectation over the hidden function, a lower bound
 on log p(y_n | x_n) (eq. C.12). Drawn per slot, as K grows the K slots average over function draws as well, and
-the term tends to log E_f E_z[p(y_n | f, x_n, z)], the log predictive density of y_n under the fitted model
-(the quantity the test set scores, there with z from the prior; the per-slot objective is in this sense a
-predictive-log-likelihood objective for the hidden layer, not a bound).
+the term tends to log E_f E_z[exp E_g log p(y_n | g)], g the last layer at f(x_n, z): close to the log predictive
+density of y_n under the fitted model (the quantity the test set scores, there with z from the prior). The
+per-slot objective is in this sense a predictive-log-likelihood objective for the hidden layer, not a bound.
 
 This script loads a checkpoint's fitted state (nothing trained: `ldgp_learning_curve.fit_from_state`) and, on a
 fixed random subsample of the training rows, estimates per point and in standardised units:
@@ -14,8 +14,8 @@ fixed random subsample of the training rows, estimates per point and in standard
   for every K of `--num-importance`, each averaged over `--repeats` draws;
 - the log predictive density of the same rows with `--samples` draws of z from the prior (as the test scores).
 The KL terms are the same for both objectives and left out of the terms; the row gives Σ KL / N beside them, so
-joint_per_point - kl_per_point is the valid bound per training point (in expectation, on the subsample). One JSON row per checkpoint and K goes to
-OUT/objective_gap.jsonl (appended).
+joint_per_point - kl_per_point is the valid bound per training point (in expectation, on the subsample). One JSON
+row per checkpoint and K goes to OUT/objective_gap.jsonl (appended).
 
     FLOWGP_DATA=../shared/data python benchmarks/ldgp_objective_gap.py \\
         --checkpoint docs/results/ldgp-uci-reference/power-per-slot/ldgp2-reg-power-8-k50-b64-rows-authors-draws-per-slot.ckpt \\
