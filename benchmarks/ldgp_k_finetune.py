@@ -44,6 +44,13 @@ def per_slot_hidden_sample(model, layer, h, generator=None, batch_rows=None, par
     return layer(h, generator=generator)[0]
 
 
+def set_per_slot_draw(model):
+    """Give this one latent DGP instance the per-slot hidden-layer draw (`per_slot_hidden_sample`) in place of its
+    class's joint draw (`del model.joint_hidden_sample` gives it back); returns the model."""
+    model.joint_hidden_sample = types.MethodType(per_slot_hidden_sample, model)
+    return model
+
+
 def estimator_with(est, state: dict | None = None, per_slot: bool = False):
     """A LatentDeepGPRegressor like `est` (same parameters) whose model, once built as usual, gets the trained
     `state` (a state dict) and/or the per-slot hidden-layer draw (`per_slot_hidden_sample`, this model only)."""
@@ -54,7 +61,7 @@ def estimator_with(est, state: dict | None = None, per_slot: bool = False):
             if state is not None:
                 model.load_state_dict(state)
             if per_slot:  # prediction never uses the joint draw, so only training changes
-                model.joint_hidden_sample = types.MethodType(per_slot_hidden_sample, model)
+                set_per_slot_draw(model)
             return model
 
     return Altered(**est.get_params())

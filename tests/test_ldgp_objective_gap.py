@@ -28,9 +28,9 @@ def model_and_data(monkeypatch):
 def test_the_joint_term_is_the_models_own_and_the_model_keeps_its_joint_draw(gap, model_and_data):
     model, x, y = model_and_data
     joint = gap.per_point_terms(model, x, y, 5, False, 3, torch.Generator().manual_seed(4), chunk=5)
+    g = torch.Generator().manual_seed(4)  # one stream through the chunks, as per_point_terms draws them
     with torch.no_grad():
-        own = torch.cat([model.iw_terms(x[i:i + 5], y[i:i + 5], 5, "reg", 3,
-                                        generator=g).mean(0) for g in [torch.Generator().manual_seed(4)]
+        own = torch.cat([model.iw_terms(x[i:i + 5], y[i:i + 5], 5, "reg", 3, generator=g).mean(0)
                          for i in range(0, 12, 5)])
     torch.testing.assert_close(joint, own)
     gap.per_point_terms(model, x, y, 5, True, 3, torch.Generator().manual_seed(4))
