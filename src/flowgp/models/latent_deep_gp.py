@@ -176,18 +176,16 @@ def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = Non
     return out
 
 
-def _own_input_derivatives(gp, parts: dict, columns: Sequence[int]):
-    """For each column c: (∂mean_k/∂h_{k,c} [G, K, L], D [L, G, K, K]) of a joint draw's pieces (`joint_gp_sample`),
-    with D_kb = ∂₁k(h_k, h_b) + q̇_k·q_b - ȧ_k·a_b the derivative of row k of Σ with respect to slot k's own input
-    (dΣ = e_k D_kᵀ + D_k e_kᵀ). Every row of Aᵀ = K_HZ Lz⁻ᵀ and (RᵀA)ᵀ depends on its own input only, so these
-    come from one forward-mode product of the kernel per column and GEMMs. The mean's derivative includes the
-    layer's mean function. No gradient."""
-    groups, at, rat = parts["groups"], parts["at"], parts["rat"]
+def _input_tangents(gp, parts: dict, columns: Sequence[int]):
+    """For each column c of slot k's own input h_k: (∂mean_k/∂h_{k,c} [G, K, L], ȧ rows ∂Aᵀ/∂h_{k,c}
+    [Lb, G·K, M], ∂₁k(h_k, h_b) [Lb, G, K, K]) of a joint draw's pieces (`joint_gp_sample`). Every row of
+    Aᵀ = K_HZ Lz⁻ᵀ depends on its own input only, so these come from one forward-mode product of the kernel per
+    column and a GEMM. The mean's derivative includes the layer's mean function. No gradient."""
+    groups, at = parts["groups"], parts["at"]
     g, k, d = groups.shape
-    num_out, m = parts["chol"].shape[0], at.shape[-1]
+    num_out = parts["chol"].shape[0]
     rows = groups.reshape(g * k, d)
     linv_t = lower_inverse(parts["chol_z"]).mT
-    r = parts["r"]  # R of q(u), as the draw used it
     with torch.no_grad(), warnings.catch_warnings():
         # torch's forward mode loads its decompositions through torch.jit.script on first use, which warns of
         # its own deprecation: torch's internals, nothing a user of this function can act on
@@ -199,18 +197,29 @@ def _own_input_derivatives(gp, parts: dict, columns: Sequence[int]):
             dat = dk_hz @ linv_t  # ∂Aᵀ rows, [Lb, G·K, M]
             if dat.shape[0] == 1:
                 dmean = dat[0] @ gp.q_mu.mT  # [G·K, L]
-                drat = dat[0] @ r  # [L, G·K, M]
             else:
                 dmean = (dat @ gp.q_mu.unsqueeze(-1)).squeeze(-1).mT
-                drat = dat @ r
             _, dkxx = torch.func.jvp(lambda a: gp.kernel(a.unsqueeze(-3), groups.unsqueeze(-3)), (groups,),
                                      (tangent.reshape(g, k, d),))  # ∂₁k(h_k, h_b), [G, Lb, K, K]
-            drow = (dkxx.movedim(-3, 0) + drat.reshape(num_out, g, k, m) @ rat.reshape(num_out, g, k, m).mT
-                    - dat.reshape(dat.shape[0], g, k, m) @ at.reshape(at.shape[0], g, k, m).mT)  # D, [L, G, K, K]
             dmean = dmean.reshape(g, k, num_out)
             if gp.mean_function is not None:
                 _, dmf = torch.func.jvp(gp.mean_function, (rows,), (tangent,))
                 dmean = dmean + dmf.reshape(g, k, num_out)
+            yield dmean, dat, dkxx.movedim(-3, 0)
+
+
+def _own_input_derivatives(gp, parts: dict, columns: Sequence[int]):
+    """For each column c: (∂mean_k/∂h_{k,c} [G, K, L], D [L, G, K, K]) of a joint draw's pieces (`joint_gp_sample`),
+    with D_kb = ∂₁k(h_k, h_b) + q̇_k·q_b - ȧ_k·a_b the derivative of row k of Σ with respect to slot k's own input
+    (dΣ = e_k D_kᵀ + D_k e_kᵀ), q_b the rows of (RᵀA)ᵀ (`_input_tangents` for the rest). No gradient."""
+    at, rat, r = parts["at"], parts["rat"], parts["r"]  # R of q(u), as the draw used it
+    num_out, g, k = parts["chol"].shape[:3]
+    m = at.shape[-1]
+    with torch.no_grad():
+        for dmean, dat, dkxx in _input_tangents(gp, parts, columns):
+            drat = dat[0] @ r if dat.shape[0] == 1 else dat @ r  # [L, G·K, M]
+            drow = (dkxx + drat.reshape(num_out, g, k, m) @ rat.reshape(num_out, g, k, m).mT
+                    - dat.reshape(dat.shape[0], g, k, m) @ at.reshape(at.shape[0], g, k, m).mT)  # D, [L, G, K, K]
             yield dmean, drow
 
 
@@ -254,17 +263,33 @@ def conditional_slot_derivative(gp, parts: dict, columns: Sequence[int]) -> torc
     f_(-k). Written with the precision P = Σ⁻¹ (s_k² = 1/P_kk, ε̃_k = ρ_k/√P_kk, ρ = P (f - μ) = C⁻ᵀ ε) the terms
     of ∂m_k and ε̃_k ∂s_k that involve Σ_(-k,-k)⁻¹ cancel, leaving
 
-        ∂f_k/∂h_k = ∂μ_k + Σ_b D_kb ρ_b,
+        ∂f_k/∂h_k = ∂μ_k + Σ_b D_kb ρ_b.
 
-    one K × K product per point, output and column. This is the derivative the latent DGP's conditional DREG
-    ("dreg", `LatentDeepGP.iw_terms`) needs: with the other slots' values fixed, log w_k depends on z_k alone.
+    This is the derivative the latent DGP's conditional DREG ("dreg", `LatentDeepGP.iw_terms`) needs: with the
+    other slots' values fixed, log w_k depends on z_k alone. D is never formed: with v = Σ_b a_b ρ_b (per point and
+    output, [M]), Σ_b (q̇_k·q_b - ȧ_k·a_b) ρ_b = ȧ_kᵀ (S - I) v, S = RRᵀ, so a column costs a K × K product per
+    point for the kernel's part and matrix-vector products for the rest, not the [L, G·K, M] product ∂(RᵀA)ᵀ.
     """
-    chol, eps = parts["chol"], parts["eps"]
+    chol, eps, at, r = parts["chol"], parts["eps"], parts["at"], parts["r"]
+    num_out, g, k = chol.shape[:3]
+    m = at.shape[-1]
     out = []
+    # a kernel shared by the outputs (Lb = 1) enters without its output axis: broadcasting it in a product would
+    # copy the [G, K, M] tensors once per output
+    shared = at.shape[0] == 1
+    lb = "" if shared else "l"
+
+    def per_kernel(t):
+        return t[0] if shared else t
+
     with torch.no_grad():
-        rho = torch.linalg.solve_triangular(chol.mT, eps, upper=True)  # C⁻ᵀ ε = Σ⁻¹(f - μ), [L, G, K, 1]
-        for dmean, drow in _own_input_derivatives(gp, parts, columns):
-            out.append(dmean + (drow @ rho).squeeze(-1).permute(1, 2, 0))
+        rho = torch.linalg.solve_triangular(chol.mT, eps, upper=True)[..., 0]  # C⁻ᵀ ε = Σ⁻¹(f - μ), [L, G, K]
+        v = torch.einsum(f"{lb}gkm,lgk->lmg", per_kernel(at.reshape(at.shape[0], g, k, m)), rho)  # Σ_b a_b ρ_b
+        sv = r @ (r.mT @ v) - v  # (S - I) v, [L, M, G]
+        for dmean, dat, dkxx in _input_tangents(gp, parts, columns):
+            step = (torch.einsum(f"{lb}gkb,lgb->gkl", per_kernel(dkxx), rho)
+                    + torch.einsum(f"{lb}gkm,lmg->gkl", per_kernel(dat.reshape(dat.shape[0], g, k, m)), sv))
+            out.append(dmean + step)  # ∂μ_k + Σ_b D_kb ρ_b, [G, K, L]
     return torch.stack(out, -1)
 
 
