@@ -159,8 +159,9 @@ def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = Non
         prior = kxx.movedim(-3, 0) - gram(at.reshape(at.shape[0], g, k, m))  # [Lb, G, K, K]
         prior_chol = robust_cholesky(0.5 * (prior + prior.mT), memory=memory)
         rv = r @ noise((m,)).reshape(num_out, g, m).mT  # R ε_v, [L, M, G]
-        if at.shape[0] == 1:  # Aᵀ(R ε_v) as [G, K, M] x [G, M, L]: no [L, G, K, M] gradient in the backward
-            from_v = (at[0].reshape(g, k, m) @ rv.permute(2, 1, 0)).permute(2, 0, 1).unsqueeze(-1)
+        if at.shape[0] == 1:  # Aᵀ(R ε_v) as [G, K, M] x [G, M, L]: no [L, G, K, M] gradient in the backward (and
+            # G outermost in memory: torch's CPU bmm loops over the batch in Python-visible copies otherwise)
+            from_v = (at[0].reshape(g, k, m) @ rv.permute(2, 1, 0).contiguous()).permute(2, 0, 1).unsqueeze(-1)
         else:
             from_v = at.reshape(num_out, g, k, m) @ rv.mT.unsqueeze(-1)
         draw = from_v + prior_chol @ noise((k, 1)).reshape(num_out, g, k, 1)  # [L, G, K, 1]
@@ -274,21 +275,24 @@ def conditional_slot_derivative(gp, parts: dict, columns: Sequence[int]) -> torc
     num_out, g, k = chol.shape[:3]
     m = at.shape[-1]
     out = []
-    # a kernel shared by the outputs (Lb = 1) enters without its output axis: broadcasting it in a product would
-    # copy the [G, K, M] tensors once per output
+    # products batched over points as [G, ...] x [G, ...] with G outermost in memory; a kernel shared by the outputs
+    # (Lb = 1) enters without its output axis, since broadcasting it would copy [G, K, M] tensors per output
     shared = at.shape[0] == 1
-    lb = "" if shared else "l"
-
-    def per_kernel(t):
-        return t[0] if shared else t
-
     with torch.no_grad():
         rho = torch.linalg.solve_triangular(chol.mT, eps, upper=True)[..., 0]  # C⁻ᵀ ε = Σ⁻¹(f - μ), [L, G, K]
-        v = torch.einsum(f"{lb}gkm,lgk->lmg", per_kernel(at.reshape(at.shape[0], g, k, m)), rho)  # Σ_b a_b ρ_b
+        if shared:
+            rho_g = rho.permute(1, 0, 2).contiguous()  # [G, L, K]
+            v = (rho_g @ at[0].reshape(g, k, m)).permute(1, 2, 0)  # Σ_b a_b ρ_b, [L, M, G]
+        else:
+            v = (rho.unsqueeze(-2) @ at.reshape(num_out, g, k, m)).squeeze(-2).mT
         sv = r @ (r.mT @ v) - v  # (S - I) v, [L, M, G]
+        sv_g = sv.permute(2, 1, 0).contiguous()  # [G, M, L]
         for dmean, dat, dkxx in _input_tangents(gp, parts, columns):
-            step = (torch.einsum(f"{lb}gkb,lgb->gkl", per_kernel(dkxx), rho)
-                    + torch.einsum(f"{lb}gkm,lmg->gkl", per_kernel(dat.reshape(dat.shape[0], g, k, m)), sv))
+            if shared:
+                step = dkxx[0] @ rho_g.mT + dat[0].reshape(g, k, m) @ sv_g  # [G, K, L]
+            else:
+                step = ((dkxx @ rho.unsqueeze(-1)).squeeze(-1)
+                        + (dat.reshape(num_out, g, k, m) @ sv.mT.unsqueeze(-1)).squeeze(-1)).permute(1, 2, 0)
             out.append(dmean + step)  # ∂μ_k + Σ_b D_kb ρ_b, [G, K, L]
     return torch.stack(out, -1)
 
