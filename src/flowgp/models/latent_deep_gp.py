@@ -160,7 +160,7 @@ def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = Non
         prior_chol = robust_cholesky(0.5 * (prior + prior.mT), memory=memory)
         rv = r @ noise((m,)).reshape(num_out, g, m).mT  # R ε_v, [L, M, G]
         if at.shape[0] == 1:  # Aᵀ(R ε_v) as [G, K, M] x [G, M, L]: no [L, G, K, M] gradient in the backward (and
-            # G outermost in memory: torch's CPU bmm loops over the batch in Python-visible copies otherwise)
+            # G outermost in memory: otherwise torch's CPU bmm copies each point's block before its product)
             from_v = (at[0].reshape(g, k, m) @ rv.permute(2, 1, 0).contiguous()).permute(2, 0, 1).unsqueeze(-1)
         else:
             from_v = at.reshape(num_out, g, k, m) @ rv.mT.unsqueeze(-1)
