@@ -60,9 +60,9 @@ def main(argv=None):
     captured = {}
     original = LatentDeepGP.joint_last_layer_marginals
 
-    def capture(self, h, generator=None, batch_rows=None, parts=None, *, factor_draw=False):
+    def capture(self, h, generator=None, batch_rows=None, parts=None):
         for layer in self.layers[:-1]:
-            h = self.joint_hidden_sample(layer, h, generator, batch_rows, factor_draw=factor_draw)
+            h = self.joint_hidden_sample(layer, h, generator, batch_rows)
         captured["h"] = h
         return self.layers[-1].marginals(h)
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 
-def per_slot_hidden_sample(model, layer, h, generator=None, batch_rows=None, parts=None, *, factor_draw=False):
+def per_slot_hidden_sample(model, layer, h, generator=None, batch_rows=None, parts=None):
     """The DREG authors' hidden-layer draw over the K importance samples: each slot from its own marginal.
 
     Their hidden `G5` layer (`SharedMixedMok` with `MixedKernelSharedMof`) goes through
@@ -39,9 +39,8 @@ def per_slot_hidden_sample(model, layer, h, generator=None, batch_rows=None, par
     flowgp (the K values of one function drawn as if independent; not a bound); here only to measure what it does
     to the fit. REG only (DREG needs the joint draw's pieces)."""
     whole = batch_rows is None or (batch_rows[0] == 0 and batch_rows[1] == h.shape[-3])
-    if parts is not None or factor_draw or not whole:
-        raise ValueError("per-slot draws: REG on one process only (parts, factor_draw and a split batch are not "
-                         "supported)")
+    if parts is not None or not whole:
+        raise ValueError("per-slot draws: REG on one process only (parts and a split batch are not supported)")
     return layer(h, generator=generator)[0]
 
 

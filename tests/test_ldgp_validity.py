@@ -53,12 +53,11 @@ def test_joint_draws_match_the_explicit_k_by_k_gaussian(hidden_layer):
     k, draws = 4, 40000
     h = torch.cat([x[:1].expand(k, 2), torch.tensor([[-0.3], [-0.2], [0.4], [1.5]], dtype=torch.float64)], 1)
     with torch.no_grad():
-        batched = joint_gp_sample(gp, h.expand(draws, k, 3), _gen(1))  # [T, K, L], pathwise (REG)
-        factored = joint_gp_sample(gp, h.expand(draws, k, 3), _gen(3), factor_draw=True)  # via chol(Σ)
+        batched = joint_gp_sample(gp, h.expand(draws, k, 3), _gen(1))  # [T, K, L]
         mean, cov = _reference_moments(gp, h)
         slow = mean.mT + torch.einsum("lkj,tlj->tkl", torch.linalg.cholesky(cov + 1e-10 * torch.eye(k)),
                                       torch.randn(draws, gp.num_outputs, k, dtype=torch.float64, generator=_gen(2)))
-    for name, sample in (("batched", batched), ("batched through chol(Σ)", factored), ("reference", slow)):
+    for name, sample in (("batched", batched), ("reference", slow)):
         emp_mean = sample.mean(0).mT  # [L, K]
         centred = sample - sample.mean(0)
         emp_cov = torch.einsum("tkl,tjl->lkj", centred, centred) / (draws - 1)
@@ -163,14 +162,11 @@ def test_optimised_bound_stays_below_brute_force_evidence():
     assert bound > log_p - 8.0, (bound, log_p)
 
 
-@pytest.mark.parametrize("pathwise", [False, True], ids=["factor-of-sigma", "pathwise"])
 @pytest.mark.parametrize("per_output_kernel", [False, True])
-def test_joint_draw_is_the_reference_draw_with_its_gradients(per_output_kernel, pathwise):
-    # the batched draw (transposed projections, hand-written backward of its products) is, for the same noise,
-    # the pathwise mean + AᵀR ε_v + chol(K_HH - AᵀA) ε of the definition's moments (ε_v drawn first, [L, G, M]),
-    # or with factor_draw mean + chol(Σ) ε; either way the pieces it reports give the draw back as
-    # mean + chol(Σ) ε; differentiable in h and every parameter (gradcheck), with one kernel for all outputs and
-    # with a kernel per output (batch_shape (L,))
+def test_joint_draw_is_the_reference_draw_with_its_gradients(per_output_kernel):
+    # the batched draw (transposed projections, hand-written backward of its products) is mean + chol(Σ) ε of the
+    # definition's moments for the same ε, and differentiable in h and every parameter (gradcheck), with one
+    # kernel for all outputs and with a kernel per output (batch_shape (L,))
     from flowgp.kernels import RBF, Scale
     from flowgp.variational import SparseVariationalGP
     gen = _gen(5)
@@ -182,39 +178,22 @@ def test_joint_draw_is_the_reference_draw_with_its_gradients(per_output_kernel, 
         gp.q_mu.copy_(torch.randn(gp.q_mu.shape, dtype=torch.float64, generator=gen))
         gp.q_sqrt.copy_(0.5 * torch.randn(gp.q_sqrt.shape, dtype=torch.float64, generator=gen))
     h = torch.randn(4, k, 2, dtype=torch.float64, generator=gen, requires_grad=True)
-
-    def draw_of(hh, parts=None):
-        return joint_gp_sample(gp, hh, _gen(6), parts=parts, factor_draw=not pathwise)
-
-    parts = {}
-    draw = draw_of(h, parts)  # [4, K, L]
-    noise = _gen(6)
-    eps_v = torch.randn(num_out, 4, m, dtype=torch.float64, generator=noise) if pathwise else None
-    eps = torch.randn(num_out, 4, k, 1, dtype=torch.float64, generator=noise)
+    draw = joint_gp_sample(gp, h, _gen(6))  # [4, K, L]
+    eps = torch.randn(num_out, 4, k, 1, dtype=torch.float64, generator=_gen(6))
     for g in range(4):
-        mean, path = (torch.zeros(num_out, k, dtype=torch.float64) for _ in range(2))
-        cov = torch.zeros(num_out, k, k, dtype=torch.float64)
-        for out in range(num_out):
-            which = out if per_output_kernel else 0  # the reference takes this output's kernel of the batch
-            lz = torch.linalg.cholesky(gp.kernel(gp.inducing_points).reshape(-1, m, m)[which] + 1e-8 * torch.eye(m))
-            khz = gp.kernel(h[g], gp.inducing_points).reshape(-1, k, m)[which]
-            prior = gp.kernel(h[g]).reshape(-1, k, k)[which]
-            a = torch.linalg.solve_triangular(lz, khz.mT, upper=False)
-            r = gp.q_sqrt_tril()[out]
-            mean[out] = (gp.q_mu[out] @ a).detach()
-            cov[out] = (prior - a.mT @ a + a.mT @ r @ r.mT @ a).detach()
-            if pathwise:
-                path[out] = (a.mT @ r @ eps_v[out, g] + torch.linalg.cholesky(prior - a.mT @ a) @ eps[out, g, :, 0])
-        if pathwise:
-            expected = mean + path.detach()
-        else:
-            expected = mean + (torch.linalg.cholesky(cov) @ eps[:, g]).squeeze(-1)  # [L, K]
+        mean, cov = (t.detach() for t in _reference_moments(gp, h[g]))
+        if per_output_kernel:  # the reference takes the first kernel of the batch; its own per output
+            for out in range(num_out):
+                lz = torch.linalg.cholesky(gp.kernel(gp.inducing_points)[out] + 1e-8 * torch.eye(m))
+                khz = gp.kernel(h[g], gp.inducing_points)[out]
+                a = torch.linalg.solve_triangular(lz, khz.mT, upper=False)
+                r = gp.q_sqrt_tril()[out]
+                mean[out] = (gp.q_mu[out] @ a).detach()
+                cov[out] = (gp.kernel(h[g])[out] - a.mT @ a + a.mT @ r @ r.mT @ a).detach()
+        expected = mean + (torch.linalg.cholesky(cov) @ eps[:, g]).squeeze(-1)  # [L, K]
         torch.testing.assert_close(draw[g].detach(), expected.mT, rtol=1e-6, atol=1e-6)
-        again = mean + (torch.linalg.cholesky(cov) @ parts["eps"][:, g]).squeeze(-1)  # DREG's view of the draw
-        torch.testing.assert_close(draw[g].detach(), again.mT, rtol=1e-6, atol=1e-6)
-        torch.testing.assert_close(parts["chol"][:, g], torch.linalg.cholesky(cov), rtol=1e-6, atol=1e-6)
     params = [gp.q_mu, gp.q_sqrt, gp.inducing_points]
-    assert torch.autograd.gradcheck(lambda hh, *p: draw_of(hh), (h, *params))
+    assert torch.autograd.gradcheck(lambda hh, *p: joint_gp_sample(gp, hh, _gen(6)), (h, *params))
 
 
 @pytest.mark.parametrize("per_output_kernel", [False, True])

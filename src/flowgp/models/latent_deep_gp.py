@@ -25,13 +25,10 @@ and output a K × K Gaussian with covariance (whitened, A = Lz⁻¹ K_ZX over th
 
     Σ = K_XX - AᵀA + (RᵀA)ᵀ(RᵀA),     mean = Aᵀm (+ the layer's mean function),
 
-drawn pathwise as mean + AᵀR ε_v + chol(K_XX - AᵀA) ε, with one ε_v ~ N(0, I_M) per point and output shared by
-its K slots (`joint_gp_sample`, batched over points and outputs, Cholesky with the project's growing jitter,
-`flowgp.linalg.robust_cholesky`; the prior part's K × K factor serves every output of a shared kernel), which is
-what the authors' bound asks for (`full_cov=True` over the sample axis). DREG's derivatives use chol(Σ) and the ε
-that gives the same draw through it; the ablations "dreg-eps" and "dreg-d23" draw through chol(Σ) itself. Every
-sampled (hidden) layer is drawn jointly over K; the last layer only enters through its per-input marginals
-(closed-form expectation). Points are independent of each other: the bound is a sum over n
+drawn as mean + chol(Σ) ε (`joint_gp_sample`, batched over points and outputs, Cholesky with the project's growing
+jitter, `flowgp.linalg.robust_cholesky`), which is what the authors' bound asks for (`full_cov=True` over the
+sample axis). Every sampled (hidden) layer is drawn jointly over K; the last layer only enters through its
+per-input marginals (closed-form expectation). Points are independent of each other: the bound is a sum over n
 of expectations that each see one point's K inputs. Drawing the K slots independently from their marginals (the
 former implementation here, and in effect the authors' published code, whose mixed-kernel hidden layer ignores
 `full_cov`) makes log-mean-exp over k tend to log E[F p/q] instead of E[log (1/K) Σ F p/q]: not a lower bound
@@ -101,7 +98,7 @@ def _check_positive_int(value, name: str) -> int:
 
 def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = None,
                     memory: JitterMemory | None = None, batch_rows: tuple[int, int] | None = None,
-                    parts: dict | None = None, *, factor_draw: bool = False) -> torch.Tensor:
+                    parts: dict | None = None) -> torch.Tensor:
     """One joint draw of a sparse GP's outputs over the second-to-last axis of h: [..., K, D] -> [..., K, L].
 
     For every leading index (a point, an outer sample) the K values f(h_1..h_K) of each output l are drawn from
@@ -112,13 +109,8 @@ def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = Non
     remembered in `memory`). Differentiable in h and in every parameter (reparameterised draw).
     `batch_rows` = (offset, B): h's last leading axis holds rows offset.. of a global batch of B split over
     processes; the noise is drawn for all B rows and sliced, so a row's draw does not depend on the split.
-    The draw is pathwise, mean + AᵀR ε_v + chol(K_HH - AᵀA) ε with one ε_v ~ N(0, I_M) per point and output
-    (a point's K slots see one draw of v): the same law for less, since the prior part's K × K factor is one for
-    all outputs of a shared kernel and no [L, G·K, M] product is formed. `factor_draw` draws mean + chol(Σ) ε
-    instead, the map that the ablations "dreg-eps" and "dreg-d23" are defined on (same law, another map from
-    the noise to the draw). `parts`: a dict that receives the pieces (inputs, Aᵀ, (RᵀA)ᵀ, R, Lz, C = chol(Σ) and
-    ε = C⁻¹(f - mean)) for `own_slot_derivative` / `conditional_slot_derivative`; with the pathwise draw they are
-    formed after it, without gradient.
+    `parts`: a dict that receives the draw's pieces (inputs, Aᵀ, (RᵀA)ᵀ, R, Lz, the K × K factors and ε) for
+    `own_slot_derivative`.
     """
     if h.dim() < 2:
         raise ValueError(f"h must have shape [..., K, D], got {tuple(h.shape)}")
@@ -136,40 +128,20 @@ def joint_gp_sample(gp, h: torch.Tensor, generator: torch.Generator | None = Non
     r = gp.q_sqrt_tril()  # [L, M, M]
     if at.shape[0] == 1:  # one A for all outputs: no copy of it per output
         mean = at[0] @ gp.q_mu.mT  # Aᵀm, [G·K, L]
+        rat = shared_left_products(at[0], r)  # (RᵀA)ᵀ [L, G·K, M]
     else:
         mean = (at @ gp.q_mu.unsqueeze(-1)).squeeze(-1).mT
+        rat = at @ r
+    # K × K blocks per point: (RᵀA)ᵀ(RᵀA) - AᵀA, [L, G, K, K]
+    correction = gram(rat.reshape(num_out, g, k, m)) - gram(at.reshape(at.shape[0], g, k, m))
     kxx = gp.kernel(groups.unsqueeze(-3))  # [G, Lb, K, K]
-
-    def noise(shape):  # [L, *lead, ...], the rows on lead's last axis: the same numbers with or without batch_rows
-        return draw_rows(lambda s: torch.randn(s, dtype=at.dtype, device=at.device, generator=generator),
-                         (num_out,) + tuple(lead) + tuple(shape), batch_rows, dim=len(lead))
-
-    def sigma_factor(at, r):  # (RᵀA)ᵀ [L, G·K, M] and chol(Σ) of Σ = K_HH - AᵀA + (RᵀA)ᵀ(RᵀA), [L, G, K, K]
-        rat = shared_left_products(at[0], r) if at.shape[0] == 1 else at @ r
-        cov = kxx.movedim(-3, 0) + gram(rat.reshape(num_out, g, k, m)) - gram(at.reshape(at.shape[0], g, k, m))
-        return rat, robust_cholesky(0.5 * (cov + cov.mT), memory=memory)
-
-    if factor_draw:
-        rat, chol = sigma_factor(at, r)
-        eps = noise((k, 1)).reshape(chol.shape[:-1] + (1,))
-        draw = chol @ eps  # [L, G, K, 1]
-    else:
-        # the prior conditional's K × K covariance K_HH - AᵀA: one per point for a kernel shared by the outputs.
-        # At K = 50 the per-output [L, G, K, K] and [L, G·K, M] tensors of Σ were most of a step's time
-        prior = kxx.movedim(-3, 0) - gram(at.reshape(at.shape[0], g, k, m))  # [Lb, G, K, K]
-        prior_chol = robust_cholesky(0.5 * (prior + prior.mT), memory=memory)
-        rv = r @ noise((m,)).reshape(num_out, g, m).mT  # R ε_v, [L, M, G]
-        if at.shape[0] == 1:  # Aᵀ(R ε_v) as [G, K, M] x [G, M, L]: no [L, G, K, M] gradient in the backward (and
-            # G outermost in memory: otherwise torch's CPU bmm copies each point's block before its product)
-            from_v = (at[0].reshape(g, k, m) @ rv.permute(2, 1, 0).contiguous()).permute(2, 0, 1).unsqueeze(-1)
-        else:
-            from_v = at.reshape(num_out, g, k, m) @ rv.mT.unsqueeze(-1)
-        draw = from_v + prior_chol @ noise((k, 1)).reshape(num_out, g, k, 1)  # [L, G, K, 1]
-        if parts is not None:  # DREG's pieces: the factor of Σ and the ε that gives this draw through it
-            with torch.no_grad():
-                rat, chol = sigma_factor(at.detach(), r.detach())
-                eps = torch.linalg.solve_triangular(chol, draw.detach(), upper=False)
-    out = (mean.reshape(g, k, num_out) + draw.squeeze(-1).permute(1, 2, 0)).reshape(lead + (k, num_out))
+    cov = kxx.movedim(-3, 0) + correction
+    cov = 0.5 * (cov + cov.mT)
+    chol = robust_cholesky(cov, memory=memory)
+    # [L, *lead, K, 1], the rows on lead's last axis: the same numbers as [L, G, K, 1] without batch_rows
+    eps = draw_rows(lambda s: torch.randn(s, dtype=chol.dtype, device=chol.device, generator=generator),
+                    (num_out,) + tuple(lead) + (k, 1), batch_rows, dim=len(lead)).reshape(chol.shape[:-1] + (1,))
+    out = (mean.reshape(g, k, num_out) + (chol @ eps).squeeze(-1).permute(1, 2, 0)).reshape(lead + (k, num_out))
     if gp.mean_function is not None:
         out = out + gp.mean_function(h)
     if parts is not None:
@@ -367,11 +339,10 @@ class ConcatProjectionLayer(nn.Module):
         return sample, mean, var
 
     def joint_sample(self, h: torch.Tensor, generator: torch.Generator | None = None,
-                     batch_rows: tuple[int, int] | None = None, parts: dict | None = None, *,
-                     factor_draw: bool = False) -> torch.Tensor:
+                     batch_rows: tuple[int, int] | None = None, parts: dict | None = None) -> torch.Tensor:
         """A draw of f over the K axis of h [..., K, D_in] jointly (each g_j by `joint_gp_sample`): [..., K, D_out].
-        `parts` and `factor_draw` as in `joint_gp_sample`; `parts` also receives this layer's fixed projections."""
-        draw = joint_gp_sample(self.gp, h, generator, self.joint_jitter, batch_rows, parts, factor_draw=factor_draw)
+        `parts` as in `joint_gp_sample`, plus this layer's fixed projections."""
+        draw = joint_gp_sample(self.gp, h, generator, self.joint_jitter, batch_rows, parts)
         if parts is not None:
             parts.update(mixing=self.mixing, passthrough=self.passthrough)
         return h @ self.passthrough + draw @ self.mixing
@@ -444,24 +415,24 @@ class LatentDeepGP(nn.Module):
         return self.qz(x, y, indices)
 
     def joint_hidden_sample(self, layer, h: torch.Tensor, generator=None, batch_rows=None,
-                            parts: dict | None = None, *, factor_draw: bool = False) -> torch.Tensor:
+                            parts: dict | None = None) -> torch.Tensor:
         """Draw of a hidden layer at h [..., K, D_in], jointly over the K axis (see the module docstring).
-        `parts` and `factor_draw` as in `joint_gp_sample`."""
+        `parts` as in `joint_gp_sample`."""
         if hasattr(layer, "joint_sample"):
-            return layer.joint_sample(h, generator, batch_rows, parts, factor_draw=factor_draw)
-        return joint_gp_sample(layer.gp, h, generator, self.joint_jitter, batch_rows, parts, factor_draw=factor_draw)
+            return layer.joint_sample(h, generator, batch_rows, parts)
+        return joint_gp_sample(layer.gp, h, generator, self.joint_jitter, batch_rows, parts)
 
     def joint_last_layer_marginals(self, h: torch.Tensor, generator=None, batch_rows=None,
-                                   parts: dict | None = None, *, factor_draw: bool = False):
+                                   parts: dict | None = None):
         """Inputs h [S, B, K, D + Q]: every hidden layer drawn jointly over the K axis (per outer sample, point and
         output), then the last layer's per-input marginals (mean, var), each [S, B, K, L]. `batch_rows` as in
         `joint_gp_sample` (B is h's row axis). `parts`: a dict that receives the first hidden layer's pieces
         (`joint_gp_sample`), every hidden layer's pieces as a list "layers" (each with its draw as "output"), and
-        the last hidden draw (the last layer's input) as "hidden". `factor_draw` as in `joint_gp_sample`."""
+        the last hidden draw (the last layer's input) as "hidden"."""
         per_layer = []
         for i, layer in enumerate(self.layers[:-1]):
             own = {} if parts is not None else None
-            h = self.joint_hidden_sample(layer, h, generator, batch_rows, own, factor_draw=factor_draw)
+            h = self.joint_hidden_sample(layer, h, generator, batch_rows, own)
             if own is not None:
                 own["output"] = h
                 per_layer.append(own)
@@ -471,8 +442,7 @@ class LatentDeepGP(nn.Module):
 
     def log_weights(self, x, y, num_importance: int, num_samples: int = 1, indices=None, q_params=None,
                     detach_q: bool = False, generator: torch.Generator | None = None,
-                    batch_rows: tuple[int, int] | None = None, parts: dict | None = None, *,
-                    factor_draw: bool = False):
+                    batch_rows: tuple[int, int] | None = None, parts: dict | None = None):
         """log w_{s,k,n} of eq. C.16 for S outer × K importance samples: returns (log_w [S, K, B], z [S, K, B, Q]).
 
         The hidden layers' values at the K inputs (x_n, z_{s,k,n}) are drawn jointly over k (eq. A.9's
@@ -481,7 +451,7 @@ class LatentDeepGP(nn.Module):
         `detach_q` evaluates log q(z) with μ, σ held fixed (the DREG form, eq. D.23). `batch_rows` = (offset, B):
         these rows are rows offset.. of a global batch of B split over processes; every draw (z and the hidden
         layers) is made for all B rows and sliced, so a row's draws do not depend on the split. `parts`: as in
-        `joint_last_layer_marginals`, plus q(z)'s (μ, σ) [S, 1, B, Q]. `factor_draw` as in `joint_gp_sample`.
+        `joint_last_layer_marginals`, plus q(z)'s (μ, σ) [S, 1, B, Q].
         """
         k = check_num_importance(num_importance)
         s = _check_positive_int(num_samples, "num_samples")
@@ -493,7 +463,7 @@ class LatentDeepGP(nn.Module):
                         (s, k, b, q), batch_rows)
         z = mean + std * eps  # reparameterised (eq. C.13)
         h = torch.cat([x.expand(s, k, b, x.shape[-1]), z], dim=-1).transpose(1, 2)  # [S, B, K, D + Q]
-        f_mean, f_var = self.joint_last_layer_marginals(h, generator, batch_rows, parts, factor_draw=factor_draw)
+        f_mean, f_var = self.joint_last_layer_marginals(h, generator, batch_rows, parts)
         if parts is not None:
             parts.update(q_mean=mean, q_std=std)
         ell = self.likelihood.expected_log_prob(y.unsqueeze(-2), f_mean, f_var).sum(-1).transpose(1, 2)  # [S, K, B]
@@ -542,10 +512,8 @@ class LatentDeepGP(nn.Module):
         # "dreg" at any depth (`conditional_slot_derivative`)
         parts = {} if ((gradient == "dreg-eps" and len(self.layers) == 2 or conditional and len(self.layers) > 1)
                        and num_importance > 1 and torch.is_grad_enabled()) else None
-        # the ablations are defined on the draw through chol(Σ) (their cross terms depend on the map from the
-        # noise to the draw); REG and "dreg" use the cheaper pathwise draw of the same law
         log_w, z = self.log_weights(x, y, num_importance, num_samples, indices, q_params, dreg, generator,
-                                    batch_rows, parts, factor_draw=gradient in ("dreg-eps", "dreg-d23"))
+                                    batch_rows, parts)
         terms = torch.logsumexp(log_w, dim=1) - math.log(log_w.shape[1])
         if dreg and z.requires_grad and torch.is_grad_enabled():
             k = log_w.shape[1]
