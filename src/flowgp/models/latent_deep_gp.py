@@ -154,7 +154,7 @@ def _input_tangents(gp, parts: dict, columns: Sequence[int]):
     [Lb, G·K, M], ∂₁k(h_k, h_b) [Lb, G, K, K]) of a joint draw's pieces (`joint_gp_sample`). Every row of
     Aᵀ = K_HZ Lz⁻ᵀ depends on its own input only, so these come from one forward-mode product of the kernel per
     column and a GEMM. The mean's derivative includes the layer's mean function. No gradient."""
-    groups, at = parts["groups"], parts["at"]
+    groups = parts["groups"]
     g, k, d = groups.shape
     num_out = parts["chol"].shape[0]
     rows = groups.reshape(g * k, d)
