@@ -2,17 +2,20 @@
 
 With a small minibatch and the step sizes far from decayed, one iterate's test log-likelihood moves by up to
 0.15-0.2 between scoring points (docs/results/ldgp-uci-reference/README.md, thirty-second session). So a fit's
-score at `--end` iterations is the mean of its rows (`benchmarks/ldgp_learning_curve.py`'s curve.jsonl) from
-`--end - --window` to the end of the fit; the script pairs the two models per split and prints each split's
-difference, the mean difference with its standard error, the median and the second model's win count.
+score at `--end` iterations is the mean of its rows (`benchmarks/ldgp_learning_curve.py`'s curve.jsonl) with
+iterations in [end - window, end + window), the scorings around `end` (a fit carried on past `end` keeps its later
+rows out). The script pairs the two models per split and prints each split's difference and, as
+`ldgp_reg_vs_dreg.py` does for the bench's tables, the mean difference ± s.e. (median), its 95 % interval and the
+count of splits the second model wins.
 
     python benchmarks/ldgp_tail_pairs.py docs/results/ldgp-uci-reference/wine-k50-b64/curve.jsonl --end 20000
 """
 import argparse
-import json
-import math
 import statistics
-from pathlib import Path
+
+import numpy as np
+
+from flowgp.bench.results import read_rows
 
 
 def tail_scores(rows: list[dict], end: int, window: int) -> dict[tuple[str, int], list[float]]:
@@ -50,7 +53,9 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.window <= 0:
         raise ValueError(f"--window must be positive, got {a.window}")
-    rows = [json.loads(line) for line in Path(a.curve).read_text().splitlines() if line.strip()]
+    from ldgp_reg_vs_dreg import paired_difference  # a sibling script (its directory is on sys.path)
+
+    rows = read_rows(a.curve)  # a curve still being written may end in a torn line
     pairs = paired_differences(tail_scores(rows, a.end, a.window), a.first, a.second)
     if not pairs:
         print(f"no split where both {a.first} and {a.second} reached {a.end} iterations")
@@ -60,10 +65,8 @@ def main(argv=None) -> int:
     for r in pairs:
         print(f"| {r['split']} | {r[a.first]:.3f} ± {r[a.first + '_sd']:.3f} ({r['n'][0]}) | "
               f"{r[a.second]:.3f} ± {r[a.second + '_sd']:.3f} ({r['n'][1]}) | {r['difference']:+.3f} |")
-    d = [r["difference"] for r in pairs]
-    se = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else float("nan")
-    print(f"{len(d)} splits: {a.second} − {a.first} mean {statistics.fmean(d):+.3f} ± {se:.3f} (s.e.), median "
-          f"{statistics.median(d):+.3f}, {a.second} wins {sum(x > 0 for x in d)} of {len(d)}; "
+    d = np.array([r["difference"] for r in pairs])
+    print(f"{len(d)} splits: {a.second} − {a.first} {paired_difference(d)}; "
           f"{a.first} {statistics.fmean(r[a.first] for r in pairs):.3f}, "
           f"{a.second} {statistics.fmean(r[a.second] for r in pairs):.3f}")
     return 0

@@ -1,11 +1,17 @@
 """benchmarks/ldgp_tail_pairs.py: a fit's score is the mean of its rows in the last window; only splits both
 models finished are paired; a still-running fit is left out."""
+import json
+import sys
+from pathlib import Path
+
 import pytest
 
 
-@pytest.fixture(scope="module")
-def pairs(benchmark_script):
-    return benchmark_script("ldgp_tail_pairs")
+@pytest.fixture()
+def pairs(benchmark_script, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))  # its sibling import
+    yield benchmark_script("ldgp_tail_pairs")
+    sys.modules.pop("ldgp_reg_vs_dreg", None)
 
 
 def _row(model, split, it, ll):
@@ -27,15 +33,13 @@ def test_tail_mean_pairs_finished_splits_only(pairs):
 
 
 def test_cli_reports_and_rejects_a_bad_window(pairs, tmp_path, capsys):
-    import json
-
     path = tmp_path / "curve.jsonl"
     rows = [_row(m, s, 20000, ll) for m, s, ll in
             [("ldgp2-reg", 0, 0.5), ("ldgp2-dreg", 0, 0.7), ("ldgp2-reg", 1, 0.5), ("ldgp2-dreg", 1, 0.4)]]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert pairs.main([str(path), "--end", "20000"]) == 0
     out = capsys.readouterr().out
-    assert "2 splits" in out and "mean +0.050" in out and "wins 1 of 2" in out
+    assert "2 splits: ldgp2-dreg − ldgp2-reg +0.050 ± 0.150 (median +0.050)" in out and "positive 1/2" in out
     with pytest.raises(ValueError, match="--window"):
         pairs.main([str(path), "--end", "20000", "--window", "0"])
     assert pairs.main([str(path), "--end", "30000"]) == 1
