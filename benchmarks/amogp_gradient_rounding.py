@@ -2,7 +2,7 @@
 
 At the estimator's own state (the four London sites of `amogp_step_time.py`, after `--start-epochs` epochs of
 its fit), the full-batch bound and its gradients are evaluated twice: with the contraction as a series of
-products (`flowgp.psi_statistics`, the default where it applies) and with its exponentials
+products (`flowgp.models.amogp.psi_statistics`, the default where it applies) and with its exponentials
 (`_BlockedExpContract._TAYLOR_MAX_TERMS = 0`). Both agree with eq. 25 to 1e-12 in the node's own outputs and
 gradients (tests/test_psi_statistics.py), so where the model's gradients differ between them, the difference is
 rounding amplified by the bound: tr(Φ_n W) with W = ααᵀ + C - K⁻¹ cancels |W| up to 1e8 to O(1).
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import flowgp.psi_statistics as psi_statistics
+import flowgp.models.amogp.psi_statistics as psi_statistics
 from amogp_step_time import add_state_arguments, data, model_and_tensors
 
 

@@ -6,9 +6,9 @@ and (z_i - z_j)² = d²h² (d = |i - j|), so for one group with a diagonal W blo
     Ŵ_s(λ) = Σ_d A_ds exp(-d²h²/(4λ)),   A_ds = Σ_{i+j=s, |i-j|=d} w_ij,
 with c2_n = λ_n + 2v_n: one [N, Mg] x [Mg, 2Mg - 1] product and [N, 2Mg - 1] element-wise work per step instead of
 N·Mg² (no series, no κ). The inducing inputs are then not trained. This checks it against
-`flowgp.psi_statistics.grouped_psi_statistics` (values and every gradient, float64) and times forward + backward
+`flowgp.models.amogp.psi_statistics.grouped_psi_statistics` (values and every gradient, float64) and times forward + backward
 on the London fit's sizes (2 004 sorted points, Mg = 50), with plain autograd, compiled (`torch.compile`), and as
-`flowgp.psi_grid.grid_psi_statistics` (the same formulas with a hand-written backward).
+`flowgp.models.amogp.psi_grid.grid_psi_statistics` (the same formulas with a hand-written backward).
 
     OMP_NUM_THREADS=1 python benchmarks/amogp_grid_midpoints.py [--points 2004] [--inducing 50] [--no-compile]
 """
@@ -19,8 +19,8 @@ import time
 
 import torch
 
-from flowgp.psi_grid import grid_psi_statistics
-from flowgp.psi_statistics import grouped_psi_statistics
+from flowgp.models.amogp.psi_grid import grid_psi_statistics
+from flowgp.models.amogp.psi_statistics import grouped_psi_statistics
 from median_timing import median_ms
 
 
@@ -63,7 +63,7 @@ def main(argv=None):
 
     grid = (torch.tensor([start], dtype=f64), torch.tensor([step], dtype=f64))
 
-    def library_node():  # flowgp.psi_grid: the same formulas with the chain rule by hand
+    def library_node():  # flowgp.models.amogp.psi_grid: the same formulas with the chain rule by hand
         psi1, phi = grid_psi_statistics(mu[:, None], var[:, None], *grid, w.view(1, mg, mg), amp[:, None],
                                         lsq.view(n, 1, 1), validate=False)
         return psi1[:, 0], phi
@@ -81,7 +81,7 @@ def main(argv=None):
     print(f"  grid node, autograd                          {median_ms(lambda: gradients(grid_node)):6.2f} ms")
     lib = gradients(library_node)
     agree = max(float((a - b).abs().max() / a.abs().max()) for a, b in zip(ref, lib))
-    print(f"  grid node, flowgp.psi_grid (by hand)          {median_ms(lambda: gradients(library_node)):6.2f} ms "
+    print(f"  grid node, flowgp.models.amogp.psi_grid (by hand)          {median_ms(lambda: gradients(library_node)):6.2f} ms "
           f"(agrees with the series node to {agree:.0e})")
     if not args.no_compile:
         compiled = torch.compile(grid_node)

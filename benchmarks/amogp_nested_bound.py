@@ -19,7 +19,7 @@ import argparse
 
 import torch
 
-from flowgp.models.amogp import AMOGP
+from flowgp.models.amogp.model import AMOGP
 
 
 def _data(n=120, d=2):

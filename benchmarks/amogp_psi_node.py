@@ -1,4 +1,4 @@
-"""The CP layer's Ψ₂ node alone (`flowgp.psi_statistics.grouped_psi_statistics` with a block-diagonal W), forward
+"""The CP layer's Ψ₂ node alone (`flowgp.models.amogp.psi_statistics.grouped_psi_statistics` with a block-diagonal W), forward
 and backward, on inputs shaped like the London fit's (one group of 50 inducing inputs, points sorted by input,
 input variances about 1e-3 of the squared lengthscale), for several numbers of points; and the broadcasting
 layouts of the series' outer product (issue 27).
@@ -15,7 +15,7 @@ import argparse
 
 import torch
 
-from flowgp.psi_statistics import grouped_psi_statistics
+from flowgp.models.amogp.psi_statistics import grouped_psi_statistics
 from median_timing import median_seconds
 
 

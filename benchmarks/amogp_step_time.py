@@ -4,7 +4,7 @@ Setting of the issue: the four London sites of the shared PM2.5 file, 2019-03-01
 (2 004 rows after dropping missing values), `AlignedMultiOutputGPRegressor(num_inducing=50)` (8 alignment and
 8 warping inducing points per site), float64, one torch thread. `--cp-inducing output` gives the issue's model
 (50 CP inducing points per site, 200 in all); the default, the estimator's, puts `--num-inducing` on the
-latent. The MO-GP is the same estimator with `alignment="identity", warping="identity"` (the CP kernel alone). One step = bound on a batch, backward, Adam - the optimiser `flowgp.training.train` builds
+latent. The MO-GP is the same estimator with `alignment="identity", warping="identity"` (the CP kernel alone). One step = bound on a batch, backward, Adam - the optimiser `flowgp.training.loop.train` builds
 (`default_optimizer`: fused Adam), for both models.
 
 Part 1: minibatch steps (`--batch`, default 256) and full-batch steps, the two models interleaved: every round
@@ -44,7 +44,7 @@ import torch
 
 from flowgp import AlignedMultiOutputGPRegressor
 from flowgp.bench.amogp import pm25_data
-from flowgp.training import default_optimizer
+from flowgp.training.loop import default_optimizer
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / ".." / "shared" / "data" / "air_quality" / "london_aurn_pm25_hourly_2018_2019.csv"

@@ -31,9 +31,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import flowgp.psi_statistics as psi_statistics
-from flowgp.linalg import lower_inverse
-from flowgp.quadrature import gauss_hermite
+import flowgp.models.amogp.psi_statistics as psi_statistics
+from flowgp.numerics.linalg import lower_inverse
+from flowgp.numerics.quadrature import gauss_hermite
 from amogp_step_time import add_state_arguments, data, model_and_tensors
 
 
@@ -231,8 +231,8 @@ def gradient_study(model, node_args, q_mu, q_sqrt):
     the posterior node, with the series and with the exponentials (two orderings of one formula), and the whitened
     expectation through a differentiable Cholesky, as the series (P = 3) and by quadrature (Q = 5). Returns the
     largest |gradient| of each and the largest difference within and across the formulations, relative to it."""
-    from flowgp.linalg import DEFAULT_JITTER
-    from flowgp.models.amogp import _WhitenedPosterior
+    from flowgp.numerics.linalg import DEFAULT_JITTER
+    from flowgp.models.amogp.model import _WhitenedPosterior
 
     mean, var, _, _, amp, lsq = node_args
     z0 = model.latent.z.detach()

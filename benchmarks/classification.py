@@ -1,6 +1,6 @@
 """Classification benchmark (TGP paper §5.2, appendix B.6.2): SVGP vs TGP vs BA-TGP / PE-TGP on the shared UCI sets.
 
-Data through `flowgp.data.load_classification` (`$FLOWGP_DATA` or ../shared/data). Binary: banknote, heart
+Data through `flowgp.data.tables.load_classification` (`$FLOWGP_DATA` or ../shared/data). Binary: banknote, heart
 failure (its 26 rows with empty cells dropped), Statlog heart, ionosphere, movement (random 90/10 splits). Multiclass: AReM activity
 (7 classes) and avila (12 classes, official train/test split); large training sets are subsampled
 (`--max-train`) to keep the run within a modest CPU budget. Reports test accuracy and mean NLL
@@ -22,14 +22,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from flowgp import SVGPClassifier, TGPClassifier
-from flowgp.data import load_classification
+from flowgp.data.tables import load_classification
 from flowgp.flows.conditional import input_dependent_flows
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load(name):
-    """(X, y) or, for avila's official split, (X_train, y_train, X_test, y_test), through `flowgp.data`."""
+    """(X, y) or, for avila's official split, (X_train, y_train, X_test, y_test), through `flowgp.data.tables`."""
     if name == "avila":
         x_tr, y_tr, _ = load_classification(name, part="train")
         x_te, y_te, _ = load_classification(name, part="test")

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from flowgp.data import standardize, uci_split
+from flowgp.data.tables import standardize, uci_split
 from flowgp.models.deep_gp import build_deep_gp, warm_start_from_gaussian
-from flowgp.training import train
+from flowgp.training.loop import train
 
 
 def standardised_split(dataset, data_dir=None):

@@ -30,7 +30,7 @@ import torch
 
 from cnf_dgp_finetune import standardised_split, warm_started_flow  # the same data and warm start
 from flowgp.models.deep_gp import build_deep_gp
-from flowgp.training import train
+from flowgp.training.loop import train
 
 
 def gradient_stats(model, x, y, repeats, seed):

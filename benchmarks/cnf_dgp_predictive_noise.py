@@ -22,7 +22,7 @@ import time
 from flowgp.bench.models import make_estimator
 from flowgp.bench.presets import get_preset
 from flowgp.bench.uci import load_split
-from flowgp.metrics import mean_nll
+from flowgp.reporting.metrics import mean_nll
 
 SAMPLES = ((100, 6), (1000, 3), (4000, 1))  # (S, number of prediction seeds)
 

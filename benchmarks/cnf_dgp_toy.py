@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from test_cnf_gaussian_base import skewed_step_toy  # noqa: E402  (the test's toy, full size here)
 
 from flowgp.models.deep_gp import select_flow_strength, warm_start_from_gaussian  # noqa: E402
-from flowgp.training import train  # noqa: E402
+from flowgp.training.loop import train  # noqa: E402
 
 
 def elbo(model, x, y, seed=11, samples=200):

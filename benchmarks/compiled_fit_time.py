@@ -8,7 +8,7 @@ Run from the repository root:
 
 Issue 26 asks that compiling must not make a 1 000-step fit slower end to end than the eager one. Step
 times (`benchmarks/step_time.py`) leave out what a user waits for once per fit: tracing, compiling and loading
-the kernels. So every fit here runs `flowgp.training.train` (float32, N = 10 240, D = 8, B = 512 by default)
+the kernels. So every fit here runs `flowgp.training.loop.train` (float32, N = 10 240, D = 8, B = 512 by default)
 in a process of its own, and the time reported is the wall time of the `train` call: compilation included,
 imports and data excluded (the same for every variant). The variants of one configuration run in alternating
 order within each round, so a drift in the machine's speed reaches all of them alike; the table gives the
@@ -36,7 +36,7 @@ def child(model: str, m: int, variant: str, steps: int, num_data: int, dim: int,
     import torch
 
     from flowgp import SVGP, TGP, GaussianLikelihood, make_flow, make_kernel
-    from flowgp.training import train
+    from flowgp.training.loop import train
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(num_data, dim, generator=g)

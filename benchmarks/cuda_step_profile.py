@@ -14,7 +14,7 @@ least 100 kB it makes and their total size: on CPU each is memory the kernel may
     python benchmarks/cuda_step_profile.py --device cpu --dtype float32 --inducing 500 --batch 512 \
         --num-data 10240 --models svgp --steps 40 --memory
 
-`--compile` profiles the compiled step instead (`flowgp.compiled.CompiledObjective`, compiled before timing), e.g.
+`--compile` profiles the compiled step instead (`flowgp.training.compiled.CompiledObjective`, compiled before timing), e.g.
 the TGP's compiled extra at M = 20 (docs/results/timing, session 19):
 
     python benchmarks/cuda_step_profile.py --device cpu --dtype float32 --inducing 20 --batch 512 \
@@ -59,7 +59,7 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--models", default="svgp,tgp")
     p.add_argument("--memory", action="store_true", help="also count one step's large allocations")
-    p.add_argument("--compile", action="store_true", help="profile the compiled step (flowgp.compiled)")
+    p.add_argument("--compile", action="store_true", help="profile the compiled step (flowgp.training.compiled)")
     a = p.parse_args()
     device, dtype = torch.device(a.device), getattr(torch, a.dtype)
     g = torch.Generator().manual_seed(0)

@@ -6,7 +6,7 @@
 
 Each process takes its share (batch / world size) of a global minibatch of an SVGP (flowgp.SVGP, RBF kernel,
 float64, one thread), backpropagates, and sums the gradients and the loss over ranks with
-`flowgp.distributed.all_reduce_gradients` (one flat all-reduce, as `flowgp.training.train` does), then takes a
+`flowgp.training.distributed.all_reduce_gradients` (one flat all-reduce, as `flowgp.training.loop.train` does), then takes a
 fused Adam step. Printed per rank: the 10th/50th/90th percentiles of the compute (bound and backward), of the
 all-reduce call (its latency plus the wait for the slower rank) and of the whole step. The speed-up of P
 processes is the one-process median step over the P-process one; on a machine whose step time jitters, each
@@ -21,8 +21,8 @@ import time
 import torch
 
 from flowgp import SVGP, GaussianLikelihood, make_kernel
-from flowgp.distributed import all_reduce_gradients, init_from_env, shutdown
-from flowgp.training import default_optimizer
+from flowgp.training.distributed import all_reduce_gradients, init_from_env, shutdown
+from flowgp.training.loop import default_optimizer
 
 
 def percentiles(values, qs=(0.1, 0.5, 0.9)):

@@ -16,7 +16,7 @@ flowgp's TGP (one SAL flow). The peers are interleaved: every round times every 
 the reported value is the median over rounds of each round's median, which keeps slow drifts from load on a
 shared machine out of the ratios. Ratios printed: flowgp DGP / GPyTorch DGP, DGP / TGP, and the flow
 posteriors / DSVI (issue 20's targets: cnf-dgp3/dgp3 <= 1.5, dgp3/gpytorch-dgp3 <= 0.7). With --compile the DSVI
-step is also timed through flowgp.compiled ("dgpL-compiled"; compilation time in the row's "compile").
+step is also timed through flowgp.training.compiled ("dgpL-compiled"; compilation time in the row's "compile").
 
 Part 2 (energy, TGP paper Fig. 11): training-step time (full batch of the 691 training points, M=100) and
 prediction time on the 77 test points (mean, variance and log density; the DGP with 100 samples, the TGP
@@ -37,9 +37,9 @@ from pathlib import Path
 import torch
 
 from flowgp import TGP, GaussianLikelihood, make_flow, make_kernel
-from flowgp.data import standardize, uci_split
+from flowgp.data.tables import standardize, uci_split
 from flowgp.models.deep_gp import build_deep_gp
-from flowgp.training import default_optimizer
+from flowgp.training.loop import default_optimizer
 from step_time import _batches, _sync, flowgp_step  # the same step closure as benchmarks/step_time.py
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,7 +154,7 @@ def synthetic(args, device, dtype):
                                   draws=draws)
             fns[f"{name}{layers}"] = flowgp_step(model.to(device, dtype), x, y, args.batch)
         if args.compile:
-            # the DSVI step through flowgp.compiled (torch.compile of bound and backward); compile time apart
+            # the DSVI step through flowgp.training.compiled (torch.compile of bound and backward); compile time apart
             torch._dynamo.reset()
             model = build_deep_gp(x64, 1, layers, inducing_points=z64, posterior="gaussian", hidden_width=width)
             step = flowgp_step(model.to(device, dtype), x, y, args.batch, compiled=True,
@@ -205,7 +205,7 @@ def _load_energy(split=0):
 
 
 def energy(args, device):
-    from flowgp.inducing import kmeans_inducing_points
+    from flowgp.gp.inducing import kmeans_inducing_points
 
     xtr, ytr, xte, yte = (t.to(device) for t in _load_energy())
     z = torch.as_tensor(kmeans_inducing_points(xtr, args.inducing, 1, 0), device=device)
@@ -252,7 +252,7 @@ def main():
     p.add_argument("--no-peer", action="store_true", help="skip GPyTorch")
     p.add_argument("--no-energy", action="store_true", help="skip part 2")
     p.add_argument("--compile", action="store_true",
-                   help="also time the DSVI step compiled (flowgp.compiled; issue 26's dgp3 <= 0.5x GPyTorch)")
+                   help="also time the DSVI step compiled (flowgp.training.compiled; issue 26's dgp3 <= 0.5x GPyTorch)")
     p.add_argument("--compile-mode", default=None,
                    help="torch.compile mode of the compiled DSVI step (e.g. reduce-overhead: CUDA graphs on a GPU)")
     p.add_argument("--json", default=str(ROOT / "docs" / "results" / "dgp_step_time.json"))

@@ -32,7 +32,7 @@ import torch
 
 import flowgp.estimators.deep as deep
 from flowgp.bench.images import make_classifier
-from flowgp.image_data import load_images
+from flowgp.data.images import load_images
 
 ROOT = Path(__file__).resolve().parents[1]
 

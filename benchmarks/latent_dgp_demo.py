@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from flowgp import DeepGPRegressor, LatentDeepGPRegressor
-from flowgp.plotting import latent_demo_figure
-from flowgp.synthetic import make_multimodal_demo
+from flowgp.reporting.plotting import latent_demo_figure
+from flowgp.data.synthetic import make_multimodal_demo
 
 
 def mode_share(x, draws):

@@ -65,13 +65,13 @@ def plot(path: Path, out: Path, extra: list[tuple[str, int, float]] = (), refere
 
 
 def main(argv=None) -> int:
-    from flowgp.batches import ArrayBatches
-    from flowgp.checkpoint import atomic_save, safe_load
+    from flowgp.training.batches import ArrayBatches
+    from flowgp.training.checkpoint import atomic_save, safe_load
     from flowgp.bench.models import make_estimator
     from flowgp.bench.presets import get_preset
     from flowgp.bench.uci import load_split
-    from flowgp.optim import NaturalGradient
-    from flowgp.training import step_lr, train
+    from flowgp.training.natural_gradients import NaturalGradient
+    from flowgp.training.loop import step_lr, train
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", help="a bench training checkpoint (OUT/checkpoints/*.pt)")

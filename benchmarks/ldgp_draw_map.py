@@ -1,7 +1,7 @@
 """REG's and DREG's q(z) gradients under two maps from noise to the same joint draw of a hidden layer (issue 25).
 
 flowgp draws a hidden layer's K values at one point as f = mean + chol(Σ) ε, Σ = K_HH - AᵀA + (RᵀA)ᵀ(RᵀA)
-(`flowgp.models.latent_deep_gp.joint_gp_sample`). The same law comes out of the pathwise map
+(`flowgp.models.latent.model.joint_gp_sample`). The same law comes out of the pathwise map
 f = mean + AᵀR ε_v + chol(K_HH - AᵀA) ε, with one ε_v ~ N(0, I_M) per point and output shared by the K slots. The
 pathwise map costs less at large K, since it forms no per-output K × K matrix. The thirty-second session tried it
 in the library and measured this script's result, so the library kept chol(Σ). REG differentiates through the
@@ -19,9 +19,9 @@ import types
 
 import torch
 
-from flowgp.diagnostics import latent_gradient_samples
-from flowgp.models.latent_deep_gp import build_latent_deep_gp
-from flowgp.synthetic import make_multimodal_demo
+from flowgp.models.latent.diagnostics import latent_gradient_samples
+from flowgp.models.latent.model import build_latent_deep_gp
+from flowgp.data.synthetic import make_multimodal_demo
 
 
 def pathwise_hidden_sample(model, layer, h, generator=None, batch_rows=None, parts=None):

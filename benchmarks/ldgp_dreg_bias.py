@@ -6,7 +6,7 @@ Run from the repository root (reuses the fitted models of `flowgp bench snr --ou
     OMP_NUM_THREADS=1 python benchmarks/ldgp_dreg_bias.py --layers 3 --num-importance 20 --repeats 1000
 
 For `--points` training points (the SNR bench's choice of points and seed) it draws `--repeats` independent
-estimates of ∇_(μ_n, σ_n) of each point's term of L_K under every estimator (`flowgp.diagnostics.
+estimates of ∇_(μ_n, σ_n) of each point's term of L_K under every estimator (`flowgp.models.latent.diagnostics.
 latent_gradient_samples`, wrt="moments") and compares each estimator's mean with REG's (eq. C.17, plain autograd
 of L_K: unbiased by construction). The estimators see the same draws (one seed), so the comparison is paired:
 per coordinate, z = mean(e − REG) / (std(e − REG)/√R) over the R repeats. An unbiased estimator gives
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from flowgp.diagnostics import latent_gradient_samples
+from flowgp.models.latent.diagnostics import latent_gradient_samples
 from flowgp.estimators.latent import LatentDeepGPRegressor
-from flowgp.synthetic import make_multimodal_demo
+from flowgp.data.synthetic import make_multimodal_demo
 
 
 def main():

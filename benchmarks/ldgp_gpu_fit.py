@@ -99,7 +99,7 @@ def main(argv=None):
            "ms_per_iteration": round(1e3 * train_seconds / (epochs * per_epoch), 2),
            "predict_seconds": round(time.perf_counter() - start, 1), **scores, "y_scale": y_scale,
            "standardised_test_ll": -scores["nll"] + math.log(y_scale)}
-    if "nll_kde" in scores:  # the authors' public script's KDE estimate of the same (flowgp.prediction)
+    if "nll_kde" in scores:  # the authors' public script's KDE estimate of the same (flowgp.gp.prediction)
         row["standardised_test_ll_kde"] = -scores["nll_kde"] + math.log(y_scale)
     print(json.dumps(row), flush=True)
     if args.json:

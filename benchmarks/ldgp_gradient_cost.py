@@ -19,7 +19,7 @@ import torch
 from flowgp.bench.models import make_estimator
 from flowgp.bench.presets import get_preset
 from flowgp.bench.uci import reference_split
-from flowgp.models.latent_deep_gp import LatentDeepGP
+from flowgp.models.latent.model import LatentDeepGP
 
 
 def median_ms(fn, repeats):

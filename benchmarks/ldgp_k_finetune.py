@@ -95,7 +95,7 @@ def split_and_checkpoint(args):
     """(the split, its training rows, the checkpoint's saved state) for a script's --dataset, --split, --row-order,
     --data-dir and --checkpoint; also keeps torch to one thread, as every fit on this machine."""
     from flowgp.bench.uci import load_split
-    from flowgp.checkpoint import safe_load
+    from flowgp.training.checkpoint import safe_load
 
     torch.set_num_threads(1)
     split = load_split(args.dataset, args.split, args.data_dir, protocol="reference", row_order=args.row_order)

@@ -100,7 +100,7 @@ def fit_from_state(est, state: dict, split) -> None:
     (budget, batch, K, seed), as for any resume."""
     import tempfile
 
-    from flowgp.checkpoint import atomic_save
+    from flowgp.training.checkpoint import atomic_save
 
     with tempfile.TemporaryDirectory() as tmp:
         est.set_params(checkpoint=atomic_save(dict(state, finished=True), Path(tmp) / "state.ckpt"),
@@ -111,7 +111,7 @@ def fit_from_state(est, state: dict, split) -> None:
 def rescore(est, split, args, setting, out: Path) -> int:
     """Score the state in `est.checkpoint` `args.rescore` times without training (`fit_from_state`), each score
     drawing its z's from another prediction seed."""
-    from flowgp.checkpoint import safe_load
+    from flowgp.training.checkpoint import safe_load
 
     source = Path(est.checkpoint)
     if not source.exists():

@@ -3,7 +3,7 @@
 The DREG authors train the last layer's q(u) with GPflow 1's `NatGradOptimizer` (natural parameters, γ = 0.01,
 × 0.98 per 1 000 iterations). After each step it maps the natural parameters back to (m, chol S) and takes that
 Cholesky of S + 10⁻⁶ I (`_cholesky_with_jitter`, settings.jitter), so every step adds 10⁻⁶ I to the whitened S;
-`flowgp.optim.NaturalGradient` adds nothing. In the conjugate case the step is, per eigen-direction of the
+`flowgp.training.natural_gradients.NaturalGradient` adds nothing. In the conjugate case the step is, per eigen-direction of the
 optimum S* (eigenvalue s*, the same basis throughout since ε I commutes with everything),
 
     p' = (1 - γ)/s + γ/s*,   θ₁' = (1 - γ) m/s + γ m*/s*,   m' = θ₁'/p',   s' = 1/p' + ε,

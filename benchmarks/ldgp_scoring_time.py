@@ -14,7 +14,7 @@ from flowgp.bench.models import make_estimator
 from flowgp.bench.presets import get_preset
 from flowgp.bench.runner import evaluate_regression
 from flowgp.bench.uci import reference_split
-from flowgp.metrics import coverage, mean_nll, rmse
+from flowgp.reporting.metrics import coverage, mean_nll, rmse
 
 
 def main(argv=None):

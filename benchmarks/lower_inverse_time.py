@@ -2,7 +2,7 @@
 
     python benchmarks/lower_inverse_time.py                 # float64 and float32, 1 and 8 factors, M = 20..500
 
-Both return the same X in the same (column-major) layout; `flowgp.linalg.lower_inverse` picks the faster one by
+Both return the same X in the same (column-major) layout; `flowgp.numerics.linalg.lower_inverse` picks the faster one by
 dtype and M from this table (CPU, MKL). Prints microseconds per call and the ratio right / left; `--json` writes
 the rows. Run on a quiet machine (other processes on the cores distort OpenMP timings many-fold).
 """

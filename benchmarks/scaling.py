@@ -107,7 +107,7 @@ def worker(data: str) -> None:
     """One process of the timed fit (under torch.distributed.run for several); rank 0 prints the timing."""
     import torch
 
-    from flowgp import distributed
+    from flowgp.training import distributed
     from flowgp.estimators.regression import SVGPRegressor
 
     torch.set_num_threads(1)

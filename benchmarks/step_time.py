@@ -5,13 +5,13 @@ Run from the repository root (GPyTorch is a dev-only dependency):
     pip install gpytorch
     python benchmarks/step_time.py                 # N=10000, D=8, B=512, M in {20,100,500}, float32/float64
     python benchmarks/step_time.py --repeats 50 --json results.json --device cuda
-    python benchmarks/step_time.py --threads 1 --compile   # also the compiled step (flowgp.compiled)
+    python benchmarks/step_time.py --threads 1 --compile   # also the compiled step (flowgp.training.compiled)
     python benchmarks/step_time.py --threads 1 --clock cpu # CPU time per step: for a loaded machine
 
 Every configuration builds the same sizes for all the models in the same process and reports the
 median step time over `--repeats` steps after warm-up (the models timed in alternating blocks of 10 steps),
 with the ratios TGP/SVGP and flowgp-SVGP/GPyTorch-SVGP. Every model, GPyTorch's included, is updated by the
-optimiser `flowgp.training.train` uses by default (`default_optimizer`: fused Adam), so the ratios compare
+optimiser `flowgp.training.loop.train` uses by default (`default_optimizer`: fused Adam), so the ratios compare
 the models' bounds and gradients, not optimisers.
 
 The "limit" column is the time the arithmetic the whitened SVGP step cannot avoid would take at the GEMM
@@ -24,7 +24,7 @@ before and after that dtype's configurations). The FLOPs counted (`essential_flo
 element-wise passes (exp, the Gaussian expected log-likelihood) and the optimiser's update are not counted,
 so step / limit >= 1 only approximately bounds what any implementation can reach.
 
-With --compile the flowgp steps are also timed through `flowgp.compiled.CompiledObjective` (torch.compile
+With --compile the flowgp steps are also timed through `flowgp.training.compiled.CompiledObjective` (torch.compile
 of the whole bound, forward and backward); its compilation time is reported on its own (compile_s), with
 the end-to-end time of a 1000-step fit it implies next to the eager one (an estimate from step times;
 `benchmarks/compiled_fit_time.py` times whole fits, eager, compiled and compile="auto", each in a fresh process).
@@ -39,8 +39,8 @@ import time
 import torch
 
 from flowgp import TGP, SVGP, GaussianLikelihood, make_flow, make_kernel
-from flowgp.compiled import CompiledObjective, compile_unavailable_reason
-from flowgp.training import default_optimizer
+from flowgp.training.compiled import CompiledObjective, compile_unavailable_reason
+from flowgp.training.loop import default_optimizer
 
 GEMM_SIZE = 2048
 
@@ -117,7 +117,7 @@ def gemm_rate(dtype, device, repeats=5, size=GEMM_SIZE, clock="wall") -> float:
 def flowgp_step(model, x, y, batch, lr=0.01, seed=0, compiled=False, compile_mode=None):
     """One training step (minibatch ELBO, backward, Adam update) of a flowgp model, as a closure.
 
-    compiled: evaluate the bound through flowgp.compiled.CompiledObjective; the closure's `compiler`
+    compiled: evaluate the bound through flowgp.training.compiled.CompiledObjective; the closure's `compiler`
     attribute then holds it (its compile_seconds), and the compilation happens here, before any timing.
     """
     params = [p for p in model.parameters() if p.requires_grad]

@@ -4,7 +4,7 @@ quick preset). Run from the repository root: `python benchmarks/svgp_minibatch_b
 steps/2 (minibatch epochs), γ, batch size, bound per point.
 """
 import flowgp
-from flowgp.data import uci_split
+from flowgp.data.tables import uci_split
 d = uci_split("energy", 0)
 x, y = d.x_train, d.y_train; n = len(y)
 for epochs in (375, 750):

@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     from matplotlib.figure import Figure
 
     from flowgp import SVGPRegressor, TGPRegressor
-    from flowgp.data import cv_splits, load_air_quality
+    from flowgp.data.tables import cv_splits, load_air_quality
 
     x, y = load_air_quality(args.data_dir)
     tr, te = cv_splits(len(y), 5, 0)[args.fold]

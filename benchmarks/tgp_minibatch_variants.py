@@ -15,7 +15,7 @@ import time
 from flowgp.bench.models import make_estimator
 from flowgp.bench.presets import get_preset
 from flowgp.bench.runner import evaluate_regression
-from flowgp.data import uci_split
+from flowgp.data.tables import uci_split
 from flowgp.estimators import RobustFit
 
 VARIANTS = {"default": {}, "ng1": {"svgp_natural_gradient_minibatch": 1.0}, "flow-lr1": {"flow_lr": 1.0},

@@ -17,7 +17,7 @@ import flowgp.estimators.regression as regression
 from flowgp.bench.models import make_estimator
 from flowgp.bench.presets import get_preset
 from flowgp.bench.runner import fit_and_score
-from flowgp.data import uci_split
+from flowgp.data.tables import uci_split
 
 
 def main():

@@ -3,7 +3,7 @@ its parameters, each measured by removing it.
 
     python benchmarks/tgp_step_decomposition.py                 # float32, N = 10 240, B = 512, M = 20 and 100
 
-Compiled steps (flowgp.compiled, as `benchmarks/step_time.py --compile` times them), interleaved rounds, medians:
+Compiled steps (flowgp.training.compiled, as `benchmarks/step_time.py --compile` times them), interleaved rounds, medians:
 - svgp: the SVGP (closed-form expected log-likelihood);
 - affine-quad-frozen: a TGP with an affine flow evaluated by quadrature (closed_form_affine=False), its
   parameters frozen: the Gauss-Hermite machinery alone;

@@ -81,7 +81,7 @@ def parse_range(text: str) -> list[int]:
 
 
 def jobs(args):
-    from flowgp.data import cv_splits, load_air_quality, uci_split
+    from flowgp.data.tables import cv_splits, load_air_quality, uci_split
 
     variants = [v for v in args.variants.split(",") if v]
     for v in variants:

@@ -1,7 +1,7 @@
 """Flows written the way a user writes them in their own module (the documented `Flow` contract only)."""
 import torch
 
-from flowgp.constraints import Positive
+from flowgp.numerics.constraints import Positive
 from flowgp.flows import Flow, ParamSpec
 
 

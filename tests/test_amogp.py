@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from flowgp.kernels import make_kernel
-from flowgp.likelihoods import GaussianLikelihood
+from flowgp.gp.kernels import make_kernel
+from flowgp.gp.likelihoods import GaussianLikelihood
 from flowgp.models import SVGP
-from flowgp.models.amogp import AMOGP
+from flowgp.models.amogp.model import AMOGP
 
 
 def _z(d, m, lo=-2.0, hi=2.0):
@@ -172,7 +172,7 @@ def test_minibatch_bound_is_unbiased(float64_default, cp):
     perm = torch.randperm(24)
     parts = [model.elbo(x[i], y[i], out[i], num_data=24) for i in perm.split(8)]
     # to rounding: with per-output sets this K_uu is ill-conditioned (|W| up to 2e8, tr(Φ_n W) ≈ 5e8 cancelling to
-    # O(1)), and the Ψ₂ contraction's series (flowgp.psi_statistics) is centred on each batch's couplings, so a
+    # O(1)), and the Ψ₂ contraction's series (flowgp.models.amogp.psi_statistics) is centred on each batch's couplings, so a
     # batch rounds its points differently from the full set: 1 ulp of tr(Φ_n W) is 1e-7 of this bound
     torch.testing.assert_close(torch.stack(parts).mean(), full, rtol=1e-6, atol=1e-6)
 
@@ -304,7 +304,7 @@ def test_estimator_fit_predict_save_load(tmp_path, cp):
 def test_files_saved_before_cp_inducing_load_with_per_output_sets(tmp_path):
     """Files written before `cp_inducing` existed hold per-output CP sets; the default is now "latent"."""
     from flowgp import AlignedMultiOutputGPRegressor
-    from flowgp.checkpoint import atomic_save, safe_load
+    from flowgp.training.checkpoint import atomic_save, safe_load
 
     X, y, o = _series()
     est = AlignedMultiOutputGPRegressor(num_inducing=6, num_inducing_alignment=4, num_inducing_warping=4, epochs=3,
@@ -321,7 +321,7 @@ def test_files_saved_before_cp_grid_load_with_trained_inducing_inputs(tmp_path):
     """Files written before `cp_grid` existed trained their CP inducing inputs (no longer a grid): they load with
     cp_grid=False and predict as saved."""
     from flowgp import AlignedMultiOutputGPRegressor
-    from flowgp.checkpoint import atomic_save, safe_load
+    from flowgp.training.checkpoint import atomic_save, safe_load
 
     X, y, o = _series()
     est = AlignedMultiOutputGPRegressor(num_inducing=6, num_inducing_alignment=4, num_inducing_warping=4, epochs=30,
@@ -500,8 +500,8 @@ def test_bench_ablation_variants_set_layers_and_protocol(model):
 
 # ----- shared q(u), kernels and objective (issue 19) -----------------------------------------------------
 def test_shared_whitened_q_and_kernels_and_minibatch_bound(float64_default):
-    from flowgp.kernels import Scale
-    from flowgp.variational import WhitenedGaussian
+    from flowgp.gp.kernels import Scale
+    from flowgp.gp.variational import WhitenedGaussian
 
     model = AMOGP(_z(2, 5), _z(2, 6), _z(2, 4), latent_processes=2, alignment_variance=0.07,
                   warping_lengthscale=1.3)
@@ -519,7 +519,7 @@ def test_shared_whitened_q_and_kernels_and_minibatch_bound(float64_default):
 
 
 def test_parameters_follow_the_inducing_inputs_dtype_and_old_files_load():
-    from flowgp.constraints import Positive
+    from flowgp.numerics.constraints import Positive
 
     z = _z(2, 5).double()  # the default dtype is float32 here
     model = AMOGP(z, z, z, alignment_variance=0.07, warping_lengthscale=1.3)
@@ -527,7 +527,7 @@ def test_parameters_follow_the_inducing_inputs_dtype_and_old_files_load():
     x, y = _data(20)
     out = torch.arange(20) % 2
     x, y = x.double(), y.double()
-    # a state dict written before the SE hyperparameters moved into flowgp.kernels (raw [D], softplus + lower)
+    # a state dict written before the SE hyperparameters moved into flowgp.gp.kernels (raw [D], softplus + lower)
     old = {k: v for k, v in model.state_dict().items() if "_kernel." not in k}
     old["raw_align_variance"] = Positive(1e-10).inverse(model._align_params()[0].detach())
     old["raw_align_lengthscale"] = Positive(1e-6).inverse(model._align_params()[1].detach())
@@ -548,8 +548,8 @@ def _latent_layer(model, mean, var, out):
 @pytest.mark.parametrize("latents", [1, 2])
 def test_latent_layer_grouped_contract_equals_materialised_psi2(float64_default, latents):
     """The CP layer's tr(Φ_n W) by groups (inducing inputs per output and latent) equals the contraction of
-    the materialised Ψ-statistics of flowgp.psi_statistics.cp_psi_statistics."""
-    from flowgp.psi_statistics import cp_psi_statistics
+    the materialised Ψ-statistics of flowgp.models.amogp.psi_statistics.cp_psi_statistics."""
+    from flowgp.models.amogp.psi_statistics import cp_psi_statistics
 
     gen = torch.Generator().manual_seed(latents)
     model = AMOGP(_z(3, 4), _z(3, 5) + 0.1 * torch.randn(3, 5, generator=gen), None, warping=False,
@@ -574,7 +574,7 @@ def test_latent_inducing_layer_equals_materialised_psi_statistics(float64_defaul
     """cp_inducing="latent": Ψ₁ and tr(Φ_n W) of the CP layer (groups = latents, per-point prefactors and
     lengthscales) equal eq. 24-25 materialised over the stacked latent inducing sets, with W's cross-latent
     blocks α_r α_r'ᵀ (q(u) is independent across latents, its mean is not zero)."""
-    from flowgp.psi_statistics import gaussian_psi1, gaussian_psi2
+    from flowgp.models.amogp.psi_statistics import gaussian_psi1, gaussian_psi2
 
     gen = torch.Generator().manual_seed(10 + latents)
     model = AMOGP(_z(3, 4), _z(latents, 5) + 0.1 * torch.randn(latents, 5, generator=gen), None, warping=False,
@@ -656,8 +656,8 @@ def test_monte_carlo_predictions_are_chunked_and_independent_of_the_other_rows()
 # ----- issue 27: the bound's nodes with hand-written backwards ------------------------------------------------
 def _reference_elbo(model, x, y, out, num_data):
     """The bound as the module docstring writes it, through autograd only: InducingSet.posterior, Φ_n
-    materialised per point (flowgp.psi_statistics.gaussian_psi1/psi2/psi_mean) and the KL of kl_divergence."""
-    from flowgp.psi_statistics import gaussian_psi1, gaussian_psi2, gaussian_psi_mean
+    materialised per point (flowgp.models.amogp.psi_statistics.gaussian_psi1/psi2/psi_mean) and the KL of kl_divergence."""
+    from flowgp.models.amogp.psi_statistics import gaussian_psi1, gaussian_psi2, gaussian_psi_mean
 
     def moments(psi, phi, psi0, alpha, cov, kinv, mean_in=None, var_in=None, xi=None):
         w = alpha[..., :, None] * alpha[..., None, :] + cov - kinv
@@ -701,7 +701,7 @@ def _reference_elbo(model, x, y, out, num_data):
         psi = gaussian_psi1(a_mean[:, None], a_var[:, None], z, amp, lsq)
         phi = gaussian_psi2(a_mean[:, None], a_var[:, None], z, amp, lsq)
     else:
-        from flowgp.psi_statistics import cp_psi_statistics
+        from flowgp.models.amogp.psi_statistics import cp_psi_statistics
 
         stats = cp_psi_statistics(model.kernel, a_mean[:, None], a_var[:, None], out, model.latent.z[0],
                                   model.latent_output)
@@ -762,8 +762,8 @@ def test_posterior_node_matches_autograd_and_gradcheck(float64_default):
     """_WhitenedPosterior: (α, C, Δ, W, KL) equal InducingSet.posterior's and gaussian_kl_whitened's through
     autograd, with gradcheck of the hand-written backward (K_uu through its symmetric part, as a kernel gives
     it) for every subset of outputs."""
-    from flowgp.models.amogp import _WhitenedPosterior
-    from flowgp.variational import gaussian_kl_whitened
+    from flowgp.models.amogp.model import _WhitenedPosterior
+    from flowgp.gp.variational import gaussian_kl_whitened
 
     gen = torch.Generator().manual_seed(3)
     g, m = 2, 4
@@ -798,7 +798,7 @@ def test_posterior_node_matches_autograd_and_gradcheck(float64_default):
 def test_alignment_node_gradcheck(float64_default):
     """_AlignmentMoments (Ψ of each point under its own output's SE kernel, Ψα, ΨCΨᵀ, ΨΔΨᵀ and the clamps):
     gradcheck of the hand-written backward, the table C and Δ kept symmetric as the posterior gives them."""
-    from flowgp.models.amogp import _AlignmentMoments
+    from flowgp.models.amogp.model import _AlignmentMoments
 
     gen = torch.Generator().manual_seed(4)
     d, m, b = 3, 4, 9
@@ -823,8 +823,8 @@ def test_batched_posteriors_factorise_each_layer_on_its_own_after_a_failure(floa
     """Alignment and warping sets go through one batched node; when the batched first Cholesky attempt fails,
     each layer's K_uu is factorised on its own (robust_cholesky's retries), so a retry of one layer adds no jitter
     to the other's."""
-    from flowgp.linalg import CholeskyJitterWarning, robust_cholesky
-    from flowgp.models.amogp import _WhitenedPosterior
+    from flowgp.numerics.linalg import CholeskyJitterWarning, robust_cholesky
+    from flowgp.models.amogp.model import _WhitenedPosterior
 
     m = 4
     good = (torch.eye(m) + 0.1 * torch.ones(m, m)).expand(2, m, m)
@@ -858,11 +858,11 @@ def test_bound_in_float32():
 @pytest.mark.parametrize("cp", ["output", "latent"])
 def test_cp_kernel_values_below_the_floor_are_zeros_and_change_nothing(float64_default, cp, alignment, monkeypatch):
     """The deterministic CP layer (the MO-GP's) takes K_fu entries below e^-100 as exact zeros
-    (`flowgp.psi_statistics.exp_or_zero`), so that no subnormal number (slow CPU arithmetic) enters its products:
+    (`flowgp.models.amogp.psi_statistics.exp_or_zero`), so that no subnormal number (slow CPU arithmetic) enters its products:
     the bound and its gradients are those without the floor to rounding, and the materialised reference's to the
     conditioning of this short-lengthscale K_uu. With an alignment layer the CP input is random and the floor
     acts inside the Ψ-statistics node (Ψ₁ and the series' factors)."""
-    from flowgp import psi_statistics
+    from flowgp.models.amogp import psi_statistics
 
     d = 2
     z = _z(1, 40) if cp == "latent" else _z(d, 20)
@@ -893,7 +893,7 @@ def test_cp_kernel_values_below_the_floor_are_zeros_and_change_nothing(float64_d
 
 @pytest.mark.parametrize("layers", [(True, True), (True, False)])
 def test_grid_inducing_inputs_give_the_same_bound_and_stay_fixed(float64_default, layers):
-    """cp_grid=True (inducing inputs kept on their even grid, the midpoint form of `flowgp.psi_grid`) gives the
+    """cp_grid=True (inducing inputs kept on their even grid, the midpoint form of `flowgp.models.amogp.psi_grid`) gives the
     bound and every other parameter's gradient of the same model with free inducing inputs, and the materialised
     reference's; the grid itself gets no gradient."""
     free = _random_model("latent", 1, *layers, seed=11)

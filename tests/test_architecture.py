@@ -2,9 +2,12 @@
 
 - no module reaches into another module's private names (`obj._name` on anything but self/cls, or
   `from x import _name`), except dunders and the subclass contract a Flow or Kernel subclass implements;
-- only `training.py` calls `.backward()` (everything else uses `torch.autograd.grad`);
+- only the training loop (`training/loop.py`) calls `.backward()` (everything else uses `torch.autograd.grad`);
 - no import cycle inside flowgp; nothing calls `torch.set_default_dtype`, `torch.manual_seed`,
-  `np.random.seed` or `matplotlib.use`.
+  `np.random.seed` or `matplotlib.use`;
+- the packages depend one way, in the order of `LAYERS` (a module imports only from its own layer or below);
+- at most six modules at the package root; no function in `src/` longer than 100 lines;
+- no test imports a benchmark script; no tracked file under `docs/` is over 1 MB.
 
 Run `python tests/test_architecture.py` for the full list of violations.
 """
@@ -21,6 +24,22 @@ _OWN = {"self", "cls"}
 #: torch internals a module may read, with the reason: the engine's "will this node run" query has no public
 #: equivalent (pytorch/pytorch#174017); needed_gradients.py looks it up once, with a fallback when it is absent
 _TORCH_PRIVATE_ALLOWED = {("needed_gradients.py", "torch._C")}
+#: the one module that calls .backward()
+_BACKWARD_HOME = Path("training") / "loop.py"
+
+#: the layers, lowest first: a module may import from its own layer and the layers below it, never above.
+#: Keys are top-level packages or root modules of flowgp.
+LAYERS = (
+    ("numerics", "data", "reporting", "registry", "compat"),
+    ("flows",),
+    ("gp",),
+    ("models",),
+    ("build", "training"),
+    ("estimators",),
+    ("bench", "cli", "__main__", ""),
+)
+ROOT_MODULE_LIMIT = 6
+FUNCTION_LINE_LIMIT = 100
 
 
 def _modules():
@@ -82,7 +101,7 @@ def private_access_violations() -> list[str]:
 def backward_violations() -> list[str]:
     out = []
     for path, tree in _modules():
-        if path.name == "training.py":
+        if path.relative_to(SRC) == _BACKWARD_HOME:
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "backward":
@@ -175,9 +194,48 @@ def test_no_import_cycles():
     assert import_cycles() == []
 
 
+def _layer_of(module: str) -> int:
+    top = module.split(".")[1] if "." in module else ""
+    for level, members in enumerate(LAYERS):
+        if top in members:
+            return level
+    raise AssertionError(f"{module}: its package {top!r} has no place in LAYERS; add it there")
+
+
+def layer_violations() -> list[str]:
+    out = []
+    for path, tree in _modules():
+        name = _module_name(path)
+        for target in sorted(_imports(path, tree)):
+            if _layer_of(target) > _layer_of(name):
+                out.append(f"{path.relative_to(SRC.parent)} imports {target}, a higher layer")
+    return out
+
+
+def long_functions(limit: int = FUNCTION_LINE_LIMIT) -> list[str]:
+    out = []
+    for path, tree in _modules():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > limit:
+                    out.append(f"{path.relative_to(SRC.parent)}:{node.lineno} {node.name} has {length} lines")
+    return out
+
+
+def test_packages_depend_one_way():
+    assert layer_violations() == []
+
+
+def test_package_root_holds_few_modules():
+    root = sorted(p.name for p in SRC.glob("*.py"))
+    assert len(root) <= ROOT_MODULE_LIMIT, root
+
+
 if __name__ == "__main__":
     problems = {"private names": private_access_violations(), "backward()": backward_violations(),
-                "global state": global_state_violations(), "import cycles": import_cycles()}
+                "global state": global_state_violations(), "import cycles": import_cycles(),
+                "layers": layer_violations(), "long functions": long_functions()}
     for kind, items in problems.items():
         print(f"## {kind}: {len(items)}")
         for item in items:

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from flowgp.checkpoint import atomic_save, safe_load
+from flowgp.training.checkpoint import atomic_save, safe_load
 
 
 def _dead_pid() -> int:
@@ -64,7 +64,7 @@ def test_the_saved_file_mode_follows_the_umask(tmp_path, mask):
 def test_a_save_recreates_its_folder_when_a_parallel_worker_removed_it(tmp_path, monkeypatch):
     """Bench workers remove their shared checkpoint folder once it is empty; a save that created the folder just
     before must create it again, not fail (CI, session 19: FileNotFoundError naming the temporary file)."""
-    import flowgp.checkpoint as checkpoint
+    import flowgp.training.checkpoint as checkpoint
 
     folder = tmp_path / "checkpoints"
     real = checkpoint.tempfile.mkstemp

@@ -1,8 +1,8 @@
-"""flowgp.batches.ArrayBatches: epochs cover every row once, seeded orders, exact mid-epoch resume."""
+"""flowgp.training.batches.ArrayBatches: epochs cover every row once, seeded orders, exact mid-epoch resume."""
 import pytest
 import torch
 
-from flowgp.batches import ArrayBatches, Batch
+from flowgp.training.batches import ArrayBatches, Batch
 
 
 def _data(n=10):

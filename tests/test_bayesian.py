@@ -1,11 +1,11 @@
-"""Networks for input-dependent flows with point / MC-dropout / VB weights (flowgp.bayesian)."""
+"""Networks for input-dependent flows with point / MC-dropout / VB weights (flowgp.flows.networks)."""
 import math
 
 import pytest
 import torch
 from torch.distributions import Normal, kl_divergence
 
-from flowgp.bayesian import BayesianMLP, default_prior_precision, gaussian_kl_to_prior
+from flowgp.flows.networks import BayesianMLP, default_prior_precision, gaussian_kl_to_prior
 
 pytestmark = pytest.mark.usefixtures("float64_default")
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from flowgp.bench.images import make_classifier, parse_model
-from flowgp.metrics import expected_calibration_error
+from flowgp.reporting.metrics import expected_calibration_error
 
 
 def test_model_names():

@@ -73,7 +73,7 @@ def test_parallel_jobs_give_the_same_rows(tmp_path):
 def test_a_fit_killed_mid_way_continues_from_its_checkpoint(tmp_path, monkeypatch):
     """SIGKILL during a fit, after its first checkpoint (every 100 epochs) and before its row: the rerun loads that
     checkpoint, writes the row an uninterrupted run writes, and removes the fit's checkpoint files."""
-    import flowgp.training as training
+    import flowgp.training.loop as training
 
     data_dir = make_data_dir(tmp_path / "data", n=40)
     ref, cut = tmp_path / "ref", tmp_path / "cut"

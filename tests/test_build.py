@@ -14,7 +14,7 @@ from flowgp.build import (AMOGPConfig, ClassificationConfig, DeepGPConfig, Laten
 from flowgp.estimators import (AlignedMultiOutputGPRegressor, DeepGPRegressor, LatentDeepGPRegressor, SVGPRegressor,
                                TGPClassifier, TGPRegressor, WarpedGPRegressor)
 from flowgp.flows import Flow, ParamSpec
-from flowgp.constraints import Positive
+from flowgp.numerics.constraints import Positive
 
 
 def _data(n=60, seed=0):
@@ -281,7 +281,7 @@ def test_fit_interrupted_mid_epoch_with_minibatches_resumes_exactly(tmp_path, mo
 
 
 def test_multioutput_fit_resumes(tmp_path, monkeypatch):
-    from flowgp.models.amogp import AMOGP
+    from flowgp.models.amogp.model import AMOGP
 
     X, y, o = _multioutput_data()
     kw = dict(num_inducing=6, num_inducing_alignment=4, num_inducing_warping=4, batch_size=None, epochs=6,

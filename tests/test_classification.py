@@ -9,8 +9,8 @@ from sklearn.base import clone
 import flowgp
 from flowgp import SVGPClassifier, TGPClassifier
 from flowgp.flows.conditional import input_dependent_flows
-from flowgp.initialisation import init_random
-from flowgp.kernels import make_kernel
+from flowgp.training.initialisation import init_random
+from flowgp.gp.kernels import make_kernel
 from flowgp.models import TGPClassification
 
 

@@ -311,7 +311,7 @@ def test_nproc_launch_restores_the_signal_handlers(tmp_path):
     # must again raise KeyboardInterrupt in the caller
     import signal
 
-    from flowgp import distributed
+    from flowgp.training import distributed
 
     before = signal.getsignal(signal.SIGINT)
     assert distributed.launch(["--version-that-does-not-exist"], 1) == 1  # a worker that fails at once
@@ -394,9 +394,9 @@ def test_predict_takes_a_device_and_a_gpu_model_loads_on_a_cpu_only_machine(tmp_
 def test_fit_compile_passes_the_mode_to_the_training_loop(tmp_path, monkeypatch, capsys):
     # `--compile default` (torch.compile's default mode), `--compile reduce-overhead` (CUDA graphs on a GPU) and
     # the bare `--compile` ("auto") reach train(compile=...); the compiler is swapped for a tracing backend here so that no kernels are built
-    import flowgp.training as training_module
-    from flowgp.compiled import CompiledObjective
-    from flowgp.training import COMPILE_MODES
+    import flowgp.training.loop as training_module
+    from flowgp.training.compiled import CompiledObjective
+    from flowgp.training.loop import COMPILE_MODES
 
     modes = []
 

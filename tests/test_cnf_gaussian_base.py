@@ -9,10 +9,10 @@ import math
 import pytest
 import torch
 
-from flowgp.likelihoods import BernoulliLikelihood
+from flowgp.gp.likelihoods import BernoulliLikelihood
 from flowgp.models.cnf_posterior import GaussianConvolutionalFlowPosterior, SinhArcsinhStep
 from flowgp.models.deep_gp import DeepGP, GPLayer, build_deep_gp, warm_start_from_gaussian
-from flowgp.training import train
+from flowgp.training.loop import train
 
 DT = torch.float64
 

@@ -77,7 +77,7 @@ def _one_layer(posterior_kwargs, d_out=2, m=5, noise=0.1):
     z = x[:m].clone()
     layer = GPLayer(z, d_out, lengthscale=0.9)
     post = ConvolutionalFlowPosterior([layer], **posterior_kwargs)
-    from flowgp.likelihoods import GaussianLikelihood
+    from flowgp.gp.likelihoods import GaussianLikelihood
 
     model = DeepGP([layer], GaussianLikelihood(noise=noise, num_outputs=d_out), posterior=post)
     return model, x, y

@@ -1,4 +1,4 @@
-"""The compiled training objective (flowgp.compiled) against the eager one: same bound, same gradients."""
+"""The compiled training objective (flowgp.training.compiled) against the eager one: same bound, same gradients."""
 from __future__ import annotations
 
 import warnings
@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from flowgp import SVGP, TGP, GaussianLikelihood, make_flow, make_kernel
-from flowgp.compiled import CompiledObjective, CompileFallbackWarning, compile_unavailable_reason
-from flowgp.linalg import CholeskyJitterWarning
-from flowgp.training import train
+from flowgp.training.compiled import CompiledObjective, CompileFallbackWarning, compile_unavailable_reason
+from flowgp.numerics.linalg import CholeskyJitterWarning
+from flowgp.training.loop import train
 
 N, D, M, B = 96, 2, 8, 32
 
@@ -139,7 +139,7 @@ def test_bad_data_raises_the_eager_error_and_other_shapes_run_eagerly():
 
 
 def test_unavailable_compiler_falls_back_with_one_warning(monkeypatch):
-    import flowgp.compiled as compiled_module
+    import flowgp.training.compiled as compiled_module
 
     monkeypatch.setattr(compiled_module, "compile_unavailable_reason", lambda device: "no C++ compiler (test)")
     x, y = _data()
@@ -170,7 +170,7 @@ def test_bad_arguments_are_refused():
 def test_train_with_compile_follows_the_eager_fit(monkeypatch):
     import functools
 
-    import flowgp.training as training_module
+    import flowgp.training.loop as training_module
 
     # the loop's hook, traced without building kernels (the compiled numerics are the test above's)
     monkeypatch.setattr(training_module, "CompiledObjective",
@@ -197,7 +197,7 @@ def test_traced_square_root_form_matches_eager_float64():
 
 def test_train_passes_a_compile_mode_to_torch_compile(monkeypatch):
     # compile="reduce-overhead" (CUDA graphs on a GPU) reaches torch.compile; True is its default mode
-    import flowgp.training as training_module
+    import flowgp.training.loop as training_module
 
     modes = []
 
@@ -222,7 +222,7 @@ def test_estimators_with_compile_follow_the_eager_fit(monkeypatch, name, kwargs)
     import numpy as np
 
     import flowgp.estimators as estimators
-    import flowgp.training as training_module
+    import flowgp.training.loop as training_module
 
     calls = []
 
@@ -243,7 +243,7 @@ def test_estimators_with_compile_follow_the_eager_fit(monkeypatch, name, kwargs)
 
 
 def test_compile_pays_off_weighs_the_best_saving_against_the_compilation():
-    from flowgp.compiled import (AUTO_COMPILE_SECONDS, AUTO_MAX_STEP_SAVING_SECONDS, AUTO_STEP_SAVING,
+    from flowgp.training.compiled import (AUTO_COMPILE_SECONDS, AUTO_MAX_STEP_SAVING_SECONDS, AUTO_STEP_SAVING,
                                  compile_pays_off)
 
     # the measured cases of benchmarks/compiled_fit_time.py on the project's CPU: 1 000-step SVGP fits at
@@ -268,7 +268,7 @@ def test_compile_pays_off_weighs_the_best_saving_against_the_compilation():
 
 
 def _counting_hook(monkeypatch, modes):
-    import flowgp.training as training_module
+    import flowgp.training.loop as training_module
 
     def traced(*args, mode=None, **kwargs):  # traced without building kernels, counting its uses
         modes.append(mode)
@@ -293,7 +293,7 @@ def test_auto_compile_leaves_a_short_fit_eager(monkeypatch):
 
 
 def test_auto_compile_switches_after_the_probe_and_follows_the_eager_fit(monkeypatch):
-    from flowgp.compiled import AUTO_PROBE_STEPS
+    from flowgp.training.compiled import AUTO_PROBE_STEPS
 
     modes, decisions = [], []
     training_module = _counting_hook(monkeypatch, modes)
@@ -325,9 +325,9 @@ def test_auto_compile_goes_back_to_eager_when_the_compiled_steps_are_not_faster(
     rest of the fit runs eagerly (here the compiled objective is made 20 ms slower per call)."""
     import time as time_module
 
-    from flowgp.compiled import AUTO_PROBE_STEPS
+    from flowgp.training.compiled import AUTO_PROBE_STEPS
 
-    import flowgp.training as training_module
+    import flowgp.training.loop as training_module
 
     calls = []
 

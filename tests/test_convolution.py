@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from flowgp.convolution import ConvolutionKernel
-from flowgp.kernels import make_kernel
+from flowgp.models.amogp.convolution import ConvolutionKernel
+from flowgp.gp.kernels import make_kernel
 
 
 def _random_kernel(d, r, dx, seed):

@@ -1,11 +1,11 @@
-"""Benchmark dataset loaders (flowgp.data): layout, splits, standardisation, and clear errors."""
+"""Benchmark dataset loaders (flowgp.data.tables): layout, splits, standardisation, and clear errors."""
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from bench_fixtures import make_data_dir
-from flowgp import data as D
+from flowgp.data import tables as D
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 needs_shared = pytest.mark.skipif(not (SHARED / "uci").is_dir(), reason="shared data folder not present")
@@ -147,7 +147,7 @@ def test_shared_data_shapes():
 def test_load_csv_refuses_duplicate_names_and_the_target_as_a_feature(tmp_path):
     # issue 23: a header `a,a,y` silently used the first `a` twice; the target listed as a feature was used as one
     import pytest
-    from flowgp.data import load_csv
+    from flowgp.data.tables import load_csv
 
     dup = tmp_path / "dup.csv"
     dup.write_text("a,a,y\n1,2,3\n")

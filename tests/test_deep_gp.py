@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from flowgp.kernels import make_kernel
-from flowgp.likelihoods import GaussianLikelihood
+from flowgp.gp.kernels import make_kernel
+from flowgp.gp.likelihoods import GaussianLikelihood
 from flowgp.models import SVGP
 from flowgp.models.deep_gp import (DeepGP, GPLayer, build_deep_gp, gaussian_mixture_quantiles,
                                    hidden_layer_width, linear_mean_weight)
@@ -204,7 +204,7 @@ def test_log_predictive_density_is_log_mean_of_component_densities(float64_defau
 
 
 def test_classification_likelihoods(float64_default):
-    from flowgp import likelihoods as lk
+    from flowgp.gp import likelihoods as lk
 
     x, y = _toy(n=30)
     labels = (y[:, 0] > 0).double().unsqueeze(-1)

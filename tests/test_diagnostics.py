@@ -1,13 +1,13 @@
-"""flowgp.diagnostics: gradient samples of the q(z) estimators and the SNR procedure of supplement E.3."""
+"""flowgp.models.latent.diagnostics: gradient samples of the q(z) estimators and the SNR procedure of supplement E.3."""
 import json
 
 import pytest
 import torch
 
-from flowgp.diagnostics import gradient_snr, latent_gradient_samples
-from flowgp.models.latent_deep_gp import build_latent_deep_gp
-from flowgp.synthetic import make_multimodal_demo
-from flowgp.training import step_lr, train
+from flowgp.models.latent.diagnostics import gradient_snr, latent_gradient_samples
+from flowgp.models.latent.model import build_latent_deep_gp
+from flowgp.data.synthetic import make_multimodal_demo
+from flowgp.training.loop import step_lr, train
 
 
 def _model(amortized=True, layers=1, steps=60):
@@ -74,11 +74,11 @@ def test_bench_snr_writes_rows_and_figure_and_resumes(tmp_path):
     assert main(argv[:-1] + ["--dataset", "wine", "--quiet"]) == 2  # unknown data set: clear error, exit 2
 
 
-def test_gradient_snr_accepts_a_fitted_estimator():
+def test_fitted_estimator_measures_gradient_snr_in_its_own_units():
     from flowgp import LatentDeepGPRegressor
 
     x, y, _ = make_multimodal_demo(50, seed=0)
     est = LatentDeepGPRegressor(layers=1, num_importance=2, num_inducing=6, epochs=3, kmeans_restarts=1,
                                 verbose=False).fit(x, y)
     direct = gradient_snr(est.model_, est.scaled_inputs(x), est.scaled_targets(y, 50), 3, "reg", repeats=20, points=3)
-    assert gradient_snr(est, x, y, 3, "reg", repeats=20, points=3) == pytest.approx(direct)
+    assert est.gradient_snr(x, y, 3, "reg", repeats=20, points=3) == pytest.approx(direct)

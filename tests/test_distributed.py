@@ -1,4 +1,4 @@
-"""Data-parallel training (flowgp.distributed): 2 gloo processes on the CPU reproduce one process.
+"""Data-parallel training (flowgp.training.distributed): 2 gloo processes on the CPU reproduce one process.
 
 One fork of 2 workers runs every 2-process case (SVGP, TGP, a 2-layer DSVI deep GP whose hidden-layer noise is
 drawn for the whole global batch and sliced, the same with the flow posterior (its rows for the flow's change and
@@ -8,7 +8,7 @@ flow whose Monte Carlo latents are too, an AMO-GP (its rows carry their output i
 finite on the batches holding one row (only one rank sees it; both back off as one process does), a streamed table,
 an interrupted run that leaves a checkpoint);
 the single-process references run in the test process. The equivalence is exact in exact arithmetic (the
-ranks' weighted bounds sum to the global batch's bound, see flowgp.distributed), so in float64 only the
+ranks' weighted bounds sum to the global batch's bound, see flowgp.training.distributed), so in float64 only the
 order of the sums differs: 1e-8 relative after 20 Adam steps.
 """
 from __future__ import annotations
@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 import torch
 
-from flowgp.batches import ArrayBatches, Batch, BlockBatches
+from flowgp.training.batches import ArrayBatches, Batch, BlockBatches
 from flowgp.build import (AMOGPConfig, ClassificationConfig, DeepGPConfig, InputDependence, LatentDeepGPConfig,
                           SparseGPConfig, build)
-from flowgp.distributed import World, local_slice
-from flowgp.training import train
+from flowgp.training.distributed import World, local_slice
+from flowgp.training.loop import train
 
 N, D, BATCH, STEPS = 70, 2, 16, 20  # 70 = 4 x 16 + 6: the last batch of an epoch is partial
 KINDS = ("svgp", "tgp", "dsvi", "cnf", "ldgp", "tgp-mcd", "cls-mcd", "amogp", "svgp-nan", "svgp-auto")
@@ -125,7 +125,7 @@ def _fit(kind, world=None, checkpoint=None, stop_at=None):
 
 
 def _stream_fit(path):
-    """An estimator fitted on a .npy table streamed in blocks (flowgp.batches.BlockBatches)."""
+    """An estimator fitted on a .npy table streamed in blocks (flowgp.training.batches.BlockBatches)."""
     from flowgp.estimators.regression import SVGPRegressor
 
     est = SVGPRegressor(num_inducing=6, epochs=4, batch_size=BATCH, lr=0.03, verbose=False, kmeans_restarts=1,

@@ -201,7 +201,7 @@ def test_wgp_refuses_a_warping_whose_range_is_not_the_real_line(flow):
         est.fit(X, y)
     assert not hasattr(est, "model_")  # refused before any training
     from flowgp.models import WarpedGP
-    from flowgp.kernels import make_kernel
+    from flowgp.gp.kernels import make_kernel
     import torch
     with pytest.raises(ValueError, match="whole real line"):
         WarpedGP(make_kernel("rbf", 1), torch.zeros(3, 1, dtype=torch.float64), flow)
@@ -260,7 +260,7 @@ def test_deep_gp_files_saved_with_the_old_warm_start_name_still_load(tmp_path):
     """The deep estimators' `warm_start` became `dsvi_warmup` (scikit-learn reserves the name); a file saved
     before the rename stores params['warm_start'] and must load, with the value moved to the new name."""
     from flowgp import DeepGPRegressor
-    from flowgp.checkpoint import atomic_save, safe_load
+    from flowgp.training.checkpoint import atomic_save, safe_load
 
     rng = np.random.default_rng(0)
     X = rng.uniform(-1, 1, (20, 2))

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from flowgp.bayesian import BayesianMLP
+from flowgp.flows.networks import BayesianMLP
 from flowgp.flows import InputDependentFlow, WeightSampling, make_flow, make_input_dependent, static_flow
 
 

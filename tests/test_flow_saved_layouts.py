@@ -193,7 +193,7 @@ def test_partial_and_incomplete_state_dicts():
 def test_an_estimator_saved_before_the_change_loads(tmp_path):
     """A fitted TGPRegressor (flow "sal+softplus") written in the earlier layout predicts as it did."""
     import flowgp
-    from flowgp.checkpoint import atomic_save, safe_load
+    from flowgp.training.checkpoint import atomic_save, safe_load
 
     rng = np.random.default_rng(0)
     x = rng.uniform(-2, 2, size=(40, 1))

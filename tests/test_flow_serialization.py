@@ -119,7 +119,7 @@ def test_records_refuse_what_is_not_a_flow():
 
 USER_MODULE = '''
 import torch
-from flowgp.constraints import Positive
+from flowgp.numerics.constraints import Positive
 from flowgp.flows import Flow, ParamSpec
 
 

@@ -9,7 +9,7 @@ from torch.func import functional_call
 from flowgp.flows import (FLOW_NAMES, Affine, Arcsinh, ArcsinhCombination, BoxCox, Compose, Exp, Identity,
                           InverseBoxCox, LinearCombination, Log, SAL, Sinh, SinhArcsinh, Softplus, Tanh, TukeyGH,
                           compose, make_flow, monotone_inverse)
-from flowgp.initialisation import init_from_data, init_identity, init_random
+from flowgp.training.initialisation import init_from_data, init_identity, init_random
 
 PYTHON_COMPOSE = "python:arcsinh>>tanh>>exp"
 CASES = list(FLOW_NAMES) + ["sal+softplus", "sal+sal+softplus", "boxcox+l", "invboxcox+l", "lincomb5",

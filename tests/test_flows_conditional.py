@@ -5,7 +5,7 @@ import torch
 from flowgp.flows import (Affine, Compose, InputDependentFlow, SinhArcsinh, WeightSampling, input_dependent_flows,
                           make_flow, make_input_dependent, static_flow)
 from flowgp.flows.conditional import raw_parameter_tree
-from flowgp.initialisation import init_input_dependent, init_random
+from flowgp.training.initialisation import init_input_dependent, init_random
 
 pytestmark = pytest.mark.usefixtures("float64_default")
 
@@ -143,7 +143,7 @@ def test_bad_use_is_refused_clearly():
 
 def test_warping_curves_and_plot(tmp_path):
     from flowgp.flows.conditional import warping_curves
-    from flowgp.plotting import plot_warping_curves
+    from flowgp.reporting.plotting import plot_warping_curves
 
     plain = _random_flow("sal", ())
     flow = make_input_dependent(plain, 2, hidden=(6,), activation="tanh", dropout=0.5)

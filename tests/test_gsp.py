@@ -4,11 +4,11 @@ import math
 import pytest
 import torch
 
-from flowgp.initialisation import init_random
-from flowgp.kernels import make_kernel
-from flowgp.likelihoods import GaussianLikelihood
+from flowgp.training.initialisation import init_random
+from flowgp.gp.kernels import make_kernel
+from flowgp.gp.likelihoods import GaussianLikelihood
 from flowgp.models import GSP, SVGP
-from flowgp.training import train
+from flowgp.training.loop import train
 
 
 def _data(n=12, seed=0):

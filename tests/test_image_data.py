@@ -1,4 +1,4 @@
-"""Image data loaders (flowgp.image_data): IDX and CIFAR batch readers, checksums, one-line errors, digits."""
+"""Image data loaders (flowgp.data.images): IDX and CIFAR batch readers, checksums, one-line errors, digits."""
 import gzip
 import hashlib
 import pickle
@@ -6,8 +6,8 @@ import pickle
 import numpy as np
 import pytest
 
-import flowgp.image_data as image_data
-from flowgp.image_data import load_images
+import flowgp.data.images as image_data
+from flowgp.data.images import load_images
 
 
 def _idx(array: np.ndarray) -> bytes:

@@ -1,4 +1,4 @@
-"""flowgp.initialisation: the flow initialisers run on training.train (guarded Adam, L-BFGS, best point).
+"""flowgp.training.initialisation: the flow initialisers run on training.train (guarded Adam, L-BFGS, best point).
 
 The recovery tests of each initialiser live beside their flows (tests/test_flows.py, test_flows_conditional.py);
 these check the guards the training loop now provides."""
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from flowgp.flows import make_flow, make_input_dependent
-from flowgp.initialisation import init_from_data, init_identity, init_input_dependent, init_random
+from flowgp.training.initialisation import init_from_data, init_identity, init_input_dependent, init_random
 
 pytestmark = pytest.mark.usefixtures("float64_default")
 

@@ -1,11 +1,11 @@
-"""Behavioural tests for flowgp.kernels: closed forms, PSD-ness, diag, broadcasting, gradients, factory."""
+"""Behavioural tests for flowgp.gp.kernels: closed forms, PSD-ness, diag, broadcasting, gradients, factory."""
 import math
 
 import pytest
 import torch
 from torch.func import functional_call
 
-from flowgp.kernels import (
+from flowgp.gp.kernels import (
     KERNEL_NAMES,
     RBF,
     Kernel,
@@ -444,7 +444,7 @@ def test_stationary_matches_brute_force_batched(cls, ard):
 # ---------------------------------------------------------------------------------------------------
 # names through flowgp.registry.KERNELS
 # ---------------------------------------------------------------------------------------------------
-from flowgp.kernels import RBF, Kernel, Linear  # noqa: E402
+from flowgp.gp.kernels import RBF, Kernel, Linear  # noqa: E402
 from flowgp.registry import KERNELS  # noqa: E402
 
 

@@ -6,13 +6,13 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from flowgp.diagnostics import latent_gradient_samples
-from flowgp.encoders import AmortizedLatentEncoder, FreeLatent, normal_log_prob
-from flowgp.models.latent_deep_gp import LatentDeepGP, build_latent_deep_gp
-from flowgp.optim import NaturalGradient
-from flowgp.quadrature import gauss_hermite
-from flowgp.synthetic import make_multimodal_demo
-from flowgp.training import step_lr, train
+from flowgp.models.latent.diagnostics import latent_gradient_samples
+from flowgp.models.latent.encoders import AmortizedLatentEncoder, FreeLatent, normal_log_prob
+from flowgp.models.latent.model import LatentDeepGP, build_latent_deep_gp
+from flowgp.training.natural_gradients import NaturalGradient
+from flowgp.numerics.quadrature import gauss_hermite
+from flowgp.data.synthetic import make_multimodal_demo
+from flowgp.training.loop import step_lr, train
 
 
 def _data(n=60, seed=0):
@@ -199,7 +199,7 @@ def _explicit_moments(gp, h, out):
     mean = gp.q_mu[out] @ a
     if gp.mean_function is not None:
         mean = mean + gp.mean_function(h)[:, out]
-    # + the 1e-8 the joint draw's Cholesky adds in float64 (flowgp.linalg.robust_cholesky's first attempt)
+    # + the 1e-8 the joint draw's Cholesky adds in float64 (flowgp.numerics.linalg.robust_cholesky's first attempt)
     return mean, pick(gp.kernel(h), k, k) - a.mT @ a + a.mT @ r @ r.mT @ a + 1e-8 * torch.eye(k, dtype=h.dtype)
 
 
@@ -210,7 +210,7 @@ def test_conditional_dreg_is_the_squared_weight_times_the_derivative_through_the
     the definition with slot j's hidden values drawn from their Gaussian conditional given the other slots'
     values (explicit K × K solves, ε̃_j held fixed) and differentiated by autograd; the value is L_K and the model's
     parameters keep the plain IW gradient."""
-    from flowgp.encoders import normal_log_prob as log_normal
+    from flowgp.models.latent.encoders import normal_log_prob as log_normal
     k, num_points = 4, 3
     x, y = _data(60)
     model = build_latent_deep_gp(x, y, 2, num_inducing=8, amortized=False, num_importance=k, gradient="dreg",
@@ -628,7 +628,7 @@ def test_bench_model_table_has_ldgp_entries():
     from flowgp.bench.models import make_estimator, model_names
     from flowgp.bench.presets import get_preset
 
-    from flowgp.models.latent_deep_gp import GRADIENT_ESTIMATORS
+    from flowgp.models.latent.model import GRADIENT_ESTIMATORS
 
     names = {f"ldgp{n}-{g}" for n in range(1, 5) for g in GRADIENT_ESTIMATORS}
     assert names <= set(model_names())

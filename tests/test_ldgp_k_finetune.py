@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from flowgp.estimators.latent import LatentDeepGPRegressor
-from flowgp.models.latent_deep_gp import build_latent_deep_gp
+from flowgp.models.latent.model import build_latent_deep_gp
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from flowgp.optim import natural_gradient_step
+from flowgp.training.natural_gradients import natural_gradient_step
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import torch
 from flowgp.bench.models import make_estimator
 from flowgp.bench.presets import get_preset
 from flowgp.bench.uci import reference_split
-from flowgp.models.latent_deep_gp import ConcatProjectionLayer, build_latent_deep_gp
+from flowgp.models.latent.model import ConcatProjectionLayer, build_latent_deep_gp
 
 
 def _gen(seed):
@@ -55,7 +55,7 @@ def test_concat_layer_structure_and_marginals_match_its_samples():
 
 @pytest.mark.parametrize("split", [0, 7])
 def test_reference_split_follows_the_seeded_permutation_rule(split):
-    from flowgp.data import load_uci
+    from flowgp.data.tables import load_uci
 
     x, y = load_uci("wine-red")
     s = reference_split("wine-red", split)
@@ -73,7 +73,7 @@ def test_reference_split_follows_the_seeded_permutation_rule(split):
 
 
 def test_reference_split_of_a_file_in_another_row_order_holds_the_same_points():
-    from flowgp.data import load_uci
+    from flowgp.data.tables import load_uci
 
     x, y = load_uci("wine-red")
     n = len(y)
@@ -97,7 +97,7 @@ def test_power_reference_splits_hold_the_authors_rows_and_other_sets_keep_the_fi
     """The shipped permutation puts our power rows in the order of the authors' download (Folds5x2_pp.xlsx, first
     sheet, whose first rows are written in bench.uci): split k of the bench then tests the points theirs tests."""
     from flowgp.bench.uci import AUTHORS_ROW_ORDERS, authors_row_order, load_split, reference_row_order
-    from flowgp.data import load_uci
+    from flowgp.data.tables import load_uci
 
     x, y = load_uci("power")
     order = authors_row_order("power")
@@ -119,12 +119,12 @@ def test_power_reference_splits_hold_the_authors_rows_and_other_sets_keep_the_fi
 
 
 def test_an_authors_order_split_reads_the_data_file_once(monkeypatch):
-    import flowgp.data
+    import flowgp.data.tables
     from flowgp.bench.uci import load_split
 
     reads = []
-    load = flowgp.data.load_uci
-    monkeypatch.setattr(flowgp.data, "load_uci", lambda *a, **k: reads.append(a) or load(*a, **k))
+    load = flowgp.data.tables.load_uci
+    monkeypatch.setattr(flowgp.data.tables, "load_uci", lambda *a, **k: reads.append(a) or load(*a, **k))
     s = load_split("power", 3, protocol="reference", row_order="authors")
     assert len(reads) == 1 and len(s.y_test) == len(load("power")[1]) - int(0.9 * len(load("power")[1]))
 

@@ -10,11 +10,11 @@ import math
 import pytest
 import torch
 
-from flowgp.encoders import FreeLatent
-from flowgp.likelihoods import GaussianLikelihood
+from flowgp.models.latent.encoders import FreeLatent
+from flowgp.gp.likelihoods import GaussianLikelihood
 from flowgp.models.deep_gp import GPLayer
-from flowgp.models.latent_deep_gp import LatentDeepGP, build_latent_deep_gp, joint_gp_sample
-from flowgp.training import train
+from flowgp.models.latent.model import LatentDeepGP, build_latent_deep_gp, joint_gp_sample
+from flowgp.training.loop import train
 
 
 def _gen(seed):
@@ -167,8 +167,8 @@ def test_joint_draw_is_the_reference_draw_with_its_gradients(per_output_kernel):
     # the batched draw (transposed projections, hand-written backward of its products) is mean + chol(Σ) ε of the
     # definition's moments for the same ε, and differentiable in h and every parameter (gradcheck), with one
     # kernel for all outputs and with a kernel per output (batch_shape (L,))
-    from flowgp.kernels import RBF, Scale
-    from flowgp.variational import SparseVariationalGP
+    from flowgp.gp.kernels import RBF, Scale
+    from flowgp.gp.variational import SparseVariationalGP
     gen = _gen(5)
     num_out, k, m = 2, 3, 5
     batch = (num_out,) if per_output_kernel else ()
@@ -201,9 +201,9 @@ def test_conditional_slot_derivative_is_the_derivative_of_the_explicit_condition
     # slot j of the joint draw given the other slots' values: m_j + s_j ε̃_j with the Gaussian conditional formed
     # from the definition's moments (explicit solves); its autograd derivative in slot j's own input must equal the
     # closed form ∂μ_j + Σ_b D_jb ρ_b of `conditional_slot_derivative`, in every input column
-    from flowgp.kernels import RBF, Scale
-    from flowgp.models.latent_deep_gp import conditional_slot_derivative, own_slot_derivative
-    from flowgp.variational import SparseVariationalGP
+    from flowgp.gp.kernels import RBF, Scale
+    from flowgp.models.latent.model import conditional_slot_derivative, own_slot_derivative
+    from flowgp.gp.variational import SparseVariationalGP
     gen = _gen(5)
     num_out, k, m, d = 2, 4, 6, 3
     batch = (num_out,) if per_output_kernel else ()

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from flowgp.likelihoods import GaussianLikelihood, Likelihood
-from flowgp.quadrature import expectation, gh_points
+from flowgp.gp.likelihoods import GaussianLikelihood, Likelihood
+from flowgp.numerics.quadrature import expectation, gh_points
 
 
 def test_gaussian_closed_forms_match_quadrature():
@@ -36,7 +36,7 @@ def test_log_prob_is_normal_density():
 # ---------------------------------------------------------------------------------------------------
 # Classification likelihoods (Bernoulli/probit, softmax, robust max)
 # ---------------------------------------------------------------------------------------------------
-from flowgp.likelihoods import BernoulliLikelihood, RobustMaxLikelihood, SoftmaxLikelihood  # noqa: E402
+from flowgp.gp.likelihoods import BernoulliLikelihood, RobustMaxLikelihood, SoftmaxLikelihood  # noqa: E402
 
 
 def _class_marginals(n=6, c=4, seed=0):
@@ -153,9 +153,9 @@ def test_classification_likelihoods_refuse_bad_input():
 # ---------------------------------------------------------------------------------------------------
 # The flow-warped likelihood (TGP: p(y | f₀) = base(y | G(f₀)); appendix eqs. 14, 19, 20, A.3)
 # ---------------------------------------------------------------------------------------------------
-from flowgp.constraints import Positive  # noqa: E402
+from flowgp.numerics.constraints import Positive  # noqa: E402
 from flowgp.flows import Flow, ParamSpec, make_flow, make_input_dependent  # noqa: E402
-from flowgp.likelihoods import WarpedLikelihood  # noqa: E402
+from flowgp.gp.likelihoods import WarpedLikelihood  # noqa: E402
 from flowgp.registry import LIKELIHOODS  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from flowgp.linalg import CholeskyJitterWarning, lower_inverse, robust_cholesky
+from flowgp.numerics.linalg import CholeskyJitterWarning, lower_inverse, robust_cholesky
 
 
 def test_cholesky_of_well_conditioned_matrix_is_silent():
@@ -35,7 +35,7 @@ def test_lower_inverse_batched_and_unbatched():
 
 
 def test_gram_is_x_xt_with_its_gradients():
-    from flowgp.linalg import gram
+    from flowgp.numerics.linalg import gram
     x = torch.randn(3, 4, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1), requires_grad=True)
     torch.testing.assert_close(gram(x), x @ x.mT)
     assert torch.autograd.gradcheck(gram, (x,))
@@ -43,7 +43,7 @@ def test_gram_is_x_xt_with_its_gradients():
 
 
 def test_shared_left_products_are_x_times_each_matrix_with_their_gradients():
-    from flowgp.linalg import shared_left_products
+    from flowgp.numerics.linalg import shared_left_products
     g = torch.Generator().manual_seed(2)
     x = torch.randn(6, 4, dtype=torch.float64, generator=g, requires_grad=True)
     mats = torch.randn(3, 4, 5, dtype=torch.float64, generator=g, requires_grad=True)

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from flowgp.data import load_csv, make_tanh_sine
-from flowgp.metrics import coverage, mean_nll, r2, rmse
+from flowgp.data.tables import load_csv, make_tanh_sine
+from flowgp.reporting.metrics import coverage, mean_nll, r2, rmse
 
 
 def test_metrics_closed_forms():

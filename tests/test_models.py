@@ -5,8 +5,8 @@ import torch
 from torch import nn
 
 from flowgp.flows import make_flow
-from flowgp.kernels import make_kernel
-from flowgp.likelihoods import GaussianLikelihood
+from flowgp.gp.kernels import make_kernel
+from flowgp.gp.likelihoods import GaussianLikelihood
 from flowgp.models import SVGP, TGP, WarpedGP
 
 pytestmark = pytest.mark.usefixtures("float64_default")
@@ -200,8 +200,8 @@ def test_warped_gp_with_log_flow_is_svgp_on_log_targets():
 
 # ---------------------------------------------------------------- input-dependent / Bayesian flows (issue 5)
 from flowgp.flows import InputDependentFlow, make_input_dependent  # noqa: E402
-from flowgp.initialisation import init_random  # noqa: E402
-from flowgp.quadrature import gh_points  # noqa: E402
+from flowgp.training.initialisation import init_random  # noqa: E402
+from flowgp.numerics.quadrature import gh_points  # noqa: E402
 
 
 def _id_tgp(bayesian="mc_dropout", dropout=0.25, seed=0, **tgp_kw):
@@ -395,10 +395,10 @@ def test_input_dependent_tgp_runs_on_cuda(bayesian, dropout):
 
 
 # ---------------------------------------------------------------- TGP = SVGP + WarpedLikelihood (issue 19)
-from flowgp.constraints import Positive  # noqa: E402
+from flowgp.numerics.constraints import Positive  # noqa: E402
 from flowgp.flows import Flow, ParamSpec  # noqa: E402
-from flowgp.likelihoods import WarpedLikelihood  # noqa: E402
-from flowgp.training import train  # noqa: E402
+from flowgp.gp.likelihoods import WarpedLikelihood  # noqa: E402
+from flowgp.training.loop import train  # noqa: E402
 
 
 class _UserFlow(Flow):

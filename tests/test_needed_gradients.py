@@ -1,11 +1,11 @@
-"""flowgp.needed_gradients: a hand-written backward learns which inputs the running pass needs, and the
+"""flowgp.numerics.needed_gradients: a hand-written backward learns which inputs the running pass needs, and the
 Functions that use it give the same gradients in restricted and full passes."""
 import pytest
 import torch
 
-from flowgp.linalg import shared_left_products
-from flowgp.needed_gradients import needed_inputs, record_inputs
-from flowgp.variational import whitened_marginal_terms
+from flowgp.numerics.linalg import shared_left_products
+from flowgp.numerics.needed_gradients import needed_inputs, record_inputs
+from flowgp.gp.variational import whitened_marginal_terms
 
 
 class _Spy(torch.autograd.Function):

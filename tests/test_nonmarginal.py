@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from flowgp.flows import make_flow
-from flowgp.initialisation import init_random
-from flowgp.kernels import make_kernel
-from flowgp.likelihoods import GaussianLikelihood
+from flowgp.training.initialisation import init_random
+from flowgp.gp.kernels import make_kernel
+from flowgp.gp.likelihoods import GaussianLikelihood
 from flowgp.models import TGP, InducingModulatedFlow, MarginalFlowAdapter, NonMarginalTGP
-from flowgp.training import train
+from flowgp.training.loop import train
 
 
 def _setup(n=15, m=5, seed=0):

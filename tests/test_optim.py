@@ -1,4 +1,4 @@
-"""flowgp.optim.NaturalGradient: the closed-form optimum in one step on a conjugate model, agreement with the
+"""flowgp.training.natural_gradients.NaturalGradient: the closed-form optimum in one step on a conjugate model, agreement with the
 natural gradient taken by autograd through the expectation parameters on a non-conjugate one."""
 import math
 
@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from flowgp.kernels import make_kernel
-from flowgp.likelihoods import BernoulliLikelihood, GaussianLikelihood
+from flowgp.gp.kernels import make_kernel
+from flowgp.gp.likelihoods import BernoulliLikelihood, GaussianLikelihood
 from flowgp.models import SVGP
 from flowgp.models.deep_gp import build_deep_gp
-from flowgp.optim import NaturalGradient
+from flowgp.training.natural_gradients import NaturalGradient
 
 pytestmark = pytest.mark.usefixtures("float64_default")
 
@@ -63,7 +63,7 @@ def test_one_step_of_size_one_reaches_the_conjugate_optimum():
 
 
 def _reference_step(module, gp, loss_fn, lr):
-    """The natural-gradient step as latent_deep_gp._NaturalGradient took it before flowgp.optim: rebuild (m, R)
+    """The natural-gradient step as latent_deep_gp._NaturalGradient took it before flowgp.training.natural_gradients: rebuild (m, R)
     from η = (m, S + mmᵀ), take ∇_η of the loss by autograd, θ ← θ - γ ∇_η loss."""
     names = [n for n, p in module.named_parameters() if p is gp.q_mu or p is gp.q_sqrt]
     m = gp.q_mu.detach()

@@ -1,4 +1,4 @@
-"""flowgp.plotting: every figure through matplotlib's object API, no global matplotlib state touched."""
+"""flowgp.reporting.plotting: every figure through matplotlib's object API, no global matplotlib state touched."""
 import ast
 import subprocess
 import sys
@@ -10,7 +10,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 def test_plotting_is_a_leaf_that_imports_only_matplotlib_and_numpy():
-    tree = ast.parse((SRC / "flowgp" / "plotting.py").read_text())
+    tree = ast.parse((SRC / "flowgp" / "reporting" / "plotting.py").read_text())
     roots = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -33,7 +33,7 @@ def test_figures_are_written_without_touching_the_backend_or_pyplot(tmp_path):
     code = f"""
 import sys, numpy as np, matplotlib
 matplotlib.rcParams["backend"] = "svg"
-from flowgp import plotting as P
+from flowgp.reporting import plotting as P
 out = {str(tmp_path)!r}
 g = np.linspace(0, 1, 20)
 P.demo_figure(g, [("a", g, g - 1, g + 1), ("b", g, g - 1, g + 1)], g, g, path=out + "/demo.png")
@@ -66,7 +66,7 @@ assert "matplotlib.pyplot" not in sys.modules
 
 
 def test_warping_curves_figure_draws_one_column_per_input_and_output_zero():
-    from flowgp.plotting import plot_warping_curves
+    from flowgp.reporting.plotting import plot_warping_curves
 
     g = np.linspace(-1, 1, 7)
     point = np.stack([np.c_[g, 10 * g], np.c_[2 * g, 10 * g], np.c_[3 * g, 10 * g]], axis=1)  # [G, P=3, K=2]

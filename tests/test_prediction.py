@@ -1,9 +1,9 @@
-"""The quantile solver of flowgp.prediction: safeguarded Newton against plain bisection (issue 23, "Scale":
+"""The quantile solver of flowgp.gp.prediction: safeguarded Newton against plain bisection (issue 23, "Scale":
 TGP predict_interval on 200 000 rows took 63 s with 80 bisection steps over a 100-node mixture)."""
 import pytest
 import torch
 
-from flowgp.prediction import mixture_quantiles
+from flowgp.gp.prediction import mixture_quantiles
 
 PROBS = [1e-6, 0.025, 0.3, 0.5, 0.975, 1 - 1e-6]
 
@@ -55,7 +55,7 @@ def test_newton_quantiles_match_bisection(kind):
 def test_newton_quantiles_of_point_masses_and_float32():
     """Zero-variance components (a staircase CDF) stalled Newton below tol and returned the bracket's middle;
     float32 at p = 1e-6 must stay as close to the float64 answer as bisection does."""
-    from flowgp.prediction import gaussian_mixture_quantiles
+    from flowgp.gp.prediction import gaussian_mixture_quantiles
 
     q = gaussian_mixture_quantiles(torch.tensor([[1.0], [2.0], [3.0]], dtype=torch.float64),
                                    torch.zeros(3, 1, dtype=torch.float64), [1e-6, 0.025, 0.975])
@@ -84,7 +84,7 @@ def test_silverman_kde_log_density_is_sklearns_kernel_density_with_silvermans_ba
     import numpy as np
     from sklearn.neighbors import KernelDensity
 
-    from flowgp.prediction import silverman_kde_log_density
+    from flowgp.gp.prediction import silverman_kde_log_density
 
     gen = torch.Generator().manual_seed(0)
     draws = torch.randn((500, 4), generator=gen, dtype=torch.float64) * torch.tensor([1.0, 0.1, 3.0, 2.0])

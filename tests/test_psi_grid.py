@@ -1,12 +1,12 @@
-"""flowgp.psi_grid: Ψ₁ and tr(Φ_n W) on grid inducing inputs against the general grouped node, gradients by
+"""flowgp.models.amogp.psi_grid: Ψ₁ and tr(Φ_n W) on grid inducing inputs against the general grouped node, gradients by
 gradcheck, float32 against float64, the floor far from the grid, and clear errors."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from flowgp.psi_grid import grid_psi_statistics
-from flowgp.psi_statistics import grouped_psi_statistics
+from flowgp.models.amogp.psi_grid import grid_psi_statistics
+from flowgp.models.amogp.psi_statistics import grouped_psi_statistics
 
 F64 = torch.float64
 

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from flowgp.convolution import ConvolutionKernel
-from flowgp.psi_statistics import (cp_psi_statistics, gaussian_psi2_contract, grouped_psi2_contract,
+from flowgp.models.amogp.convolution import ConvolutionKernel
+from flowgp.models.amogp.psi_statistics import (cp_psi_statistics, gaussian_psi2_contract, grouped_psi2_contract,
                                    grouped_psi_statistics, own_group_psi_statistics, se_psi_statistics)
 
 NUM_MC = 100_000
@@ -169,7 +169,7 @@ def test_grouped_contract_float32_and_bad_shapes():
 
 def _small_chunks(monkeypatch):
     """Chunks of a few points, none kept: the sorted, windowed, recomputing path of larger problems."""
-    from flowgp.psi_statistics import _BlockedExpContract
+    from flowgp.models.amogp.psi_statistics import _BlockedExpContract
 
     monkeypatch.setattr(_BlockedExpContract, "_CHUNK_ELEMENTS", 1 << 12)
     monkeypatch.setattr(_BlockedExpContract, "_MIN_CHUNK", 1)
@@ -205,7 +205,7 @@ def test_grouped_contract_kept_or_recomputed_exponentials(monkeypatch, keep):
     """The backward reads the forward's exponentials when they fit the budget (and forms E ∘ w in place on them),
     recomputes them otherwise: the same gradients either way, and a second backward with retain_graph agrees."""
     if keep:
-        from flowgp.psi_statistics import _BlockedExpContract
+        from flowgp.models.amogp.psi_statistics import _BlockedExpContract
 
         monkeypatch.setattr(_BlockedExpContract, "_KEEP_ELEMENTS", 1 << 23)
     else:
@@ -286,7 +286,7 @@ def test_block_diagonal_statistics_gradcheck(monkeypatch, dx):
               0.3 + torch.rand(n, g, dx, generator=gen, dtype=torch.float64)]
     inputs = [t.requires_grad_() for t in inputs]
     assert torch.autograd.gradcheck(grouped_psi_statistics, inputs)
-    from flowgp.psi_statistics import _BlockedExpContract
+    from flowgp.models.amogp.psi_statistics import _BlockedExpContract
 
     monkeypatch.setattr(_BlockedExpContract, "_CHUNK_ELEMENTS", 1 << 4)
     monkeypatch.setattr(_BlockedExpContract, "_MIN_CHUNK", 1)
@@ -300,7 +300,7 @@ def test_full_weight_statistics_gradcheck_in_sorted_chunks(monkeypatch, dx):
     """gradcheck of Ψ₁ and the contraction with a full W [G, Mg, G, Mg] when the points and the (unsorted)
     inducing inputs are sorted for chunked evaluation: every input, W and the prefactors included, gets its
     gradient back in the caller's order."""
-    from flowgp.psi_statistics import _BlockedExpContract
+    from flowgp.models.amogp.psi_statistics import _BlockedExpContract
 
     monkeypatch.setattr(_BlockedExpContract, "_CHUNK_ELEMENTS", 1 << 4)
     monkeypatch.setattr(_BlockedExpContract, "_MIN_CHUNK", 1)
@@ -338,7 +338,7 @@ def test_own_group_statistics(dx):
 def test_own_group_one_dimension_equals_general_node():
     """The one-dimensional own-group node (gathers and products over [N, Mg²]) equals the general one (per-point
     [N, Mg, Mg, Dx] blocks) in values and gradients."""
-    from flowgp.psi_statistics import _OwnGroupPsiContract, _OwnGroupPsiContract1D
+    from flowgp.models.amogp.psi_statistics import _OwnGroupPsiContract, _OwnGroupPsiContract1D
 
     gen = torch.Generator().manual_seed(31)
     n, g, mg = 40, 3, 5
@@ -384,7 +384,7 @@ def _series_problem(seed, diagonal: bool, var_kind: str, n=80, g=2, mg=12):
 
 def _force_series(monkeypatch):
     """The series wherever its terms are bounded (cost model off); returns the list of term counts used."""
-    from flowgp import psi_statistics as ps
+    from flowgp.models.amogp import psi_statistics as ps
 
     used = []
     original = ps._taylor_forward
@@ -439,7 +439,7 @@ def test_series_terms_bound_the_remainder():
     for a non-finite ρ; float32 needs fewer terms than float64."""
     import math
 
-    from flowgp.psi_statistics import _BlockedExpContract, _taylor_terms
+    from flowgp.models.amogp.psi_statistics import _BlockedExpContract, _taylor_terms
 
     for dtype in (torch.float64, torch.float32):
         tol = torch.finfo(dtype).eps / 256
@@ -470,7 +470,7 @@ def test_series_on_windows_equals_materialised(monkeypatch):
     window of rows and columns (those outside add less than e^-40 of |w|) and equals the materialised
     contraction in values and gradients; where its terms cost more than the exponentials (terms x _TAYLOR_COST
     > 1) the exponential path runs and agrees."""
-    from flowgp import psi_statistics as ps
+    from flowgp.models.amogp import psi_statistics as ps
 
     _small_chunks(monkeypatch)
     used = _force_series(monkeypatch)
@@ -537,7 +537,7 @@ def test_nodes_leave_no_reference_cycles(monkeypatch, chunks):
 
 
 def test_exp_or_zero_zeros_below_its_level_keeps_nan_and_differentiates():
-    from flowgp.psi_statistics import exp_or_zero
+    from flowgp.models.amogp.psi_statistics import exp_or_zero
 
     x = torch.tensor([0.0, -1.0, -99.0, -101.0, -800.0, float("nan")], dtype=torch.float64, requires_grad=True)
     y = exp_or_zero(x)

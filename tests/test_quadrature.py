@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from flowgp.quadrature import expectation, gauss_hermite, log_expectation_exp
+from flowgp.numerics.quadrature import expectation, gauss_hermite, log_expectation_exp
 
 
 def test_gauss_hermite_integrates_gaussian_moments_exactly():

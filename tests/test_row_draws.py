@@ -1,7 +1,7 @@
-"""flowgp.row_draws: a row's draw does not depend on which rows of the global batch a process holds."""
+"""flowgp.numerics.row_draws: a row's draw does not depend on which rows of the global batch a process holds."""
 import torch
 
-from flowgp.row_draws import draw_rows
+from flowgp.numerics.row_draws import draw_rows
 
 
 def _draw(seed):

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from flowgp.inducing import KMEANS_MAX_ROWS, kmeans_inducing_points
-from flowgp.kernels import make_kernel
-from flowgp.likelihoods import GaussianLikelihood
-from flowgp.linalg import CholeskyJitterWarning, JitterMemory, robust_cholesky
+from flowgp.gp.inducing import KMEANS_MAX_ROWS, kmeans_inducing_points
+from flowgp.gp.kernels import make_kernel
+from flowgp.gp.likelihoods import GaussianLikelihood
+from flowgp.numerics.linalg import CholeskyJitterWarning, JitterMemory, robust_cholesky
 from flowgp.models import SVGP
-from flowgp.training import train
+from flowgp.training.loop import train
 
 
 # ----- k-means on a bounded sample -------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Streamed tables (flowgp.data_sources): readers, the one-pass statistics, fits and predictions in chunks."""
+"""Streamed tables (flowgp.data.sources): readers, the one-pass statistics, fits and predictions in chunks."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from flowgp.data_sources import ArraySource, check_table, open_table, scan  # noqa: E402
+from flowgp.data.sources import ArraySource, check_table, open_table, scan  # noqa: E402
 from flowgp.estimators.regression import SVGPRegressor, TGPRegressor  # noqa: E402
 
 

@@ -19,8 +19,8 @@ from flowgp import SVGPRegressor, TGPRegressor, WarpedGPRegressor
 from flowgp.build import SparseGPConfig, build
 from flowgp.estimators import BoundBelowSVGPWarning, RobustFit
 from flowgp.flows import make_flow
-from flowgp.initialisation import init_affine, warm_start_from_svgp
-from flowgp.training import train
+from flowgp.training.initialisation import init_affine, warm_start_from_svgp
+from flowgp.training.loop import train
 
 
 def _skewed(n=120, seed=0):
@@ -169,7 +169,7 @@ def test_the_issues_check(dataset, split):
     """Issue 24's check: on air-quality folds 0-4 (seeded 5-fold permutation, 10 % inducing points) and boston,
     concrete, energy splits 0-2 (M = 100) the default TGPRegressor(flow="sal+softplus") ends with a training
     bound per point >= that of SVGPRegressor with the same settings - 0.005 (both seed 0, full batch)."""
-    from flowgp.data import cv_splits, load_air_quality, uci_split
+    from flowgp.data.tables import cv_splits, load_air_quality, uci_split
 
     try:
         if dataset == "airquality":

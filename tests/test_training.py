@@ -3,14 +3,14 @@ import math
 import pytest
 import torch
 
-from flowgp.batches import ArrayBatches
-from flowgp.checkpoint import CHECKSUM_KEY, safe_load
-from flowgp.kernels import make_kernel
-from flowgp.likelihoods import GaussianLikelihood
+from flowgp.training.batches import ArrayBatches
+from flowgp.training.checkpoint import CHECKSUM_KEY, safe_load
+from flowgp.gp.kernels import make_kernel
+from flowgp.gp.likelihoods import GaussianLikelihood
 from flowgp.models import SVGP
 from flowgp.models.deep_gp import build_deep_gp
-from flowgp.optim import NaturalGradient
-from flowgp.training import BestParameters, EarlyStop, checkpoint_training_seconds, step_lr, train
+from flowgp.training.natural_gradients import NaturalGradient
+from flowgp.training.loop import BestParameters, EarlyStop, checkpoint_training_seconds, step_lr, train
 
 pytestmark = pytest.mark.usefixtures("float64_default")
 
@@ -359,7 +359,7 @@ def test_regulariser_is_added_to_the_loss_once_and_checked():
     import pytest
 
     from flowgp import SVGP, GaussianLikelihood, make_kernel
-    from flowgp.training import train
+    from flowgp.training.loop import train
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(40, 1, generator=g, dtype=torch.float64)

@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 USER_MODULE = '''
 import torch
-from flowgp.constraints import Positive
+from flowgp.numerics.constraints import Positive
 from flowgp.flows import Flow, ParamSpec
 
 

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from flowgp.kernels import make_kernel
-from flowgp.variational import (SparseVariationalGP, _KernelSpaceMarginalTerms, _SquareRootMarginalTerms,
+from flowgp.gp.kernels import make_kernel
+from flowgp.gp.variational import (SparseVariationalGP, _KernelSpaceMarginalTerms, _SquareRootMarginalTerms,
                                 _WhitenedMarginalTerms, gaussian_kl_whitened, whitened_marginal_terms)
 
 pytestmark = pytest.mark.usefixtures("float64_default")
@@ -215,7 +215,7 @@ def test_fused_marginal_terms_send_the_gradient_to_kzz(kzz_shape, kzx_shape, num
 
 
 def test_gram_minus_identity_matches_autograd_and_gradcheck():
-    from flowgp.variational import gram_minus_identity
+    from flowgp.gp.variational import gram_minus_identity
 
     g = torch.Generator().manual_seed(6)
     r = torch.randn(2, 4, 4, generator=g).tril().requires_grad_()

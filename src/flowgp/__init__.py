@@ -1,5 +1,7 @@
 """flowgp: scalable Gaussian processes reshaped by normalizing flows (TGP, v-WGP, deep GPs, AMO-GP) in PyTorch."""
-from . import flows, kernels, likelihoods, metrics
+from . import flows
+from .gp import kernels, likelihoods
+from .reporting import metrics
 from .estimators import (
     AlignedMultiOutputGPRegressor,
     DeepGPClassifier,
@@ -13,10 +15,10 @@ from .estimators import (
     load,
 )
 from .flows import make_flow
-from .kernels import make_kernel
-from .likelihoods import GaussianLikelihood
+from .gp.kernels import make_kernel
+from .gp.likelihoods import GaussianLikelihood
 from .models import SVGP, TGP, WarpedGP
-from .variational import SparseVariationalGP
+from .gp.variational import SparseVariationalGP
 
 __version__ = "0.2.0"
 

@@ -8,7 +8,7 @@ untrained `torch.nn.Module` for the (already scaled) training data x, y:
 
 Configs take objects or names: a `Flow` / `Kernel` object is used as given (a deep copy is trained, the
 caller's object is never modified or rebuilt from its name), a name is resolved through `flowgp.flows.make_flow`
-/ `flowgp.kernels.make_kernel` (which read `flowgp.registry`). Parameters are built without touching torch's
+/ `flowgp.gp.kernels.make_kernel` (which read `flowgp.registry`). Parameters are built without touching torch's
 default dtype: the data are taken in float64, the model is constructed, then moved with
 `.to(dtype=dtype, device=device)` (exact for float64; rounding only for float32).
 
@@ -234,7 +234,7 @@ def resolve_flow(flow, param_shape=()):
 
 def resolve_kernel(kernel, input_dim: int, batch_shape=(), lengthscale=1.0, period=1.0):
     """A private deep copy of a Kernel object, or the kernel built from a spec string (via the KERNELS registry)."""
-    from .kernels import make_kernel
+    from .gp.kernels import make_kernel
 
     if isinstance(kernel, str):
         return make_kernel(kernel, input_dim, batch_shape=batch_shape, lengthscale=lengthscale, period=period)
@@ -255,7 +255,7 @@ def _generator_kwarg(function, generator) -> dict:
 
 
 def _initial_inducing(config, x: torch.Tensor, generator) -> torch.Tensor:
-    from .inducing import kmeans_inducing_points
+    from .gp.inducing import kmeans_inducing_points
 
     if config.inducing_points is not None:
         return torch.as_tensor(np.asarray(config.inducing_points), dtype=torch.float64)
@@ -274,7 +274,7 @@ def _inducing_and_kernel(config: SparseGPFields, x: torch.Tensor, generator, bat
 def _with_input_dependence(flow, spec: InputDependence | None, input_dim: int, generator=None):
     if spec is None:
         return flow
-    from .bayesian import default_prior_precision
+    from .flows.networks import default_prior_precision
     from .flows.conditional import make_input_dependent
 
     precision = default_prior_precision(spec.bayesian) if spec.prior_precision is None else spec.prior_precision
@@ -285,7 +285,7 @@ def _with_input_dependence(flow, spec: InputDependence | None, input_dim: int, g
 
 # ----- builders ------------------------------------------------------------------------------------------------
 def _build_sparse(config: SparseGPConfig, x, y, *, generator=None):
-    from .likelihoods import GaussianLikelihood
+    from .gp.likelihoods import GaussianLikelihood
     from .models import SVGP, TGP, WarpedGP
 
     if config.model not in ("svgp", "tgp", "wgp"):
@@ -325,7 +325,7 @@ def _build_classification(config: ClassificationConfig, x, y, *, generator=None)
 
 
 def _deep_likelihood(config: DeepGPConfig, y):
-    from .likelihoods import (BernoulliLikelihood, GaussianLikelihood, Likelihood, RobustMaxLikelihood,
+    from .gp.likelihoods import (BernoulliLikelihood, GaussianLikelihood, Likelihood, RobustMaxLikelihood,
                               SoftmaxLikelihood)
 
     lik = config.likelihood
@@ -368,7 +368,7 @@ def _build_deep(config: DeepGPConfig, x, y, *, generator=None):
 
 
 def _build_latent(config: LatentDeepGPConfig, x, y, *, generator=None):
-    from .models.latent_deep_gp import build_latent_deep_gp
+    from .models.latent.model import build_latent_deep_gp
 
     if y is None:
         raise ValueError("a latent deep GP needs the targets y (the amortized q(z) and the PCA means use them)")
@@ -386,7 +386,7 @@ def _build_amogp(config: AMOGPConfig, x, y, *, generator=None, output=None, inpu
     """AMO-GP (supplement §3) with inducing inputs spread evenly: the CP layer's over the range of x, each
     alignment GP's over its output's range (from `input_ranges` [D, 2] when given, e.g. a streamed table's
     ranges while x is a sample of it), the warpings' over [-2.5, 2.5]."""
-    from .models.amogp import AMOGP
+    from .models.amogp.model import AMOGP
 
     if config.inducing_shapes is not None:  # structure only (loading saved weights): placeholder Z
         shapes = config.inducing_shapes

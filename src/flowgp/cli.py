@@ -20,7 +20,7 @@ _OPTION_FLAGS = {"--flow": "flow", "--flow-init": "flow_init", "--layers": "laye
 
 def _models():
     """The named models (`flowgp.registry.MODELS`, filled by `flowgp.bench.models`)."""
-    from .bench import models  # noqa: F401  (registers the named models)
+    from .bench import models
     from .registry import MODELS
 
     return MODELS
@@ -50,7 +50,7 @@ def _estimator(name: str, **kw):
 
 
 def _evaluate(est, x_test, y_test) -> dict:
-    from .metrics import coverage, mean_nll, rmse
+    from .reporting.metrics import coverage, mean_nll, rmse
 
     lower, upper = est.predict_interval(x_test, 0.95)
     return {
@@ -99,8 +99,8 @@ def demo(out: str = "flowgp-demo", as_json: bool = False, epochs: int = 1000, se
     `progress` (True: stderr; a file; None or False: silence) so that a long run is seen to move. `threads`: torch threads during
     the fits (None: leave torch's setting), restored afterwards.
     """
-    from .data import make_tanh_sine
-    from .plotting import demo_figure
+    from .data.tables import make_tanh_sine
+    from .reporting.plotting import demo_figure
 
     periods = tuple(float(p) for p in periods)
     if not periods or any(not np.isfinite(p) or p <= 0 for p in periods):
@@ -210,7 +210,7 @@ def _check_data(args, nproc: int) -> None:
     """Cheap checks of --data before workers are launched: the path, the target and feature columns, the column
     types (from the header / schema, without reading the rows) and, where the row count is known without a
     pass (Parquet, .npy), that every process gets rows of each batch."""
-    from .data_sources import check_table
+    from .data.sources import check_table
 
     rows = check_table(args.data, args.target, _table_features(args), name="--data", target_flag="--target")
     if nproc > 1:
@@ -236,7 +236,7 @@ def _without_nproc(argv) -> list:
 
 
 def _fit(args, argv) -> int:
-    from . import distributed
+    from .training import distributed
 
     # everything that can be checked without data is checked before the data are read and the model trained
     entry = _models().get(args.model)
@@ -298,7 +298,7 @@ def _fit(args, argv) -> int:
             est.fit_stream(args.data, args.target, features=features)
             names = est.feature_names_
         else:  # families without a streamed fit read the table into memory
-            from .data_sources import open_table
+            from .data.sources import open_table
 
             source = open_table(args.data, args.target, features, name="--data", target_flag="--target")
             try:
@@ -329,7 +329,7 @@ def torch_device_type(name: str) -> str:
 
 def _predict(args) -> None:
     from . import estimators
-    from .data_sources import check_table
+    from .data.sources import check_table
 
     _check_output_path(args.out, "--out")
     if args.device is not None:
@@ -393,7 +393,7 @@ def main(argv=None) -> int:
                             "paper's exact design (cnf-paper) or the layer-wise ablation (default gaussian)")
     p_fit.add_argument("--num-importance", type=int, default=None, help="ldgp: importance samples K (default 5)")
     p_fit.add_argument("--gradient", default=None, choices=["dreg", "dreg-d23", "dreg-eps", "reg"],
-                       help="ldgp: q(z) gradient estimator (default dreg; flowgp.models.latent_deep_gp."
+                       help="ldgp: q(z) gradient estimator (default dreg; flowgp.models.latent.model."
                             "GRADIENT_ESTIMATORS)")
     p_fit.add_argument("--kernel", default=None, help="default rbf (single-output models)")
     p_fit.add_argument("--num-inducing", type=int, default=None,
@@ -404,7 +404,7 @@ def main(argv=None) -> int:
     p_fit.add_argument("--seed", type=int, default=0)
     p_fit.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     p_fit.add_argument("--device", default="cpu")
-    # flowgp.training.COMPILE_MODES, written out so that --help does not import torch
+    # flowgp.training.loop.COMPILE_MODES, written out so that --help does not import torch
     # ("auto" is the training loop's own: compile only where the fit is long enough to repay it)
     p_fit.add_argument("--compile", nargs="?", const="auto", default=None, metavar="MODE",
                        choices=["auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],

@@ -120,9 +120,9 @@ class Registry:
 
 #: flow stages usable in spec strings ("sal+softplus"); filled by flowgp.flows
 FLOWS = Registry("flow")
-#: kernels usable in kernel specs ("rbf+linear"); filled by flowgp.kernels
+#: kernels usable in kernel specs ("rbf+linear"); filled by flowgp.gp.kernels
 KERNELS = Registry("kernel")
-#: likelihoods by name ("gaussian", "bernoulli", "softmax", "robustmax"); filled by flowgp.likelihoods
+#: likelihoods by name ("gaussian", "bernoulli", "softmax", "robustmax"); filled by flowgp.gp.likelihoods
 LIKELIHOODS = Registry("likelihood")
 #: named model configurations of the CLI and the bench ("svgp", "tgp", "dgp3", "cnf-dgp3", "ldgp2-dreg", ...)
 MODELS = Registry("model")

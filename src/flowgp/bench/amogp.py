@@ -197,7 +197,7 @@ def _fit_eval(model, seed, train, test, target, args, lengthscale, num_inducing)
 
 
 def _plots_artificial(est, train, test, out_dir, seed):
-    from ..plotting import amogp_alignments_figure
+    from ..reporting.plotting import amogp_alignments_figure
 
     X, y, o = train
     xm, xs = est.x_mean_, est.x_std_
@@ -218,7 +218,7 @@ def _plots_artificial(est, train, test, out_dir, seed):
 
 
 def _plot_pm25(ests, train, test, sites, target, out_dir, seed):
-    from ..plotting import pm25_holdout_figure
+    from ..reporting.plotting import pm25_holdout_figure
 
     X, y, o = train
     Xt, yt, _ = test

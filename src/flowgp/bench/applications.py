@@ -70,7 +70,7 @@ def parse_flows(text: str) -> list[tuple[str, str]]:
 
 
 def _load(dataset: str, data_dir):
-    from ..data import load_air_quality, load_rainfall
+    from ..data.tables import load_air_quality, load_rainfall
 
     if dataset == "airquality":
         x, y = load_air_quality(data_dir)
@@ -79,7 +79,7 @@ def _load(dataset: str, data_dir):
 
 
 def _work(job: dict) -> dict:
-    from ..data import Split, cv_splits
+    from ..data.tables import Split, cv_splits
     from .models import make_estimator
     from .presets import get_application_preset
     from .runner import fit_and_score

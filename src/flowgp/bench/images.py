@@ -9,7 +9,7 @@ width min(D, 16)). Rows report test accuracy, NLL and ECE (15 bins), and seconds
 Presets (the paper states only L = 4, M = 100 and the robust max): `paper` 20 000 steps of 256 images, 100
 prediction samples; `quick` 2 000 steps; `tiny` 20 steps on at most 500 training images (a smoke test).
 `--max-train N` trains on a seeded subset of N images (a reduced CPU budget; rows record it). Data:
-`flowgp.image_data` (MNIST, Fashion-MNIST, CIFAR-10 from --data-dir / $FLOWGP_DATA; `digits` embedded).
+`flowgp.data.images` (MNIST, Fashion-MNIST, CIFAR-10 from --data-dir / $FLOWGP_DATA; `digits` embedded).
 """
 from __future__ import annotations
 
@@ -58,8 +58,8 @@ def make_classifier(model: str, skip: str, image_shape, preset: str, n_train: in
 
 
 def _work(job: dict) -> dict:
-    from ..data import Split
-    from ..image_data import load_images
+    from ..data.tables import Split
+    from ..data.images import load_images
     from .runner import fit_and_score
 
     data = load_images(job["dataset"], job["data_dir"])
@@ -96,7 +96,7 @@ def add_arguments(parser) -> None:
 
 
 def build_jobs(args) -> list[dict]:
-    from ..image_data import IMAGE_DATASETS, load_images
+    from ..data.images import IMAGE_DATASETS, load_images
 
     datasets = parse_name_list(args.datasets, known=tuple(IMAGE_DATASETS), what="dataset")
     models = parse_name_list(args.models, what="model")

@@ -436,14 +436,14 @@ def _timing_markdown(rows) -> list[str]:
 def model_order() -> tuple[str, ...]:
     """The report's model order: the registration order of `flowgp.registry.MODELS` (models not in it follow
     by name)."""
-    from . import models  # noqa: F401  (registers the named models)
+    from . import models
 
     return tuple(MODELS.names())
 
 
 def build_report(dirs, out=None, figures: bool = True, command: str | None = None) -> Path:
     """Write report.md, summary.json and PNGs for the rows in `dirs`; returns the report path."""
-    from ..plotting import application_figure, benchmark_figure  # matplotlib only when a report is built
+    from ..reporting.plotting import application_figure, benchmark_figure  # matplotlib only when a report is built
 
     dirs = [dirs] if isinstance(dirs, (str, Path)) else list(dirs)
     order = model_order()

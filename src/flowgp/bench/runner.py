@@ -79,9 +79,9 @@ def limit_threads() -> None:
 def evaluate_regression(est, x_test, y_test) -> dict:
     """Test NLL (mean negative log predictive density), RMSE of the predictive mean, 95 % interval coverage;
     where the estimator's `predictive_summary` gives one, also "nll_kde" (the latent DGP: the NLL by the IWVI
-    authors' public script's KDE of predictive draws, `flowgp.prediction.silverman_kde_log_density`)."""
+    authors' public script's KDE of predictive draws, `flowgp.gp.prediction.silverman_kde_log_density`)."""
     from ..estimators.regression import summary_from_predictions
-    from ..metrics import coverage, mean_nll, rmse
+    from ..reporting.metrics import coverage, mean_nll, rmse
 
     if hasattr(est, "predictive_summary"):
         # one call: a Monte Carlo predictive (the latent DGP's 10 000 draws of z per point) is drawn once
@@ -101,7 +101,7 @@ def evaluate_classification(est, x_test, y_test) -> dict:
     proba = np.asarray(est.predict_proba(x_test), dtype=float)
     y = np.asarray(y_test, dtype=np.int64)
     p_true = np.clip(proba[np.arange(len(y)), y], 1e-300, None)
-    from ..metrics import expected_calibration_error
+    from ..reporting.metrics import expected_calibration_error
 
     return {"accuracy": float(np.mean(proba.argmax(1) == y)), "nll": float(-np.mean(np.log(p_true))),
             "ece": expected_calibration_error(y, proba)}
@@ -132,7 +132,7 @@ def _checkpoint_files(checkpoint: str) -> list:
 
 def _earlier_training_seconds(checkpoint: str) -> float:
     """The training seconds recorded in the fit's checkpoint files (all stages), 0 for an unreadable one."""
-    from ..training import checkpoint_training_seconds
+    from ..training.loop import checkpoint_training_seconds
 
     total = 0.0
     for path in _checkpoint_files(checkpoint):

@@ -3,7 +3,7 @@
 For every depth: fit a latent-variable deep GP on the demo data set (supplement E.25-E.28) with the
 importance-weighted bound (`--train-iterations` Adam steps, K = `--train-importance`, gradient
 `--train-gradient`; the fitted model is saved in OUT and reused on a rerun), then for every K and estimator
-measure `flowgp.diagnostics.gradient_snr` (E.3: `--repeats` gradient draws at `--points` random training
+measure `flowgp.models.latent.diagnostics.gradient_snr` (E.3: `--repeats` gradient draws at `--points` random training
 points, |mean|/std per q(z) parameter, averaged over parameters then points). Rows (dataset, layers,
 num_importance, gradient, snr, ...) are appended to OUT/snr.jsonl (resumable: finished rows are skipped) and
 OUT/snr.png plots SNR vs K on log axes, one line per estimator and depth.
@@ -76,9 +76,9 @@ def run(args) -> int:
     import torch
     from tqdm.auto import tqdm
 
-    from ..diagnostics import gradient_snr
-    from ..models.latent_deep_gp import check_gradient
-    from ..synthetic import make_multimodal_demo
+    from ..models.latent.diagnostics import gradient_snr
+    from ..models.latent.model import check_gradient
+    from ..data.synthetic import make_multimodal_demo
 
     if args.dataset not in _DATASETS:
         raise ValueError(f"--dataset must be one of {_DATASETS}, got {args.dataset!r}")
@@ -140,7 +140,7 @@ def _print_table(rows) -> None:
 
 def plot(rows, path) -> None:
     """SNR vs K on log axes, one line per (estimator, depth) as in supplement Fig. 3."""
-    from ..plotting import snr_figure
+    from ..reporting.plotting import snr_figure
 
     snr_figure(rows, path)
     with open(Path(path).with_suffix(".json"), "w") as fh:

@@ -68,7 +68,7 @@ def add_arguments(parser) -> None:
 
 def _dataset_task(name: str, data_dir=None) -> str:
     """'classification' for the classification sets, else 'regression' (a UCI folder or csv:PATH:TARGET)."""
-    from ..data import CLASSIFICATION_DATASETS, UCI_DATASETS, resolve_data_dir
+    from ..data.tables import CLASSIFICATION_DATASETS, UCI_DATASETS, resolve_data_dir
 
     if name in CLASSIFICATION_DATASETS:
         return "classification"
@@ -83,11 +83,11 @@ def authors_row_order(dataset: str, data_dir=None, data=None):
     (`reference_split`'s `row_order`), or None where the two orders agree (wine-red and the other sets) or
     where the data on disk is not the file the shipped permutation was made for (then with a warning: its splits
     are those of the file's order, and the bench's rows say `row_order: "file"`). `data`: the (x, y) that
-    `flowgp.data.load_uci(dataset, data_dir)` returns, where the caller holds them already (not read again)."""
+    `flowgp.data.tables.load_uci(dataset, data_dir)` returns, where the caller holds them already (not read again)."""
     import warnings
     from importlib.resources import files
 
-    from ..data import load_uci
+    from ..data.tables import load_uci
 
     if dataset not in AUTHORS_ROW_ORDERS:
         return None
@@ -116,7 +116,7 @@ def reference_split(dataset: str, split: int, data_dir=None, row_order=None, dat
     `row_order` (a permutation of 0..N-1, or None for the file's order) says which row of `uci/<name>/data.txt` is
     the i-th row of the authors' download: with it the split holds the points theirs holds (`authors_row_order`
     gives it for the sets where the orders differ). `data`: as in `authors_row_order`."""
-    from ..data import Split, load_uci
+    from ..data.tables import Split, load_uci
 
     if isinstance(split, bool) or not isinstance(split, (int, np.integer)) or split < 0:
         raise ValueError(f"split must be an integer >= 0, got {split!r}")
@@ -147,7 +147,7 @@ def load_split(dataset: str, split: int, data_dir=None, seed: int = 0, protocol:
     gives a UCI set's split as the DGP-IWVI authors make it (`reference_split`), of the data file's rows in its
     own order (`row_order="file"`) or in the order of the authors' download (`"authors"`, see
     `authors_row_order`; the bench's default for the reference protocol since the twenty-sixth session)."""
-    from ..data import CLASSIFICATION_DATASETS, Split, classification_split, load_csv, load_uci, uci_split
+    from ..data.tables import CLASSIFICATION_DATASETS, Split, classification_split, load_csv, load_uci, uci_split
 
     if row_order not in ("file", "authors"):
         raise ValueError(f"row_order must be 'file' or 'authors', got {row_order!r}")

@@ -1,4 +1,4 @@
-"""scikit-learn style estimators: thin layers over `flowgp.models` and `flowgp.training`.
+"""scikit-learn style estimators: thin layers over `flowgp.models` and `flowgp.training.loop`.
 
 One module per model family, all built on `base.Estimator`: each translates its scikit-learn parameters into a
 `flowgp.build` config and calls `flowgp.build.build`. `load` reads any of them back from a file written by

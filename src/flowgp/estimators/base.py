@@ -19,7 +19,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_array, column_or_1d
 
 from ..build import DTYPES, InputDependence, resolve_dtype
-from ..checkpoint import atomic_save, safe_load
+from ..training.checkpoint import atomic_save, safe_load
 from ..flows import Flow
 from ..flows.serialization import flow_from_record, flow_to_record
 
@@ -183,7 +183,7 @@ class Estimator:
                              f"{self.n_features_in_} features as input")
         return self.tensor((X - self.x_mean_) / self.x_std_)
 
-    # ----- streamed data (flowgp.data_sources) ---------------------------------------------------------------
+    # ----- streamed data (flowgp.data.sources) ---------------------------------------------------------------
     def supports_streaming(self) -> bool:
         """Whether `fit_stream` trains this estimator as its `fit` does: the class that defines the `fit` in use
         declares STREAMED_FIT = True (the sparse GP regressors; families with their own fit do not)."""
@@ -194,14 +194,14 @@ class Estimator:
 
     def fit_stream(self, data, target=None, *, features=None, sample_size: int = 10000, callback=None):
         """Fit on a table streamed in chunks: a path (.csv, .parquet, .npy), an iterator of (X, y) chunks or a
-        flowgp.data_sources source; `target` names the target column (an index for .npy, default the last).
+        flowgp.data.sources source; `target` names the target column (an index for .npy, default the last).
 
-        One streaming pass (`flowgp.data_sources.scan`) gives the standardisation of X and y and a uniform
+        One streaming pass (`flowgp.data.sources.scan`) gives the standardisation of X and y and a uniform
         reservoir sample of at most `sample_size` rows, from which the model is built (k-means inducing inputs,
-        flow initialisation); training then reads the table block by block (`flowgp.batches.BlockBatches`),
+        flow initialisation); training then reads the table block by block (`flowgp.training.batches.BlockBatches`),
         so memory follows the batch size, the number of inducing points and `sample_size`, not the number
         of rows. Inside a torch.distributed group every rank takes its part of each global batch (see
-        flowgp.training). The flow regressors fit robustly here too (`RobustFit`): every stage trains on the
+        flowgp.training.loop). The flow regressors fit robustly here too (`RobustFit`): every stage trains on the
         whole table, and the bounds that steer the fit (warm start, best state, the check against the SVGP)
         are evaluated on the sample. Estimators that declare STREAMED_FIT provide `_stream_targets` (what the
         scan tells about the targets: the regressors' standardisation here, the classifiers' classes in
@@ -209,8 +209,8 @@ class Estimator:
         `callback(step, loss, model)` goes to the training loop of the estimators whose `_train_on_stream`
         takes one (those whose `fit` takes a callback); the others refuse it.
         """
-        from ..batches import BlockBatches
-        from ..data_sources import open_table, scan
+        from ..training.batches import BlockBatches
+        from ..data.sources import open_table, scan
 
         if not self.supports_streaming():
             raise TypeError(f"{type(self).__name__} cannot be fitted on a streamed table yet; load the data as arrays")
@@ -252,7 +252,7 @@ class Estimator:
         return self
 
     def _train_data(self, xt, yt, sampler=None) -> dict:
-        """The data arguments of `flowgp.training.train`: (xt, yt) in minibatches of `batch_size`, or a fresh
+        """The data arguments of `flowgp.training.loop.train`: (xt, yt) in minibatches of `batch_size`, or a fresh
         `sampler()` (e.g. over a streamed table), one per training stage."""
         return dict(x=xt, y=yt, batch_size=self.batch_size) if sampler is None else dict(x=sampler())
 
@@ -285,7 +285,7 @@ class Estimator:
         """
         from tqdm.auto import tqdm
 
-        from ..data_sources import open_table, table_writer
+        from ..data.sources import open_table, table_writer
 
         self.check_fitted()
         central_probabilities(level)
@@ -476,7 +476,7 @@ class InputDependentFlowOptions:
         raise ValueError(f"input_dependent must be False, True (= 'nonlinear') or 'all', got {self.input_dependent!r}")
 
     def check_bayesian_options(self) -> None:
-        from ..bayesian import BAYESIAN_MODES
+        from ..flows.networks import BAYESIAN_MODES
 
         if self.bayesian not in BAYESIAN_MODES:
             raise ValueError(f"bayesian must be one of {BAYESIAN_MODES}, got {self.bayesian!r}")

@@ -1,4 +1,4 @@
-"""scikit-learn style classifiers: thin layers over `flowgp.models.TGPClassification` and `flowgp.training`.
+"""scikit-learn style classifiers: thin layers over `flowgp.models.TGPClassification` and `flowgp.training.loop`.
 
 Inputs are standardised; labels may be any sortable values (strings included) and are mapped to indices
 0..C-1 through `classes_`. Binary problems use one latent GP with the probit link, multiclass problems C
@@ -16,14 +16,14 @@ from sklearn.utils import column_or_1d
 from sklearn.utils.multiclass import type_of_target
 
 from ..build import ClassificationConfig, build
-from ..data_sources import is_table
+from ..data.sources import is_table
 from ..flows import Flow, make_flow
 from ..flows.conditional import static_flow
 from ..models.classification import CLASSIFICATION_LIKELIHOODS
-from ..training import train
+from ..training.loop import train
 from .base import Estimator, InputDependentFlowOptions, as_2d_float
 from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, inducing_row_elements, map_row_chunks
-from ..initialisation import init_identity, init_input_dependent, init_random
+from ..training.initialisation import init_identity, init_input_dependent, init_random
 from .robust import BestState, resolve_robust, warn_below_svgp
 
 __all__ = ["SVGPClassifier", "TGPClassifier"]
@@ -143,7 +143,7 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
         quadrature_points: Gauss-Hermite points of the binary ELL; mc_samples: MC samples of the multiclass ELL.
         predict_samples: MC samples of the multiclass predictive probabilities.
         verbose: show a tqdm progress bar.
-        compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.train(compile=...)`
+        compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
             documents; it pays off in long fits with small M (benchmarks/step_time.py).
         checkpoint: a file path: training saves its state there (the variance-fixed stage next to it, with
             the suffix ".stage1") and a later `fit` with the same path continues where it stopped.
@@ -242,7 +242,7 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
 
     def _train_model(self, model, xt, yt, epochs, suffix="", callback=None, sampler=None):
         """The appendix B.6 schedule: S held for the first `fix_variance_epochs` epochs, then everything. Trained
-        on (xt, yt), or on `sampler()` (a fresh flowgp.batches sampler per stage, e.g. over a streamed table)."""
+        on (xt, yt), or on `sampler()` (a fresh flowgp.training.batches sampler per stage, e.g. over a streamed table)."""
         frozen = min(self.fix_variance_epochs, epochs)
         kwargs = dict(lr=self.lr, seed=self.seed, verbose=self.verbose,
                       compile=self.compile, desc=type(self).__name__ + suffix, callback=callback)

@@ -1,4 +1,4 @@
-"""scikit-learn style deep-GP estimators: thin layers over `flowgp.models.deep_gp` and `flowgp.training`.
+"""scikit-learn style deep-GP estimators: thin layers over `flowgp.models.deep_gp` and `flowgp.training.loop`.
 
 `posterior="gaussian"` is the doubly-stochastic DGP of Salimbeni & Deisenroth (2017); "cnf" the convolutional
 flow steps of Yu et al. (2021, §III) over DSVI's full-covariance Gaussian base (identity at initialisation, so
@@ -17,12 +17,12 @@ import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from ..build import DeepGPConfig, build
-from ..data_sources import is_table
-from ..likelihoods import BernoulliLikelihood
+from ..data.sources import is_table
+from ..gp.likelihoods import BernoulliLikelihood
 from ..models.cnf_posterior import ELEMENTWISE_SHAPES, FLOW_BASES
 from ..models.deep_gp import BASE_GRADIENTS, DRAWS, FLOW_ROWS, POSTERIORS, SKIPS, select_flow_strength, warm_start_from_gaussian
 from ..models.image_skip import check_image_shape
-from ..training import default_optimizer, train
+from ..training.loop import default_optimizer, train
 from ..build import resolve_dtype
 from .base import Estimator, as_2d_float
 from .chunking import chunk_rows, inducing_row_elements, map_row_chunks
@@ -134,7 +134,7 @@ class _DeepMixin:
         return factory
 
     def _fit_model(self, xt, yt, sampler=None):
-        """Build the model from (xt, yt) and train it on them, or on `sampler()` (a fresh flowgp.batches sampler
+        """Build the model from (xt, yt) and train it on them, or on `sampler()` (a fresh flowgp.training.batches sampler
         per training stage, e.g. over a streamed table; the model is then built from a sample of it)."""
         # every draw (flow-posterior networks, Monte Carlo samples) comes from generators made from `seed`
         self.model_ = self._build(xt, yt)

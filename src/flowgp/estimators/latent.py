@@ -1,4 +1,4 @@
-"""scikit-learn style latent-variable deep GP: a thin layer over `flowgp.models.latent_deep_gp`.
+"""scikit-learn style latent-variable deep GP: a thin layer over `flowgp.models.latent.model`.
 
 Inputs and targets are standardised as in the other estimators. Training maximises the importance-weighted
 bound L_K (DGP-IWVI/DREG supplement eq. A.9) with the REG (C.17) or DREG (D.23) gradient for q(z), Adam with
@@ -12,13 +12,14 @@ import math
 import numpy as np
 import torch
 
-from ..batches import ArrayBatches
+from ..training.batches import ArrayBatches
 from ..build import LatentDeepGPConfig, build, resolve_dtype
-from ..data_sources import is_table
-from ..encoders import ENCODER_SKIPS
-from ..models.latent_deep_gp import HIDDEN_LAYERS, check_gradient, check_num_importance
-from ..optim import NaturalGradient
-from ..training import step_lr, train
+from ..data.sources import is_table
+from ..models.latent.encoders import ENCODER_SKIPS
+from ..models.latent.diagnostics import gradient_snr
+from ..models.latent.model import HIDDEN_LAYERS, check_gradient, check_num_importance
+from ..training.natural_gradients import NaturalGradient
+from ..training.loop import step_lr, train
 from .base import central_probabilities, positive_int
 from .regression import SVGPRegressor
 
@@ -33,7 +34,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
         latent_dim: dimension of z. num_importance: K importance samples per point.
         gradient: q(z)'s gradient estimator: "dreg" (doubly reparameterised, eq. D.23 through each slot's
             conditional given the other importance samples' hidden values; unbiased), "reg" (eq. C.17), or the
-            ablations "dreg-eps" and "dreg-d23"; `flowgp.models.latent_deep_gp.GRADIENT_ESTIMATORS`.
+            ablations "dreg-eps" and "dreg-d23"; `flowgp.models.latent.model.GRADIENT_ESTIMATORS`.
         amortized: q(z_n) from the E.2 encoder network of (x_n, y_n) (True) or free per-point parameters.
         natgrad: natural-gradient steps on the last layer's q(u) (step `natgrad_lr`), Adam for the rest.
         epochs: passes over the data (iterations = epochs × ceil(N / batch_size)); lr: Adam step (E.2: 0.005),
@@ -41,19 +42,19 @@ class LatentDeepGPRegressor(SVGPRegressor):
         num_samples_predict: samples of z ~ p(z) for predictions and test log-likelihoods (E.3: 10000, the
             default), drawn in chunks of bounded memory.
         noise: initial likelihood variance (E.2: 0.01). Other arguments as SVGPRegressor.
-        compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.train(compile=...)`
+        compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
             documents; it pays off in long fits with small M (benchmarks/step_time.py).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped.
         extend_checkpoint: with `checkpoint`, a file written with fewer `epochs` (finished or not) is carried on
-            to `epochs` on the same trajectory, optimiser states included (`flowgp.training.train(extend_budget=
+            to `epochs` on the same trajectory, optimiser states included (`flowgp.training.loop.train(extend_budget=
             True)`): train longer without starting again. Otherwise such a file is refused.
         hidden_layer: "pca" (hidden_width GPs with a fixed PCA mean) or "concat" (supplement E.2: a fixed
             projection of hidden_width GPs added to the observed inputs, `ConcatProjectionLayer`).
         q_var_init / hidden_q_var_init: initial whitened S = value·I of the last / hidden layers (None: q_var_init;
             the reference run script: 1 and 1e-10). learn_hidden_variance: train the hidden kernels' variances.
         encoder_skips: the q(z) network's skips, "dense" or "residual" (the DREG authors' code;
-            `flowgp.encoders.AmortizedLatentEncoder`).
+            `flowgp.models.latent.encoders.AmortizedLatentEncoder`).
     """
 
     def __init__(self, layers=2, latent_dim=1, num_importance=5, gradient="dreg", amortized=True, natgrad=False,
@@ -128,7 +129,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
     def fit(self, X, y=None, callback=None):
         """Fit on X [n_samples, n_features] and y [n_samples]; returns self.
 
-        `callback(step, loss, model)` is passed to `flowgp.training.train` (called after every iteration, a
+        `callback(step, loss, model)` is passed to `flowgp.training.loop.train` (called after every iteration, a
         truthy return stops training), e.g. to record a learning curve (benchmarks/ldgp_learning_curve.py).
         X may instead be a table streamed in chunks (see `fit_stream`; the amortised q(z) only: free per-row
         q(z_n) parameters grow with the rows): built from a reservoir sample, trained block by block.
@@ -208,6 +209,13 @@ class LatentDeepGPRegressor(SVGPRegressor):
         with torch.no_grad():
             value = self.model_.elbo(xt, yt, num_importance=k, generator=self._generator(xt.device)).item()
         return value - xt.shape[0] * math.log(self.y_scale_)
+
+    def gradient_snr(self, X, y, num_importance: int, gradient: str, **options):
+        """SNR of the q(z) gradient estimator on data in its own units (supplement E.3, Figs. 1 and 3): the
+        fitted model's `flowgp.models.latent.diagnostics.gradient_snr` on X, y scaled as in training; `options`
+        are that function's (`repeats`, `points`, `seed`, `return_details`)."""
+        return gradient_snr(self.model_, self.scaled_inputs(X), self.scaled_targets(y, len(X)), num_importance,
+                            gradient, **options)
 
     def sample_y(self, X, n=1, seed=None):
         """Draws from the predictive p(y* | x*) (both modes of a multimodal target): [n, n_samples]."""

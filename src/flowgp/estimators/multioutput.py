@@ -1,4 +1,4 @@
-"""scikit-learn style multi-output estimator: a thin layer over `flowgp.models.amogp.AMOGP` and `flowgp.training`.
+"""scikit-learn style multi-output estimator: a thin layer over `flowgp.models.amogp.model.AMOGP` and `flowgp.training.loop`.
 
 Rows are (x, y, output): each row's `output` (0..D-1) names its series, so the series may be observed at
 different inputs and in different numbers. Inputs are standardised with one shared shift/scale (the series
@@ -14,12 +14,12 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 
-from ..batches import ArrayBatches
+from ..training.batches import ArrayBatches
 from ..build import AMOGPConfig, build
-from ..models.amogp import layer_curves
-from ..optim import NaturalGradient
-from ..training import EarlyStop, train
-from ..data_sources import is_table
+from ..models.amogp.model import layer_curves
+from ..training.natural_gradients import NaturalGradient
+from ..training.loop import EarlyStop, train
+from ..data.sources import is_table
 from .base import Estimator, as_1d_float, as_2d_float, central_probabilities, positive_int
 from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, map_row_chunks
 
@@ -43,9 +43,9 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             keeps the extra layers from reaching), else in minibatches of 256; None: always the full batch.
         epochs, lr, seed, dtype, device, verbose: training (Adam on the bound, tqdm bar).
         natural_gradient: γ (default 0.5) or None (Adam on everything): natural-gradient steps of size γ
-            (`flowgp.optim.NaturalGradient`, Salimbeni et al. 2018) on the Gaussian q(u) of the layers named in
+            (`flowgp.training.natural_gradients.NaturalGradient`, Salimbeni et al. 2018) on the Gaussian q(u) of the layers named in
             `natural_gradient_layers` ("latent", the default: the CP layer; "all": alignment and warping q(u)
-            too), Adam on the rest, both through `flowgp.training.train`. Natural-gradient steps suit a bound
+            too), Adam on the rest, both through `flowgp.training.loop.train`. Natural-gradient steps suit a bound
             that is nearly conjugate in q(u), as the CP layer's is given its inputs; the alignments' q(u) reach
             the bound only through the CP layer's Ψ-statistics, and steps on them made the London fits erratic
             (docs/results/amogp/README.md, "Natural gradients on the CP layer only").
@@ -71,17 +71,17 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             on the London data), which makes the fit sensitive to rounding; the latent sets are not, their
             inducing inputs spread over distinct places, and on the London PM2.5 table and gap blocks the
             latent form fits better and faster (docs/results/amogp/README.md, "Inducing variables on the
-            latent"; `flowgp.models.amogp.AMOGP`).
+            latent"; `flowgp.models.amogp.model.AMOGP`).
         cp_grid: with cp_inducing="latent", keep the CP layer's inducing inputs on their initial evenly spaced
             grid over the input range (not trained); the bound's Ψ₂ contraction then runs over the grid's 2M - 1
-            midpoints (`flowgp.psi_grid`), and a full-batch step costs about 0.7 of one with trained inducing
+            midpoints (`flowgp.models.amogp.psi_grid`), and a full-batch step costs about 0.7 of one with trained inducing
             inputs. The bound is slightly looser (about 0.01 nats per point on the London data); held-out blocks
             fit better on average over four London windows (block RMSE 1.91 against 2.12) and on the artificial
             gap data (docs/results/amogp/README.md, "Inducing inputs on a grid"). None (default): on with latent
             sets and an alignment GP (where the Ψ₂ node runs), off otherwise (the MO-GP, alignment="identity",
             has no Ψ₂ node to speed up and fits its blocks slightly better with trained inducing inputs). Files
             saved before this option load with False.
-        compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.train(compile=...)`
+        compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
             documents; it pays off in long fits with small M (benchmarks/step_time.py).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped.
@@ -137,7 +137,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         return self.batch_size
 
     def _natural_gradient(self, model):
-        """The flowgp.optim.NaturalGradient of `natural_gradient` over the chosen layers' q(u), or None."""
+        """The flowgp.training.natural_gradients.NaturalGradient of `natural_gradient` over the chosen layers' q(u), or None."""
         if self.natural_gradient is None:
             return None
         sets = [model.latent]
@@ -244,16 +244,16 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         its name, or its index among the feature columns for .npy tables and chunk iterators); `features`
         picks the two from a wider table.
 
-        One streaming pass (`flowgp.data_sources.scan` with the output as group column) gives the input's
+        One streaming pass (`flowgp.data.sources.scan` with the output as group column) gives the input's
         standardisation, each series' target mean and std and input range, and a uniform sample of at most
         `sample_size` rows; the model is built from those (CP inducing inputs over the input's range, each
         alignment GP's over its series' range) and trained on the whole table block by block
-        (`flowgp.batches.BlockBatches`), the output index travelling as a batch tensor. The batch is as in
+        (`flowgp.training.batches.BlockBatches`), the output index travelling as a batch tensor. The batch is as in
         `fit` (`batch_size="auto"`: the full table up to `full_batch_max` rows). The result is the fit of the
         same rows as arrays, up to the order in which minibatches visit them.
         """
-        from ..batches import BlockBatches
-        from ..data_sources import open_table, scan
+        from ..training.batches import BlockBatches
+        from ..data.sources import open_table, scan
 
         if callback is not None:
             raise TypeError(f"callback: {type(self).__name__}'s training takes no callback")
@@ -344,7 +344,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
 
     def _train_model(self, make, sampler, n: int) -> None:
         """Build the model with `make(**config overrides)` and train it on `sampler` (n rows): the MO-GP start
-        when asked, then AMO-GP, both through flowgp.training.train."""
+        when asked, then AMO-GP, both through flowgp.training.loop.train."""
         self.model_ = make()
         early = None if self.tol is None else EarlyStop(window=int(self.patience), rel_tol=float(self.tol))
         batch = self.resolved_batch_size(n)
@@ -462,7 +462,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
 
     def plot_layers(self, x_grid, path=None, X=None, y=None, output=None, true_functions=None, output_names=None):
         """Draw the three layers and the prediction per output (standardised units; see
-        flowgp.plotting.amogp_layers_figure); returns the matplotlib Figure (saved to `path` if given)."""
+        flowgp.reporting.plotting.amogp_layers_figure); returns the matplotlib Figure (saved to `path` if given)."""
         self.check_fitted()
         xg = (np.asarray(x_grid, dtype=float).ravel() - self.x_mean_) / self.x_std_
         data = None
@@ -470,7 +470,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             o = self._output_index(output, len(X), self.n_outputs_)
             data = ((np.asarray(X, float)[:, 0] - self.x_mean_) / self.x_std_,
                     (np.asarray(y, float) - self.y_mean_[o]) / self.y_std_[o], o)
-        from ..plotting import amogp_layers_figure
+        from ..reporting.plotting import amogp_layers_figure
 
         return amogp_layers_figure(layer_curves(self.model_, xg), path=path, data=data,
                                    true_functions=true_functions, output_names=output_names)

@@ -1,4 +1,4 @@
-"""scikit-learn style estimators: thin layers over the models in `flowgp.models` and `flowgp.training`.
+"""scikit-learn style estimators: thin layers over the models in `flowgp.models` and `flowgp.training.loop`.
 
 They standardise inputs, standardise targets where the flow allows it (only rescale them where the
 flow's range or domain is the positive half-line, which a shift would break), train with Adam and
@@ -8,7 +8,7 @@ The flow estimators (`TGPRegressor`, `WarpedGPRegressor`) fit robustly by defaul
 `RobustFit`): a TGP with the identity flow is the SVGP, so the best TGP is never worse than the best SVGP on
 its own bound, but a TGP trained from scratch often ends in a worse optimum (the flow compresses the data
 while the GP keeps a long lengthscale and a large noise; docs/results/tgp-robust). The robust fit therefore
-fits the SVGP first, starts the flow model exactly there (`flowgp.initialisation.warm_start_from_svgp`),
+fits the SVGP first, starts the flow model exactly there (`flowgp.training.initialisation.warm_start_from_svgp`),
 refines the flow with the GP held, trains everything jointly until the bound's plateau, keeps the best state
 by the full-data bound, and warns (`BoundBelowSVGPWarning`) if the result still ends below the SVGP's bound.
 After such a fit `fit_report_` holds the bound per point after every stage and `svgp_` the SVGP stage's model
@@ -26,12 +26,12 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from ..build import SparseGPConfig, build
 from ..flows import Flow, make_flow
 from ..flows.conditional import static_flow, warping_curves
-from ..data_sources import is_table
-from ..optim import NaturalGradient
-from ..training import train
+from ..data.sources import is_table
+from ..training.natural_gradients import NaturalGradient
+from ..training.loop import train
 from .base import Estimator, InputDependentFlowOptions, as_1d_float, as_2d_float, central_probabilities
 from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, inducing_row_elements, map_row_chunks
-from ..initialisation import (init_from_data, init_identity, init_input_dependent, init_random,
+from ..training.initialisation import (init_from_data, init_identity, init_input_dependent, init_random,
                               warm_start_from_svgp)
 from .robust import BestState, BoundBelowSVGPWarning, FitRows, RobustFit, resolve_robust, warn_below_svgp
 
@@ -55,7 +55,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
 
     Args:
         num_inducing: M, inducing inputs initialised by k-means (best of `kmeans_restarts`).
-        kernel: kernel spec, e.g. "rbf", "matern32", "periodic", "rbf+linear" (see flowgp.kernels).
+        kernel: kernel spec, e.g. "rbf", "matern32", "periodic", "rbf+linear" (see flowgp.gp.kernels).
         batch_size: minibatch size (None: full batch). epochs: passes over the data. lr: Adam step.
         seed: controls k-means, flow initialisation and minibatch order (fits are reproducible).
         dtype: "float64" (default) or "float32". device: "cpu" or "cuda".
@@ -64,12 +64,12 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         fix_noise_fraction: hold the noise fixed for this fraction of iterations (appendix B.5).
         quadrature_points / predict_quadrature_points: Gauss-Hermite points in training / prediction.
         verbose: show a tqdm progress bar.
-        compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.train(compile=...)`
+        compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
             documents; it pays off in long fits with small M (benchmarks/step_time.py).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped (a finished fit is loaded back without training).
         natural_gradient: None (default: Adam on everything) or a step size γ in (0, 1] of natural-gradient
-            steps on q(u) (`flowgp.optim.NaturalGradient`), Adam on the rest. γ = 1 is the exact update for the
+            steps on q(u) (`flowgp.training.natural_gradients.NaturalGradient`), Adam on the rest. γ = 1 is the exact update for the
             Gaussian likelihood; with many inducing points Adam alone is slow to fit q(u): at M = 595 on the
             air-quality folds 1 500 Adam epochs end 0.2-0.3 nats per point below 750 epochs with γ = 1
             (docs/results/tgp-robust/README.md, section 7).
@@ -207,8 +207,8 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
 
     def _train_on_stream(self, xs, ys, stream, stats, callback=None) -> None:
         """The training of `fit_stream`: the model built and initialised from the sample (xs, ys), then trained
-        on the whole table through `stream(shift, scale)` (a flowgp.batches sampler); `stats` is the scan's
-        summary (flowgp.data_sources.scan); `callback(step, loss, model)` goes to the training loop."""
+        on the whole table through `stream(shift, scale)` (a flowgp.training.batches sampler); `stats` is the scan's
+        summary (flowgp.data.sources.scan); `callback(step, loss, model)` goes to the training loop."""
         self.model_ = self._build(xs, ys)
         self._initialise_flow(self.model_, ys, self.generator(device="cpu"), x_t=xs)
         self.history_ = train(self.model_, stream(self.y_shift_, self.y_scale_), epochs=self.epochs, lr=self.lr,
@@ -566,7 +566,7 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
     def warping_functions(self, X, f_grid=None, num_samples=100):
         """The learned warping y = G_{θ(x, W)}(f₀) at each row of X over `f_grid` (GP units; default
         linspace(-3, 3, 200)), in the units of y: dict of arrays [G, n_rows] "point", "mean", "std" plus
-        "f_grid" (appendix Fig. 9). Draw them with `flowgp.plotting.plot_warping_curves`."""
+        "f_grid" (appendix Fig. 9). Draw them with `flowgp.reporting.plotting.plot_warping_curves`."""
         if self.which_stages() is None:
             raise ValueError("warping_functions needs input_dependent=True")
         xt = self.scaled_inputs(X)

@@ -3,7 +3,7 @@
 A TGP (or v-WGP, TGP classifier) with the identity flow is the SVGP, so its best bound is never below the
 SVGP's; `RobustFit` says how a flow estimator makes its fitted bound end there too (warm start from a fitted
 SVGP, flow refinement, natural gradients on q(u), plateau stop, restarts, best state kept), `BestState` keeps
-the state with the best full-data bound during `flowgp.training.train`, and `warn_below_svgp` emits
+the state with the best full-data bound during `flowgp.training.loop.train`, and `warn_below_svgp` emits
 `BoundBelowSVGPWarning` when a fit still ends below the SVGP's bound. Measurements: docs/results/tgp-robust.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..training import EarlyStop
+from ..training.loop import EarlyStop
 
 __all__ = ["RobustFit", "DEFAULT_ROBUST_FIT", "BestState", "BoundBelowSVGPWarning", "warn_below_svgp", "snapshot",
            "resolve_robust", "FitRows"]
@@ -28,7 +28,7 @@ class RobustFit:
     """How a flow estimator fits so that its training bound does not end below the SVGP's (`robust=`).
 
     warm_start: fit an SVGP with the same settings first and start the flow model exactly at it
-        (`flowgp.initialisation.warm_start_from_svgp`: inducing inputs, kernel, q(u), noise; flow at the
+        (`flowgp.training.initialisation.warm_start_from_svgp`: inducing inputs, kernel, q(u), noise; flow at the
         map that makes it that SVGP). False: the flow model starts from `flow_init` as without `robust`.
     refine_flow: at the warm start, maximise the bound over the flow and the noise alone (GP held) by L-BFGS
         on the full data before the joint training (this is what moves a positive flow, which can only
@@ -51,7 +51,7 @@ class RobustFit:
         bound from oscillating: at lr = 0.01 it jumps by up to 0.5 per point between epochs on air quality).
     svgp_epochs: the share of `epochs` spent on the SVGP stage; the flow model trains for the rest (at least
         one epoch), so a robust fit takes the same number of steps as a plain one.
-    plateau: (window, rel_tol) of `flowgp.training.EarlyStop` for the flow model's training: stop once the
+    plateau: (window, rel_tol) of `flowgp.training.loop.EarlyStop` for the flow model's training: stop once the
         bound improved by less than rel_tol·|bound| over `window` epochs (its epochs stay the maximum); None:
         all of them. The SVGP stage always runs all of its epochs.
     restarts: flow initialisations ("identity", "data", "random") trained from scratch besides the warm
@@ -107,7 +107,7 @@ class FitRows:
     svgp_shift: the mean of the raw targets (the SVGP stage standardises by it).
     y_range: (min, max) of the raw targets over the training set.
     stream: None when training reads x, y themselves; for a streamed table, `stream(shift, scale)` returns a
-        flowgp.batches sampler over the whole table with targets (y - shift) / scale.
+        flowgp.training.batches sampler over the whole table with targets (y - shift) / scale.
     """
 
     x: object

@@ -2,7 +2,7 @@
 
 Build them from spec strings with `make_flow("sal+softplus")` (names resolved through
 `flowgp.registry.FLOWS`), compose them with `a >> b`, save them with `flow_to_record` /
-`flow_from_record`, and initialise them with `flowgp.initialisation` (init_identity, init_from_data, init_random).
+`flow_from_record`, and initialise them with `flowgp.training.initialisation` (init_identity, init_from_data, init_random).
 Write your own by subclassing `Flow` (see `flowgp.flows.base` for the contract).
 """
 from .base import Compose, Flow, FlowOfFlows, ParamSpec, asinh, compose

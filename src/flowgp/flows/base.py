@@ -23,7 +23,7 @@ overrides `params(x)` and returns tensors that broadcast against f (e.g. [..., N
 For example, in your own module:
 
     import torch
-    from flowgp.constraints import Positive
+    from flowgp.numerics.constraints import Positive
     from flowgp.flows import Flow, ParamSpec
 
     class Cubic(Flow):  # G(f) = a + f + c·f³ with c > 0, so G'(f) = 1 + 3c·f² > 0
@@ -52,7 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..constraints import Positive
+from ..numerics.constraints import Positive
 from .numerical import monotone_inverse
 
 if TYPE_CHECKING:  # only for annotations: the sampling mode is read by input-dependent flows

@@ -23,7 +23,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ..bayesian import BayesianMLP
+from .networks import BayesianMLP
 from .base import Compose, Flow, FlowOfFlows
 from .combination import LinearCombination
 from .sampling import WeightSampling
@@ -67,7 +67,7 @@ class InputDependentFlow(Flow):
     Args:
         base: any non-input-dependent Flow with param_shape () or (L,).
         input_dim: D, the number of input features the network reads.
-        hidden, activation, dropout, bayesian, prior_precision: passed to `flowgp.bayesian.BayesianMLP`.
+        hidden, activation, dropout, bayesian, prior_precision: passed to `flowgp.flows.networks.BayesianMLP`.
         network: a ready BayesianMLP to use instead (its out_features must equal `num_raw`).
         generator: torch.Generator for the network's initial weights (None: torch's global generator).
         parameters: names of the parameters of a plain (not composed) `base` that the network gives; the others
@@ -309,7 +309,7 @@ def warping_curves(flow: Flow, x: Tensor, f_grid: Tensor, num_samples: int = 100
 
     Returns {"point": one deterministic pass (standard dropout, PE-TGP), "mean", "std": over `num_samples`
     stochastic draws of W (MC dropout or q(W), BA-TGP), drawn from `generator`}, each [G, P, K] (K = the
-    flow's outputs, 1 if shared). Drawn by `flowgp.plotting.plot_warping_curves`.
+    flow's outputs, 1 if shared). Drawn by `flowgp.reporting.plotting.plot_warping_curves`.
     """
     if not input_dependent_flows(flow):
         raise ValueError("warping_curves needs a flow with an input-dependent stage")

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..constraints import Positive, inv_softplus
+from ..numerics.constraints import Positive, inv_softplus
 from .base import Flow, ParamSpec, asinh, legacy_rows, log_cosh, log_hypot1
 
 __all__ = [

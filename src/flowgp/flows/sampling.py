@@ -29,7 +29,7 @@ class WeightSampling:
             use it; training keeps per-row masks (less gradient noise). q(W) draws are shared by rows anyway.
         batch_rows: (offset, B) when the rows are rows offset.. of a global batch of B split over processes:
             per-row dropout masks are drawn for all B rows and sliced, so a row's mask does not depend on the
-            split (flowgp.distributed); None: the rows are the whole batch.
+            split (flowgp.training.distributed); None: the rows are the whole batch.
     """
 
     num_samples: int = 1

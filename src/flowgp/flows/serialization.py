@@ -11,7 +11,7 @@ Everything in a record is a str, int, float, bool, None, list, tuple, dict or te
 `torch.load(weights_only=True)` accepts). Argument values are encoded as:
 * plain values, lists, tuples and tensors as they are; dicts as {"__dict__": {...}} (str keys);
 * a nested Flow (the stages of a Compose, the terms of a LinearCombination, the base of an InputDependentFlow)
-  as {"__flow__": record}, and a `flowgp.bayesian.BayesianMLP` as {"__module__": record};
+  as {"__flow__": record}, and a `flowgp.flows.networks.BayesianMLP` as {"__module__": record};
 * torch.dtype / torch.device as {"__dtype__": "float32"} / {"__device__": "cpu"};
 * a torch.Generator as None: it only draws initial values, which the state dict replaces.
 """
@@ -23,7 +23,9 @@ import numbers
 import torch
 from torch import Tensor
 
-from ..bayesian import BayesianMLP
+from ..compat import current_class_path
+
+from .networks import BayesianMLP
 from .base import Flow
 
 __all__ = ["flow_to_record", "flow_from_record", "RECORD_KEYS"]
@@ -92,7 +94,7 @@ def flow_to_record(flow: Flow) -> dict:
 def _import_class(path: str):
     if not isinstance(path, str) or "." not in path:
         raise ValueError(f"record['class'] must be a dotted path 'package.module.QualName', got {path!r}")
-    parts = path.split(".")
+    parts = current_class_path(path).split(".")
     error = None
     for split in range(len(parts) - 1, 0, -1):  # the longest importable module prefix, then attributes
         try:

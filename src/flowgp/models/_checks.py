@@ -13,7 +13,7 @@ def as_inputs(x, input_dim: int | None = None, name: str = "x") -> torch.Tensor:
         raise ValueError(f"{name} must have shape [N, D], got {tuple(x.shape)}")
     if input_dim is not None and x.shape[-1] != input_dim:
         raise ValueError(f"{name} has {x.shape[-1]} features but the model was built for {input_dim}")
-    # (skipped inside a compiled step: a NaN there makes the loss NaN and flowgp.compiled re-runs it eagerly)
+    # (skipped inside a compiled step: a NaN there makes the loss NaN and flowgp.training.compiled re-runs it eagerly)
     if not torch.compiler.is_compiling() and not torch.isfinite(x).all():
         raise ValueError(f"{name} contains NaN or inf; drop or impute those rows first")
     return x

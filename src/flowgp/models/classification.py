@@ -14,12 +14,12 @@ the networks' penalty; predictions average probabilities over `mc_samples_predic
 BA-TGP) or use one deterministic pass ("point" networks, PE-TGP). For the softmax each W draw is paired
 with one latent draw, so one batched tensor [S, N, C] carries both integrals.
 
-Why this model keeps its own warping code rather than `flowgp.likelihoods.WarpedLikelihood`: the multiclass
+Why this model keeps its own warping code rather than `flowgp.gp.likelihoods.WarpedLikelihood`: the multiclass
 likelihood reads all C warped latents at once (softmax / robust max over the last axis), so its
 expectation is a C-dimensional integral done by Monte Carlo with each W draw paired with one joint latent
 draw, where the WarpedLikelihood integrates one latent at a time by Gauss-Hermite quadrature. The binary
 case is that one-dimensional integral and computes the same quantity as WarpedLikelihood(flow, Bernoulli).
-The bound itself is assembled by the shared `flowgp.objective.minibatch_bound`.
+The bound itself is assembled by the shared `flowgp.gp.objective.minibatch_bound`.
 """
 from __future__ import annotations
 
@@ -28,12 +28,12 @@ from torch import nn
 
 from ..flows import Flow, make_flow
 from ..flows import WeightSampling, input_dependent_flows
-from ..likelihoods import BernoulliLikelihood, Likelihood, RobustMaxLikelihood, SoftmaxLikelihood
-from ..objective import minibatch_bound
+from ..gp.likelihoods import BernoulliLikelihood, Likelihood, RobustMaxLikelihood, SoftmaxLikelihood
+from ..gp.objective import minibatch_bound
 from ..registry import LIKELIHOODS
-from ..quadrature import gauss_hermite, gh_points
-from ..row_draws import draw_rows
-from ..variational import Marginals, SparseVariationalGP
+from ..numerics.quadrature import gauss_hermite, gh_points
+from ..numerics.row_draws import draw_rows
+from ..gp.variational import Marginals, SparseVariationalGP
 from ._checks import as_inputs
 
 __all__ = ["TGPClassification", "CLASSIFICATION_LIKELIHOODS"]
@@ -290,7 +290,7 @@ class TGPClassification(nn.Module):
     def elbo(self, x: torch.Tensor, y: torch.Tensor, num_data: int | None = None, generator=None,
              batch_rows: tuple[int, int] | None = None) -> torch.Tensor:
         """(N/B) Σ_batch ELL_n - KL[q(u₀) || p(u₀)] (- network penalty), an unbiased minibatch estimate.
-        batch_rows: (offset, B) when x is part of a global batch split over processes (flowgp.distributed)."""
+        batch_rows: (offset, B) when x is part of a global batch split over processes (flowgp.training.distributed)."""
         x, y = self.validate(x, y)
         return minibatch_bound(self.expected_log_likelihood(x, y, generator, batch_rows), self.kl_terms(),
                                num_data, x.shape[0])

@@ -38,13 +38,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..kernels import Kernel, Sum, White, make_kernel
-from ..likelihoods import GaussianLikelihood, Likelihood
-from ..linalg import lower_inverse
-from ..objective import minibatch_bound
-from ..row_draws import derived_generator, draw_rows, generator_copy
-from ..prediction import gaussian_mixture_quantiles
-from ..variational import SparseVariationalGP
+from ..gp.kernels import Kernel, Sum, White, make_kernel
+from ..gp.likelihoods import GaussianLikelihood, Likelihood
+from ..numerics.linalg import lower_inverse
+from ..gp.objective import minibatch_bound
+from ..numerics.row_draws import derived_generator, draw_rows, generator_copy
+from ..gp.prediction import gaussian_mixture_quantiles
+from ..gp.variational import SparseVariationalGP
 from ._checks import as_inputs, as_targets
 from .cnf_posterior import FLOW_BASES, standard_normal
 from .image_skip import ConvSkip, check_image_shape
@@ -533,9 +533,9 @@ class DeepGP(nn.Module):
              batch_rows: tuple[int, int] | None = None) -> torch.Tensor:
         """Minibatch ELBO (CNF-DGP eq. 3 / eq. 6): (N/B)·Σ_batch (1/S) Σ_s E[log p(y_n | f_L)] - KL.
 
-        Assembled by `flowgp.objective.minibatch_bound`; every Monte Carlo draw (hidden layers, flow q(U))
+        Assembled by `flowgp.gp.objective.minibatch_bound`; every Monte Carlo draw (hidden layers, flow q(U))
         comes from `generator` (torch's global RNG when None). `batch_rows` (offset, B): x is part of a global
-        batch of B rows split over processes (see GPLayer.forward; passed by flowgp.training).
+        batch of B rows split over processes (see GPLayer.forward; passed by flowgp.training.loop).
         """
         x, y = self.validate(x, y)
         num_samples = self.num_samples if num_samples is None else _positive_int(num_samples, "num_samples")
@@ -685,7 +685,7 @@ class DeepGP(nn.Module):
         part is not computed again. `common_noise`: the coupling's own draws (η, the free part of ξ) are shared
         by the points too (with ε of shape [S, 1, d]), so a point's draws do not depend on the other points.
         `rows` = (positions [n], R): the points are rows `positions` of R (a global batch split over processes):
-        the coupling's own draws are made for all R rows and these rows' are kept (`flowgp.row_draws.draw_rows`).
+        the coupling's own draws are made for all R rows and these rows' are kept (`flowgp.numerics.row_draws.draw_rows`).
         """
         n, last = x.shape[0], len(self.layers) - 1
         rows = None if common_noise else rows
@@ -805,7 +805,7 @@ class DeepGP(nn.Module):
 
     def predict_quantiles(self, x: torch.Tensor, probs, num_samples: int = 100, generator=None,
                           iterations: int = 80, common_noise: bool = False) -> torch.Tensor:
-        """Quantiles [P, N, L] of the Gaussian mixture p(y*) = (1/S) Σ_s N(m_s, v_s + σ²) (flowgp.prediction.mixture_quantiles)."""
+        """Quantiles [P, N, L] of the Gaussian mixture p(y*) = (1/S) Σ_s N(m_s, v_s + σ²) (flowgp.gp.prediction.mixture_quantiles)."""
         mean, var = self.predict_f_samples(x, num_samples, generator, common_noise)
         if not hasattr(self.likelihood, "predictive_moments"):
             raise TypeError(f"{type(self.likelihood).__name__} has no predictive_moments; quantiles need one")
@@ -913,7 +913,7 @@ def build_deep_gp(
     `torch.Generator().manual_seed(seed)`; torch's and NumPy's global RNGs are never touched. The model is
     built in x's dtype and moved to `dtype` / `device` at the end (default: x's).
     """
-    from ..inducing import kmeans_inducing_points
+    from ..gp.inducing import kmeans_inducing_points
     from .cnf_posterior import ConvolutionalFlowPosterior, GaussianConvolutionalFlowPosterior, LayerwiseFlowPosterior
 
     x = as_inputs(x)

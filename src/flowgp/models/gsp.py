@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 
 from ..flows import Flow, make_flow
-from ..linalg import robust_cholesky
-from ..objective import minibatch_bound
+from ..numerics.linalg import robust_cholesky
+from ..gp.objective import minibatch_bound
 from .svgp import SVGP
 
 __all__ = ["GSP"]

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..flows import Flow, make_flow
-from ..quadrature import gh_points
+from ..numerics.quadrature import gh_points
 from .svgp import SVGP
 
 __all__ = ["NonMarginalFlow", "MarginalFlowAdapter", "InducingModulatedFlow", "NonMarginalTGP"]

@@ -1,6 +1,6 @@
 """Stochastic variational GP (Hensman et al. 2013): ELBO = (N/B) Σ_batch E_q(f)[log p(y|f)] - KL[q(u)||p(u)].
 
-The likelihood is any `flowgp.likelihoods.Likelihood`; with a `WarpedLikelihood(flow, base)` this is the
+The likelihood is any `flowgp.gp.likelihoods.Likelihood`; with a `WarpedLikelihood(flow, base)` this is the
 transformed GP of Maroñas et al. (2021) (`TGP` only builds that likelihood). Likelihoods that depend on the
 inputs (`accepts_inputs`) receive x (and the generator) in every expectation, and their `kl_terms()` (e.g.
 an input-dependent flow's network penalty, TGP appendix A.3) join KL[q(u)||p(u)] in the bound.
@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..likelihoods import GaussianLikelihood, Likelihood
-from ..objective import minibatch_bound
-from ..variational import Marginals, SparseVariationalGP
+from ..gp.likelihoods import GaussianLikelihood, Likelihood
+from ..gp.objective import minibatch_bound
+from ..gp.variational import Marginals, SparseVariationalGP
 from ._checks import as_inputs, as_targets
 
 __all__ = ["SVGP"]
@@ -98,7 +98,7 @@ class SVGP(nn.Module):
     def elbo(self, x: torch.Tensor, y: torch.Tensor, num_data: int | None = None, generator=None,
              batch_rows: tuple[int, int] | None = None) -> torch.Tensor:
         """Minibatch ELBO scaled to the full data set: (N/B) Σ_n ELL_n - KL (appendix eq. 14; A.3 with W).
-        batch_rows: (offset, B) when x is part of a global batch split over processes (flowgp.distributed)."""
+        batch_rows: (offset, B) when x is part of a global batch split over processes (flowgp.training.distributed)."""
         x, y = self.validate(x, y)
         return minibatch_bound(self.expected_log_likelihood(x, y, generator, batch_rows), self.kl_terms(),
                                num_data, x.shape[0])

@@ -4,7 +4,7 @@ TGP = SVGP + `WarpedLikelihood(flow, base)`: the ELBO (TGP appendix eq. 14) is
 Σ_n E_{q(f₀,n)}[log p(y_n | G(f₀,n))] - KL[q(u₀) || p(u₀)], the expectation by one-dimensional
 Gauss-Hermite quadrature; no Jacobian or inverse of G is needed. Input-dependent flows G_{θ(x, W)} (paper
 §3.2-3.3, §4.4; appendix A.3) average S draws of W and subtract the network's penalty; predictions are the
-mixture of appendix eq. 20. All of that lives in the likelihood (`flowgp.likelihoods.WarpedLikelihood`);
+mixture of appendix eq. 20. All of that lives in the likelihood (`flowgp.gp.likelihoods.WarpedLikelihood`);
 this class only builds it and keeps the TGP-specific names (`flow`, `flow_penalty`, ...).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..flows import Flow
-from ..likelihoods import GaussianLikelihood, Likelihood, WarpedLikelihood
+from ..gp.likelihoods import GaussianLikelihood, Likelihood, WarpedLikelihood
 from .svgp import SVGP
 
 __all__ = ["TGP"]

@@ -1,7 +1,7 @@
 """Variational warped GP, v-WGP (TGP paper §4.3): a sparse GP on T(y) with the likelihood warped by T.
 
 Bound: L̄ = L(T(Y)) + log J_Y with log J_Y = Σ_n log T'(y_n) (scaled by N/B on minibatches): the per-point
-term E_q[log N(T(y_n); f_n, σ²)] + log T'(y_n) goes through the one `flowgp.objective.minibatch_bound`
+term E_q[log N(T(y_n); f_n, σ²)] + log T'(y_n) goes through the one `flowgp.gp.objective.minibatch_bound`
 (SVGP.elbo) like every other bound. The warping acts on the targets, not on the latent, so it is not a
 `WarpedLikelihood` (whose flow maps the GP's f₀). Predictions map
 the Gaussian predictive of z* = T(y*) back through T⁻¹: quantiles and intervals exactly
@@ -10,9 +10,9 @@ the Gaussian predictive of z* = T(y*) back through T⁻¹: quantiles and interva
 from __future__ import annotations
 
 from ..flows import Flow, make_flow
-from ..likelihoods import GaussianLikelihood
-from ..prediction import normal_quantiles
-from ..quadrature import gh_points
+from ..gp.likelihoods import GaussianLikelihood
+from ..gp.prediction import normal_quantiles
+from ..numerics.quadrature import gh_points
 from .svgp import SVGP
 
 __all__ = ["WarpedGP"]

@@ -1,0 +1,147 @@
+"""Natural-gradient steps for whitened Gaussian q(v) = N(m, R Rᵀ), as a torch.optim.Optimizer.
+
+Salimbeni, Eleftheriadis & Hensman (2018), "Natural gradients in practice: non-conjugate variational inference
+in Gaussian process models", section 3; the DGP-IWVI supplement E.2 uses it for the last layer of a deep GP.
+
+For a Gaussian q with mean m and covariance S take the natural parameters θ = (θ₁, θ₂) = (S⁻¹m, -½S⁻¹) and the
+expectation parameters η = (η₁, η₂) = (m, S + mmᵀ). The Fisher information of θ is ∂η/∂θ, so the natural
+gradient of a bound ℒ w.r.t. θ is the ordinary gradient w.r.t. η, and one ascent step reads
+
+    θ ← θ + γ ∇_η ℒ                                                          (Salimbeni et al. 2018, eq. 8)
+
+`NaturalGradient` takes it from the ordinary gradients that autograd leaves in `.grad` after
+`loss.backward()`, where loss = -ℒ, of the stored parameters q_mu (m, [L, M]) and q_sqrt (R, [L, M, M], read
+through a lower-triangular mask, so only its lower triangle matters; see flowgp.gp.variational.WhitenedGaussian):
+
+1. G = ∂loss/∂S (symmetric) from P = ∇_R loss. With S = RRᵀ, dloss = tr(G dS) = 2 tr(Rᵀ G dR), so
+   P = tril(2GR): only the lower triangle of 2GR is observed. Rᵀ P agrees with the symmetric K = 2RᵀGR on
+   and below the diagonal (the unobserved strictly upper part U of 2GR adds RᵀU, strictly upper), hence with
+   Φ = tril(Rᵀ P):  K = Φ + Φᵀ - diag Φ  and  G = ½ R⁻ᵀ K R⁻¹.
+2. The loss as a function of η is loss(η₁, η₂ - η₁η₁ᵀ), so by the chain rule
+   ∇_η₂ loss = G  and  ∇_η₁ loss = ∂loss/∂m - 2 G m.
+3. The step on θ with ∇_η ℒ = -∇_η loss:  S⁻¹_new = S⁻¹ + 2γ G,  θ₁,new = S⁻¹m - γ (∂loss/∂m - 2 G m),
+   m_new = S_new θ₁,new, and R_new = chol(S_new). When S⁻¹_new is not positive definite, γ is halved (up to
+   8 times; after that the step is skipped) for this pair only.
+
+With γ = 1 on a conjugate model (Gaussian likelihood, the bound quadratic in (m, S) through η) one step lands
+on the optimal q (tests/test_optim.py checks SVGP against the closed form of Titsias 2009).
+
+Each pair (q_mu, q_sqrt) is one parameter group ({"params": [q_mu, q_sqrt], "lr": γ}), so learning-rate
+schedulers (StepLR, ...) act on γ as on any optimiser's step size.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..numerics.linalg import robust_cholesky
+
+__all__ = ["NaturalGradient", "natural_gradient_step"]
+
+#: how many times the step size is halved before a step that keeps the precision positive definite is given up
+_MAX_HALVINGS = 8
+
+
+def _expectation_gradients(m: Tensor, r: Tensor, grad_m: Tensor, grad_r: Tensor):
+    """(∇_η₁ loss, ∇_η₂ loss = G) from ∂loss/∂m [L, M] and ∂loss/∂R [L, M, M] (steps 1-2 of the module doc)."""
+    r = r.tril()
+    phi = (r.mT @ grad_r.tril()).tril()
+    k = phi + phi.mT - torch.diag_embed(torch.diagonal(phi, dim1=-2, dim2=-1))
+    # G = ½ R⁻ᵀ K R⁻¹ by two triangular solves: R⁻ᵀ K first, then (R⁻ᵀ (R⁻ᵀ K)ᵀ)ᵀ = R⁻ᵀ K R⁻¹ (K symmetric)
+    left = torch.linalg.solve_triangular(r.mT, k, upper=True)
+    g = 0.5 * torch.linalg.solve_triangular(r.mT, left.mT, upper=True).mT
+    g = 0.5 * (g + g.mT)
+    grad_eta1 = grad_m - 2.0 * (g @ m.unsqueeze(-1)).squeeze(-1)
+    return grad_eta1, g
+
+
+@torch.no_grad()
+def natural_gradient_step(q_mu: Tensor, q_sqrt: Tensor, grad_mu: Tensor, grad_sqrt: Tensor, lr: float):
+    """One natural-gradient step of size `lr` on (m, R) from the loss gradients; returns (m_new, R_new, γ used).
+
+    γ used is 0.0 (and m, R are returned unchanged) when no halving of `lr` keeps the precision positive definite.
+    """
+    m = q_mu
+    r = q_sqrt.tril()
+    grad_eta1, grad_eta2 = _expectation_gradients(m, r, grad_mu, grad_sqrt)
+    # S⁻¹ = R⁻ᵀR⁻¹ from R directly (R may have negative diagonal entries: S = RRᵀ all the same)
+    eye = torch.eye(m.shape[-1], dtype=m.dtype, device=m.device).expand_as(r)
+    r_inv = torch.linalg.solve_triangular(r, eye, upper=False)
+    precision = r_inv.mT @ r_inv
+    theta1 = (precision @ m.unsqueeze(-1)).squeeze(-1)
+    gamma = float(lr)
+    for _ in range(_MAX_HALVINGS):
+        new_precision = precision + 2.0 * gamma * grad_eta2
+        chol_p, info = torch.linalg.cholesky_ex(0.5 * (new_precision + new_precision.mT))
+        if not bool((info != 0).any()):
+            break
+        gamma *= 0.5
+    else:
+        return q_mu.clone(), q_sqrt.clone(), 0.0
+    new_theta1 = theta1 - gamma * grad_eta1
+    new_s = torch.cholesky_inverse(chol_p)
+    new_m = (new_s @ new_theta1.unsqueeze(-1)).squeeze(-1)
+    new_s = 0.5 * (new_s + new_s.mT)
+    new_r, info = torch.linalg.cholesky_ex(new_s)
+    if bool((info != 0).any()):  # S_new is PD in exact arithmetic; jitter only when rounding says otherwise
+        new_r = robust_cholesky(new_s)
+    return new_m, new_r, gamma
+
+
+class NaturalGradient(torch.optim.Optimizer):
+    """Natural-gradient descent of loss = -ℒ on whitened Gaussians q(v) = N(m, RRᵀ) (see the module doc).
+
+    Args:
+        params: the Gaussians to update: modules with `natural_parameter_pair()` (e.g. a
+            flowgp.gp.variational.WhitenedGaussian / SparseVariationalGP, or a deep-GP layer's `.gp`), (q_mu, q_sqrt)
+            pairs, or parameter-group dicts {"params": [q_mu, q_sqrt], "lr": ...}.
+        lr: γ, the step size on the natural parameters (1.0 solves a conjugate model in one step).
+
+    Use it next to another optimiser that excludes these parameters (flowgp.training.loop.train does that with
+    `natural_gradient=`); call `step()` after `loss.backward()`. Parameters without a gradient are left alone.
+    """
+
+    def __init__(self, params, lr: float = 0.1):
+        if not (isinstance(lr, (int, float)) and lr > 0):
+            raise ValueError(f"lr must be a positive step size, got {lr!r}")
+        groups = []
+        for item in params:
+            if isinstance(item, dict):
+                group = dict(item)
+                group["params"] = list(group["params"])
+            elif hasattr(item, "natural_parameter_pair"):
+                group = {"params": list(item.natural_parameter_pair())}
+            elif isinstance(item, (tuple, list)):
+                group = {"params": list(item)}
+            else:
+                raise TypeError("NaturalGradient takes modules with natural_parameter_pair() (WhitenedGaussian), "
+                                f"(q_mu, q_sqrt) pairs or parameter-group dicts, got {type(item).__name__}")
+            mu, sqrt = (group["params"] + [None, None])[:2] if len(group["params"]) == 2 else (None, None)
+            if mu is None or mu.dim() < 1 or sqrt.shape != mu.shape + mu.shape[-1:]:
+                shapes = [tuple(p.shape) for p in group["params"]]
+                raise ValueError(f"each natural-gradient group must be a pair (q_mu [L, M], q_sqrt [L, M, M]), "
+                                 f"got shapes {shapes}")
+            groups.append(group)
+        if not groups:
+            raise ValueError("NaturalGradient got no Gaussian to update")
+        super().__init__(groups, {"lr": float(lr)})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One natural-gradient step per pair, from the current `.grad` of q_mu and q_sqrt (those of loss = -ℒ)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            q_mu, q_sqrt = group["params"]
+            if q_mu.grad is None and q_sqrt.grad is None:
+                continue
+            grad_mu = torch.zeros_like(q_mu) if q_mu.grad is None else q_mu.grad
+            grad_sqrt = torch.zeros_like(q_sqrt) if q_sqrt.grad is None else q_sqrt.grad
+            new_m, new_r, used = natural_gradient_step(q_mu, q_sqrt, grad_mu, grad_sqrt, group["lr"])
+            self.state[q_mu]["last_step_size"] = used
+            if used > 0:
+                q_mu.copy_(new_m)
+                q_sqrt.copy_(new_r)
+        return loss
