@@ -1,0 +1,88 @@
+"""How many torch threads a fit uses: a choice that never oversubscribes the cores, set per fit and restored.
+
+torch's default intra-op thread count is the machine's core count. A GP fit runs thousands of small steps, and
+when more threads than free cores are asked for, each step waits for descheduled worker threads: with two other
+CPU-bound processes on two cores, a default `flowgp fit` on 2 000 rows took 374 s with torch's default threads
+and 33 s with one (107-258 ms against 8 ms per step). The same happens when scikit-learn runs several fits at
+once (`n_jobs`) or torchrun starts several processes per machine.
+
+`choose_threads("auto", work=...)` therefore takes
+
+- one thread when a step is too small to gain from more (`work` below `SMALL_STEP_WORK`: the per-step cost of a
+  sparse GP, batch x M² + M³ multiply-adds, under which two threads measured no faster than one), and otherwise
+- the cores this process may run on (its CPU affinity), divided by the processes sharing them (torchrun's
+  `LOCAL_WORLD_SIZE`), and never more than an `OMP_NUM_THREADS` set in the environment (which scikit-learn's
+  and joblib's worker processes set to their share of the cores).
+
+`thread_limit(n)` sets torch's intra-op thread count for a block and restores the previous value after it,
+so nothing is changed for good.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+import torch
+
+__all__ = ["SMALL_STEP_WORK", "available_cores", "choose_threads", "check_threads", "thread_limit", "step_work"]
+
+#: multiply-adds per step below which one thread is as fast as several (batch x M² + M³): at batch 512, M = 100
+#: is 6e6, M = 300 is 7e7; see benchmarks/perf/threads.py for the measurement that sets it
+SMALL_STEP_WORK = 2.0e7
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS reports one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _positive_env(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    return int(value) if value.isdigit() and int(value) >= 1 else None
+
+
+def step_work(batch_size: int, num_inducing: int, layers: int = 1) -> float:
+    """Multiply-adds of one sparse-GP step, the size `choose_threads` compares with `SMALL_STEP_WORK`."""
+    m = float(num_inducing)
+    return float(layers) * (float(batch_size) * m * m + m ** 3)
+
+
+def check_threads(threads) -> None:
+    """ValueError/TypeError unless `threads` is "auto", None (leave torch's setting) or a positive integer."""
+    if threads is None or threads == "auto":
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int):
+        raise TypeError(f"threads must be 'auto', None or a positive integer, got {threads!r}")
+    if threads < 1:
+        raise ValueError(f"threads must be a positive integer (or 'auto'), got {threads}")
+
+
+def choose_threads(threads="auto", *, work: float | None = None, processes: int | None = None) -> int | None:
+    """The torch thread count for a fit (module docstring): `threads` itself when it is an integer, None when it
+    is None (torch's setting is left alone), else the "auto" choice for a step of `work` multiply-adds run by
+    `processes` processes per machine (default: torchrun's LOCAL_WORLD_SIZE, else 1)."""
+    check_threads(threads)
+    if threads is None or isinstance(threads, int):
+        return threads
+    if work is not None and work < SMALL_STEP_WORK:
+        return 1
+    sharing = processes if processes is not None else (_positive_env("LOCAL_WORLD_SIZE") or 1)
+    share = max(1, available_cores() // max(1, int(sharing)))
+    cap = _positive_env("OMP_NUM_THREADS")
+    return min(share, cap) if cap is not None else share
+
+
+@contextmanager
+def thread_limit(threads: int | None):
+    """torch's intra-op thread count set to `threads` inside the block (None: unchanged), restored after it."""
+    previous = torch.get_num_threads()
+    if threads is not None and threads != previous:
+        torch.set_num_threads(int(threads))
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != previous:
+            torch.set_num_threads(previous)
