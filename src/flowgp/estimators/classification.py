@@ -347,11 +347,15 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
     def fit(self, X, y=None):
         """Fit on X [n_samples, n_features] and labels y [n_samples] (any sortable labels); returns self.
 
-        With `robust` (default) the SVGP classifier (the flow at the identity) is fitted first for
-        `RobustFit.svgp_epochs` of the epochs, the TGP classifier starts exactly there (its q(u), kernel and
-        inducing inputs, the flow at the identity) and trains for the rest, the state with the best
-        full-data bound is kept, and `BoundBelowSVGPWarning` says when the result ends below the SVGP's bound.
-        The SVGP stage and the flow stage use Adam (the likelihoods are not conjugate: no natural gradients).
+        With `robust` (default) the SVGP classifier (the flow at the identity) is fitted first - the same fit as
+        `SVGPClassifier` with these settings: all `epochs`, its optimiser and seeds, the best full-data bound
+        kept - and the TGP classifier starts exactly there (its q(u), kernel and inducing inputs, the flow at
+        the identity: the same bound) and trains for `RobustFit.classifier_flow_epochs(epochs)` more (`epochs`
+        at the default: a robust fit takes twice the steps of a plain one). The state with the best full-data
+        bound is kept, so the result is never below that SVGPClassifier's bound for a flow that holds the
+        identity (e.g. 'sal'), and `BoundBelowSVGPWarning` says when it still ends below. Both stages use Adam
+        (the likelihoods are not conjugate); a half-length SVGP stage left the GP under-trained at small
+        budgets (`RobustFit.svgp_epochs`). `fit_report_` gives the bound per point after each stage.
         """
         options = self._robust_options()
         if options is None or is_table(X):
@@ -384,8 +388,10 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
         else:
             every = None if self.batch_size is None and len(self.classes_) == 2 else \
                 -(-n // (n if self.batch_size is None else int(self.batch_size)))
+        # the SVGP stage is the SVGPClassifier's own fit (same build, epochs, schedule and seeds): its likelihoods
+        # are not conjugate, and a shorter stage ends below that fit and leaves the flow model's GP behind
         svgp = self._build(xt, yt, flow="identity", input_dependent=None)
-        svgp_epochs = int(round(options.svgp_epochs * self.epochs))
+        svgp_epochs, flow_epochs = self.epochs, options.classifier_flow_epochs(self.epochs)
         keeper = BestState(svgp, bound, every) if options.keep_best else None
         self._train_model(svgp, xt, yt, svgp_epochs, ".svgp", keeper, sampler=sampler)
         if keeper is not None:
@@ -394,17 +400,19 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
         model = self._build(xt, yt)
         self._initialise_flow(model, self.generator(device="cpu"), xt, init="identity")
         model.gp.load_state_dict(svgp.gp.state_dict())
-        report = {"n": n, "svgp_bound": svgp_bound / n, "warm_start_bound": bound(model) / n}
+        report = {"n": n, "svgp_epochs": svgp_epochs, "flow_epochs": flow_epochs, "svgp_bound": svgp_bound / n,
+                  "warm_start_bound": bound(model) / n}
         keeper = BestState(model, bound, every) if options.keep_best and self.which_stages() is None else None
-        self.history_ = self._train_model(model, xt, yt, max(1, self.epochs - svgp_epochs) if self.epochs else 0,
-                                          "", keeper, sampler=sampler)
+        self.history_ = self._train_model(model, xt, yt, flow_epochs, "", keeper, sampler=sampler)
         if keeper is not None:
             keeper.finish(model)
         self.model_ = model
         report["bound"] = bound(model) / n
         self.fit_report_ = report
         self.svgp_ = svgp
-        warn_below_svgp(type(self).__name__, report["bound"], report["svgp_bound"], options.tolerance)
+        # start: a flow that only approximates the identity (e.g. 'tanh') is told apart from an optimiser's failure
+        warn_below_svgp(type(self).__name__, report["bound"], report["svgp_bound"], options.tolerance,
+                        start=report["warm_start_bound"])
         return self
 
     def _robust_options(self):

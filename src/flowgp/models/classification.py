@@ -41,6 +41,12 @@ __all__ = ["TGPClassification", "CLASSIFICATION_LIKELIHOODS"]
 #: Multiclass likelihood names accepted by TGPClassification (binary problems always use the probit).
 CLASSIFICATION_LIKELIHOODS = ("softmax", "robustmax")
 
+#: lower end of the standardised argument of log Φ in the warped robust max: Φ(-1000) = exp(-500 007) is 0 in
+#: float32 and float64 alike, so a factor there or below makes its product exactly 0 either way (value and
+#: gradient), while torch's log_ndtr gradient breaks down further out (wrong beyond about -1e7, inf at -4.5e9:
+#: a steep warp of one latent then turned a training step into NaN)
+_LOG_CDF_FLOOR = -1e3
+
 
 def _is_identity(flow: Flow) -> bool:
     return bool(getattr(flow, "is_identity", False))
@@ -263,7 +269,7 @@ class TGPClassification(nn.Module):
             high_in = torch.where(torch.isfinite(high), high - tiny * (1 + high.abs()), high)
             inside = torch.minimum(torch.maximum(g_y, low_in), high_in)
         back = self.flow.inverse(inside, x, validate=False, sampling=sampling)  # G_c⁻¹(G_y(f_y))
-        log_cdf = torch.special.log_ndtr((back - mean) / std)  # [Q, (S,) N, C]
+        log_cdf = torch.special.log_ndtr(((back - mean) / std).clamp_min(_LOG_CDF_FLOOR))  # [Q, (S,) N, C]
         if bounds is not None:
             # outside G_c's range the factor is its limit, set after log_ndtr so no gradient meets an infinity
             log_cdf = torch.where(g_y >= high, torch.zeros_like(log_cdf), log_cdf)
