@@ -40,12 +40,12 @@ The authors' objective, by name (`objective="per-slot"`). The per-slot draw of t
 DREG authors' published code trains (their Table 1), so `LatentDeepGP` keeps it as a named training objective,
 `per_slot_objective`, documented as the published objective and never called a bound: with the log outside the
 expectation over the shared q(U), nothing keeps it below log p(y). Its measured over-statement, both from
-docs/results/ldgp-uci-reference ("Validity of the bound", "Thirtieth session"): 0.9-1.5 nats above the valid bound
-on the validity problem (K = 5 / 50 / 500: +1.52 / +0.88 / +1.16; brute-force log p(y) = -4.941, which it stayed
-below there), and 0.43-0.60 nats per training point above it on power fits trained on it with K = 50. `elbo` is
-always the bound; the training loop maximises `training_objective`, which is the one the model's `objective`
-names ("bound" by default). With per-slot draws log w_k depends on z_k alone, so every DREG variant is eq. D.23
-exactly there (the authors' DREG).
+docs/results/ldgp-uci-reference ("Validity of the bound"; "What the per-slot objective trains towards"): 0.9-1.5
+nats above the valid bound on the validity problem (K = 5 / 50 / 500: +1.52 / +0.88 / +1.16; brute-force
+log p(y) = -4.941, which it stayed below there), and 0.43-0.60 nats per training point above it on power fits
+trained on it with K = 50. `elbo` is always the bound; the training loop maximises `training_objective`, which is
+the one the model's `objective` names ("bound" by default). With per-slot draws log w_k depends on z_k alone, so
+every DREG variant is eq. D.23 exactly there (the authors' DREG).
 
 Test log-likelihoods (supplement E.3) draw f at each (x*, z_s) from its marginal: each term N(y*; ...) is then an
 unbiased estimate of p(y* | x*) and their mean is too, whatever the correlation between terms.
