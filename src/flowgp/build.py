@@ -165,7 +165,7 @@ class DeepGPConfig:
 @dataclass(frozen=True)
 class LatentDeepGPConfig:
     """Latent-variable deep GP trained by importance-weighted VI (DGP-IWVI supplement E.2), see
-    `models.latent_deep_gp.build_latent_deep_gp`."""
+    `models.latent.model.build_latent_deep_gp`."""
 
     layers: int = 2
     latent_dim: int = 1
@@ -176,6 +176,8 @@ class LatentDeepGPConfig:
     noise: float = 0.01
     num_importance: int = 5
     gradient: str = "dreg"
+    #: "bound" (L_K) or "per-slot" (the DREG authors' published objective, not a bound)
+    objective: str = "bound"
     learn_inducing: bool = True
     kmeans_restarts: int = 10
     hidden_layer: str = "pca"
@@ -376,6 +378,7 @@ def _build_latent(config: LatentDeepGPConfig, x, y, *, generator=None):
         x, y, int(config.layers), latent_dim=int(config.latent_dim), num_inducing=int(config.num_inducing),
         amortized=bool(config.amortized), hidden_width=int(config.hidden_width), kernel=config.kernel,
         noise=config.noise, num_importance=int(config.num_importance), gradient=config.gradient,
+        objective=config.objective,
         kmeans_restarts=config.kmeans_restarts, learn_inducing=config.learn_inducing, seed=_kmeans_seed(generator),
         hidden_layer=config.hidden_layer, q_var_init=config.q_var_init, hidden_q_var_init=config.hidden_q_var_init,
         learn_hidden_variance=config.learn_hidden_variance, encoder_skips=config.encoder_skips,

@@ -15,7 +15,8 @@ __all__ = ["main"]
 
 #: `flowgp fit` flags that set a named model's options (`flowgp.registry.MODELS`), flag -> option name
 _OPTION_FLAGS = {"--flow": "flow", "--flow-init": "flow_init", "--layers": "layers", "--posterior": "posterior",
-                 "--num-importance": "num_importance", "--gradient": "gradient", "--compile": "compile"}
+                 "--num-importance": "num_importance", "--gradient": "gradient", "--objective": "objective",
+                 "--compile": "compile"}
 
 
 def _models():
@@ -395,6 +396,10 @@ def main(argv=None) -> int:
     p_fit.add_argument("--gradient", default=None, choices=["dreg", "dreg-d23", "dreg-eps", "reg"],
                        help="ldgp: q(z) gradient estimator (default dreg; flowgp.models.latent.model."
                             "GRADIENT_ESTIMATORS)")
+    # flowgp.models.latent.model.OBJECTIVES, written out so that --help does not import torch
+    p_fit.add_argument("--objective", default=None, choices=["bound", "per-slot"],
+                       help="ldgp: what training maximises: the importance-weighted bound (default) or the DREG "
+                            "authors' published per-slot objective, which is not a bound")
     p_fit.add_argument("--kernel", default=None, help="default rbf (single-output models)")
     p_fit.add_argument("--num-inducing", type=int, default=None,
                        help="default 100 (multi-output models: the estimator's own rule)")

@@ -207,12 +207,22 @@ def _builtins() -> list:
                      defaults={"num_importance": 5, "num_samples_predict": 10000},
                      description=f"{n}-layer latent-variable deep GP, IWVI with {g}")
           for n in range(1, 5) for g in ("dreg", "dreg-d23", "dreg-eps", "reg")],
+        # the DREG authors' published training objective (their Table 1): hidden layers drawn per slot, NOT a bound
+        # (flowgp.models.latent.model); its rows record `train_objective`, never `train_elbo`. Every DREG name is
+        # eq. D.23 exactly under per-slot draws, so only "dreg" and "reg"; a one-layer model has no hidden layer
+        *[NamedModel(f"ldgp{n}-{g}-per-slot", "LatentDeepGPRegressor",
+                     fixed={"layers": n, "gradient": g, "objective": "per-slot"},
+                     defaults={"num_importance": 5, "num_samples_predict": 10000},
+                     description=f"{n}-layer latent-variable deep GP, {g}, the DREG authors' per-slot objective "
+                                 "(not a bound)")
+          for n in range(2, 5) for g in ("dreg", "reg")],
         # the CLI's deep models, depth and q(U) family / q(z) gradient as options (`flowgp fit --model dgp --layers 3`)
         NamedModel("dgp", "DeepGPRegressor", "DeepGPClassifier",
                    defaults={"layers": 2, "posterior": "gaussian", **_DEEP_OPTIONS},
                    description="deep GP, depth and q(U) family as options"),
         NamedModel("ldgp", "LatentDeepGPRegressor",
-                   defaults={"layers": 2, "num_importance": 5, "gradient": "dreg", "num_samples_predict": 10000},
+                   defaults={"layers": 2, "num_importance": 5, "gradient": "dreg", "objective": "bound",
+                             "num_samples_predict": 10000},
                    description="latent-variable deep GP, depth as an option"),
     ]
     # issue 8: AMO-GP and its ablations (alignment / warping layers); the bench trains "minibatch" models in

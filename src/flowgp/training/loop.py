@@ -1,9 +1,10 @@
 """The one optimisation loop of flowgp: every fit, flow initialisation and latent-DGP run goes through `train`.
 
-`train(model, x, y)` maximises model.elbo(x_b, y_b, num_data=N) over minibatches (or minimises a `loss=` hook)
-with Adam or any torch.optim optimiser, optionally with natural-gradient steps on Gaussian q(v)
-(`flowgp.training.natural_gradients.NaturalGradient`, Salimbeni et al. 2018) next to it, learning-rate schedules, the fixed-noise
-schedule, early stopping on a plateau, a per-step callback, a progress bar and resumable checkpoints.
+`train(model, x, y)` maximises model.elbo(x_b, y_b, num_data=N) (a model's `training_objective` where it has one)
+over minibatches (or minimises a `loss=` hook) with Adam or any torch.optim optimiser, optionally with
+natural-gradient steps on Gaussian q(v) (`flowgp.training.natural_gradients.NaturalGradient`, Salimbeni et al. 2018) next to it,
+learning-rate schedules, the fixed-noise schedule, early stopping on a plateau, a per-step callback, a progress bar
+and resumable checkpoints.
 
 - Data come from a sampler (`flowgp.training.batches.ArrayBatches` for tensors): the loop never sees the whole data set,
   so a data-parallel version only wraps the sampler and the gradient reduction.
@@ -164,8 +165,10 @@ def _check_count(value, name: str, allow_none: bool = False):
 
 
 def _elbo_objective(model, sampler, num_data: int, generator: torch.Generator):
-    """-model.elbo(x_b, y_b, num_data=N, ...) with the keyword arguments its signature declares."""
-    elbo = getattr(model, "elbo", None)
+    """-model.elbo(x_b, y_b, num_data=N, ...) with the keyword arguments its signature declares; a model whose
+    training objective may differ from its bound (the latent deep GP's per-slot objective) names it
+    `training_objective`, with elbo's signature, and that is used instead."""
+    elbo = getattr(model, "training_objective", None) or getattr(model, "elbo", None)
     if not callable(elbo):
         raise TypeError(f"{type(model).__name__} has no elbo(x, y, num_data) method; pass loss=callable(model, "
                         "batch, num_data, generator) for another objective")
