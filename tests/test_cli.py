@@ -373,9 +373,11 @@ def test_predict_takes_a_device_and_a_gpu_model_loads_on_a_cpu_only_machine(tmp_
     model = tmp_path / "m.pt"
     assert main(["fit", "--csv", str(csv), "--target", "target", "--model", "svgp", "--epochs", "5",
                  "--num-inducing", "5", "--quiet", "--out", str(model)]) == 0
-    est = flowgp.estimators.load(model)
-    est.set_params(device="cuda")  # what a GPU fit saves
-    est.save(model)
+    from flowgp.training.checkpoint import atomic_save, safe_load
+
+    state = safe_load(model)
+    state["params"]["device"] = "cuda"  # what a GPU fit saves
+    atomic_save(state, model)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.warns(UserWarning, match="no CUDA device: loading it on the CPU"):
         back = flowgp.estimators.load(model)

@@ -1,5 +1,6 @@
 """flowgp: scalable Gaussian processes reshaped by normalizing flows (TGP, v-WGP, deep GPs, AMO-GP) in PyTorch."""
 from . import flows
+from .compat import library_version
 from .gp import kernels, likelihoods
 from .reporting import metrics
 from .estimators import (
@@ -20,7 +21,7 @@ from .gp.likelihoods import GaussianLikelihood
 from .models import SVGP, TGP, WarpedGP
 from .gp.variational import SparseVariationalGP
 
-__version__ = "0.2.0"
+__version__ = library_version()
 
 __all__ = [
     "SVGP", "TGP", "WarpedGP", "SparseVariationalGP", "GaussianLikelihood",

@@ -13,7 +13,17 @@ from __future__ import annotations
 import re
 import warnings
 
-__all__ = ["MOVED_MODULES", "SavedFileUpgradeWarning", "current_class_path"]
+__all__ = ["MOVED_MODULES", "SavedFileUpgradeWarning", "current_class_path", "library_version"]
+
+
+def library_version() -> str:
+    """The installed flowgp's version (its package metadata), written into checkpoints' fingerprints."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("flowgp")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 class SavedFileUpgradeWarning(UserWarning):

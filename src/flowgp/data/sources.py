@@ -17,6 +17,7 @@ sample of bounded size (Vitter's algorithm R) for the k-means initialisation of 
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -29,7 +30,7 @@ import numpy as np
 from .tables import select_columns
 
 __all__ = ["check_table", "table_writer", "ArraySource", "ParquetSource", "open_table", "is_table", "scan", "TableStats", "BLOCK_ROWS",
-           "write_table"]
+           "write_table", "DataDigest", "data_digest"]
 
 #: rows per block of a memory-mapped array (the unit of the two-level shuffle and of sequential passes)
 BLOCK_ROWS = 65536
@@ -367,6 +368,65 @@ def check_table(data, target=None, features: Optional[Sequence[str]] = None, *, 
     raise ValueError(f"{name} {data}: unknown format {suffix!r}; use .csv, .parquet or .npy")
 
 
+def _as_rows(a, name: str) -> np.ndarray:
+    """`a` (numpy or torch) as a C-ordered numpy array whose bytes stand for its values: numbers as float64
+    (labels 0/1 as ints or floats hash alike), text as fixed-width unicode."""
+    if hasattr(a, "detach"):  # a torch tensor
+        a = a.detach().cpu().numpy()
+    a = np.asarray(a)
+    if a.dtype.kind in "biuf":
+        return np.ascontiguousarray(a, dtype=np.float64)
+    if a.dtype.kind in "US":
+        return np.ascontiguousarray(a)
+    if a.dtype.kind == "O":
+        return np.ascontiguousarray(a.astype(str))  # e.g. string labels held as objects
+    raise TypeError(f"cannot digest {name} of dtype {a.dtype}")
+
+
+class DataDigest:
+    """Incremental SHA-256 of a data set's rows: `update(x, y)` per chunk, `hexdigest()` at the end; what a
+    training checkpoint's fingerprint records of the data (`flowgp.training.checkpoint.FingerprintedPath`).
+
+    x [rows, ...] and y [rows, ...] (y may be None throughout) go to separate hashers, so the result depends on
+    the concatenated rows only, whatever the chunk sizes: a table streamed in blocks (`scan`, which feeds it in
+    its one pass) has the digest of the same rows given as arrays (the estimators' input standardisation).
+    """
+
+    def __init__(self):
+        self.rows = 0
+        self.x_shape: tuple | None = None
+        self.y_kind: str | None = None
+        self.x_hash = hashlib.sha256()
+        self.y_hash = hashlib.sha256()
+
+    def update(self, x, y=None) -> "DataDigest":
+        x = _as_rows(x, "x")
+        if self.x_shape is None:
+            self.x_shape = x.shape[1:]
+        elif x.shape[1:] != self.x_shape:
+            raise ValueError(f"a chunk of x has shape {x.shape[1:]} per row, the first had {self.x_shape}")
+        if x.size:
+            self.x_hash.update(memoryview(x).cast("B"))
+        if y is not None:
+            y = _as_rows(y, "y")
+            self.y_kind = self.y_kind or f"{y.dtype.str}{y.shape[1:]}"
+            if y.size:
+                self.y_hash.update(memoryview(y).cast("B"))
+        self.rows += x.shape[0]
+        return self
+
+    def hexdigest(self) -> str:
+        summary = f"rows={self.rows};x{self.x_shape}={self.x_hash.hexdigest()}"
+        if self.y_kind is not None:
+            summary += f";y{self.y_kind}={self.y_hash.hexdigest()}"
+        return hashlib.sha256(summary.encode()).hexdigest()
+
+
+def data_digest(x, y=None) -> str:
+    """The `DataDigest` of the rows (x, y) in one chunk."""
+    return DataDigest().update(x, y).hexdigest()
+
+
 @dataclass
 class TableStats:
     """What one streaming pass learns: rows, per-feature mean and std, the target's mean, std, min and max,
@@ -386,6 +446,8 @@ class TableStats:
     #: per group of rows (scan with group_feature: the groups are the values 0..G-1 of that feature column):
     #: "count" [G], the target's "y_mean" and "y_std" [G], each feature's "x_min" and "x_max" [G, D]
     groups: Optional[dict] = None
+    #: SHA-256 of the rows (`DataDigest`, fed in the same pass): what a fit trained on
+    digest: Optional[str] = None
 
 
 def scan(source, sample_size: int = 10000, seed: int = 0, chunk_rows: int = BLOCK_ROWS,
@@ -398,8 +460,11 @@ def scan(source, sample_size: int = 10000, seed: int = 0, chunk_rows: int = BLOC
     labels: every class, not only those the sample happens to hold), up to that many (more: y_values None).
     With `group_feature` (a feature column holding integers 0..G-1, e.g. the series of a multi-output table)
     the same pass also gives each group's row count, target mean and std (the same pairwise combination) and
-    feature ranges (`TableStats.groups`); a value that is not a non-negative integer raises ValueError."""
+    feature ranges (`TableStats.groups`); a value that is not a non-negative integer raises ValueError.
+    The same pass feeds the rows to a `DataDigest` (`TableStats.digest`): the digest of
+    the same rows given as arrays, whatever the chunking."""
     rng = np.random.default_rng(seed)
+    digest = DataDigest()
     count = 0
     mean = m2 = None
     y_stats = [0.0, 0.0, np.inf, -np.inf]  # mean, m2, min, max
@@ -416,6 +481,7 @@ def scan(source, sample_size: int = 10000, seed: int = 0, chunk_rows: int = BLOC
         if bad.any():
             raise ValueError(f"{name}: row {count + int(np.argmax(bad))} holds NaN or inf (or an empty field); "
                              "drop or impute those rows first")
+        digest.update(x, y)
         cm, cv = x.mean(0), ((x - x.mean(0)) ** 2).sum(0)
         if mean is None:
             mean, m2 = cm, cv
@@ -461,7 +527,7 @@ def scan(source, sample_size: int = 10000, seed: int = 0, chunk_rows: int = BLOC
     y_std = float(np.sqrt(y_stats[1] / count))
     values = None if labels is None else np.array(sorted(labels))
     return TableStats(count, mean, std, y_stats[0], y_std, y_stats[2], y_stats[3], sample_x, sample_y, values,
-                      None if group is None else group.result())
+                      None if group is None else group.result(), digest.hexdigest())
 
 
 class _GroupMoments:

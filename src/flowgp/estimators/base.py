@@ -19,9 +19,9 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_array, column_or_1d
 
 from ..build import DTYPES, InputDependence, resolve_dtype
-from ..training.checkpoint import atomic_save, safe_load
-from ..flows import Flow
-from ..flows.serialization import flow_from_record, flow_to_record
+from ..training.checkpoint import FingerprintedPath, atomic_save, safe_load
+from ..data.sources import data_digest
+from .params import fitted_params, fitting, params_fingerprint, params_for_file, params_from_file
 
 __all__ = ["Estimator", "InputDependentFlowOptions", "as_float_array", "as_2d_float", "as_1d_float",
            "positive_int", "central_probabilities", "FORMAT", "DTYPES"]
@@ -95,15 +95,6 @@ def central_probabilities(level) -> tuple:
     return (1 - level) / 2, (1 + level) / 2
 
 
-def _flow_to_saved(flow):
-    """A Flow object as a weights_only-safe record (class path, constructor arguments, state dict)."""
-    return {"record": flow_to_record(flow)}
-
-
-def _flow_from_saved(saved):
-    return flow_from_record(saved["record"])
-
-
 class Estimator:
     """Machinery every flowgp estimator shares: dtype, input standardisation, fitted check, save/load.
 
@@ -113,9 +104,44 @@ class Estimator:
     input scaling) and `_restore(state)` (sets those attributes back and rebuilds `model_` with the saved
     shapes, before the weights are loaded). Parameters named in `OBJECT_PARAMS` may hold objects (a Flow, a
     Kernel): they are saved as their spec string when given as one, as a record when given as a Flow object.
+
+    Every `fit` and `fit_stream` a subclass defines runs through `flowgp.estimators.params.fitting`: the
+    parameters are checked and normalised first (numpy values made plain; a value `save` could not write is a
+    TypeError before any work), and their snapshot `fitted_params_` is what `save` records and what a training
+    checkpoint's fingerprint (`training_fingerprint`) holds.
     """
 
     OBJECT_PARAMS = ("kernel", "flow")
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in ("fit", "fit_stream"):
+            if name in vars(cls):
+                setattr(cls, name, fitting(vars(cls)[name]))
+
+    def _start_fit(self, fitted: dict) -> None:
+        """Begin a fit with parameters `fitted` (from `fitting`): the previous fit's model and data digest are
+        dropped, so a fit that raises leaves no model rather than the previous one under these parameters."""
+        for name in ("model_", "_data_digest"):
+            vars(self).pop(name, None)
+        self.fitted_params_ = fitted
+
+    def _record_training_data(self, digest: str) -> None:
+        """Keep the digest of the rows this fit trains on (`flowgp.data.sources.DataDigest`) for
+        `training_fingerprint`; every fit records it in the pass that standardises the data."""
+        self._data_digest = digest
+
+    def training_fingerprint(self) -> dict | None:
+        """What a training checkpoint of this fit records and must match to be resumed (`flowgp.training.checkpoint`):
+        the digest of the training rows, the estimator class, the flowgp version and the fitted parameters
+        (`params.params_fingerprint`); None before the fit has recorded its data."""
+        from ..compat import library_version
+
+        digest = vars(self).get("_data_digest")
+        if digest is None:
+            return None
+        return {"data": digest, "estimator": type(self).__name__, "flowgp version": library_version(),
+                **params_fingerprint(self)}
 
     def _store_arguments(self, arguments: dict) -> None:
         """Keep every constructor argument as an attribute of the same name, unchanged.
@@ -152,20 +178,28 @@ class Estimator:
             arguments = ", ".join(needed)
             raise NotFittedYet(f"this {type(self).__name__} is not fitted yet; call fit({arguments}) first")
 
-    def checkpoint_path(self, suffix: str = "") -> str | None:
-        """The `checkpoint` parameter as a path (None: no checkpoint); `suffix` names a separate training stage."""
+    def checkpoint_path(self, suffix: str = "") -> FingerprintedPath | str | None:
+        """The `checkpoint` parameter as a path (None: no checkpoint); `suffix` names a separate training stage.
+        It carries this fit's `training_fingerprint` (`flowgp.training.checkpoint.FingerprintedPath`), so the training
+        loop resumes the file only if it was written by this fit (same data, parameters, class and version)."""
         checkpoint = getattr(self, "checkpoint", None)
         if checkpoint is None:
             return None
         if not isinstance(checkpoint, (str, Path)):
             raise TypeError(f"checkpoint must be a file path (str or Path) or None, got {type(checkpoint).__name__}")
-        return str(checkpoint) + suffix
+        fingerprint = self.training_fingerprint()
+        path = str(checkpoint) + suffix
+        # without a recorded digest the loop digests the data tensors it is given itself
+        return path if fingerprint is None else FingerprintedPath(path, fingerprint)
 
     # ----- input scaling -----------------------------------------------------------------------------------
-    def fit_input_scaling(self, X: np.ndarray, per_feature: bool = True) -> torch.Tensor:
+    def fit_input_scaling(self, X: np.ndarray, per_feature: bool = True, y=None) -> torch.Tensor:
         """Learn the standardisation of the training inputs (per feature, or with `per_feature=False` one mean
-        and scale for all features, repeated per feature); returns them scaled, as a tensor."""
+        and scale for all features, repeated per feature); returns them scaled, as a tensor. The digest of the
+        training rows (X, and the targets `y` as given) is taken here too, while X is read for its moments:
+        what a training checkpoint's fingerprint records (`training_fingerprint`)."""
         self.n_features_in_ = X.shape[1]
+        self._record_training_data(data_digest(X, y))
         if per_feature:
             mean, std = X.mean(0), X.std(0)
         else:
@@ -192,6 +226,7 @@ class Estimator:
                 return bool(vars(klass).get("STREAMED_FIT", False))
         return False
 
+    @fitting
     def fit_stream(self, data, target=None, *, features=None, sample_size: int = 10000, callback=None):
         """Fit on a table streamed in chunks: a path (.csv, .parquet, .npy), an iterator of (X, y) chunks or a
         flowgp.data.sources source; `target` names the target column (an index for .npy, default the last).
@@ -228,6 +263,7 @@ class Estimator:
             if stats.num_rows < 2:
                 raise ValueError(f"need at least 2 training points, got n_samples = {stats.num_rows}")
             ys = self._stream_targets(stats)  # sets what the targets' transform needs; the sample's targets
+            self._record_training_data(stats.digest)  # taken in the scan's one pass
             self.n_features_in_ = len(source.feature_names)
             self.feature_names_ = list(source.feature_names)
             self.x_mean_ = stats.x_mean
@@ -342,22 +378,6 @@ class Estimator:
         return mean, std, lower, upper, None if y is None else self.log_predictive_density(x, y)
 
     # ----- save / load -------------------------------------------------------------------------------------
-    def _saved_objects(self) -> tuple[dict, dict]:
-        """(spec strings, flow records) of the object parameters."""
-        specs, records = {}, {}
-        params = self.get_params()
-        for name in self.OBJECT_PARAMS:
-            if name not in params:
-                continue
-            value = params[name]
-            if isinstance(value, Flow):
-                records[name] = _flow_to_saved(value)
-            elif isinstance(value, str) or value is None:
-                specs[name] = value
-            else:  # a Kernel object: its spec string (the fitted weights come back with the model's state)
-                specs[name] = value.spec
-        return specs, records
-
     def _extra_state(self) -> dict:
         return {}
 
@@ -365,13 +385,17 @@ class Estimator:
         raise NotImplementedError
 
     def save(self, path):
-        """Write the fitted estimator atomically to `path` (a torch file loadable with weights_only=True)."""
+        """Write the fitted estimator atomically to `path` (a torch file loadable with weights_only=True).
+
+        The file records the parameters the model was fitted with (`fitted_params_`; a `set_params` after the
+        fit is not the fitted model), without `checkpoint`: a training checkpoint belongs to the fit that wrote
+        it, so the loaded estimator has checkpoint=None and a refit of it trains afresh. Object parameters are
+        saved as their spec string (a Kernel: the fitted weights come back with the model's state) or, for a
+        Flow object, as a record."""
         self.check_fitted()
-        params = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.get_params().items()
-                  if k not in self.OBJECT_PARAMS}
-        specs, records = self._saved_objects()
+        sections = params_for_file(self)
         state = {
-            "format": FORMAT, "class": type(self).__name__, "params": params, "spec": specs, "records": records,
+            "format": FORMAT, "class": type(self).__name__, **sections,
             "n_features_in": self.n_features_in_, "x_mean": torch.as_tensor(np.asarray(self.x_mean_, np.float64)),
             "x_std": torch.as_tensor(np.asarray(self.x_std_, np.float64)), "history": list(getattr(self, "history_", [])),
             "model": {k: v.detach().cpu() for k, v in self.model_.state_dict().items()},
@@ -404,8 +428,8 @@ class Estimator:
         target = cls._subclass_named(state.get("class"))
         if target is None:
             raise ValueError(f"{path} holds a {state.get('class')}, not a {cls.__name__}")
-        params = {_RENAMED_PARAMETERS.get((target.__name__, name), name): value
-                  for name, value in state["params"].items()}
+        arguments = params_from_file(state["params"], state.get("records", {}))
+        params = {_RENAMED_PARAMETERS.get((target.__name__, name), name): value for name, value in arguments.items()}
         for (owner, name), value in _VALUE_BEFORE_PARAMETER.items():
             if owner == target.__name__ and name not in params:
                 params[name] = value
@@ -413,8 +437,8 @@ class Estimator:
             params["device"] = device
         else:
             params["device"] = _device_here(params.get("device") or "cpu", path)
-        objects = {name: _flow_from_saved(saved) for name, saved in state.get("records", {}).items()}
-        est = target(**params, **state["spec"], **objects)
+        est = target(**params, **state["spec"])
+        est.fitted_params_ = fitted_params(est)
         est.n_features_in_ = int(state["n_features_in"])
         est.x_mean_ = state["x_mean"].numpy()
         est.x_std_ = state["x_std"].numpy()

@@ -146,7 +146,8 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
             documents; it pays off in long fits with small M (benchmarks/step_time.py).
         checkpoint: a file path: training saves its state there (the variance-fixed stage next to it, with
-            the suffix ".stage1") and a later `fit` with the same path continues where it stopped.
+            the suffix ".stage1") and a later `fit` with the same path continues where it stopped (only the
+            same fit: see SVGPRegressor).
     """
 
     def __init__(self, num_inducing=100, kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0,
@@ -237,7 +238,7 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
         X = as_2d_float(X)
         y = check_labels(y, X.shape[0])
         self.classes_ = training_classes(y)
-        xt = self.fit_input_scaling(X)
+        xt = self.fit_input_scaling(X, y=y)
         return xt, self._encode(y, X.shape[0])
 
     def _train_model(self, model, xt, yt, epochs, suffix="", callback=None, sampler=None):

@@ -85,13 +85,14 @@ class _DeepMixin:
             check_image_shape(self.image_shape)
         resolve_dtype(self.dtype)
 
-    def fit_input_scaling(self, X):
+    def fit_input_scaling(self, X, y=None):
         """Standardised inputs; images (`image_shape` given) are scaled by one mean and scale over all pixels
         instead of per pixel, so that the skip and the kernel see the image as it is (pixels on the border,
-        constant over the data, keep their value rather than being set to 0 each)."""
+        constant over the data, keep their value rather than being set to 0 each). `y`: as in
+        Estimator.fit_input_scaling (digested with X)."""
         if self.image_shape is not None:
             check_image_shape(self.image_shape, X.shape[1])
-        return super().fit_input_scaling(X, per_feature=self.image_shape is None)
+        return super().fit_input_scaling(X, per_feature=self.image_shape is None, y=y)
 
     def _generator(self, device, seed=None):
         return self.generator(seed, device)
@@ -285,7 +286,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         if is_table(X):
             return self._fit_table(X, y)
         X, y = self._training_data(X, y)
-        xt = self.fit_input_scaling(X)
+        xt = self.fit_input_scaling(X, y=y)
         self.y_shift_, self.y_scale_ = float(y.mean()), (float(y.std()) if y.std() > 0 else 1.0)
         yt = self.tensor((y - self.y_shift_) / self.y_scale_)[:, None]
         self._fit_model(xt, yt)
@@ -391,7 +392,7 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
         X = as_2d_float(X)
         y = check_labels(y, X.shape[0])
         self.classes_ = training_classes(y)
-        xt = self.fit_input_scaling(X)
+        xt = self.fit_input_scaling(X, y=y)
         self._fit_model(xt, self._encode(y, X.shape[0]))
         return self
 

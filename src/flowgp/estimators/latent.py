@@ -47,7 +47,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
             documents; it pays off in long fits with small M (benchmarks/step_time.py).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
-            continues where it stopped.
+            continues where it stopped (only the same fit: see SVGPRegressor).
         extend_checkpoint: with `checkpoint`, a file written with fewer `epochs` (finished or not) is carried on
             to `epochs` on the same trajectory, optimiser states included (`flowgp.training.loop.train(extend_budget=
             True)`): train longer without starting again. Otherwise such a file is refused.
@@ -151,7 +151,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
                                  "amortized=False every row keeps its own q(z_n) in memory - pass arrays")
             return self.fit_stream(X, y, callback=callback)
         X, y = self._training_data(X, y)
-        xt = self.fit_input_scaling(X)
+        xt = self.fit_input_scaling(X, y=y)
         self.y_shift_, self.y_scale_ = float(y.mean()), (float(y.std()) if y.std() > 0 else 1.0)
         yt = self.tensor((y - self.y_shift_) / self.y_scale_)[:, None]
         self.model_ = self._build(xt, yt)

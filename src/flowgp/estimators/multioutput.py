@@ -19,7 +19,7 @@ from ..build import AMOGPConfig, build
 from ..models.amogp.model import layer_curves
 from ..training.natural_gradients import NaturalGradient
 from ..training.loop import EarlyStop, train
-from ..data.sources import is_table
+from ..data.sources import data_digest, is_table
 from .base import Estimator, as_1d_float, as_2d_float, central_probabilities, positive_int
 from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, map_row_chunks
 
@@ -84,7 +84,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
             documents; it pays off in long fits with small M (benchmarks/step_time.py).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
-            continues where it stopped.
+            continues where it stopped (only the same fit: see SVGPRegressor).
     """
 
     def __init__(self, num_inducing=None, num_inducing_alignment=10, num_inducing_warping=10, latent_processes=1,
@@ -221,6 +221,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         self._check_counts(np.bincount(o, minlength=d))
         self.n_outputs_ = d
         self.n_features_in_ = 1
+        self._record_training_data(data_digest(np.column_stack([X[:, 0], o]), y))  # inputs, output index, targets
         self.x_mean_, self.x_std_ = float(X.mean()), float(X.std()) or 1.0
         self.y_mean_ = np.array([y[o == i].mean() for i in range(d)])
         self.y_std_ = np.array([y[o == i].std() or 1.0 for i in range(d)])
@@ -274,6 +275,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             self._check_counts(np.pad(groups["count"], (0, d - seen)))
             self.n_outputs_ = d
             self.n_features_in_ = 1
+            self._record_training_data(stats.digest)  # taken in the scan's one pass
             self.feature_names_ = names  # the table's input and output columns, for predict_to_file
             self.x_mean_, self.x_std_ = float(stats.x_mean[xcol]), float(stats.x_std[xcol]) or 1.0
             self.y_mean_ = groups["y_mean"].astype(np.float64)

@@ -67,7 +67,9 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
             documents; it pays off in long fits with small M (benchmarks/step_time.py).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
-            continues where it stopped (a finished fit is loaded back without training).
+            continues where it stopped (a finished fit is loaded back without training). Only the same fit
+            resumes it (same data, parameters, class, flowgp version): a file written by another fit is a
+            ValueError naming what differs. `save` does not record it (the loaded estimator has None).
         natural_gradient: None (default: Adam on everything) or a step size γ in (0, 1] of natural-gradient
             steps on q(u) (`flowgp.training.natural_gradients.NaturalGradient`), Adam on the rest. γ = 1 is the exact update for the
             Gaussian likelihood; with many inducing points Adam alone is slow to fit q(u): at M = 595 on the
@@ -184,7 +186,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             return self.fit_stream(X, y)
         X, y = self._training_data(X, y)
         self._check_targets(y)
-        xt = self.fit_input_scaling(X)
+        xt = self.fit_input_scaling(X, y=y)
         y_std = float(y.std()) if y.std() > 0 else 1.0
         if self._target_positive():
             self.y_shift_, self.y_scale_ = 0.0, y_std

@@ -193,7 +193,7 @@ class BestState:
             model.load_state_dict(self.state)
 
 
-def warn_below_svgp(name: str, bound: float, svgp_bound: float, tolerance: float, stacklevel: int = 4,
+def warn_below_svgp(name: str, bound: float, svgp_bound: float, tolerance: float, stacklevel: int = 5,
                     start: float | None = None) -> bool:
     """Warn (BoundBelowSVGPWarning) when the per-point `bound` is below `svgp_bound` - `tolerance`; returns
     whether it warned. `start`: the flow model's bound at its warm start (after refinement); a start below the

@@ -12,6 +12,12 @@ rename (kill -9, power loss) leaves that file behind; the next save to the same 
 (those whose writer process is gone, and unnamed-writer ones from older versions after ten minutes). The saved
 file gets the mode an ordinary `open(path, "w")` would give, 0o666 less the user's umask (tempfile's own files
 are 0o600).
+
+A training checkpoint is only ever resumed by the run that wrote it: `flowgp.training.loop.train` records the run's
+fingerprint in it (a flat dict of strings: the digest of the training rows, `flowgp.data.sources.DataDigest`,
+and for an estimator its class, the flowgp version and its parameters) and refuses a file whose fingerprint is
+not this run's with `FingerprintMismatch`, a ValueError naming every field that differs and the fix. The
+estimators hand their fingerprint to `train` with the path, as a `FingerprintedPath`.
 """
 from __future__ import annotations
 
@@ -24,7 +30,8 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["atomic_save", "safe_load", "content_digest", "remove_orphans", "current_umask", "CHECKSUM_KEY"]
+__all__ = ["atomic_save", "safe_load", "content_digest", "remove_orphans", "current_umask", "CHECKSUM_KEY",
+           "FingerprintedPath", "FingerprintMismatch", "fingerprint_differences", "check_fingerprint"]
 
 #: the entry of a saved dict that holds the digest of the rest of it
 CHECKSUM_KEY = "flowgp_sha256"
@@ -202,3 +209,56 @@ def safe_load(path, map_location="cpu"):
             raise ValueError(f"the checkpoint {path} is corrupted: its content does not match its SHA-256 checksum; "
                              "delete it (training then starts afresh) or restore a good copy")
     return obj
+
+
+class FingerprintedPath(os.PathLike):
+    """A checkpoint path with the fingerprint of the run that writes it (`flowgp.training.loop.train` records it
+    in the checkpoint and resumes only a file that holds the same). `fingerprint`: a flat dict of strings."""
+
+    def __init__(self, path, fingerprint: dict):
+        self.path = Path(path)
+        if not isinstance(fingerprint, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in fingerprint.items()):
+            raise TypeError("a checkpoint fingerprint is a dict of strings (field name -> value)")
+        self.fingerprint = dict(fingerprint)
+
+    def __fspath__(self) -> str:
+        return os.fspath(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"FingerprintedPath({str(self.path)!r})"
+
+
+class FingerprintMismatch(ValueError):
+    """A checkpoint was written by a run on other data or with other settings than the one resuming it."""
+
+
+def fingerprint_differences(saved: dict, current: dict) -> list[str]:
+    """'field: <saved> in the checkpoint, <current> now' for every field that differs (absent: 'none')."""
+    out = []
+    for key in sorted(set(saved) | set(current)):
+        old, new = saved.get(key, "none"), current.get(key, "none")
+        if old != new:
+            out.append(f"{key}: {_short(old)} in the checkpoint, {_short(new)} now")
+    return out
+
+
+def _short(value: str, limit: int = 80) -> str:
+    return value if len(value) <= limit else value[:limit - 3] + "..."
+
+
+def check_fingerprint(path, saved, current: dict) -> None:
+    """FingerprintMismatch naming the differing fields and the fix unless the checkpoint at `path` (whose
+    recorded fingerprint is `saved`) was written by this run (`current`)."""
+    if not isinstance(saved, dict):
+        raise FingerprintMismatch(f"the checkpoint {path} holds no readable fingerprint; delete it to train afresh, "
+                                  "or pass another checkpoint path")
+    differences = fingerprint_differences(saved, current)
+    if differences:
+        raise FingerprintMismatch(
+            f"the checkpoint {path} was written by another fit, so resuming from it would hand back that fit's "
+            f"model: {'; '.join(differences)}. Delete {path} to train afresh, or pass another checkpoint path "
+            "(one per fit: e.g. checkpoint=None for cross-validation, whose folds are different fits)")

@@ -18,6 +18,8 @@ and resumable checkpoints.
   permutation of the current epoch and the position in it), both generators' states, the history, the step
   count and the early-stop state, so a resumed run takes exactly the steps the uninterrupted run would have
   taken; and the loop's wall seconds summed over every process that ran it (`checkpoint_training_seconds`).
+  They also record the run's fingerprint (`flowgp.training.checkpoint.FingerprintedPath`: what it was trained on), and a
+  file whose fingerprint is another run's is refused rather than resumed: a fit never hands back another's model.
   They are written every `checkpoint_every` budget units (epochs or steps), when the run ends, and on
   KeyboardInterrupt, always at a completed-step boundary: while a checkpointed run is in the main thread, a
   first Ctrl-C is held until the current step is done (a second one interrupts at once, without saving).
@@ -37,6 +39,7 @@ import math
 import signal
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -45,8 +48,9 @@ import torch
 from tqdm.auto import tqdm
 
 from .batches import ArrayBatches, Batch
-from .checkpoint import atomic_save, safe_load
+from .checkpoint import FingerprintedPath, atomic_save, check_fingerprint, safe_load
 from .compiled import AUTO_PROBE_STEPS, CompiledObjective, compile_pays_off
+from ..data.sources import data_digest
 from .distributed import World, all_reduce_gradients, all_reduce_sum, barrier, broadcast_module, current_world
 from ..numerics.linalg import JitterMemory
 from .natural_gradients import NaturalGradient
@@ -252,6 +256,32 @@ def _check_extension(path, state, budget) -> None:
                          "step, so a longer budget would not continue it; delete the file to start afresh")
 
 
+def _run_fingerprint(checkpoint_path, x, y) -> Optional[dict]:
+    """The fingerprint this run's checkpoint records (`flowgp.training.checkpoint`): the caller's, carried by a
+    `FingerprintedPath` (the estimators': data digest from the pass that standardises, class, version,
+    parameters), else for data given as tensors the digest of x and y (one read of them, only with a
+    checkpoint); None for a sampler without the caller's fingerprint (nothing to compare)."""
+    if isinstance(checkpoint_path, FingerprintedPath):
+        return dict(checkpoint_path.fingerprint)
+    if isinstance(x, torch.Tensor):
+        return {"data": data_digest(x, y)}
+    return None
+
+
+def _check_run_fingerprint(path, state: dict, fingerprint: Optional[dict]) -> None:
+    """FingerprintMismatch (a ValueError naming the differing fields) unless the checkpoint's recorded
+    fingerprint is this run's; a file written before checkpoints recorded one resumes with a warning."""
+    if fingerprint is None:
+        return
+    saved = state.get("fingerprint")
+    if saved is None:
+        warnings.warn(f"the checkpoint {path} records no fingerprint of its data and settings (it was written "
+                      "before flowgp checked them), so nothing shows it belongs to this fit; resuming from it. "
+                      "Delete it to train afresh", stacklevel=3)
+        return
+    check_fingerprint(path, saved, fingerprint)
+
+
 def train(
     model,
     x,
@@ -294,7 +324,12 @@ def train(
         seed: seeds the sampler's generator (seed) and the model's Monte Carlo generator (seed + 1).
         checkpoint_path: resume from this file when it exists, write it every `checkpoint_every` epochs (or
             steps) and at the end. A checkpoint written with another data size, batch size, budget or
-            optimiser set is refused (ValueError naming the difference), except as `extend_budget` allows.
+            optimiser set is refused (ValueError naming the difference), except as `extend_budget` allows;
+            so is one written by another run (`flowgp.training.checkpoint.FingerprintMismatch`, a ValueError naming
+            the fields): the checkpoint records the run's fingerprint, the one a
+            `flowgp.training.checkpoint.FingerprintedPath` carries, else for tensors x, y a digest of them (for a
+            sampler without one, nothing). A finished checkpoint of the same run is loaded back without
+            training. Files written before fingerprints existed resume with a warning.
         desc: label of the progress bar (shown when `verbose`).
         optimizer: None (Adam), a torch.optim.Optimizer class (built with lr=lr), or a factory
             callable(params) -> optimiser. Closure-based optimisers (L-BFGS) are stepped with a closure.
@@ -460,6 +495,7 @@ def train(
     earlier_seconds = 0.0  # wall seconds of the loop in the processes that wrote the checkpoint
     run_start = time.perf_counter()
     path = None if checkpoint_path is None else Path(checkpoint_path)
+    fingerprint = None if path is None else _run_fingerprint(checkpoint_path, x, y)
     if path is not None and path.exists():
         state = safe_load(path, map_location=getattr(sampler, "device", "cpu"))
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
@@ -474,6 +510,7 @@ def train(
                                  f"{key}={value!r}{hint}; resume with the same data, batch size, budget and "
                                  "optimisers (extend_budget=True allows a larger budget), or delete the file to "
                                  "start afresh")
+        _check_run_fingerprint(path, state, fingerprint)
         if extending:
             _check_extension(path, state, budget)
         model.load_state_dict(state["model"])
@@ -506,7 +543,7 @@ def train(
             barrier(world)  # the others wait until rank 0's file is in place
             return
         atomic_save({
-            "format": CHECKPOINT_FORMAT, "version": _CHECKPOINT_VERSION, "config": config,
+            "format": CHECKPOINT_FORMAT, "version": _CHECKPOINT_VERSION, "config": config, "fingerprint": fingerprint,
             "model": model.state_dict(), "optimizers": [o.state_dict() for o in optimizers],
             "schedulers": [s.state_dict() for s in schedulers], "sampler": sampler.state_dict(),
             "generator": generator.get_state(), "history": list(history), "step": step,
