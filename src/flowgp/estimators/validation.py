@@ -152,7 +152,7 @@ def dtype_name(value, name):
 def hidden_sizes(value, name):
     """The hidden layer widths of a flow's networks: an int >= 1 or a sequence of them."""
     sizes = [value] if is_integer(value) else value
-    if not isinstance(sizes, (list, tuple)) or not 1 <= len(sizes) <= 4 or \
+    if not isinstance(sizes, (list, tuple, np.ndarray)) or np.ndim(sizes) != 1 or not 1 <= len(sizes) <= 4 or \
             not all(is_integer(h) and h >= 1 for h in sizes):
         raise InvalidParameterError(f"{name} must list 1 to 4 positive layer widths such as (50,) or (25, 25), "
                                     f"got {value!r}")
@@ -174,7 +174,8 @@ def robust_option(value, name):
 def image_shape(value, name):
     if value is None:
         return
-    if not isinstance(value, (list, tuple)) or len(value) != 3 or not all(is_integer(v) and v >= 1 for v in value):
+    if not isinstance(value, (list, tuple, np.ndarray)) or np.ndim(value) != 1 or len(value) != 3 or \
+            not all(is_integer(v) and v >= 1 for v in value):
         raise InvalidParameterError(f"{name} must be None or (channels, height, width) of positive integers, "
                                     f"got {value!r}")
 
