@@ -109,11 +109,13 @@ def main(argv=None) -> int:
     split = load_split(args.dataset, args.split, args.data_dir, protocol="reference")
     n = len(split.y_train)
     preset = get_preset("reference")
-    est = make_estimator(args.model, get_preset("reference", epochs=0), args.inducing, args.split, n)
+    est = make_estimator(args.model, get_preset("reference", epochs=1), args.inducing, args.split, n)
     est.set_params(num_samples_predict=args.samples, verbose=False)
     if args.gradient is not None:
         est.set_params(gradient=args.gradient)
-    est.fit(split.x_train, split.y_train)  # epochs=0: builds the model and the scalings only
+    # one epoch (an estimator trains at least one): builds the model and the scalings, whose trained weights the
+    # checkpoint's replace
+    est.fit(split.x_train, split.y_train)
     est.model_.load_state_dict(state["model"])
     xt = est.scaled_inputs(split.x_train)
     yt = est.scaled_targets(split.y_train, xt.shape[0])

@@ -208,7 +208,7 @@ def test_named_per_slot_models_fix_the_objective():
 @pytest.mark.parametrize("bad", ["joint", "per_slot", "elbo", None, 1])
 def test_an_unknown_objective_is_a_value_error_naming_the_choices(bad):
     x, y = _data(12)
-    match = r"objective must be one of \('bound', 'per-slot'\)"
+    match = r"objective must be one of \(?'bound', 'per-slot'\)?"
     assert OBJECTIVES == ("bound", "per-slot")
     with pytest.raises(ValueError, match=match):
         build_latent_deep_gp(x, y, 2, num_inducing=4, kmeans_restarts=1, objective=bad)

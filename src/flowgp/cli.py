@@ -183,24 +183,10 @@ def _check_output_path(path, flag: str) -> None:
 
 
 def _check_device(name: str) -> None:
-    """ValueError before any work when `name` is not a device torch can use here."""
-    import torch
+    """ValueError before any work when `name` is not a device torch can use here (the estimators' own check)."""
+    from .estimators.validation import check_device
 
-    try:
-        device = torch.device(name)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"--device {name!r} is not a device; use cpu, cuda, cuda:N or mps") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s) "
-                             f"(cuda:0..cuda:{torch.cuda.device_count() - 1})")
-    elif device.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise ValueError(f"--device {name}: MPS is not available on this machine; use --device cpu")
-    elif device.type != "cpu":
-        raise ValueError(f"--device {name}: flowgp fits on cpu, cuda or mps")
+    check_device(name, "--device")
 
 
 def _table_features(args):
@@ -308,6 +294,7 @@ def _fit(args, argv) -> int:
             finally:
                 source.close()
             est.fit(x, y)
+            est.target_name_ = args.target
         est.feature_names_ = names
         if world.is_main:
             path = est.save(args.out)
@@ -331,20 +318,23 @@ def torch_device_type(name: str) -> str:
 def _predict(args) -> None:
     from . import estimators
     from .data.sources import check_table
+    from .estimators.features import table_feature_names
 
     _check_output_path(args.out, "--out")
     if args.device is not None:
         _check_device(args.device)
     est = estimators.load(args.model, device=args.device)
+    # the columns by name: as the model file records them; the .json beside it only for files written before
+    # they were recorded there
     meta_path = Path(str(args.model) + ".json")
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
-    features = meta["features"] if meta else getattr(est, "feature_names_", None)
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    features = table_feature_names(est) or meta.get("features")
     if args.target is not None:
         # asked for by name: a missing column is an error, never silently unscored
         target = args.target
     else:
         # the training target, scored only when the table has it
-        target = meta["target"] if meta else None
+        target = getattr(est, "target_name_", None) or meta.get("target")
         if target is not None:
             try:
                 check_table(args.data, target, features, name="--data")
@@ -353,7 +343,7 @@ def _predict(args) -> None:
     if str(args.data).endswith(".npy"):
         features = None
     check_table(args.data, target, features, name="--data", target_flag="--target")
-    output = meta.get("output") if meta else None
+    output = getattr(est, "output_name_", None) or meta.get("output")
     extra = {} if output is None else {"output": output}
     summary = est.predict_to_file(args.data, args.out, level=args.level, target=target, features=features,
                                   chunk_rows=args.chunk_rows, verbose=not args.quiet, **extra)

@@ -22,6 +22,9 @@ from ..build import DTYPES, InputDependence, resolve_dtype
 from ..training.checkpoint import FingerprintedPath, atomic_save, safe_load
 from ..data.sources import data_digest
 from .params import fitted_params, fitting, params_fingerprint, params_for_file, params_from_file
+from .features import (check_feature_names, names_checked_by_table, restore_columns, saved_columns,
+                       start_table_columns, table_feature_names)
+from .validation import check_device, check_parameters, check_table_target, is_integer, resolve_seed
 
 __all__ = ["Estimator", "InputDependentFlowOptions", "as_float_array", "as_2d_float", "as_1d_float",
            "positive_int", "central_probabilities", "FORMAT", "DTYPES"]
@@ -109,6 +112,11 @@ class Estimator:
     parameters are checked and normalised first (numpy values made plain; a value `save` could not write is a
     TypeError before any work), and their snapshot `fitted_params_` is what `save` records and what a training
     checkpoint's fingerprint (`training_fingerprint`) holds.
+
+    Every fit starts with `start_fit` (each parameter checked by `flowgp.estimators.validation`, the seed of the
+    fit fixed in `seed_`) and keeps the names of its columns (`flowgp.estimators.features`: `feature_names_in_`
+    from a named table in memory, checked by every method given X; a streamed table's columns), which the saved
+    file records.
     """
 
     OBJECT_PARAMS = ("kernel", "flow")
@@ -165,9 +173,23 @@ class Estimator:
         return torch.as_tensor(a, dtype=dtype or self.torch_dtype(), device=self.device)
 
     def generator(self, seed=None, device=None) -> torch.Generator:
-        """A torch.Generator seeded with `seed` (default: the estimator's seed): all randomness flows from it."""
+        """A torch.Generator seeded with `seed` (default: `draw_seed()`; a seed a method was given is checked as
+        the `seed` parameter is): all randomness flows from it."""
         dev = self.device if device is None else device
-        return torch.Generator(device=dev).manual_seed(int(self.seed if seed is None else seed))
+        return torch.Generator(device=dev).manual_seed(self.draw_seed() if seed is None else resolve_seed(seed))
+
+    def draw_seed(self) -> int:
+        """The seed of the draws the estimator makes: the `seed` parameter where it is an integer (in a fit it is
+        `seed_`; on a fitted estimator `set_params(seed=...)` redraws the Monte Carlo predictions without a
+        refit), else the seed the fit drew for seed=None or a NumPy generator (`seed_`)."""
+        return resolve_seed(self.seed) if is_integer(self.seed) else self.seed_
+
+    def start_fit(self) -> None:
+        """What every fit does first, before any work: check every parameter (`flowgp.estimators.validation`:
+        a ValueError or TypeError naming the bad one) and fix the integer seed of this fit in `seed_` (`seed`
+        itself, a fresh one for seed=None, the next draw of a NumPy generator)."""
+        check_parameters(self)
+        self.seed_ = resolve_seed(self.seed)
 
     def check_fitted(self) -> None:
         """RuntimeError unless `fit` has run."""
@@ -211,6 +233,7 @@ class Estimator:
     def scaled_inputs(self, X) -> torch.Tensor:
         """X checked and standardised with the training inputs' mean and scale: what the model sees."""
         self.check_fitted()
+        check_feature_names(self, X)
         X = as_2d_float(X)
         if X.shape[1] != self.n_features_in_:
             raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
@@ -249,6 +272,8 @@ class Estimator:
 
         if not self.supports_streaming():
             raise TypeError(f"{type(self).__name__} cannot be fitted on a streamed table yet; load the data as arrays")
+        check_table_target(target)
+        self.start_fit()
         sample_size = positive_int(sample_size, "sample_size")
         train_options = {}
         if callback is not None:
@@ -257,7 +282,7 @@ class Estimator:
             train_options["callback"] = callback
         source = open_table(data, target, features)
         try:
-            stats = scan(source, sample_size, seed=int(self.seed), max_labels=self._stream_max_labels())
+            stats = scan(source, sample_size, seed=self.seed_, max_labels=self._stream_max_labels())
             if stats.sample_y is None:
                 raise ValueError("target: the table has no target column; name it with target=")
             if stats.num_rows < 2:
@@ -265,7 +290,7 @@ class Estimator:
             ys = self._stream_targets(stats)  # sets what the targets' transform needs; the sample's targets
             self._record_training_data(stats.digest)  # taken in the scan's one pass
             self.n_features_in_ = len(source.feature_names)
-            self.feature_names_ = list(source.feature_names)
+            start_table_columns(self, source.feature_names, target)
             self.x_mean_ = stats.x_mean
             self.x_std_ = np.where(stats.x_std > 0, stats.x_std, 1.0)
             xs = self.tensor((stats.sample_x - self.x_mean_) / self.x_std_)
@@ -276,7 +301,7 @@ class Estimator:
 
                 def transform(x, y):
                     return self.tensor((x - self.x_mean_) / self.x_std_), targets(y)
-                return BlockBatches(source, self.batch_size, transform, seed=int(self.seed), device=self.device)
+                return BlockBatches(source, self.batch_size, transform, seed=self.seed_, device=self.device)
 
             start = time.perf_counter()
             self._train_on_stream(xs, ys, stream, stats, **train_options)
@@ -327,7 +352,7 @@ class Estimator:
         central_probabilities(level)
         chunk_rows = positive_int(chunk_rows, "chunk_rows")
         if features is None and isinstance(data, (str, Path)) and not str(data).endswith(".npy"):
-            features = getattr(self, "feature_names_", None)
+            features = table_feature_names(self)  # the model's own columns, by name
         if target is None and isinstance(data, (str, Path)) and str(data).endswith(".npy") and Path(data).exists():
             if np.load(data, mmap_mode="r").shape[-1] == self._table_feature_count():
                 target = False
@@ -339,7 +364,8 @@ class Estimator:
         bar = tqdm(total=source.num_rows, desc="predict", unit="rows", disable=not verbose, leave=False)
         try:
             for x, y in source.chunks(chunk_rows):
-                mean, std, lower, upper, lpd = self._chunk_predictions(x, y, level, columns)
+                with names_checked_by_table():  # the chunk's columns were taken by name
+                    mean, std, lower, upper, lpd = self._chunk_predictions(x, y, level, columns)
                 writer.write(np.column_stack([mean, std, lower, upper]))
                 totals["rows"] += len(x)
                 if y is not None:
@@ -399,7 +425,7 @@ class Estimator:
             "n_features_in": self.n_features_in_, "x_mean": torch.as_tensor(np.asarray(self.x_mean_, np.float64)),
             "x_std": torch.as_tensor(np.asarray(self.x_std_, np.float64)), "history": list(getattr(self, "history_", [])),
             "model": {k: v.detach().cpu() for k, v in self.model_.state_dict().items()},
-            **self._extra_state(),
+            **self._extra_state(), **saved_columns(self),
         }
         atomic_save(state, path)
         return Path(path)
@@ -434,6 +460,7 @@ class Estimator:
             if owner == target.__name__ and name not in params:
                 params[name] = value
         if device is not None:
+            check_device(device, "device")
             params["device"] = device
         else:
             params["device"] = _device_here(params.get("device") or "cpu", path)
@@ -443,8 +470,18 @@ class Estimator:
         est.x_mean_ = state["x_mean"].numpy()
         est.x_std_ = state["x_std"].numpy()
         est.history_ = list(state["history"])
-        est._restore(state)
-        est.model_.load_state_dict(state["model"])
+        est.seed_ = int(params.get("seed") or 0)
+        restore_columns(est, state)
+        try:
+            est._restore(state)
+            est.model_.load_state_dict(state["model"])
+        except RuntimeError as err:
+            if "state_dict" not in str(err):
+                raise
+            detail = " ".join(str(err).split())[:400]
+            raise ValueError(f"{path}: the saved weights do not fit a {target.__name__} built from the saved "
+                             f"parameters ({detail}); the file comes from another flowgp version or was changed "
+                             "after save() wrote it") from None
         est.model_.eval()
         return est
 

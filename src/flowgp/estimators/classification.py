@@ -22,6 +22,8 @@ from ..flows.conditional import static_flow
 from ..models.classification import CLASSIFICATION_LIKELIHOODS
 from ..training.loop import train
 from .base import Estimator, InputDependentFlowOptions, as_2d_float
+from .features import fit_feature_names
+from .validation import check_parameters
 from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, inducing_row_elements, map_row_chunks
 from ..training.initialisation import init_identity, init_input_dependent, init_random
 from .robust import BestState, resolve_robust, warn_below_svgp
@@ -33,9 +35,22 @@ def _label_kind(value) -> str:
     """'text' for strings, 'number' for numbers and booleans, else the type's name (labels must share a kind)."""
     if isinstance(value, (str, bytes, np.str_, np.bytes_)):
         return "text"
-    if isinstance(value, (bool, int, float, np.bool_, np.number)):
+    if isinstance(value, (bool, int, float, np.bool_, np.number)) and not isinstance(value, np.timedelta64):
         return "number"
     return type(value).__name__
+
+
+#: the kinds of labels a classifier takes: its classes are saved with the model (`classes_`), as plain values
+LABEL_KINDS = ("text", "number")
+
+
+def check_label_dtype(y: np.ndarray) -> None:
+    """TypeError naming y and the fix for labels that are neither numbers, booleans nor strings (dates and
+    durations, complex numbers): classes are saved with the model and must come back from the file as they were."""
+    if y.dtype.kind in "mMcV":
+        raise TypeError(f"y holds labels of dtype {y.dtype}; class labels must be integers, booleans or strings "
+                        "(they are saved with the model): convert them first, e.g. y.astype(str) for dates, or "
+                        "np.unique(y, return_inverse=True)[1] for integer codes")
 
 
 def check_labels(y, n: int) -> np.ndarray:
@@ -56,6 +71,7 @@ def check_labels(y, n: int) -> np.ndarray:
         if items.ndim == 1:
             check_label_kinds(items)
     y = np.asarray(y)
+    check_label_dtype(y)
     if y.ndim == 2 and y.shape[1] == 1:
         y = column_or_1d(y, warn=True)  # scikit-learn's DataConversionWarning: a column was passed for a 1-D y
     if y.ndim != 1:
@@ -72,10 +88,17 @@ def check_labels(y, n: int) -> np.ndarray:
 
 
 def check_label_kinds(y) -> None:
-    """TypeError naming y and the fix when labels mix kinds (e.g. strings and numbers)."""
+    """TypeError naming y and the fix when labels mix kinds (e.g. strings and numbers) or are of a kind that cannot
+    be a class (e.g. dates)."""
     kinds = {}
     for v in y:
         kinds.setdefault(_label_kind(v), v)
+    other = [(k, v) for k, v in kinds.items() if k not in LABEL_KINDS and v is not None]  # None: unlabelled
+    if other:
+        check_label_dtype(np.asarray([other[0][1]]))  # a date or duration: the message of its dtype
+        raise TypeError(f"y holds labels of type {other[0][0]} (e.g. {other[0][1]!r}); class labels must be integers, "
+                        "booleans or strings (they are saved with the model): convert them first, e.g. "
+                        "np.asarray(y).astype(str)")
     if len(kinds) > 1:
         examples = " and ".join(f"{v!r} ({k})" for k, v in kinds.items())
         raise TypeError(f"y mixes labels of different kinds, e.g. {examples}, which cannot be sorted into classes; "
@@ -135,7 +158,8 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
         num_inducing: M, inducing inputs initialised by k-means (best of `kmeans_restarts`).
         kernel: kernel spec, e.g. "rbf", "matern32" (one kernel per latent GP for multiclass problems).
         batch_size: minibatch size (None: full batch). epochs: passes over the data. lr: Adam step.
-        seed: controls k-means, flow initialisation, Monte Carlo draws and minibatch order.
+        seed: controls k-means, flow initialisation, Monte Carlo draws and minibatch order; as for
+            SVGPRegressor (an int, None or a NumPy Generator; the seed a fit used is `seed_`).
         dtype: "float64" (default) or "float32". device: "cpu" or "cuda".
         lengthscale, period: initial kernel hyperparameters (standardised inputs).
         likelihood: "softmax" (default) or "robustmax" for more than two classes; binary uses the probit.
@@ -178,6 +202,7 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
 
     # ----- helpers -----------------------------------------------------------------------------------
     def _check_params(self):
+        check_parameters(self)  # every parameter's own rule first
         if self.likelihood not in CLASSIFICATION_LIKELIHOODS:
             raise ValueError(f"likelihood must be one of {CLASSIFICATION_LIKELIHOODS}, got {self.likelihood!r}")
         if isinstance(self.fix_variance_epochs, bool) or not isinstance(self.fix_variance_epochs, int) \
@@ -233,8 +258,10 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
 
     def _training_data(self, X, y):
         """Checks, `classes_`, and the scaled inputs and encoded labels the model sees."""
+        self.start_fit()
         self._check_params()
         self.torch_dtype()  # a bad dtype fails here, before any work
+        fit_feature_names(self, X)
         X = as_2d_float(X)
         y = check_labels(y, X.shape[0])
         self.classes_ = training_classes(y)
@@ -245,7 +272,7 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
         """The appendix B.6 schedule: S held for the first `fix_variance_epochs` epochs, then everything. Trained
         on (xt, yt), or on `sampler()` (a fresh flowgp.training.batches sampler per stage, e.g. over a streamed table)."""
         frozen = min(self.fix_variance_epochs, epochs)
-        kwargs = dict(lr=self.lr, seed=self.seed, verbose=self.verbose,
+        kwargs = dict(lr=self.lr, seed=self.seed_, verbose=self.verbose,
                       compile=self.compile, desc=type(self).__name__ + suffix, callback=callback)
         history = []
         if frozen:
@@ -258,7 +285,7 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
                 model.set_variance_trainable(True)
         if epochs > frozen:
             history += train(model, **self._train_data(xt, yt, sampler), epochs=epochs - frozen,
-                             checkpoint_path=self.checkpoint_path(suffix), **{**kwargs, "seed": self.seed + 1})
+                             checkpoint_path=self.checkpoint_path(suffix), **{**kwargs, "seed": self.seed_ + 1})
         model.eval()
         return history
 

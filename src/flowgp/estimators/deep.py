@@ -24,7 +24,9 @@ from ..models.deep_gp import BASE_GRADIENTS, DRAWS, FLOW_ROWS, POSTERIORS, SKIPS
 from ..models.image_skip import check_image_shape
 from ..training.loop import default_optimizer, train
 from ..build import resolve_dtype
-from .base import Estimator, as_2d_float
+from .base import Estimator, as_2d_float, positive_int
+from .features import fit_feature_names
+from .validation import check_parameters
 from .chunking import chunk_rows, inducing_row_elements, map_row_chunks
 from .classification import StreamedClassLabels, check_labels, training_classes
 from .regression import SVGPRegressor
@@ -38,6 +40,7 @@ class _DeepMixin:
     """Model construction, seeded prediction samples and save/load shared by the two deep-GP estimators."""
 
     def _check_deep_params(self):
+        check_parameters(self)  # every parameter's own rule first
         if not isinstance(self.kernel, str):
             raise TypeError("kernel must be a kernel name such as 'rbf' for deep GPs, "
                             f"got {type(self.kernel).__name__}")
@@ -147,7 +150,7 @@ class _DeepMixin:
             # identity steps that *is* the DSVI posterior, so the flow stage only adds what the flow gains
             dsvi = self._build(xt, yt, posterior="gaussian", draws=None)
             history += list(train(dsvi, **self._train_data(xt, yt, sampler), epochs=warm_epochs, lr=self.lr,
-                                  fix_noise_fraction=min(1.0, fix_noise * self.epochs / warm_epochs), seed=self.seed,
+                                  fix_noise_fraction=min(1.0, fix_noise * self.epochs / warm_epochs), seed=self.seed_,
                                   verbose=self.verbose, compile=self.compile,
                                   desc=type(self).__name__ + " (DSVI warm start)",
                                   checkpoint_path=self.checkpoint_path(".dsvi")))
@@ -158,13 +161,13 @@ class _DeepMixin:
         average = _FlowAverage(self.model_.posterior.parameters()) if select else None
         history += list(train(self.model_, **self._train_data(xt, yt, sampler), epochs=self.epochs - warm_epochs,
                               lr=self.lr, optimizer=self._optimizer(), callback=average,
-                              fix_noise_fraction=fix_noise, seed=self.seed, verbose=self.verbose,
+                              fix_noise_fraction=fix_noise, seed=self.seed_, verbose=self.verbose,
                               compile=self.compile, desc=type(self).__name__, checkpoint_path=self.checkpoint_path()))
         self.history_ = history
         if select:
             # the richer family must not end below its own Gaussian base: the flow is kept at the strength
             # (0 = the DSVI posterior) whose training bound is highest
-            self.flow_strength_ = select_flow_strength(self.model_, xt, yt, seed=self.seed,
+            self.flow_strength_ = select_flow_strength(self.model_, xt, yt, seed=self.seed_,
                                                        alternatives={"averaged": average.average})
         self.model_.eval()
 
@@ -329,8 +332,10 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         return value - xt.shape[0] * math.log(self.y_scale_)
 
     def sample_f(self, X, num_samples=1, seed=None):
-        """Samples of the last layer's f at X (independent across points), [num_samples, n_samples]."""
+        """Samples of the last layer's f at X (independent across points), [num_samples, n_samples] (`seed`: None
+        for the fit's seed, or a seed as the `seed` parameter takes)."""
         xt = self.scaled_inputs(X)
+        num_samples = positive_int(num_samples, "num_samples")
         with torch.no_grad():
             gen = self._generator(xt.device, seed)  # one stream across chunks: rows stay independent
             f = self.predict_in_chunks(lambda x: self.model_.sample_f(x, num_samples, generator=gen), [xt],
@@ -389,6 +394,8 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
             raise ValueError(f"likelihood must be one of {_CLASS_LIKELIHOODS}, got {self.likelihood!r}")
         if is_table(X):
             return self._fit_table(X, y)
+        self.start_fit()
+        fit_feature_names(self, X)
         X = as_2d_float(X)
         y = check_labels(y, X.shape[0])
         self.classes_ = training_classes(y)

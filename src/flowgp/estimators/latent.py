@@ -24,6 +24,7 @@ from ..training.natural_gradients import NaturalGradient
 from ..training.loop import step_lr, train
 from .base import central_probabilities, positive_int
 from .regression import SVGPRegressor
+from .validation import check_parameters
 
 __all__ = ["LatentDeepGPRegressor"]
 
@@ -75,6 +76,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
 
     # ----- checks and construction ---------------------------------------------------------------------
     def _check_params(self):
+        check_parameters(self)  # every parameter's own rule first
         positive_int(self.layers, "layers")
         if isinstance(self.latent_dim, bool) or not isinstance(self.latent_dim, (int, np.integer)):
             raise TypeError(f"latent_dim must be an int, got {type(self.latent_dim).__name__}")
@@ -125,9 +127,9 @@ class LatentDeepGPRegressor(SVGPRegressor):
         batch = n if self.batch_size is None else min(positive_int(self.batch_size, "batch_size"), n)
         iterations = int(self.epochs) * math.ceil(n / batch)
         natgrad = NaturalGradient([self.model_.layers[-1].gp], lr=self.natgrad_lr) if self.natgrad else None
-        sampler = ArrayBatches(xt, yt, batch, per_step=batch < n, seed=self.seed) if stream is None else stream
+        sampler = ArrayBatches(xt, yt, batch, per_step=batch < n, seed=self.seed_) if stream is None else stream
         return train(self.model_, sampler, steps=iterations, lr=self.lr, schedule=step_lr(1000, self.lr_decay),
-                     natural_gradient=natgrad, seed=self.seed, verbose=self.verbose, compile=self.compile,
+                     natural_gradient=natgrad, seed=self.seed_, verbose=self.verbose, compile=self.compile,
                      desc=type(self).__name__ + ("" if self.objective == "bound" else f" ({self.objective} objective)"),
                      checkpoint_path=self.checkpoint_path(), extend_budget=self.extend_checkpoint,
                      callback=callback)

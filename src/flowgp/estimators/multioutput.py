@@ -21,6 +21,8 @@ from ..training.natural_gradients import NaturalGradient
 from ..training.loop import EarlyStop, train
 from ..data.sources import data_digest, is_table
 from .base import Estimator, as_1d_float, as_2d_float, central_probabilities, positive_int
+from .features import check_feature_names, fit_feature_names, start_table_columns
+from .validation import check_parameters, check_table_target, resolve_seed
 from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, map_row_chunks
 
 __all__ = ["AlignedMultiOutputGPRegressor"]
@@ -98,6 +100,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
 
     # ----- helpers -------------------------------------------------------------------------------------
     def _check_options(self):
+        check_parameters(self)  # every parameter's own rule first
         for name in ("alignment", "warping"):
             if getattr(self, name) not in ("gp", "identity"):
                 raise ValueError(f"{name} must be 'gp' or 'identity', got {getattr(self, name)!r}")
@@ -166,6 +169,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
     def scaled_inputs(self, X, output=None):
         """(x [n, 1] standardised, output index tensor [n], output index array [n]) as the model sees them."""
         self.check_fitted()
+        check_feature_names(self, X)
         X = as_2d_float(X)
         if X.shape[1] != 1:
             raise ValueError(f"X must have exactly one feature (AMO-GP takes 1-D inputs), got {X.shape[1]}")
@@ -211,7 +215,9 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         streamed in chunks, with y the target column and output the output column (see `fit_stream`)."""
         if is_table(X):
             return self.fit_stream(X, y, output=output)
+        self.start_fit()
         self._check_options()
+        fit_feature_names(self, X)
         X = as_2d_float(X)
         if X.shape[1] != 1:
             raise ValueError(f"X must have exactly one feature (AMO-GP takes 1-D inputs), got {X.shape[1]}")
@@ -235,7 +241,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
 
         # the output index is a batch tensor of its own, passed to AMOGP.elbo as output=
         sampler = ArrayBatches(self.tensor(xt[:, None]), self.tensor(yt), self.resolved_batch_size(len(yt)),
-                               extra={"output": self.tensor(o, torch.long)}, seed=self.seed)
+                               extra={"output": self.tensor(o, torch.long)}, seed=self.seed_)
         self._train_model(make, sampler, len(yt))
         return self
 
@@ -258,13 +264,15 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
 
         if callback is not None:
             raise TypeError(f"callback: {type(self).__name__}'s training takes no callback")
+        check_table_target(target)
+        self.start_fit()
         self._check_options()
         sample_size = positive_int(sample_size, "sample_size")
         source = open_table(data, target, features)
         try:
             names = list(source.feature_names)
             xcol, col = self._table_columns(names, output)
-            stats = scan(source, sample_size, seed=int(self.seed), group_feature=col)
+            stats = scan(source, sample_size, seed=self.seed_, group_feature=col)
             if stats.sample_y is None:
                 raise ValueError("target: the table has no target column; name it with target=")
             groups = stats.groups
@@ -276,7 +284,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             self.n_outputs_ = d
             self.n_features_in_ = 1
             self._record_training_data(stats.digest)  # taken in the scan's one pass
-            self.feature_names_ = names  # the table's input and output columns, for predict_to_file
+            start_table_columns(self, names, target)  # the input and output columns, for predict_to_file
+            self.output_name_ = names[col]
             self.x_mean_, self.x_std_ = float(stats.x_mean[xcol]), float(stats.x_std[xcol]) or 1.0
             self.y_mean_ = groups["y_mean"].astype(np.float64)
             self.y_std_ = np.where(groups["y_std"] > 0, groups["y_std"], 1.0)
@@ -295,7 +304,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                 return (self.tensor(((x[:, xcol] - self.x_mean_) / self.x_std_)[:, None]),
                         self.tensor((y - self.y_mean_[o]) / self.y_std_[o]), {"output": self.tensor(o, torch.long)})
 
-            sampler = BlockBatches(source, self.resolved_batch_size(stats.num_rows), transform, seed=int(self.seed),
+            sampler = BlockBatches(source, self.resolved_batch_size(stats.num_rows), transform, seed=self.seed_,
                                    device=self.device)
             start = time.perf_counter()
             self._train_model(make, sampler, stats.num_rows)
@@ -309,7 +318,10 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         return 2  # the input and the output index
 
     def _table_columns(self, names, output):
-        """(input column, output column) positions among a table's two feature columns (`predict_to_file`)."""
+        """(input column, output column) positions among a table's two feature columns (`predict_to_file`;
+        `output` None: the output column of the table the model was fitted on, `output_name_`)."""
+        if output is None:
+            output = getattr(self, "output_name_", None)
         if len(names) != 2:
             raise ValueError(f"features: an AMO-GP table has two feature columns, the input and the output "
                              f"index, got {names}; name them with features=[input, output]")
@@ -352,7 +364,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         batch = self.resolved_batch_size(n)
         # full batch: every step's loss is the exact bound, so the fit ends at the best point it evaluated
         # (natural-gradient steps on this non-conjugate bound occasionally overshoot, see docs/results/amogp)
-        kwargs = dict(epochs=int(self.epochs), lr=self.lr, seed=self.seed, verbose=self.verbose,
+        kwargs = dict(epochs=int(self.epochs), lr=self.lr, seed=self.seed_, verbose=self.verbose,
                       compile=self.compile, early_stop=early, keep_best=batch is None or batch >= n)
         self.mogp_history_ = []
         if self.start_from_mogp and (self.model_.alignment or self.model_.warping):
@@ -388,9 +400,10 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         rows = chunk_rows(int(self.num_samples) * (4 * layers + 16), itemsize, self.predict_memory)
 
         def run(*chunk):
-            generator = torch.Generator(device=chunk[0].device).manual_seed(self.seed if seed is None else seed)
+            generator = torch.Generator(device=chunk[0].device).manual_seed(self.draw_seed() if seed is None else seed)
             return function(generator, *chunk)
 
+        seed = None if seed is None else resolve_seed(seed)
         with torch.no_grad():
             return map_row_chunks(run, tensors, rows, dim=-1)
 

@@ -86,6 +86,8 @@ def _saved_form(est, name: str, value):
         return "spec", spec
     if isinstance(value, RobustFit):
         return "params", _robust_to_file(value)
+    if name == "seed" and getattr(est, "seed_", None) is not None:
+        return "params", int(est.seed_)  # the integer seed the fit used (drawn for None or a generator)
     if isinstance(value, RANDOM_STATES):
         return "params", plain_value(getattr(est, f"{name}_", None))  # the seed the fit drew from it, if recorded
     return "params", value

@@ -29,7 +29,9 @@ from ..flows.conditional import static_flow, warping_curves
 from ..data.sources import is_table
 from ..training.natural_gradients import NaturalGradient
 from ..training.loop import train
-from .base import Estimator, InputDependentFlowOptions, as_1d_float, as_2d_float, central_probabilities
+from .base import (Estimator, InputDependentFlowOptions, as_1d_float, as_2d_float, central_probabilities,
+                   positive_int)
+from .features import fit_feature_names
 from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, inducing_row_elements, map_row_chunks
 from ..training.initialisation import (init_from_data, init_identity, init_input_dependent, init_random,
                               warm_start_from_svgp)
@@ -57,7 +59,9 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         num_inducing: M, inducing inputs initialised by k-means (best of `kmeans_restarts`).
         kernel: kernel spec, e.g. "rbf", "matern32", "periodic", "rbf+linear" (see flowgp.gp.kernels).
         batch_size: minibatch size (None: full batch). epochs: passes over the data. lr: Adam step.
-        seed: controls k-means, flow initialisation and minibatch order (fits are reproducible).
+        seed: controls k-means, flow initialisation and minibatch order (fits are reproducible): an int in
+            [0, 2**32 - 1], None (a fresh seed for every fit) or a NumPy Generator / RandomState (scikit-learn's
+            `random_state`); the integer seed a fit used is `seed_`, and `save()` records it.
         dtype: "float64" (default) or "float32". device: "cpu" or "cuda".
         noise: initial Gaussian noise variance (standardised units; appendix B.6 uses 0.05).
         lengthscale, period: initial kernel hyperparameters (standardised inputs).
@@ -129,6 +133,9 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                      generator=self.generator(device="cpu"))
 
     def _training_data(self, X, y):
+        """(X, y) checked as arrays, after the parameters (`start_fit`); X's column names kept (`features`)."""
+        self.start_fit()
+        fit_feature_names(self, X)
         X = as_2d_float(X)
         y = as_1d_float(y, X.shape[0])
         if X.shape[0] < 2:
@@ -202,7 +209,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         self.model_ = self._build(xt, yt)
         self._initialise_flow(self.model_, yt, self.generator(device="cpu"), x_t=xt)
         self.history_ = train(self.model_, xt, yt, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
-                              fix_noise_fraction=self.fix_noise_fraction, seed=self.seed, verbose=self.verbose,
+                              fix_noise_fraction=self.fix_noise_fraction, seed=self.seed_, verbose=self.verbose,
                               compile=self.compile, desc=type(self).__name__, checkpoint_path=self.checkpoint_path(),
                               natural_gradient=self._natural_gradient())
         return self
@@ -214,7 +221,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         self.model_ = self._build(xs, ys)
         self._initialise_flow(self.model_, ys, self.generator(device="cpu"), x_t=xs)
         self.history_ = train(self.model_, stream(self.y_shift_, self.y_scale_), epochs=self.epochs, lr=self.lr,
-                              fix_noise_fraction=self.fix_noise_fraction, seed=self.seed, verbose=self.verbose,
+                              fix_noise_fraction=self.fix_noise_fraction, seed=self.seed_, verbose=self.verbose,
                               compile=self.compile, desc=type(self).__name__, checkpoint_path=self.checkpoint_path(),
                               natural_gradient=self._natural_gradient(), callback=callback)
 
@@ -299,8 +306,10 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         return value - xt.shape[0] * math.log(self.y_scale_)
 
     def sample_f(self, X, num_samples=1, seed=None):
-        """Posterior samples of the latent function at X, in the units of y: [num_samples, n_samples]."""
+        """Posterior samples of the latent function at X, in the units of y: [num_samples, n_samples]
+        (`seed`: None for the fit's seed, or a seed as the `seed` parameter takes)."""
         xt = self.scaled_inputs(X)
+        num_samples = positive_int(num_samples, "num_samples")
         with torch.no_grad():
             f = self.model_.sample_f(xt, num_samples, generator=self.generator(seed, xt.device))
         return f[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_
@@ -412,7 +421,7 @@ class _FlowRegressor(SVGPRegressor):
 
         try:
             train(model, x, y, steps=1, optimizer=lbfgs, keep_best=True, nonfinite="backoff", verbose=False,
-                  seed=self.seed, regulariser=anchor)
+                  seed=self.seed_, regulariser=anchor)
         finally:
             for p in held:
                 p.requires_grad_(True)
@@ -446,7 +455,7 @@ class _FlowRegressor(SVGPRegressor):
             full_batch = self.batch_size is None or int(self.batch_size) >= n
             svgp_gamma = options.svgp_natural_gradient if full_batch else options.svgp_natural_gradient_minibatch
             svgp_history = self._train_stage(svgp, rows, svgp_shift, options, svgp_gamma, ".svgp",
-                                             self.fix_noise_fraction, self.seed, epochs=svgp_epochs)
+                                             self.fix_noise_fraction, self.seed_, epochs=svgp_epochs)
             svgp_bound = self._full_bound(svgp, rows, ys)
             report.update(svgp_bound=svgp_bound / n, svgp_epochs=len(svgp_history))
             self.svgp_ = svgp
@@ -462,7 +471,7 @@ class _FlowRegressor(SVGPRegressor):
                 self._refine_flow(model, rows.x, rows.y)
                 report["refined_bound"] = self._full_bound(model, rows) / n
             history = self._train_stage(model, rows, self.y_shift_, options, options.natural_gradient, "", 0.0,
-                                        self.seed, options.early_stop(), epochs=flow_epochs,
+                                        self.seed_, options.early_stop(), epochs=flow_epochs,
                                         lr_scale=options.flow_lr)
             candidates.append((self._full_bound(model, rows), "warm", model, history))
         inits = list(options.restarts) if options.warm_start else [self.flow_init, *options.restarts]
@@ -470,7 +479,7 @@ class _FlowRegressor(SVGPRegressor):
             model = self._build(rows.x, rows.y)
             self._initialise_flow(model, rows.y, self.generator(device="cpu"), x_t=rows.x, init=init)
             history = self._train_stage(model, rows, self.y_shift_, options, options.natural_gradient,
-                                        f".restart{i}", self.fix_noise_fraction, self.seed, options.early_stop())
+                                        f".restart{i}", self.fix_noise_fraction, self.seed_, options.early_stop())
             candidates.append((self._full_bound(model, rows), init, model, history))
         report["candidates"] = {label: bound / n for bound, label, _, _ in candidates}
         report["epochs"] = {label: len(history) for _, label, _, history in candidates}

@@ -8,7 +8,8 @@ import torch
 
 from .needed_gradients import needed_inputs, record_inputs
 
-__all__ = ["CholeskyJitterWarning", "JitterMemory", "robust_cholesky", "lower_inverse", "identity", "gram",
+__all__ = ["CholeskyJitterWarning", "CholeskyError", "JitterMemory", "robust_cholesky", "lower_inverse", "identity",
+           "gram",
            "shared_left_products", "cholesky_gradient_to_matrix",
            "DEFAULT_JITTER"]
 
@@ -18,6 +19,11 @@ DEFAULT_JITTER = {torch.float64: 1e-8, torch.float32: 1e-6}
 
 class CholeskyJitterWarning(RuntimeWarning):
     """Emitted when a Cholesky factorisation only succeeded after adding extra jitter."""
+
+
+class CholeskyError(torch.linalg.LinAlgError):
+    """A Cholesky factorisation failed even with the largest jitter tried (a RuntimeError, as torch's own
+    linear-algebra errors are): the matrix is not positive definite."""
 
 
 class JitterMemory:
@@ -53,8 +59,8 @@ def robust_cholesky(
     The first attempt adds `jitter` (default: 1e-8 in float64, 1e-6 in float32), or the level remembered in
     `memory` if larger; each failure multiplies it by `growth` (a zero jitter first becomes the dtype default),
     up to `max_tries` attempts. A success after a retry raises a CholeskyJitterWarning naming the jitter used
-    (with `memory`: once per fit, and the level is remembered); exhausting the tries raises a RuntimeError
-    rather than returning garbage.
+    (with `memory`: once per fit, and the level is remembered); exhausting the tries raises a CholeskyError (a
+    RuntimeError) rather than returning garbage.
     """
     default = DEFAULT_JITTER.get(matrix.dtype, 1e-6)
     if jitter is None:
@@ -87,7 +93,7 @@ def robust_cholesky(
             return chol
         # a zero jitter cannot grow by multiplication: the first retry uses the dtype default
         current = current * growth if current > 0 else default
-    raise RuntimeError(
+    raise CholeskyError(
         f"Cholesky failed for a {n}x{n} matrix even with jitter {current / growth:.1e} after {max_tries} "
         "tries; the kernel matrix is not positive definite (NaN parameters, duplicated inducing points "
         "or a float32 overflow are the usual causes)"

@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import numbers
 import signal
 import threading
 import time
@@ -160,6 +161,14 @@ def _is_sampler(x) -> bool:
         hasattr(x, a) for a in ("num_data", "steps_per_epoch", "state_dict", "load_state_dict", "__iter__"))
 
 
+def _check_step_size(lr) -> None:
+    """ValueError (TypeError for a non-number) unless `lr` is a positive finite step size."""
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real):
+        raise TypeError(f"lr must be a positive finite step size such as 0.01, got {lr!r} ({type(lr).__name__})")
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be a positive finite step size such as 0.01, got {lr!r}")
+
+
 def _check_count(value, name: str, allow_none: bool = False):
     if value is None and allow_none:
         return None
@@ -236,6 +245,18 @@ def _grads_finite(params) -> bool:
 def _total_steps(unit: str, budget: int, per_epoch: int) -> int:
     """The number of steps in a budget of `budget` units ("steps", or "epochs" of `per_epoch` steps each)."""
     return budget if unit == "steps" else budget * per_epoch
+
+
+def _load_model_state(model, saved: dict, path) -> None:
+    """The model's parameters from a checkpoint; ValueError naming the file and the fix when it holds another
+    model's (e.g. an SVGP's checkpoint given to a TGP: keys missing, shapes differing)."""
+    try:
+        model.load_state_dict(saved)
+    except RuntimeError as err:
+        detail = " ".join(str(err).split())[:400]
+        raise ValueError(f"the checkpoint {path} holds the state of another model than this {type(model).__name__} "
+                         f"({detail}); it was written by another estimator or model configuration: give this fit "
+                         "its own checkpoint path, or delete the file to start afresh") from None
 
 
 def _check_extension(path, state, budget) -> None:
@@ -388,6 +409,7 @@ def train(
     # ----- arguments -------------------------------------------------------------------------------------
     epochs = _check_count(epochs, "epochs")
     steps = _check_count(steps, "steps", allow_none=True)
+    _check_step_size(lr)
     if not 0.0 <= fix_noise_fraction <= 1.0:
         raise ValueError(f"fix_noise_fraction must lie in [0, 1], got {fix_noise_fraction}")
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
@@ -513,7 +535,7 @@ def train(
         _check_run_fingerprint(path, state, fingerprint)
         if extending:
             _check_extension(path, state, budget)
-        model.load_state_dict(state["model"])
+        _load_model_state(model, state["model"], path)
         for o, s in zip(optimizers, state["optimizers"]):
             o.load_state_dict(s)
         for s, saved in zip(schedulers, state["schedulers"]):
@@ -592,8 +614,16 @@ def train(
                         "use float64, or pass nonfinite='backoff' to undo such steps and halve the step size"
                     ) from None
                 return fail()
-            except RuntimeError:
+            except RuntimeError as err:
                 if not backoff:
+                    if step > 0 and isinstance(err, torch.linalg.LinAlgError):
+                        # the parameters the last steps reached make a matrix singular: what a non-finite loss
+                        # would say of a step size too large
+                        raise FloatingPointError(
+                            f"the loss could not be evaluated at step {step} (epoch {step // per_epoch}): "
+                            f"{str(err).splitlines()[0]}; the steps so far moved the parameters too far: lower lr, "
+                            "use float64, or pass nonfinite='backoff' to undo such steps and halve the step size"
+                        ) from err
                     raise
                 return fail()
             if best is not None:
