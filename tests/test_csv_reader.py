@@ -40,7 +40,9 @@ def _excel(path, x, y):
 def test_an_excel_csv_reads_as_the_plain_file_through_every_entry(tmp_path):
     x, y = _rows()
     plain, excel = _plain(tmp_path / "plain.csv", x, y), _excel(tmp_path / "excel.csv", x, y)
-    for path in (plain, excel):
+    tabs = tmp_path / "tabs.tsv"
+    tabs.write_text(plain.read_text().replace(",", "\t"))
+    for path in (plain, excel, tabs):
         got_x, got_y, names = load_csv(path, "target")
         assert names == ["u", "v"]
         np.testing.assert_array_equal(got_x, x)
