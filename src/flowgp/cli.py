@@ -1,4 +1,11 @@
-"""Command line: `flowgp demo`, `flowgp fit`, `flowgp predict`, `flowgp bench ...` (thin layers over the estimators)."""
+"""Command line: `flowgp demo`, `flowgp fit`, `flowgp predict`, `flowgp bench ...` (thin layers over the estimators).
+
+Exit codes (`flowgp.exit_codes`, listed by `flowgp --help`): 0 success, 1 any other failure, 2 usage error
+(one line, before any work), 75 busy (another process writes the same output), 130 interrupted (one line saying
+what was saved). No output may be an input (`flowgp.output_paths`): `--out` equal to `--data`, `--model`,
+`--checkpoint` or the model's metadata file is refused before any work, and so is a `--out` whose metadata file
+`OUT.json` exists without being flowgp's.
+"""
 from __future__ import annotations
 
 import argparse
@@ -7,9 +14,13 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
+
+from .exit_codes import EPILOG, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, interrupted_line
+from .output_paths import METADATA_MARKER, check_distinct, check_metadata_file, is_metadata_file, metadata_path
 
 __all__ = ["main"]
 
@@ -266,6 +277,9 @@ def _fit(args, argv) -> int:
         raise ValueError(f"--model {args.model} does not take " + ", ".join("--" + k.replace("_", "-") for k in refused))
     shared = {k: v for k, v in shared.items() if v is not None}
     _check_output_path(args.out, "--out")
+    check_distinct({"--out": args.out, "--out's metadata file": metadata_path(args.out),
+                    "--checkpoint": args.checkpoint}, {"--data": args.data})
+    check_metadata_file(args.out)
     _check_device(args.device)
     if args.checkpoint is not None:
         _check_output_path(args.checkpoint, "--checkpoint")
@@ -282,7 +296,7 @@ def _fit(args, argv) -> int:
     if nproc > 1:
         # torch's elastic launcher starts nproc copies of this command (without --nproc); they find each other
         # through the environment it sets, as under torchrun
-        return distributed.launch(_without_nproc(argv), nproc)
+        return distributed.launch(_without_nproc(argv) + ["--launched-by-nproc"], nproc)
     device = args.device
     if launched and torch_device_type(device) == "cuda" and ":" not in device:
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
@@ -310,10 +324,10 @@ def _fit(args, argv) -> int:
         est.feature_names_ = names
         if world.is_main:
             path = est.save(args.out)
-            meta = {"features": names, "target": args.target, "model": args.model}
+            meta = {**METADATA_MARKER, "features": names, "target": args.target, "model": args.model}
             if multi:
                 meta["output"] = args.output
-            Path(str(path) + ".json").write_text(json.dumps(meta, indent=2) + "\n")
+            metadata_path(path).write_text(json.dumps(meta, indent=2) + "\n")
             print(f"saved {type(est).__name__} to {path} (features: {', '.join(names)})")
         distributed.barrier(world)
     finally:
@@ -332,11 +346,13 @@ def _predict(args) -> None:
     from .data_sources import check_table
 
     _check_output_path(args.out, "--out")
+    meta_path = metadata_path(args.model)
+    check_distinct({"--out": args.out}, {"--model": args.model, "--model's metadata file": meta_path,
+                                         "--data": args.data})
     if args.device is not None:
         _check_device(args.device)
     est = estimators.load(args.model, device=args.device)
-    meta_path = Path(str(args.model) + ".json")
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
+    meta = json.loads(meta_path.read_text()) if is_metadata_file(meta_path) else None  # a user's file is not ours
     features = meta["features"] if meta else getattr(est, "feature_names_", None)
     if args.target is not None:
         # asked for by name: a missing column is an error, never silently unscored
@@ -362,7 +378,24 @@ def _predict(args) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="flowgp", description="Gaussian processes transformed by flows")
+    """Run the command line `argv` (default: sys.argv[1:]); returns the exit code (`flowgp.exit_codes`): 0
+    success, 1 any other failure, 2 usage error, 75 busy, 130 interrupted (one line on stderr, no traceback)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # what the line of an interruption needs, filled in as the command line is understood
+    context = {"label": "flowgp", "checkpoint": None, "silent": False}
+    try:
+        return _run(argv, context)
+    except KeyboardInterrupt as err:  # also while torch is imported or the parser built
+        if not context["silent"]:
+            print(f"{context['label']}: {interrupted_line(err, context['checkpoint'])}", file=sys.stderr,
+                  flush=True)
+        return EXIT_INTERRUPTED
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The `flowgp` command line's parser (the bench's subcommands included)."""
+    parser = argparse.ArgumentParser(prog="flowgp", description="Gaussian processes transformed by flows",
+                                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p_demo = sub.add_parser("demo", help="fit SVGP, TGP and v-WGP on the embedded tanh-sine data (paper Fig. 4)")
     p_demo.add_argument("--out", default="flowgp-demo", help="folder for results.json and demo.png")
@@ -372,7 +405,8 @@ def main(argv=None) -> int:
     p_demo.add_argument("--threads", type=int, default=1,
                         help="torch threads for the fits (default 1: fastest for its small matrices)")
     p_demo.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p_fit = sub.add_parser("fit", help="fit a model to a table (CSV, Parquet, .npy) and save it")
+    p_fit = sub.add_parser("fit", help="fit a model to a table (CSV, Parquet, .npy) and save it",
+                           epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p_fit.add_argument("--data", "--csv", dest="data", required=True, metavar="PATH",
                        help="training table: .csv, .parquet (or a folder of them) or .npy, streamed in chunks")
     p_fit.add_argument("--target", required=True, help="name of the target column (.npy: its index, e.g. -1)")
@@ -412,14 +446,19 @@ def main(argv=None) -> int:
                             "compile only if the rest of the fit can repay the compilation (seconds on a CPU); "
                             "a MODE (default, or reduce-overhead for CUDA graphs on a GPU) compiles regardless")
     p_fit.add_argument("--quiet", action="store_true")
-    p_fit.add_argument("--out", required=True, help="where to save the fitted model (.pt)")
+    p_fit.add_argument("--out", required=True,
+                       help="where to save the fitted model (.pt); the column names go to OUT.json beside it (a "
+                            "file of that name not written by flowgp fit is never replaced: the fit is refused)")
     p_fit.add_argument("--checkpoint", default=None, metavar="PATH",
                        help="training checkpoint: resume from it when it exists (an interrupted fit continues "
                             "where it stopped), written while training")
     p_fit.add_argument("--nproc", type=int, default=1,
                        help="train data-parallel in this many processes on this machine (torch's elastic "
                             "launcher; for several machines run `torchrun ... -m flowgp fit ...` instead)")
-    p_pred = sub.add_parser("predict", help="predict a table (CSV, Parquet, .npy) with a saved model, in chunks")
+    # set by --nproc for the processes it starts: the launching process alone reports an interruption
+    p_fit.add_argument("--launched-by-nproc", action="store_true", help=argparse.SUPPRESS)
+    p_pred = sub.add_parser("predict", help="predict a table (CSV, Parquet, .npy) with a saved model, in chunks",
+                            epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p_pred.add_argument("--model", required=True)
     p_pred.add_argument("--data", "--csv", dest="data", required=True, metavar="PATH")
     p_pred.add_argument("--target", default=None, help="target column to score against, if present")
@@ -430,14 +469,22 @@ def main(argv=None) -> int:
     p_pred.add_argument("--device", default=None,
                         help="where to predict (cpu, cuda, cuda:1); default: the device the model was trained on, "
                              "or the CPU where that is CUDA and this machine has none")
-    p_bench = sub.add_parser("bench", help="run the TGP paper's benchmarks (uci, airquality, rainfall, timing, report)")
-    from .bench.cli import add_bench_parser, run_bench
+    p_bench = sub.add_parser("bench", help="run the TGP paper's benchmarks (uci, airquality, rainfall, timing, "
+                             "report)", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from .bench.cli import add_bench_parser
 
     add_bench_parser(p_bench)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _run(argv, context) -> int:
+    from .bench.cli import run_bench
+
+    args = _parser().parse_args(argv)
     if args.command == "bench":
         return run_bench(args)
+    context.update(label=f"flowgp {args.command}", checkpoint=getattr(args, "checkpoint", None),
+                   silent=getattr(args, "launched_by_nproc", False))
     try:
         if args.command == "demo":
             demo(args.out, args.json, args.epochs, args.seed, threads=args.threads,
@@ -449,8 +496,11 @@ def main(argv=None) -> int:
     except (ValueError, TypeError, FileNotFoundError) as err:
         message = " ".join(str(err).split())  # one line, whatever the message held
         print(f"flowgp {args.command}: error: {message}", file=sys.stderr)
-        return 2
-    return 0
+        return EXIT_USAGE
+    except Exception:  # not a usage error: a failure to report with its traceback
+        traceback.print_exc()
+        return EXIT_FAILURE
+    return EXIT_OK
 
 
 if __name__ == "__main__":
