@@ -231,7 +231,8 @@ def _first_problem(path, names, numeric, text, header, label, missing) -> Option
                 where = f"{label}, row {first + index}, column '{name}'"
                 note = " (the header is row 1)" if header else ""
                 if kind == "text":
-                    return f"{where}: '{raw}' is not a number{note}; correct that cell or leave the column out"
+                    return (f"{where}: '{raw}' is not a number{note}; correct that cell, or leave the column out "
+                            "of the features")
                 what = "is empty" if not raw.strip() else f"holds '{raw}', a missing value"
                 return f"{where} {what}{note}; drop or fill in the rows with missing values"
             first += batch.num_rows
