@@ -139,7 +139,7 @@ def test_scaling_is_fitted_on_the_training_split_only(data_dir):
 def test_named_models_live_in_one_registry_table_that_bench_report_and_cli_read():
     from flowgp.bench.models import NamedModel, supports_task
     from flowgp.bench.report import _deep_depth, model_order
-    from flowgp.cli import _csv_models, _multi_output_models
+    from flowgp.cli.commands import _csv_models, _multi_output_models
     from flowgp.registry import MODELS
 
     assert model_order()[:5] == ("svgp", "tgp", "wgp", "pe-tgp", "ba-tgp")

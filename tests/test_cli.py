@@ -134,9 +134,10 @@ def test_fit_resolves_models_and_options_through_the_registry(tmp_path, capsys, 
     assert seen["checkpoint"] == str(ckpt) and "layers" not in seen
 
 
-def test_fit_checkpoint_resumes_an_interrupted_fit(tmp_path, monkeypatch):
-    """`flowgp fit --checkpoint` killed half-way (Ctrl-C in the 5th of 12 full-batch epochs) and run again
-    with the same command ends where the uninterrupted fit ends."""
+def test_fit_checkpoint_resumes_an_interrupted_fit(tmp_path, monkeypatch, capsys):
+    """`flowgp fit --checkpoint` killed half-way (Ctrl-C in the 5th of 12 full-batch epochs: exit code 130 and
+    one line naming the step and the file) and run again with the same command ends where the uninterrupted fit
+    ends."""
     import os
     import signal
 
@@ -160,8 +161,10 @@ def test_fit_checkpoint_resumes_an_interrupted_fit(tmp_path, monkeypatch):
 
     with monkeypatch.context() as m:
         m.setattr(SVGP, "elbo", interrupted_elbo)
-        with pytest.raises(KeyboardInterrupt):
-            main(args + ["--checkpoint", str(ckpt), "--out", str(tmp_path / "resumed.pt")])
+        capsys.readouterr()
+        assert main(args + ["--checkpoint", str(ckpt), "--out", str(tmp_path / "resumed.pt")]) == 130
+    assert capsys.readouterr().err == (f"flowgp fit: interrupted at step 5; state saved to {ckpt}; rerun the same "
+                                       "command to resume\n")
     assert ckpt.exists() and not (tmp_path / "resumed.pt").exists()
     assert main(args + ["--checkpoint", str(ckpt), "--out", str(tmp_path / "resumed.pt")]) == 0
     full, resumed = flowgp.load(tmp_path / "full.pt"), flowgp.load(tmp_path / "resumed.pt")

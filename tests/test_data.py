@@ -99,7 +99,7 @@ def test_rainfall_and_air_quality(data_dir):
         D.load_rainfall(data_dir)
     path = data_dir / D.AIR_QUALITY_FILE
     path.write_text("datetime_gmt,hours_since_start,pm25\nt0,0,3.0\nt1,1,\n")
-    with pytest.raises(ValueError, match="not a number"):
+    with pytest.raises(ValueError, match="row 3, column 'pm25' is empty"):
         D.load_air_quality(data_dir)
 
 

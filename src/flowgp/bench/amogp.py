@@ -15,7 +15,6 @@ PNGs next to them.
 """
 from __future__ import annotations
 
-import csv
 import time
 from datetime import datetime
 from pathlib import Path
@@ -23,6 +22,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from ..data.csv import csv_columns, read_csv
 from ..registry import MODELS
 from .models import is_multi_output  # (importing it registers the named models in MODELS)
 from .results import ResultStore, read_rows
@@ -109,15 +109,14 @@ def pm25_data(path, start: str, days: int, site: str, holdout_hours: int):
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} not found; pass --data")
-    with path.open() as fh:
-        rows = list(csv.reader(fh))
-    header, body = rows[0], rows[1:]
+    header = csv_columns(path, label=f"--data {path}")
     sites = header[1:]
     if site not in sites:
         raise ValueError(f"--site must be one of {sites}, got {site!r}")
+    # a site's missing hours are NaN (left out of its training rows below)
+    vals, (stamps,) = read_csv(path, sites, header[:1], label=f"--data {path}", names=header, missing="nan")
     t0 = datetime.fromisoformat(start)
-    times = np.array([(datetime.fromisoformat(r[0]) - t0).total_seconds() / 3600.0 for r in body])
-    vals = np.array([[float(v) if v not in ("", "nan", "NaN") else np.nan for v in r[1:]] for r in body])
+    times = np.array([(datetime.fromisoformat(r) - t0).total_seconds() / 3600.0 for r in stamps])
     sel = (times >= 0) & (times < 24 * days)
     if not sel.any():
         raise ValueError(f"no rows in the window starting {start}")

@@ -17,6 +17,9 @@ import argparse
 import importlib
 import sys
 
+from ..cli.exit_codes import EPILOG, EXIT_BUSY, EXIT_INTERRUPTED, EXIT_USAGE, interrupted_line
+from ..data.paths import check_distinct
+
 __all__ = ["main", "add_bench_parser", "run_bench"]
 
 # Explicit, closed list of subcommand modules (relative to flowgp.bench). One line per subcommand.
@@ -63,31 +66,53 @@ def add_bench_parser(parser: argparse.ArgumentParser) -> None:
 
 
 # Exit status when another process is writing the same output (sysexits' EX_TEMPFAIL: try again later).
-EXIT_LOCKED = 75
+EXIT_LOCKED = EXIT_BUSY
+
+
+def _input_files(args) -> dict:
+    """The files a subcommand reads that the user named: --data, and the CSV files of --datasets csv:PATH:TARGET."""
+    inputs = {}
+    if isinstance(getattr(args, "data", None), str):
+        inputs["--data"] = args.data
+    datasets = getattr(args, "datasets", None)
+    if isinstance(datasets, str):
+        for i, part in enumerate(p.strip() for p in datasets.split(",")):
+            if part.startswith("csv:") and ":" in part[4:]:
+                inputs[f"--datasets (entry {i + 1})"] = part[4:].rsplit(":", 1)[0]
+    return inputs
 
 
 def run_bench(args) -> int:
     """Dispatch parsed `flowgp bench ...` arguments; bad input gives exit code 2 and a one-line message, an
-    output that another run is writing exit code `EXIT_LOCKED` and a one-line message naming its PID.
+    output that another run is writing exit code `EXIT_LOCKED` (75) and a one-line message naming its PID, an
+    interruption (Ctrl-C) exit code 130 and one line saying what was saved (rows already written are kept, and an
+    interrupted fit resumes from its checkpoint: rerunning the same command continues).
 
     Every subcommand's `--out` is a folder; it is checked here, before any work (a file there would
-    otherwise surface only when the first row is written)."""
+    otherwise surface only when the first row is written), and so is that it is none of the files read."""
     from .results import OutputLocked, check_output_folder
 
+    label = f"flowgp bench {args.bench_command}"
     try:
         if getattr(args, "out", None) is not None:
+            check_distinct({"--out": args.out}, _input_files(args))
             check_output_folder(args.out, "--out")
         return int(args.bench_run(args) or 0)
     except (ValueError, TypeError, FileNotFoundError, NotADirectoryError) as err:
-        print(f"flowgp bench {args.bench_command}: error: {err}", file=sys.stderr)
-        return 2
+        print(f"{label}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
     except OutputLocked as err:
-        print(f"flowgp bench {args.bench_command}: error: {err}", file=sys.stderr)
+        print(f"{label}: error: {err}", file=sys.stderr)
         return EXIT_LOCKED
+    except KeyboardInterrupt as err:
+        line = interrupted_line(err, kept="rows written so far are kept")
+        print(f"{label}: {line}", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="flowgp bench", description="TGP paper benchmarks (resumable)")
+    parser = argparse.ArgumentParser(prog="flowgp bench", description="TGP paper benchmarks (resumable)",
+                                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_bench_parser(parser)
     return run_bench(parser.parse_args(argv))
 

@@ -267,9 +267,54 @@ def die_with_parent(parent_pid: int, poll_interval: float = 0.5) -> str:
     return "poll"
 
 
-def _init_worker(parent_pid: int) -> None:
+#: in a pool worker: the parent's event "interrupted, start no further job" (set by `_init_worker`)
+_STOP = None
+
+
+def _init_worker(parent_pid: int, stop=None) -> None:
+    import signal
+
+    global _STOP
     die_with_parent(parent_pid)
     limit_threads()
+    _STOP = stop
+    # a Ctrl-C reaches every process of the terminal's group: an idle worker ignores it (the parent stops the
+    # pool) and a working one stops its job (`_call_in_worker`), so no worker prints a traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _call_in_worker(work, job):
+    """`_call` in a pool worker: a Ctrl-C interrupts the job (a checkpointed fit saves its state first), and
+    once the parent was interrupted no queued job starts."""
+    import signal
+
+    if _STOP is not None and _STOP.is_set():
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return _call(work, job)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop_workers(futures, stop, grace: float = 2.0) -> None:
+    """After a Ctrl-C in the parent: no further job starts (`stop`), and the running ones stop at their next step
+    (a worker that got no Ctrl-C of its own, e.g. when only the parent was signalled, is sent one after `grace`
+    seconds, time enough for one it did reach to finish its step and save it)."""
+    import multiprocessing as mp
+    import signal
+    from concurrent.futures import wait
+
+    stop.set()
+    for fut in futures:
+        fut.cancel()
+    running = [f for f in futures if not f.done()]
+    if running and wait(running, timeout=grace).not_done:
+        for child in mp.active_children():
+            try:
+                os.kill(child.pid, signal.SIGINT)
+            except OSError:
+                pass  # it has just ended
 
 
 def _call(work, job):
@@ -316,12 +361,19 @@ def run_jobs(jobs, work, store, jobs_n: int = 1, desc: str = "bench", verbose: b
         # Workers are started by this thread's submits (a replacement for a dead worker by the pool's manager
         # thread, which lives as long as the pool), so PR_SET_PDEATHSIG - it fires when the creating *thread*
         # ends - fires only when this process ends or the pool is done.
-        with ProcessPoolExecutor(max_workers=int(jobs_n), mp_context=mp.get_context("spawn"),
-                                 initializer=_init_worker, initargs=(os.getpid(),)) as pool:
-            futures = [pool.submit(_call, work, job) for job in todo]
-            for fut in as_completed(futures):
-                _record(*fut.result())
-                bar.update()
+        context = mp.get_context("spawn")
+        stop = context.Event()
+        with ProcessPoolExecutor(max_workers=int(jobs_n), mp_context=context,
+                                 initializer=_init_worker, initargs=(os.getpid(), stop)) as pool:
+            futures = [pool.submit(_call_in_worker, work, job) for job in todo]
+            try:
+                for fut in as_completed(futures):
+                    _record(*fut.result())
+                    bar.update()
+            except KeyboardInterrupt:
+                _stop_workers(futures, stop)  # leaving the block then waits for them to end
+                bar.close()
+                raise
     bar.close()
     return failures
 

@@ -7,9 +7,9 @@ float64 numpy arrays, plus `chunks(rows)` for one sequential pass. Nothing holds
 - `.npy`: `np.load(mmap_mode="r")`; a 2-D array whose column `target` (an index, default the last) is y.
 - Parquet: pyarrow's dataset API for the files and the schema, row groups (`ParquetFile.read_row_group`) for
   reading; blocks are the row groups, so memory follows the file's row-group size.
-- CSV and iterators of (X, y) chunks cannot be read at random: one pass (pyarrow's streaming CSV reader through
-  the dataset API) spools them to a raw float64 file in a temporary folder that is memory-mapped afterwards
-  (disk: 8 bytes per value; deleted by `close()`).
+- CSV and iterators of (X, y) chunks cannot be read at random: one pass (CSV: flowgp's one CSV reader,
+  `flowgp.data.csv`, on pyarrow's streaming CSV reader) spools them to a raw float64 file in a temporary
+  folder that is memory-mapped afterwards (disk: 8 bytes per value; deleted by `close()`).
 
 `scan` makes the one streaming pass the estimators need before training: per-column mean and standard
 deviation (chunks combined with Chan et al.'s pairwise update), the target's range, and a uniform reservoir
@@ -27,6 +27,7 @@ from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
+from .csv import csv_blocks, csv_columns
 from .tables import select_columns
 
 __all__ = ["check_table", "table_writer", "ArraySource", "ParquetSource", "open_table", "is_table", "scan", "TableStats", "BLOCK_ROWS",
@@ -200,37 +201,24 @@ class _Spool:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def _csv_label(name, path) -> str:
+    return f"{name} {path}"
+
+
+def _csv_columns(path, target, features, name, target_flag):
+    """(feature names, columns read) of a CSV file, checked against its header (read by flowgp.data.csv)."""
+    header = csv_columns(path, label=_csv_label(name, path))
+    feature_names = _select(header, target, features, path, target_flag)
+    return header, feature_names, feature_names + ([target] if target is not None else [])
+
+
 def _spool_csv(path, target, features, name, target_flag="target") -> ArraySource:
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-
-    import csv
-
-    with open(path, newline="") as fh:
-        header = [h.strip() for h in next(csv.reader(fh), [])]
-    if not header:
-        raise ValueError(f"{name} {path} is empty; expected a header row naming the columns")
-    _select(header, target, features, path, target_flag)  # named before pyarrow reads the file
-    try:
-        dataset = ds.dataset(str(path), format="csv")
-        schema = dataset.schema
-    except (pa.ArrowInvalid, OSError) as err:
-        raise ValueError(f"{name} {path}: not a readable CSV file ({str(err).splitlines()[0]})") from None
-    feature_names = _select(schema.names, target, features, path, target_flag)
-    columns = feature_names + ([target] if target is not None else [])
-    _numeric_columns(schema, columns, name, path)
+    header, feature_names, columns = _csv_columns(path, target, features, name, target_flag)
+    d = len(feature_names)
     spool = _Spool()
-    try:
-        for batch in dataset.to_batches(columns=columns):
-            if not batch.num_rows:
-                continue
-            m = _to_matrix(pa.Table.from_batches([batch]), columns)
-            d = len(feature_names)
-            spool.append(m[:, :d], None if target is None else m[:, d])
-    except pa.ArrowInvalid as err:
-        spool.discard()
-        raise ValueError(f"{name} {path}: a column holds values that are not numbers further down the file "
-                         f"({str(err).splitlines()[0]})") from None
+    try:  # flowgp.data.csv's blocks (about BLOCK_BYTES of the file each): memory follows the block
+        for block, _ in csv_blocks(path, columns, label=_csv_label(name, path), names=header):
+            spool.append(block[:, :d], None if target is None else block[:, d])
     except BaseException:
         spool.discard()
         raise
@@ -349,21 +337,9 @@ def check_table(data, target=None, features: Optional[Sequence[str]] = None, *, 
         source = open_table(data, target, features, name=name, target_flag=target_flag)
         return source.num_rows
     if suffix in _CSV:
-        import csv
-
-        with open(path, newline="") as fh:
-            header = [h.strip() for h in next(csv.reader(fh), [])]
-        if not header:
-            raise ValueError(f"{name} {data} is empty; expected a header row naming the columns")
-        chosen = _select(header, target, features, path, target_flag)
-        import pyarrow as pa
-        import pyarrow.dataset as ds
-
-        try:  # the column types pyarrow infers from the file's first block (later text is found when read)
-            schema = ds.dataset(str(path), format="csv").schema
-        except (pa.ArrowInvalid, OSError) as err:
-            raise ValueError(f"{name} {path}: not a readable CSV file ({str(err).splitlines()[0]})") from None
-        _numeric_columns(schema, chosen + ([target] if target is not None else []), name, path)
+        header, _, columns = _csv_columns(path, target, features, name, target_flag)
+        # the first block is converted (text or a missing value there is found now; further down, when read)
+        next(csv_blocks(path, columns, label=_csv_label(name, path), names=header), None)
         return _count_lines(path) - 1
     raise ValueError(f"{name} {data}: unknown format {suffix!r}; use .csv, .parquet or .npy")
 

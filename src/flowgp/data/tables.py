@@ -7,12 +7,13 @@ fitted on the training split only (`standardize`, and the estimators standardise
 """
 from __future__ import annotations
 
-import csv
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from .csv import csv_columns, read_csv
 
 __all__ = ["make_tanh_sine", "load_csv"]
 
@@ -59,35 +60,16 @@ def select_columns(header, target: str | None, features, label: str, target_pref
 def load_csv(path, target: str | None, features: list[str] | None = None):
     """Read a numeric CSV with a header; returns (X [N, D], y [N] or None when target is None, feature names).
 
-    Raises FileNotFoundError for a missing file and ValueError naming the column or row for a missing
+    Read by flowgp's one CSV reader (`flowgp.data.csv`: a byte-order mark, CRLF line ends and quoted fields are
+    handled). Raises FileNotFoundError for a missing file and ValueError naming the column or row for a missing
     target, unknown feature, a target also listed as a feature, duplicate column names in the header or the
-    feature list, or a non-numeric/empty cell.
+    feature list, text in a numeric column, a missing value, or a row of the wrong width.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no CSV file at {path}")
-    with path.open(newline="") as fh:
-        reader = csv.reader(fh)
-        try:
-            header = [h.strip() for h in next(reader)]
-        except StopIteration:
-            raise ValueError(f"{path} is empty; expected a header row naming the columns") from None
-        rows = [row for row in reader if any(cell.strip() for cell in row)]
+    header = csv_columns(path, label=path.name)
     features = select_columns(header, target, features, path.name)
-    cols = [header.index(f) for f in features] + ([header.index(target)] if target is not None else [])
-    if not rows:
-        raise ValueError(f"{path.name} has a header but no data rows")
-    data = np.empty((len(rows), len(cols)))
-    for i, row in enumerate(rows):
-        if len(row) != len(header):
-            raise ValueError(f"{path.name} row {i + 2} has {len(row)} cells but the header has {len(header)}")
-        for j, c in enumerate(cols):
-            try:
-                data[i, j] = float(row[c])
-            except ValueError:
-                raise ValueError(
-                    f"{path.name} row {i + 2}, column '{header[c]}': '{row[c]}' is not a number"
-                ) from None
+    columns = list(features) + ([target] if target is not None else [])
+    data, _ = read_csv(path, columns, label=path.name, names=header)
     if target is None:
         return data, None, list(features)
     return data[:, :-1], data[:, -1], list(features)
@@ -208,56 +190,24 @@ def uci_split(name: str, split: int, data_dir=None) -> Split:
     return Split(x[tr], y[tr], x[te], y[te], f"uci/{name} standard split {split}")
 
 
-def _read_table(path: Path, header: bool):
-    """Comma-separated table -> (header or None, list of string rows), with clear errors."""
-    if not path.is_file():
-        raise FileNotFoundError(f"no data file at {path}")
-    with path.open(newline="", encoding="utf-8-sig") as fh:
-        rows = [[c.strip() for c in r] for r in csv.reader(fh) if any(c.strip() for c in r)]
-    if not rows:
-        raise ValueError(f"{path} is empty")
-    head = rows.pop(0) if header else None
-    width = len(head) if head else len(rows[0]) if rows else 0
-    if not rows:
-        raise ValueError(f"{path} has no data rows")
-    for i, r in enumerate(rows):
-        if len(r) != width:
-            raise ValueError(f"{path.name} row {i + 1 + bool(header)} has {len(r)} cells, expected {width}")
-    return head, rows
-
-
-def _to_float(path: Path, rows, cols, names) -> np.ndarray:
-    out = np.empty((len(rows), len(cols)))
-    for i, r in enumerate(rows):
-        for j, c in enumerate(cols):
-            try:
-                out[i, j] = float(r[c])
-            except ValueError:
-                raise ValueError(f"{path.name} row {i + 1}, column '{names[j]}': '{r[c]}' is not a number") from None
-    return out
-
-
 def _load_class_file(path: Path, header: bool, target, drop, drop_incomplete: bool = False):
-    head, rows = _read_table(path, header)
-    if drop_incomplete:  # rows with an empty cell are left out (non-numeric text still raises)
-        rows = [r for r in rows if all(c != "" for c in r)]
-        if not rows:
-            raise ValueError(f"{path.name}: every row has an empty cell")
-    names = head or [str(i) for i in range(len(rows[0]))]
+    """(features [N, D], target values as str [N]) of a classification file; `drop_incomplete`: rows with an
+    empty cell are left out (non-numeric text still raises)."""
+    names = csv_columns(path, header=header, label=path.name)
     if isinstance(target, str):
         if target not in names:
             raise ValueError(f"target column '{target}' is not in {path.name}; columns are {names}")
-        t = names.index(target)
     else:
-        t = target
-        if t >= len(names):
-            raise ValueError(f"{path.name} has {len(names)} columns, expected the target in column {t}")
+        if target >= len(names):
+            raise ValueError(f"{path.name} has {len(names)} columns, expected the target in column {target}")
+        target = names[target]
     missing = [d for d in drop if d not in names]
     if missing:
         raise ValueError(f"{path.name} lacks the bookkeeping columns {missing}; columns are {names}")
-    feat = [i for i, n in enumerate(names) if i != t and n not in drop]
-    x = _to_float(path, rows, feat, [names[i] for i in feat])
-    return x, [r[t] for r in rows]
+    features = [n for n in names if n != target and n not in drop]
+    x, (labels,) = read_csv(path, features, [target], header=header, label=path.name, names=names,
+                            missing="drop" if drop_incomplete else "error")
+    return x, list(labels)
 
 
 def load_classification(name: str, data_dir=None, part: str = "train"):
@@ -314,14 +264,12 @@ def classification_split(name: str, split: int = 0, data_dir=None, test_fraction
 def load_rainfall(data_dir=None):
     """SIC97 Swiss rainfall: (X [467, 2] = (x_km, y_km), rainfall [467] (1/10 mm, > 0), is_train100 [467] bool)."""
     path = resolve_data_dir(data_dir) / RAINFALL_FILE
-    head, rows = _read_table(path, header=True)
+    head = csv_columns(path, label=path.name)
     need = ["x_km", "y_km", "rainfall", "split"]
     missing = [c for c in need if c not in head]
     if missing:
         raise ValueError(f"{path.name} lacks columns {missing}; columns are {head}")
-    cols = [head.index(c) for c in need[:3]]
-    table = _to_float(path, rows, cols, need[:3])
-    split = [r[head.index("split")] for r in rows]
+    table, (split,) = read_csv(path, need[:3], ["split"], label=path.name, names=head)
     bad = sorted(set(split) - {"train100", "test367"})
     if bad:
         raise ValueError(f"{path.name} column 'split' must be train100 or test367, found {bad}")

@@ -337,7 +337,8 @@ class Estimator:
                         chunk_rows: int = 65536, verbose: bool = True, output=None) -> dict:
         """Predict a table chunk by chunk and append the rows (mean, std, lower, upper of the central `level`
         interval) to `path` (CSV, or Parquet for .parquet/.pq) as they are computed; memory is bounded by
-        `chunk_rows`. The file is written under a temporary name and renamed into place at the end.
+        `chunk_rows`. The file is written under a temporary name and renamed into place at the end; a `path` that
+        is the `data` file (or lies inside a `data` folder) is refused before any work.
 
         `data`: as for `fit_stream` (features: default the ones the model was fitted on, when known). With a
         `target` column the summary also scores the predictions. Returns {"rows": n} plus, with a target,
@@ -346,9 +347,11 @@ class Estimator:
         """
         from tqdm.auto import tqdm
 
+        from ..data.paths import check_distinct
         from ..data.sources import open_table, table_writer
 
         self.check_fitted()
+        check_distinct({"path": path}, {"data": data})  # the table read is never the file written
         central_probabilities(level)
         chunk_rows = positive_int(chunk_rows, "chunk_rows")
         if features is None and isinstance(data, (str, Path)) and not str(data).endswith(".npy"):

@@ -21,6 +21,7 @@ describes in the environment (gloo on CPU, NCCL on CUDA).
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -147,10 +148,20 @@ def barrier(world: World) -> None:
         torch.distributed.barrier()
 
 
+#: the modules of torch's elastic launcher that log each signal it receives and passes on to its workers
+_ELASTIC_SIGNAL_LOGGERS = ("agent.server.api", "multiprocessing.api")
+
+
+def _drop_signal_records(record) -> bool:
+    return "signal" not in record.getMessage()
+
+
 def launch(args: Sequence[str], nproc: int, module: str = "flowgp") -> int:
     """Run `python -m <module> <args>` in `nproc` worker processes on this machine with torch's elastic
     launcher (what `torchrun --standalone --nproc-per-node nproc -m <module> <args>` does); returns 0 when every
-    worker succeeded, 1 otherwise (the workers' own errors are on stderr)."""
+    worker succeeded, 1 otherwise (the workers' own errors are on stderr); a Ctrl-C, which the launcher passes on
+    to the workers, is a KeyboardInterrupt once they have stopped."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -164,11 +175,22 @@ def launch(args: Sequence[str], nproc: int, module: str = "flowgp") -> int:
     # the launcher installs its own handlers for these signals and leaves them behind: restore the caller's
     names = [n for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT") if hasattr(signal, n)]
     saved = {n: signal.getsignal(getattr(signal, n)) for n in names}
+    # its log lines about passing a signal on (three for a Ctrl-C) are left out while it runs: the interruption
+    # is reported in one line by the caller
+    chatter = [logging.getLogger(f"torch.distributed.elastic.{name}") for name in _ELASTIC_SIGNAL_LOGGERS]
+    for logger in chatter:
+        logger.addFilter(_drop_signal_records)
     try:
         elastic_launch(config, entrypoint=sys.executable)("-u", "-m", module, *args)
     except ChildFailedError:
         return 1
+    except SignalException as err:  # the launcher passed the signal on to the workers and waited for them
+        if err.sigval == signal.SIGINT:
+            raise KeyboardInterrupt from None  # a Ctrl-C, reported as in one process
+        raise
     finally:
+        for logger in chatter:
+            logger.removeFilter(_drop_signal_records)
         if threading.current_thread() is threading.main_thread():
             for n, handler in saved.items():
                 if handler is not None:

@@ -22,7 +22,8 @@ and resumable checkpoints.
   file whose fingerprint is another run's is refused rather than resumed: a fit never hands back another's model.
   They are written every `checkpoint_every` budget units (epochs or steps), when the run ends, and on
   KeyboardInterrupt, always at a completed-step boundary: while a checkpointed run is in the main thread, a
-  first Ctrl-C is held until the current step is done (a second one interrupts at once, without saving).
+  first Ctrl-C is held until the current step is done (a second one interrupts at once, without saving). The
+  interruption leaves `train` as a `TrainingInterrupted` (a KeyboardInterrupt) naming the step and the file saved.
   `extend_budget=True` carries a checkpointed run, finished or not, on to a larger budget on the same trajectory.
 - Data parallelism (`flowgp.training.distributed`): inside an initialised torch.distributed process group (torchrun,
   `flowgp fit --nproc N`) every rank takes its part of the same global batch (the sampler is sharded), weights
@@ -60,7 +61,7 @@ from .natural_gradients import NaturalGradient
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 __all__ = ["train", "default_optimizer", "EarlyStop", "BestParameters", "step_lr", "CHECKPOINT_FORMAT",
-           "checkpoint_training_seconds"]
+           "checkpoint_training_seconds", "TrainingInterrupted"]
 
 CHECKPOINT_FORMAT = "flowgp-training-checkpoint"
 _CHECKPOINT_VERSION = 1
@@ -139,6 +140,19 @@ def checkpoint_training_seconds(path) -> float:
     that continued it (0.0 for files written before checkpoints kept the count): a resumed fit's total."""
     state = safe_load(Path(path))
     return float(state.get("training_seconds", 0.0)) if isinstance(state, dict) else 0.0
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """A KeyboardInterrupt (Ctrl-C) that stopped `train`: `step` is the number of steps completed, `checkpoint`
+    the file that holds the state a rerun resumes from (None: nothing was saved)."""
+
+    def __init__(self, step: int, checkpoint=None):
+        super().__init__(f"interrupted at step {step}" + (f"; state saved to {checkpoint}" if checkpoint else ""))
+        self.step = int(step)
+        self.checkpoint = None if checkpoint is None else str(checkpoint)
+
+    def __reduce__(self):  # rebuilt from (step, checkpoint), e.g. when a bench worker hands it to its parent
+        return type(self), (self.step, self.checkpoint)
 
 
 class _NonFinite(Exception):
@@ -811,10 +825,13 @@ def train(
                 if halt or step >= total:
                     break
             pending["boundary"] = True
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
+        saved = pending["boundary"] and path is not None
         if pending["boundary"]:
             save(False)
-        raise
+        if isinstance(err, TrainingInterrupted):  # from a nested loop (e.g. a callback's): already reported
+            raise
+        raise TrainingInterrupted(step, path if saved else None).with_traceback(err.__traceback__) from None
     finally:
         for p in noise_params:
             p.requires_grad_(True)

@@ -1,4 +1,11 @@
-"""Command line: `flowgp demo`, `flowgp fit`, `flowgp predict`, `flowgp bench ...` (thin layers over the estimators)."""
+"""Command line: `flowgp demo`, `flowgp fit`, `flowgp predict`, `flowgp bench ...` (thin layers over the estimators).
+
+Exit codes (`flowgp.cli.exit_codes`, listed by `flowgp --help`): 0 success, 1 any other failure, 2 usage error
+(one line, before any work), 75 busy (another process writes the same output), 130 interrupted (one line saying
+what was saved). No output may be an input (`flowgp.data.paths`): `--out` equal to `--data`, `--model`,
+`--checkpoint` or the model's metadata file is refused before any work, and so is a `--out` whose metadata file
+`OUT.json` exists without being flowgp's.
+"""
 from __future__ import annotations
 
 import argparse
@@ -7,9 +14,13 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
+
+from .exit_codes import EPILOG, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, interrupted_line
+from ..data.paths import METADATA_MARKER, check_distinct, check_metadata_file, is_metadata_file, metadata_path
 
 __all__ = ["main"]
 
@@ -21,8 +32,8 @@ _OPTION_FLAGS = {"--flow": "flow", "--flow-init": "flow_init", "--layers": "laye
 
 def _models():
     """The named models (`flowgp.registry.MODELS`, filled by `flowgp.bench.models`)."""
-    from .bench import models
-    from .registry import MODELS
+    from ..bench import models
+    from ..registry import MODELS
 
     return MODELS
 
@@ -34,7 +45,7 @@ def _csv_models() -> list[str]:
 
 
 def _multi_output_models() -> list[str]:
-    from .bench.models import is_multi_output
+    from ..bench.models import is_multi_output
 
     models = _models()
     return [n for n in _csv_models() if is_multi_output(models.get(n))]
@@ -51,7 +62,7 @@ def _estimator(name: str, **kw):
 
 
 def _evaluate(est, x_test, y_test) -> dict:
-    from .reporting.metrics import coverage, mean_nll, rmse
+    from ..reporting.metrics import coverage, mean_nll, rmse
 
     lower, upper = est.predict_interval(x_test, 0.95)
     return {
@@ -100,8 +111,8 @@ def demo(out: str = "flowgp-demo", as_json: bool = False, epochs: int = 1000, se
     `progress` (True: stderr; a file; None or False: silence) so that a long run is seen to move. `threads`: torch threads during
     the fits (None: leave torch's setting), restored afterwards.
     """
-    from .data.tables import make_tanh_sine
-    from .reporting.plotting import demo_figure
+    from ..data.tables import make_tanh_sine
+    from ..reporting.plotting import demo_figure
 
     periods = tuple(float(p) for p in periods)
     if not periods or any(not np.isfinite(p) or p <= 0 for p in periods):
@@ -184,7 +195,7 @@ def _check_output_path(path, flag: str) -> None:
 
 def _check_device(name: str) -> None:
     """ValueError before any work when `name` is not a device torch can use here (the estimators' own check)."""
-    from .estimators.validation import check_device
+    from ..estimators.validation import check_device
 
     check_device(name, "--device")
 
@@ -197,7 +208,7 @@ def _check_data(args, nproc: int) -> None:
     """Cheap checks of --data before workers are launched: the path, the target and feature columns, the column
     types (from the header / schema, without reading the rows) and, where the row count is known without a
     pass (Parquet, .npy), that every process gets rows of each batch."""
-    from .data.sources import check_table
+    from ..data.sources import check_table
 
     rows = check_table(args.data, args.target, _table_features(args), name="--data", target_flag="--target")
     if nproc > 1:
@@ -223,7 +234,7 @@ def _without_nproc(argv) -> list:
 
 
 def _fit(args, argv) -> int:
-    from .training import distributed
+    from ..training import distributed
 
     # everything that can be checked without data is checked before the data are read and the model trained
     entry = _models().get(args.model)
@@ -235,7 +246,7 @@ def _fit(args, argv) -> int:
         takes = ", ".join(f for f, n in _OPTION_FLAGS.items() if n in accepted) or "none of them"
         raise ValueError(f"--model {args.model} does not take {', '.join(foreign)} (of the model flags it takes "
                          f"{takes})")
-    from .bench.models import is_multi_output
+    from ..bench.models import is_multi_output
 
     multi = is_multi_output(entry)
     if multi and args.output is None:
@@ -253,6 +264,9 @@ def _fit(args, argv) -> int:
         raise ValueError(f"--model {args.model} does not take " + ", ".join("--" + k.replace("_", "-") for k in refused))
     shared = {k: v for k, v in shared.items() if v is not None}
     _check_output_path(args.out, "--out")
+    check_distinct({"--out": args.out, "--out's metadata file": metadata_path(args.out),
+                    "--checkpoint": args.checkpoint}, {"--data": args.data})
+    check_metadata_file(args.out)
     _check_device(args.device)
     if args.checkpoint is not None:
         _check_output_path(args.checkpoint, "--checkpoint")
@@ -269,7 +283,7 @@ def _fit(args, argv) -> int:
     if nproc > 1:
         # torch's elastic launcher starts nproc copies of this command (without --nproc); they find each other
         # through the environment it sets, as under torchrun
-        return distributed.launch(_without_nproc(argv), nproc)
+        return distributed.launch(_without_nproc(argv) + ["--launched-by-nproc"], nproc)
     device = args.device
     if launched and torch_device_type(device) == "cuda" and ":" not in device:
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
@@ -285,7 +299,7 @@ def _fit(args, argv) -> int:
             est.fit_stream(args.data, args.target, features=features)
             names = est.feature_names_
         else:  # families without a streamed fit read the table into memory
-            from .data.sources import open_table
+            from ..data.sources import open_table
 
             source = open_table(args.data, args.target, features, name="--data", target_flag="--target")
             try:
@@ -298,10 +312,10 @@ def _fit(args, argv) -> int:
         est.feature_names_ = names
         if world.is_main:
             path = est.save(args.out)
-            meta = {"features": names, "target": args.target, "model": args.model}
+            meta = {**METADATA_MARKER, "features": names, "target": args.target, "model": args.model}
             if multi:
                 meta["output"] = args.output
-            Path(str(path) + ".json").write_text(json.dumps(meta, indent=2) + "\n")
+            metadata_path(path).write_text(json.dumps(meta, indent=2) + "\n")
             print(f"saved {type(est).__name__} to {path} (features: {', '.join(names)})")
         distributed.barrier(world)
     finally:
@@ -316,18 +330,21 @@ def torch_device_type(name: str) -> str:
 
 
 def _predict(args) -> None:
-    from . import estimators
-    from .data.sources import check_table
-    from .estimators.features import table_feature_names
+    from .. import estimators
+    from ..data.sources import check_table
+    from ..estimators.features import table_feature_names
 
     _check_output_path(args.out, "--out")
+    meta_path = metadata_path(args.model)
+    check_distinct({"--out": args.out}, {"--model": args.model, "--model's metadata file": meta_path,
+                                         "--data": args.data})
     if args.device is not None:
         _check_device(args.device)
     est = estimators.load(args.model, device=args.device)
     # the columns by name: as the model file records them; the .json beside it only for files written before
-    # they were recorded there
+    # they were recorded there, and only when flowgp wrote it (a user's file of that name is not ours)
     meta_path = Path(str(args.model) + ".json")
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    meta = json.loads(meta_path.read_text()) if is_metadata_file(meta_path) else {}
     features = table_feature_names(est) or meta.get("features")
     if args.target is not None:
         # asked for by name: a missing column is an error, never silently unscored
@@ -353,7 +370,24 @@ def _predict(args) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="flowgp", description="Gaussian processes transformed by flows")
+    """Run the command line `argv` (default: sys.argv[1:]); returns the exit code (`flowgp.cli.exit_codes`): 0
+    success, 1 any other failure, 2 usage error, 75 busy, 130 interrupted (one line on stderr, no traceback)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # what the line of an interruption needs, filled in as the command line is understood
+    context = {"label": "flowgp", "checkpoint": None, "silent": False}
+    try:
+        return _run(argv, context)
+    except KeyboardInterrupt as err:  # also while torch is imported or the parser built
+        if not context["silent"]:
+            print(f"{context['label']}: {interrupted_line(err, context['checkpoint'])}", file=sys.stderr,
+                  flush=True)
+        return EXIT_INTERRUPTED
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The `flowgp` command line's parser (the bench's subcommands included)."""
+    parser = argparse.ArgumentParser(prog="flowgp", description="Gaussian processes transformed by flows",
+                                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p_demo = sub.add_parser("demo", help="fit SVGP, TGP and v-WGP on the embedded tanh-sine data (paper Fig. 4)")
     p_demo.add_argument("--out", default="flowgp-demo", help="folder for results.json and demo.png")
@@ -363,7 +397,8 @@ def main(argv=None) -> int:
     p_demo.add_argument("--threads", type=int, default=1,
                         help="torch threads for the fits (default 1: fastest for its small matrices)")
     p_demo.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p_fit = sub.add_parser("fit", help="fit a model to a table (CSV, Parquet, .npy) and save it")
+    p_fit = sub.add_parser("fit", help="fit a model to a table (CSV, Parquet, .npy) and save it",
+                           epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p_fit.add_argument("--data", "--csv", dest="data", required=True, metavar="PATH",
                        help="training table: .csv, .parquet (or a folder of them) or .npy, streamed in chunks")
     p_fit.add_argument("--target", required=True, help="name of the target column (.npy: its index, e.g. -1)")
@@ -407,14 +442,19 @@ def main(argv=None) -> int:
                             "compile only if the rest of the fit can repay the compilation (seconds on a CPU); "
                             "a MODE (default, or reduce-overhead for CUDA graphs on a GPU) compiles regardless")
     p_fit.add_argument("--quiet", action="store_true")
-    p_fit.add_argument("--out", required=True, help="where to save the fitted model (.pt)")
+    p_fit.add_argument("--out", required=True,
+                       help="where to save the fitted model (.pt); the column names go to OUT.json beside it (a "
+                            "file of that name not written by flowgp fit is never replaced: the fit is refused)")
     p_fit.add_argument("--checkpoint", default=None, metavar="PATH",
                        help="training checkpoint: resume from it when it exists (an interrupted fit continues "
                             "where it stopped), written while training")
     p_fit.add_argument("--nproc", type=int, default=1,
                        help="train data-parallel in this many processes on this machine (torch's elastic "
                             "launcher; for several machines run `torchrun ... -m flowgp fit ...` instead)")
-    p_pred = sub.add_parser("predict", help="predict a table (CSV, Parquet, .npy) with a saved model, in chunks")
+    # set by --nproc for the processes it starts: the launching process alone reports an interruption
+    p_fit.add_argument("--launched-by-nproc", action="store_true", help=argparse.SUPPRESS)
+    p_pred = sub.add_parser("predict", help="predict a table (CSV, Parquet, .npy) with a saved model, in chunks",
+                            epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p_pred.add_argument("--model", required=True)
     p_pred.add_argument("--data", "--csv", dest="data", required=True, metavar="PATH")
     p_pred.add_argument("--target", default=None, help="target column to score against, if present")
@@ -425,14 +465,22 @@ def main(argv=None) -> int:
     p_pred.add_argument("--device", default=None,
                         help="where to predict (cpu, cuda, cuda:1); default: the device the model was trained on, "
                              "or the CPU where that is CUDA and this machine has none")
-    p_bench = sub.add_parser("bench", help="run the TGP paper's benchmarks (uci, airquality, rainfall, timing, report)")
-    from .bench.cli import add_bench_parser, run_bench
+    p_bench = sub.add_parser("bench", help="run the TGP paper's benchmarks (uci, airquality, rainfall, timing, "
+                             "report)", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from ..bench.cli import add_bench_parser
 
     add_bench_parser(p_bench)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _run(argv, context) -> int:
+    from ..bench.cli import run_bench
+
+    args = _parser().parse_args(argv)
     if args.command == "bench":
         return run_bench(args)
+    context.update(label=f"flowgp {args.command}", checkpoint=getattr(args, "checkpoint", None),
+                   silent=getattr(args, "launched_by_nproc", False))
     try:
         if args.command == "demo":
             demo(args.out, args.json, args.epochs, args.seed, threads=args.threads,
@@ -444,8 +492,11 @@ def main(argv=None) -> int:
     except (ValueError, TypeError, FileNotFoundError) as err:
         message = " ".join(str(err).split())  # one line, whatever the message held
         print(f"flowgp {args.command}: error: {message}", file=sys.stderr)
-        return 2
-    return 0
+        return EXIT_USAGE
+    except Exception:  # not a usage error: a failure to report with its traceback
+        traceback.print_exc()
+        return EXIT_FAILURE
+    return EXIT_OK
 
 
 if __name__ == "__main__":
