@@ -4,7 +4,7 @@ A TGP (or v-WGP, TGP classifier) with the identity flow is the SVGP, so its best
 SVGP's; `RobustFit` says how a flow estimator makes its fitted bound end there too (warm start from a fitted
 SVGP, flow refinement, natural gradients on q(u), plateau stop, restarts, best state kept), `BestState` keeps
 the state with the best full-data bound during `flowgp.training.loop.train`, and `warn_below_svgp` emits
-`BoundBelowSVGPWarning` when a fit still ends below the SVGP's bound. Measurements: docs/results/tgp-robust.
+`BoundBelowSVGPWarning` when a fit still ends below the SVGP's bound. Measurements: docs/results/tgp/robust-fit.
 """
 from __future__ import annotations
 
@@ -39,14 +39,14 @@ class RobustFit:
     natural_gradient: γ of natural-gradient steps on q(u) (Salimbeni et al. 2018) in the flow model's
         training, Adam on the rest; None: Adam on everything. Adam on q(u) lags behind a changing warp and
         makes the bound oscillate by ~0.1 per point between epochs; γ = 0.1 keeps q(u) with it (ablation in
-        docs/results/tgp-robust).
+        docs/results/tgp/robust-fit).
     svgp_natural_gradient: γ for q(u) in the SVGP stage of a full-batch fit; the Gaussian likelihood is
         conjugate, so γ = 1 puts q(u) at its optimum for the current hyperparameters at every step (None: Adam).
     svgp_natural_gradient_minibatch: γ of that stage when the fit runs in minibatches. γ = 1 on a minibatch
         estimate jumps q(u) to each batch's optimum: on the UCI quick preset (1 500 steps of 512 rows) the
         stage then ended below an Adam SVGP and the TGP below the SVGP on power (10/10 splits) and energy (3/10);
         with γ = 0.1 the TGP ends above it on every power and energy split measured
-        (benchmarks/tgp_minibatch_variants.py; docs/results/tgp-robust/README.md §8).
+        (benchmarks/tgp_minibatch_variants.py; docs/results/tgp/robust-fit/README.md §8).
     flow_lr: the flow model's Adam step as a multiple of `lr` (from the warm start a smaller step keeps the
         bound from oscillating: at lr = 0.01 it jumps by up to 0.5 per point between epochs on air quality).
     svgp_epochs: the share of `epochs` spent on the SVGP stage; the flow model trains for the rest (at least
