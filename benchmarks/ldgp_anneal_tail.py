@@ -11,7 +11,7 @@ same z draws (same generator seed).
 
     FLOWGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/ldgp_anneal_tail.py \\
         --checkpoint CKPT.pt --model ldgp2-dreg-eps --dataset power --split 0 --iterations 1000 --factor 0.1 \\
-        --samples 2000 --out docs/results/ldgp-uci-reference/anneal-tail.jsonl
+        --samples 2000 --out docs/results/ldgp/table1-uci/anneal-tail.jsonl
 
 One JSON line per scoring (label "start" / "tail"), with the standardised test log-likelihood
 (mean log p(y*) + log y_scale), the tail's mean training loss per row over its first and last tenth, timings.

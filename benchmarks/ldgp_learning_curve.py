@@ -18,7 +18,7 @@ per decade of iterations (least squares in log10(iterations)) over each model's 
 DREG authors score each fit 10 times) and writes a line to OUT/rescore.jsonl (each score, their range and sd, and the
 per-point median and lower quantiles of log p(y*) in standardised units) and the per-point values to an .npz.
 
-    PYTHONPATH=src python benchmarks/ldgp_learning_curve.py --out docs/results/ldgp-uci-reference/curve \\
+    PYTHONPATH=src python benchmarks/ldgp_learning_curve.py --out docs/results/ldgp/table1-uci/wine-red-curve \\
         --model ldgp2-dreg --dataset wine-red --split 0 --iterations 3000 --at 300,1000,2000,3000
 """
 from __future__ import annotations
