@@ -11,7 +11,9 @@ Resumable: one JSON row per (site, model, seed) is appended to `<out>/gap.jsonl`
 there are skipped; the seed-0 curves go to `<out>/curves_<site>.npz` so the figure can be redrawn (`--plot-only`).
 Writes `<out>/gap.md` and `<out>/gap.csv` (per site and model: mean ± sd over seeds) and `<out>/gap_blocks.png`.
 
-    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/amogp_gap_filling.py --out docs/results/amogp/gap
+    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/amogp_gap_filling.py --out docs/results/amogp/london-gap/trained \\
+        --cp-inducing latent --num-inducing 100 --epochs 1500 --lr 0.01 --seeds 3 --natural-gradient-layers latent \\
+        --models amogp-tight,mogp,svgp
 """
 from __future__ import annotations
 
@@ -60,7 +62,7 @@ def parse(argv=None):
                         "latent process (`--num-inducing` in all with one latent)")
     p.add_argument("--cp-grid", action="store_true",
                    help="CP inducing inputs kept on their even grid (the estimator's cp_grid; --cp-inducing latent)")
-    p.add_argument("--out", default="docs/results/amogp/gap")
+    p.add_argument("--out", default="bench-results/amogp-gap")
     p.add_argument("--plot-only", action="store_true")
     return p.parse_args(argv)
 

@@ -116,7 +116,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="tiny budget smoke run")
     parser.add_argument("--table-only", action="store_true",
                         help="rebuild the Markdown table from the existing JSON lines (no training)")
-    parser.add_argument("--out", default=str(ROOT / "docs" / "results" / "classification"))
+    parser.add_argument("--out", default=str(ROOT / "docs" / "results" / "tgp" / "classification"))
     args = parser.parse_args(argv)
     _MULTICLASS_SPLITS = args.multiclass_splits
     if args.quick:

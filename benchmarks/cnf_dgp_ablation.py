@@ -35,7 +35,7 @@ from flowgp.bench.runner import fit_and_score, limit_threads, parse_int_list
 from flowgp.bench.uci import load_split
 
 # variant -> (posterior family, estimator attributes changed from the bench's cnf-dgpL / dgpL)
-# (issue 20: the paper's variants are now `cnf-paper-dgpL`; the rows of cnf-dgp-ablation/ were made with them)
+# (issue 20: the paper's variants are now `cnf-paper-dgpL`; the rows of docs/results/cnf-dgp/paper-design-ablation/ were made with them)
 VARIANTS = {
     "dsvi": ("dgp", {}),
     "cnf-s1": ("cnf-paper-dgp", {}),
@@ -75,7 +75,7 @@ def main():
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--data-dir", default=None)
-    p.add_argument("--out", default="docs/results/cnf-dgp-ablation/ablation.jsonl")
+    p.add_argument("--out", default="docs/results/cnf-dgp/paper-design-ablation/ablation.jsonl")
     a = p.parse_args()
     limit_threads()
     # one line per finished fit (the bench's store: torn-line repair, fsync): an interrupted run resumes here

@@ -3,7 +3,7 @@
 Run from the repository root (CPU, a few minutes per set):
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/cnf_dgp_finetune.py --dataset energy --layers 2 \
-        --epochs 750 --extra 150 --json docs/results/cnf-dgp-v2/finetune-energy.json
+        --epochs 750 --extra 150 --json docs/results/cnf-dgp/flow-vs-dsvi-uci/finetune-energy.json
 
 A DSVI deep GP is trained for `--epochs` (batch 512, Adam lr 0.01: the quick preset's budget on split 0, targets
 standardised), then (a) DSVI trains `--extra` more epochs and (b) a `posterior="cnf"` model warm-started from the

@@ -30,7 +30,7 @@ def main():
     p.add_argument("--split", type=int, default=0)
     p.add_argument("--variants", default='{"default": {}}', help="JSON: name -> estimator parameters")
     p.add_argument("--data-dir", default=None)
-    p.add_argument("--out", default="docs/results/cnf-dgp-v3/flow_lr.jsonl")
+    p.add_argument("--out", default="docs/results/cnf-dgp/flow-vs-dsvi-uci/flow_lr.jsonl")
     a = p.parse_args()
     limit_threads()
     split = load_split(a.dataset, a.split, a.data_dir, 0)

@@ -3,7 +3,7 @@
 Run from the repository root (CPU, about a minute):
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/cnf_dgp_gradient_noise.py --dataset boston --layers 2 \
-        --json docs/results/cnf-dgp-v2/gradient_noise.json
+        --json docs/results/cnf-dgp/flow-vs-dsvi-uci/gradient_noise.json
 
 A DSVI deep GP is fitted on split 0 of a UCI set (`--steps` Adam steps, full batch), a `posterior="cnf"` model
 is warm-started from it (`warm_start_from_gaussian`: identity flow steps, so q(U) is exactly DSVI's), and the

@@ -9,7 +9,7 @@ whose training-set predictive is worse would point at the predictive's estimator
 worse on the test set is over-fitting.
 
     FLOWGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/cnf_dgp_predictive_noise.py boston 1 3 \\
-        docs/results/cnf-dgp-v3/predictive_noise.jsonl
+        docs/results/cnf-dgp/flow-vs-dsvi-uci/predictive_noise.jsonl
 
 Rows (one per model, S and seed) are appended to the output file as they are made.
 """

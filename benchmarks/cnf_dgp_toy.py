@@ -2,7 +2,7 @@
 
 Run from the repository root (CPU, one thread, about 10 s of CPU time):
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/cnf_dgp_toy.py --out docs/results/cnf-dgp-v2
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/cnf_dgp_toy.py --out docs/results/cnf-dgp/flow-vs-dsvi-uci
 
 The model and data are `skewed_step_toy` of tests/test_cnf_gaussian_base.py (labels 1[x > 0] at 6 sites, 10
 per site, probit likelihood; layer 1 ≈ identity, layer 2 with a broad prior, hyperparameters fixed), so that
@@ -48,7 +48,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dsvi-steps", type=int, default=400)
     p.add_argument("--steps", type=int, default=400)
-    p.add_argument("--out", default=str(ROOT / "docs" / "results" / "cnf-dgp-v2"))
+    p.add_argument("--out", default=str(ROOT / "docs" / "results" / "cnf-dgp" / "flow-vs-dsvi-uci"))
     a = p.parse_args()
     torch.set_num_threads(1)
     x, y, make = skewed_step_toy()

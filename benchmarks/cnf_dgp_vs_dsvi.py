@@ -1,6 +1,6 @@
 """Issue 20's scorecard: the `cnf-dgpL` rows of a bench results file against the `dgpL` rows of the same splits.
 
-    python benchmarks/cnf_dgp_vs_dsvi.py docs/results/cnf-dgp-v3/uci.jsonl [more.jsonl ...] [--markdown] [--per-split]
+    python benchmarks/cnf_dgp_vs_dsvi.py docs/results/cnf-dgp/flow-vs-dsvi-uci/L2/uci.jsonl [more.jsonl ...] [--markdown] [--per-split]
 
 Several files are read as one (a row of a later file replaces an earlier row of the same model, set and split).
 `--refit FILE ...` takes refitted cnf rows (e.g. the same fits rerun on newer code), says how many of them differ

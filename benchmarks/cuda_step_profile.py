@@ -15,7 +15,7 @@ least 100 kB it makes and their total size: on CPU each is memory the kernel may
         --num-data 10240 --models svgp --steps 40 --memory
 
 `--compile` profiles the compiled step instead (`flowgp.training.compiled.CompiledObjective`, compiled before timing), e.g.
-the TGP's compiled extra at M = 20 (docs/results/timing, session 19):
+the TGP's compiled extra at M = 20 (docs/results/perf/step-time, 2026-11-29 04:20 UTC):
 
     python benchmarks/cuda_step_profile.py --device cpu --dtype float32 --inducing 20 --batch 512 \
         --num-data 10240 --steps 100 --compile

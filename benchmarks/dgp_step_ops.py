@@ -1,6 +1,6 @@
 """Operations per training step of flowgp's deep GPs: DSVI ("dgpL") against the flow posterior ("cnf-dgpL").
 
-Where a step is bound by kernel launches (a GPU at these sizes: docs/results/gpu), its time follows the number of
+Where a step is bound by kernel launches (a GPU at these sizes: docs/results/perf/gpu), its time follows the number of
 aten operations it dispatches rather than its arithmetic, so the count is the CPU-side proxy for issue 20's GPU
 step ratio. Same synthetic problem as `dgp_step_time.py` (N = 10 000, D = 8, B = 512, M = 100, hidden width 8).
 

@@ -22,7 +22,7 @@ Part 2 (energy, TGP paper Fig. 11): training-step time (full batch of the 691 tr
 prediction time on the 77 test points (mean, variance and log density; the DGP with 100 samples, the TGP
 with 100 Gauss-Hermite points) of the 3-layer DSVI deep GP against the TGP.
 
-Results go to docs/results/dgp_step_time.json (`--json` to change).
+Results go to docs/results/perf/step-time/dgp_step_time.json (`--json` to change).
 """
 from __future__ import annotations
 
@@ -255,7 +255,7 @@ def main():
                    help="also time the DSVI step compiled (flowgp.training.compiled; issue 26's dgp3 <= 0.5x GPyTorch)")
     p.add_argument("--compile-mode", default=None,
                    help="torch.compile mode of the compiled DSVI step (e.g. reduce-overhead: CUDA graphs on a GPU)")
-    p.add_argument("--json", default=str(ROOT / "docs" / "results" / "dgp_step_time.json"))
+    p.add_argument("--json", default=str(ROOT / "docs" / "results" / "perf" / "step-time" / "dgp_step_time.json"))
     p.add_argument("--note", default="", help="conditions of the run, stored in the JSON (e.g. 'other jobs paused')")
     a = p.parse_args()
     a.layer_counts = tuple(int(v) for v in a.layers.split(","))

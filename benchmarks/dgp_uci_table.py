@@ -1,6 +1,6 @@
-"""Deep-GP UCI tables for docs/results/dgp-uci-quick/README.md, over the splits every model finished.
+"""Deep-GP UCI tables for docs/results/cnf-dgp/fig3-uci-quick/README.md, over the splits every model finished.
 
-    python benchmarks/dgp_uci_table.py docs/results/dgp-uci-quick/uci.jsonl [--readme docs/results/dgp-uci-quick/README.md]
+    python benchmarks/dgp_uci_table.py docs/results/cnf-dgp/fig3-uci-quick/uci.jsonl [--readme docs/results/cnf-dgp/fig3-uci-quick/README.md]
 
 `flowgp bench report` averages whatever rows exist; while a resumable run is part-way through, models have
 different numbers of splits, so this script keeps, per dataset, only the splits that all the models finished

@@ -2,7 +2,7 @@
 
 Run from the repository root (no image files needed: random 28 x 28 images, 10 classes):
 
-    OMP_NUM_THREADS=1 python benchmarks/image_dgp_memory.py --out docs/results/images/memory.json
+    OMP_NUM_THREADS=1 python benchmarks/image_dgp_memory.py --out docs/results/cnf-dgp/table3-images/memory.json
 
 A 4-layer `DeepGPClassifier` with the convolutional skip-layer connection (784-wide hidden layers sharing one
 kernel per layer), M = 100, robust max, float32, trained for one epoch of `--rows` images in batches of 256

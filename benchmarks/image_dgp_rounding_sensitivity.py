@@ -18,7 +18,7 @@ gradient whose true value is 0, so what is left is rounding noise. Adam divides 
 running scale, so such noise still moves a parameter by up to lr·|g|/(|g| + eps). A 1e-16
 perturbation then moves the fit by 1e-3 within a few steps. The final fit (and its test NLL) is one draw from
 the spread that follows, whatever the code's rounding.
-Rows go to docs/results/images/rounding_sensitivity.json.
+Rows go to docs/results/cnf-dgp/table3-images/rounding_sensitivity.json.
 """
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def main():
     p.add_argument("--skips", default="dense,conv,linear")
     p.add_argument("--epochs", type=int, default=120)
     p.add_argument("--scale", type=float, default=1e-12, help="relative size of the perturbation of the start")
-    p.add_argument("--json", default=str(ROOT / "docs" / "results" / "images" / "rounding_sensitivity.json"))
+    p.add_argument("--json", default=str(ROOT / "docs" / "results" / "cnf-dgp" / "table3-images" / "rounding_sensitivity.json"))
     a = p.parse_args()
     data = load_images("digits")
     marks = _snapshot_epochs(a.epochs)

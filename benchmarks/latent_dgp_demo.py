@@ -5,7 +5,7 @@ latent input on 2000 training points, reports the test log-likelihood per point 
 z ~ p(z), log-mean-exp over samples) and plots `sample_y` draws over the training data, with the share of
 draws nearer the second mode (the data hold 40 % there). Writes JSON and PNG.
 
-    OMP_NUM_THREADS=1 python benchmarks/latent_dgp_demo.py --out docs/results --iterations 3000
+    OMP_NUM_THREADS=1 python benchmarks/latent_dgp_demo.py --out docs/results/ldgp/demo --iterations 3000
 """
 from __future__ import annotations
 

@@ -4,14 +4,14 @@ The supplement trains 300 000 iterations with Adam 0.005 and natural-gradient 0.
 1 000 iterations, so its last 100 000 iterations run at step sizes 1e-4 to 1e-5 of a kind the CPU rows (10 000
 iterations, still at 0.8 x the first step) never reach. A test log-likelihood scored at a large step size is
 the log-likelihood of one noisy iterate. This script separates "more iterations" from "smaller steps": it loads
-the model state of a `flowgp bench uci --preset reference` checkpoint (OUT/checkpoints/*.pt of a bench run),
+the model state of a `flowgp bench uci --preset reference` checkpoint (runs/bench/<name of OUT>/*.pt of a bench run in progress),
 scores the test set, continues training for `--iterations` at step sizes `--factor` x the preset's (Adam and
 natural gradient alike; fixed, or with `--decay` decayed as the preset decays them), and scores again with the
 same z draws (same generator seed).
 
     FLOWGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/ldgp_anneal_tail.py \\
         --checkpoint CKPT.pt --model ldgp2-dreg-eps --dataset power --split 0 --iterations 1000 --factor 0.1 \\
-        --samples 2000 --out docs/results/ldgp-uci-reference/anneal-tail.jsonl
+        --samples 2000 --out docs/results/ldgp/table1-uci/anneal-tail.jsonl
 
 One JSON line per scoring (label "start" / "tail"), with the standardised test log-likelihood
 (mean log p(y*) + log y_scale), the tail's mean training loss per row over its first and last tenth, timings.
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     from flowgp.training.loop import step_lr, train
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", help="a bench training checkpoint (OUT/checkpoints/*.pt)")
+    parser.add_argument("--checkpoint", help="a bench training checkpoint (runs/bench/<name of OUT>/*.pt)")
     parser.add_argument("--plot", metavar="PNG", help="only draw the rows of --out to PNG (with --point ...)")
     parser.add_argument("--point", action="append", default=[], metavar="LABEL:ITERATIONS:VALUE",
                         help="an extra point for --plot, e.g. a bench row")

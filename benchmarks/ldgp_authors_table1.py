@@ -4,7 +4,7 @@ The authors of the DREG paper published, with their code (github.com/timrudner/s
 3d4c3fd, `experiments/figure_data/table_1_tlls.txt`), the standardised test log-likelihood of every Table 1 fit:
 20 splits per dataset, REG and DREG, each scored 10 times with 10 000 samples of z. Their `build_run_commands.py`
 gives the protocol of those fits: configuration L1_G5 (two GP layers), K = 50 importance samples, minibatch 64,
-300 000 iterations. docs/results/ldgp-uci-reference/authors-table1/per_split.csv holds, per fit, the mean, min
+300 000 iterations. docs/results/ldgp/table1-uci/authors-table1/per_split.csv holds, per fit, the mean, min
 and max of its 10 scores (derived by us from that file for power and wine-red). This script prints, per dataset
 and estimator, the mean over splits (what Table 1 reports), median, standard error, the supplement's outlier rule
 (splits more than 2 s.d. from the mean dropped for REG and DREG alike) and DREG - REG paired by split.
@@ -39,7 +39,7 @@ from flowgp.bench.report import mean_se
 from flowgp.bench.uci import row_order_of
 from ldgp_reg_vs_dreg import outlier_splits  # the supplement's rule as our own tables apply it (s.d. with ddof 1)
 
-DEFAULT = Path(__file__).resolve().parents[1] / "docs/results/ldgp-uci-reference/authors-table1/per_split.csv"
+DEFAULT = Path(__file__).resolve().parents[1] / "docs/results/ldgp/table1-uci/authors-table1/per_split.csv"
 SAME_ROW_ORDER = {"wine-red"}  # data files whose row order is the authors' download's
 MODELS = {"reg": "ldgp2-reg", "dreg": "ldgp2-dreg"}
 

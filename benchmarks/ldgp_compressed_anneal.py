@@ -2,16 +2,16 @@
 
 Supplement E.2 multiplies both step sizes by 0.98 every 1 000 iterations for 300 000 iterations (x 0.0023 by the
 end). At the 10 002 iterations this CPU affords per fit they have only come down to x 0.82, and wine-red's test
-log-likelihood is still climbing 0.2-0.3 nats per 1 000 iterations there (docs/results/ldgp-uci-reference/README.md,
-eighteenth session), so the bench compares REG and DREG in the middle of the climb. Here the decay per 1 000
+log-likelihood is still climbing 0.2-0.3 nats per 1 000 iterations there (docs/results/ldgp/table1-uci/README.md,
+History, 2026-11-29), so the bench compares REG and DREG in the middle of the climb. Here the decay per 1 000
 iterations is 0.98**30 = 0.545, which reaches the paper's final x 0.0023 at 10 000 iterations: the step sizes of a
 300 000-iteration run, compressed 30x. Everything else is `flowgp bench uci --datasets wine-red --preset reference
 --epochs 3334 --inducing 128`: the same splits (`bench.uci.load_split`, reference protocol), seeds (split i: seed i),
 estimator (`bench.models.make_estimator`) and scoring (`bench.runner.fit_and_score`, 10 000 samples of z per test
 point). Rows are the bench's, with model "ldgp2-<gradient>-anneal30", appended to OUT/uci.jsonl; an interrupted fit
-continues from OUT/checkpoints, a split with a row is skipped.
+continues from its checkpoint in runs/<name of OUT> (`--state-dir`), a split with a row is skipped.
 
-    python benchmarks/ldgp_compressed_anneal.py --gradient reg --splits 0,1 --out docs/results/ldgp-uci-reference/anneal30
+    python benchmarks/ldgp_compressed_anneal.py --gradient reg --splits 0,1 --out docs/results/ldgp/table1-uci/anneal-compressed
 """
 from __future__ import annotations
 
@@ -36,10 +36,13 @@ def main():
     p.add_argument("--dataset", default="wine-red")
     p.add_argument("--epochs", type=int, default=3334, help="3 iterations per epoch on wine-red: 10 002 iterations")
     p.add_argument("--inducing", type=int, default=128)
-    p.add_argument("--out", default="docs/results/ldgp-uci-reference/anneal30")
+    p.add_argument("--out", default="docs/results/ldgp/table1-uci/anneal-compressed")
+    p.add_argument("--state-dir", default=None,
+                   help="folder of fits' training state in progress (default: runs/<name of OUT>)")
     args = p.parse_args()
     limit_threads()
-    os.makedirs(os.path.join(args.out, "checkpoints"), exist_ok=True)
+    state = args.state_dir or os.path.join("runs", os.path.basename(os.path.abspath(args.out)))
+    os.makedirs(args.out, exist_ok=True)
     rows_file = os.path.join(args.out, "uci.jsonl")
     name = f"ldgp2-{args.gradient}-anneal30"
     done = set()
@@ -54,7 +57,7 @@ def main():
         n = len(split.y_train)
         est = make_estimator(f"ldgp2-{args.gradient}", preset, min(args.inducing, n), split_index, n)
         est.lr_decay = COMPRESSED_DECAY
-        checkpoint = os.path.join(args.out, "checkpoints", f"{name}-{args.dataset}-{split_index}.pt")
+        checkpoint = os.path.join(state, f"{name}-{args.dataset}-{split_index}.pt")
         scores = fit_and_score(est, split, "regression", checkpoint=checkpoint)
         job = {"dataset": args.dataset, "model": name, "num_inducing": args.inducing, "split": split_index,
                "preset": f"reference-e{args.epochs}", "seed": split_index, "row_order": "file"}

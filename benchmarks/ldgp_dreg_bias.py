@@ -1,7 +1,7 @@
 """Is a q(z) gradient estimator unbiased? REG, DREG and its ablations ("dreg-eps", "dreg-d23") on a fitted latent
 DGP (issue 25).
 
-Run from the repository root (reuses the fitted models of `flowgp bench snr --out docs/results/snr/joint`):
+Run from the repository root (reuses the fitted models of `flowgp bench snr --out docs/results/ldgp/fig3-snr/dreg-ablations`):
 
     OMP_NUM_THREADS=1 python benchmarks/ldgp_dreg_bias.py --layers 3 --num-importance 20 --repeats 1000
 
@@ -36,10 +36,10 @@ def main():
     p.add_argument("--num-importance", default="20")
     p.add_argument("--repeats", type=int, default=1000)
     p.add_argument("--points", type=int, default=10)
-    p.add_argument("--models", default="docs/results/snr/joint", help="folder of the SNR bench's fitted models")
+    p.add_argument("--models", default="docs/results/ldgp/fig3-snr/dreg-ablations", help="folder of the SNR bench's fitted models")
     p.add_argument("--num-data", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="docs/results/snr/joint/bias.jsonl")
+    p.add_argument("--out", default="docs/results/ldgp/fig3-snr/dreg-ablations/bias.jsonl")
     p.add_argument("--estimators", default="reg,dreg,dreg-eps,dreg-d23",
                    help="comma-separated, REG first (e.g. reg,dreg,dreg-eps,dreg-d23)")
     a = p.parse_args()

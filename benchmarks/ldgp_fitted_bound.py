@@ -5,7 +5,7 @@ wine-red split 0, `flowgp.bench.uci.reference_split`). On its training rows the 
 (supplement eq. A.9, the hidden layer drawn jointly over the K samples) is then evaluated for K = 5, the bound
 training reports, and for larger K. For a valid bound L_K increases with K towards log p(y) (Burda et al.), so
 the larger-K values are the joint-draw estimate of the evidence the reported bound must not exceed. With the
-old per-slot draws the K = 5 bound was not a bound of this kind (docs/results/ldgp-uci-reference).
+old per-slot draws the K = 5 bound was not a bound of this kind (docs/results/ldgp/table1-uci).
 Printed: mean and standard error over `--repeats` evaluations (fresh draws) of L_K / N per K.
 
     OMP_NUM_THREADS=1 python benchmarks/ldgp_fitted_bound.py --epochs 30 --k 5,20,50

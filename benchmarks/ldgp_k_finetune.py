@@ -12,9 +12,9 @@ from the restart of the optimisers. Rows go to OUT/finetune.jsonl (not resumable
 again and appends its rows anew).
 
     FLOWGP_DATA=../shared/data python benchmarks/ldgp_k_finetune.py \\
-        --checkpoint docs/results/ldgp-uci-reference/power-authors-splits/ldgp2-reg-power-8-rows-authors.ckpt \\
+        --checkpoint runs/power-authors-splits/ldgp2-reg-power-8-rows-authors.ckpt \\
         --split 8 --row-order authors --num-importance 50 --batch-size 64 --iterations 10000 \\
-        --out docs/results/ldgp-uci-reference/power-k-finetune
+        --out docs/results/ldgp/table1-uci/power-k-finetune
 """
 from __future__ import annotations
 

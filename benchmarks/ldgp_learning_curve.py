@@ -5,7 +5,9 @@ for `--iterations` iterations and, at each of `--at` iterations, scores the test
 (`--samples` draws of z ~ p(z) per test point, chunked): one JSON line per milestone in OUT/curve.jsonl
 (iterations, test_ll_std = mean log p(y*) + log y_scale, nll in y units, train bound per point
 (`train_neg_objective_per_point` instead under `--draws per-slot`, whose objective is not a bound), seconds).
-Training checkpoints to OUT/<model>-<dataset>-<split>.ckpt every 100 iterations, so an interrupted run resumes
+Training checkpoints to STATE/<model>-<dataset>-<split>.ckpt every 100 iterations (`--state-dir`, by default
+runs/<name of OUT> under the current directory: the state of a run in progress, kept apart from its results and
+deleted once the run is done), so an interrupted run resumes
 (milestones already in the JSONL are not scored again); the budget (`--iterations`) must stay the same for a
 resume, unless `--extend` is given: then a checkpoint of a shorter run (finished or not) is carried on to the new
 budget with its optimiser states, on the trajectory a run given that budget from the start would take (the
@@ -13,11 +15,11 @@ schedule depends on the step alone). OUT/curve.png plots the curve (`--reference
 line); `--plot-only` redraws it from the rows so far, e.g. while a long run is still going, and prints the slope
 per decade of iterations (least squares in log10(iterations)) over each model's last three milestones
 (`--with` adds another folder's rows, `--only-split` keeps one split's).
-`--rescore R` trains nothing: it scores the checkpoint's current state R times with R prediction seeds (the
+`--rescore R` trains nothing: it scores the checkpoint's current state (in STATE) R times with R prediction seeds (the
 DREG authors score each fit 10 times) and writes a line to OUT/rescore.jsonl (each score, their range and sd, and the
 per-point median and lower quantiles of log p(y*) in standardised units) and the per-point values to an .npz.
 
-    PYTHONPATH=src python benchmarks/ldgp_learning_curve.py --out docs/results/ldgp-uci-reference/curve \\
+    PYTHONPATH=src python benchmarks/ldgp_learning_curve.py --out docs/results/ldgp/table1-uci/wine-red-curve \\
         --model ldgp2-dreg --dataset wine-red --split 0 --iterations 3000 --at 300,1000,2000,3000
 """
 from __future__ import annotations
@@ -95,6 +97,11 @@ def plot(rows: list[dict], path: Path, reference: float | None = None) -> None:
     fig.savefig(path, dpi=120)
 
 
+def state_dir(args) -> Path:
+    """The folder of the run's checkpoint: --state-dir, else runs/<name of OUT> (created by the first save)."""
+    return Path(args.state_dir) if args.state_dir else Path("runs") / Path(args.out).resolve().name
+
+
 def fit_from_state(est, state: dict, split) -> None:
     """Give `est` the trained state of a checkpoint's saved dict without training: a copy marked finished is
     written to a temporary file and resumed (the fit loads it and returns). `est` must match the run that wrote it
@@ -150,6 +157,9 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
+    parser.add_argument("--state-dir", default=None,
+                        help="folder of the run's training checkpoint (default: runs/<name of OUT> under the current "
+                             "directory)")
     parser.add_argument("--model", default="ldgp2-dreg")
     parser.add_argument("--dataset", default="wine-red")
     parser.add_argument("--split", type=int, default=0)
@@ -225,7 +235,7 @@ def main(argv=None) -> int:
                                           ("seed", None if seed == args.split else seed),
                                           ("draws-", None if args.draws == "joint" else args.draws)) if v is not None)
     est.set_params(num_samples_predict=args.samples, verbose=False, extend_checkpoint=args.extend,
-                   checkpoint=str(out / f"{args.model}-{args.dataset}-{args.split}{tag}.ckpt"))
+                   checkpoint=str(state_dir(args) / f"{args.model}-{args.dataset}-{args.split}{tag}.ckpt"))
     if args.num_importance is not None:
         est.set_params(num_importance=args.num_importance)
     if args.encoder_skips is not None:

@@ -16,9 +16,9 @@ last layer's S (our fit, without the jitter, stands in for S*), puts the result 
 test set as `ldgp_learning_curve.py` does (10 000 z per point, prediction seed 0), beside the unchanged state.
 Nothing else is refitted, so it measures the first-order effect, not the co-adapted one.
 
-    FLOWGP_DATA=../shared/data python benchmarks/ldgp_natgrad_jitter.py \\
-        --checkpoint docs/results/ldgp-uci-reference/power-curve/ldgp2-reg-power-0.ckpt --split 0
-    ... --checkpoint docs/results/ldgp-uci-reference/power-authors-splits/ldgp2-reg-power-8-rows-authors.ckpt \\
+    git show b8595bc:docs/results/ldgp-uci-reference/power-curve/ldgp2-reg-power-0.ckpt > runs/power-curve.ckpt
+    FLOWGP_DATA=../shared/data python benchmarks/ldgp_natgrad_jitter.py --checkpoint runs/power-curve.ckpt --split 0
+    ... --checkpoint runs/power-authors-splits/ldgp2-reg-power-8-rows-authors.ckpt \\
         --split 8 --row-order authors --iterations 300000
 """
 from __future__ import annotations

@@ -17,10 +17,11 @@ The KL terms are the same for both objectives and left out of the terms; the row
 joint_per_point - kl_per_point is the valid bound per training point (in expectation, on the subsample). One JSON
 row per checkpoint and K goes to OUT/objective_gap.jsonl (appended).
 
-    FLOWGP_DATA=../shared/data python benchmarks/ldgp_objective_gap.py \\
-        --checkpoint docs/results/ldgp-uci-reference/power-per-slot/ldgp2-reg-power-8-k50-b64-rows-authors-draws-per-slot.ckpt \\
+    git show b8595bc:docs/results/ldgp/table1-uci/power-per-slot/ldgp2-reg-power-8-k50-b64-rows-authors-draws-per-slot.ckpt \\
+        > runs/per-slot-split8.ckpt
+    FLOWGP_DATA=../shared/data python benchmarks/ldgp_objective_gap.py --checkpoint runs/per-slot-split8.ckpt \\
         --split 8 --row-order authors --fit-num-importance 50 --batch-size 64 --iterations 300000 \\
-        --out docs/results/ldgp-uci-reference/objective-gap
+        --out docs/results/ldgp/table1-uci/objective-gap
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Reads the rows written by `flowgp bench uci` for the models ldgp2-reg / ldgp2-dreg, e.g.
 
     flowgp bench uci --datasets wine-red,power --models ldgp2-reg,ldgp2-dreg --splits 0-19 --inducing 128 \
-        --preset reference --out docs/results/ldgp-uci-reference
+        --preset reference --out docs/results/ldgp/table1-uci
 
 and prints markdown tables. Rows hold `nll` in the units of y; the paper reports log-likelihoods of standardised
 targets: log p(y_std) = log p(y) + log y_scale, y_scale the training targets' standard deviation (the row's
@@ -12,7 +12,7 @@ DREG's win count, once over all splits and once with the supplement's outlier ru
 log-likelihood lies more than two standard deviations from the mean of its dataset and model is dropped for
 REG and DREG alike.
 
-    python benchmarks/ldgp_reg_vs_dreg.py docs/results/ldgp-uci-reference/uci.jsonl [--preset reference-e300]
+    python benchmarks/ldgp_reg_vs_dreg.py docs/results/ldgp/table1-uci/uci.jsonl [--preset reference-e300]
 
 With `--models ldgp2-reg,ldgp2-dreg,ldgp2-dreg-d23,svgp,dgp2` a further table gives every model's mean over its
 own splits and its paired difference from `--reference` (default ldgp2-reg) on the splits both have.

@@ -9,8 +9,8 @@ first run as "dreg-cond"). This script rewrites, in place and atomically, the ro
 
 It renames model names (ldgpL-dreg -> ldgpL-dreg-eps, ldgpL-dreg-cond -> ldgpL-dreg), values of "gradient" and
 "train_gradient", and the estimator keys of `benchmarks/ldgp_dreg_bias.py` rows. Rows made before the joint draws
-(per-slot draws, where every DREG variant was D.23 itself: docs/results/snr/snr.jsonl, ldgp-uci-quick,
-ldgp-uci-5x, redesign-check) are not to be passed to it.
+(per-slot draws, where every DREG variant was D.23 itself: the first SNR and quick-preset rows of 2026-11-23,
+since removed from docs/results, and docs/results/checks/redesign-equivalence) are not to be passed to it.
 """
 from __future__ import annotations
 

@@ -1,14 +1,14 @@
 """DREG against REG per split from learning-curve rows, each fit scored by the mean over its last iterations (issue 25).
 
 With a small minibatch and the step sizes far from decayed, one iterate's test log-likelihood moves by up to
-0.15-0.2 between scoring points (docs/results/ldgp-uci-reference/README.md, thirty-second session). So a fit's
+0.15-0.2 between scoring points (docs/results/ldgp/table1-uci/README.md, History, 2026-11-30). So a fit's
 score at `--end` iterations is the mean of its rows (`benchmarks/ldgp_learning_curve.py`'s curve.jsonl) with
 iterations in [end - window, end + window), the scorings around `end` (a fit carried on past `end` keeps its later
 rows out). The script pairs the two models per split and prints each split's difference and, as
 `ldgp_reg_vs_dreg.py` does for the bench's tables, the mean difference ± s.e. (median), its 95 % interval and the
 count of splits the second model wins.
 
-    python benchmarks/ldgp_tail_pairs.py docs/results/ldgp-uci-reference/wine-k50-b64/curve.jsonl --end 20000
+    python benchmarks/ldgp_tail_pairs.py docs/results/ldgp/table1-uci/wine-k50-b64/curve.jsonl --end 20000
 """
 import argparse
 import statistics

@@ -5,7 +5,7 @@ layout since session 21) against the same map built as three stages with four sc
     python benchmarks/packed_flow_step.py 20,100        # M values; float32, N = 10 240, B = 512
 
 Each compiled step is timed in interleaved rounds in one process (medians); prints each step and its ratio to
-the SVGP's (docs/results/timing/README.md, sessions 20 and 21).
+the SVGP's (docs/results/perf/step-time/README.md, 2026-11-29).
 """
 from __future__ import annotations
 

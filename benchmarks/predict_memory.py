@@ -2,7 +2,7 @@
 
 Run from the repository root:
 
-    OMP_NUM_THREADS=1 python benchmarks/predict_memory.py --rows 200000 --out docs/results/predict-memory
+    OMP_NUM_THREADS=1 python benchmarks/predict_memory.py --rows 200000 --out docs/results/perf/predict-memory
 
 Each estimator is fitted on 2 000 rows of an 8-feature synthetic problem with a short budget, then, in a fresh
 process (so the fit's allocations do not count), loaded and asked for `predict` (and `predict_interval` /
@@ -88,7 +88,7 @@ def predict(name, path, rows, num_samples=None):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
-    parser.add_argument("--out", default="docs/results/predict-memory")
+    parser.add_argument("--out", default="docs/results/perf/predict-memory")
     parser.add_argument("--estimators", default=",".join(ESTIMATORS))
     parser.add_argument("--num-samples-predict", type=int, default=None,
                         help="Monte Carlo samples of the deep estimators' predictions (default: their own; the latent "

@@ -3,7 +3,7 @@
     python benchmarks/scaling.py make --rows 5000000 --out /tmp/big.parquet      # the table (8 features + y)
     python benchmarks/scaling.py memory --rows 50000 5000000 --dir /tmp/scaling   # peak RSS, /usr/bin/time -v
     python benchmarks/scaling.py epochs --rows 10000 100000 1000000 5000000 --nproc 1 2 --reps 2 --dir /tmp/scaling
-    python benchmarks/scaling.py plot --dir /tmp/scaling --out docs/results/scaling/scaling.png
+    python benchmarks/scaling.py plot --dir /tmp/scaling --out docs/results/perf/scaling/scaling.png
 
 `memory` runs `flowgp fit --data big.parquet --target y --model svgp --epochs 1 --batch-size 4096` and
 `flowgp predict --data big.parquet --out pred.parquet` under `/usr/bin/time -v` and records the maximum resident
@@ -232,7 +232,7 @@ def main(argv=None):
     p.add_argument("--data", required=True)
     p = sub.add_parser("plot")
     p.add_argument("--dir", required=True)
-    p.add_argument("--out", default="docs/results/scaling/scaling.png")
+    p.add_argument("--out", default="docs/results/perf/scaling/scaling.png")
     args = parser.parse_args(argv)
     if args.command == "make":
         make(args.rows, args.out)

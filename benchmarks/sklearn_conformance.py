@@ -2,7 +2,7 @@
 
 Run from the repository root:
 
-    OMP_NUM_THREADS=1 python benchmarks/sklearn_conformance.py --out docs/results/sklearn-conformance
+    OMP_NUM_THREADS=1 python benchmarks/sklearn_conformance.py --out docs/results/checks/sklearn-conformance
 
 Each estimator is checked with a small budget (few inducing points, a short fit) that still learns the checks'
 toy problems. One JSON line per (estimator, check) goes to OUT/checks.jsonl as it finishes, so an interrupted run
@@ -35,7 +35,7 @@ SETTINGS = {
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="docs/results/sklearn-conformance")
+    parser.add_argument("--out", default="docs/results/checks/sklearn-conformance")
     parser.add_argument("--estimators", default=",".join(SETTINGS))
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)

@@ -276,7 +276,7 @@ def main():
     p.add_argument("--inducing", default="20,100,500")
     p.add_argument("--dtypes", default="float32,float64")
     # 200: with 30 (three blocks of 10 per model) the compiled TGP / SVGP ratio moved by 0.1 from run to run on the
-    # project's 2-core CPU (M = 100: 0.98 and 1.07 in two runs, docs/results/timing/README.md, session 21)
+    # project's 2-core CPU (M = 100: 0.98 and 1.07 in two runs, docs/results/perf/step-time/README.md, 2026-11-29)
     p.add_argument("--repeats", type=int, default=200)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--device", default="cpu")

@@ -6,7 +6,7 @@ lengthscale (in the units of y and hours) and the warp's slope over the data, an
 (left) the training data with each fit's predictive median and 90 % interval over time, (right) each TGP's
 warp y = G(f₀) over the range its q(f₀) covers at the training inputs, next to the SVGP's identity.
 
-    OMP_NUM_THREADS=1 python benchmarks/tgp_bad_fit_figure.py --fold 4 --out docs/results/tgp-robust/bad_fit_fold4.png
+    OMP_NUM_THREADS=1 python benchmarks/tgp_bad_fit_figure.py --fold 4 --out docs/results/tgp/robust-fit/bad_fit_fold4.png
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The robust TGP fit with and without the anchor of its flow refinement (REFINE_ANCHOR), on UCI splits.
 
     FLOWGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/tgp_refine_anchor.py --datasets boston,energy \
-        --splits 0,1 --json docs/results/tgp-robust/refine_anchor.jsonl
+        --splits 0,1 --json docs/results/tgp/robust-fit/refine_anchor.jsonl
 
 The anchor (flowgp.estimators.regression.REFINE_ANCHOR, 1e-6 per point per unit move of the refined flow and
 noise parameters) makes the refinement's maximiser unique where the flow family has a flat direction. It should

@@ -18,9 +18,9 @@ M = `--uci-inducing`). Variants (`--variants`):
   `tgp-noplateau` (all epochs), `tgp-nokeep`, `tgp-adam` (Adam on q(u) too, no natural gradients), `tgp-lr1` (the flow model's Adam step = lr, not lr/2),
   `tgp-restart-data` (a second start from the data initialisation, best bound kept).
 
-    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/tgp_vs_svgp.py --out docs/results/tgp-robust/airquality.jsonl \\
+    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/tgp_vs_svgp.py --out docs/results/tgp/robust-fit/airquality.jsonl \\
         --folds 0-4 --epochs 1500 --variants svgp,tgp-plain,tgp
-    python benchmarks/tgp_vs_svgp.py --summary docs/results/tgp-robust/airquality.jsonl
+    python benchmarks/tgp_vs_svgp.py --summary docs/results/tgp/robust-fit/airquality.jsonl
 
 `--summary` prints a Markdown table per (dataset, fraction): bound, RMSE, NLL, seconds and the check
 "TGP bound >= SVGP bound - 0.005" per split.

@@ -7,15 +7,20 @@
   `np.random.seed` or `matplotlib.use`;
 - the packages depend one way, in the order of `LAYERS` (a module imports only from its own layer or below);
 - at most six modules at the package root; no function in `src/` longer than 100 lines;
-- no test imports a benchmark script; no tracked file under `docs/` is over 1 MB.
+- no test imports a benchmark script; no tracked file under `docs/` is over 1 MB (results are rows, reports and
+  figures, not training state), and the state of runs in progress under `runs/` stays within 30 MB in all.
 
 Run `python tests/test_architecture.py` for the full list of violations.
 """
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "flowgp"
 
@@ -232,10 +237,62 @@ def test_package_root_holds_few_modules():
     assert len(root) <= ROOT_MODULE_LIMIT, root
 
 
+REPO = SRC.parents[1]
+#: the largest file `docs/` may track, and what the transient state of runs in progress (`runs/`) may hold in all
+DOCS_FILE_LIMIT = 1_000_000
+RUNS_TOTAL_LIMIT = 30_000_000
+
+
+def tracked_files(folder: str) -> list[Path] | None:
+    """The files git tracks under `folder` of the repository that exist on disk, or None outside a git checkout."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--", folder], cwd=REPO, capture_output=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    paths = [REPO / name for name in listed.stdout.decode().split("\0") if name]
+    return [p for p in paths if p.is_file()]
+
+
+def oversized_docs_files(limit: int = DOCS_FILE_LIMIT) -> list[str]:
+    return [f"{p.relative_to(REPO)}: {os.path.getsize(p) / 1e6:.1f} MB" for p in tracked_files("docs") or []
+            if os.path.getsize(p) > limit]
+
+
+def runs_over_budget(limit: int = RUNS_TOTAL_LIMIT) -> list[str]:
+    total = sum(os.path.getsize(p) for p in tracked_files("runs") or [])
+    return [f"runs/ holds {total / 1e6:.1f} MB, over its {limit / 1e6:.0f} MB"] if total > limit else []
+
+
+def _in_git_checkout():
+    if tracked_files("tests") is None:
+        pytest.skip("not a git checkout")
+
+
+def test_no_tracked_file_under_docs_is_over_1_mb():
+    """docs/ holds rows, reports and figures; training state of runs in progress belongs in runs/ (runs/README.md)."""
+    _in_git_checkout()
+    assert oversized_docs_files() == []
+
+
+def test_runs_in_progress_stay_within_their_budget():
+    _in_git_checkout()
+    assert runs_over_budget() == []
+
+
+def test_the_size_checks_see_the_files_git_tracks():
+    """The two checks above read `git ls-files`: a tracked file over the limit is reported, with its size."""
+    _in_git_checkout()
+    readme = REPO / "runs" / "README.md"
+    assert readme in tracked_files("runs")
+    assert oversized_docs_files(limit=0) != [] and runs_over_budget(limit=0) != []
+    assert any(line.startswith("runs/ holds") for line in runs_over_budget(limit=0))
+
+
 if __name__ == "__main__":
     problems = {"private names": private_access_violations(), "backward()": backward_violations(),
                 "global state": global_state_violations(), "import cycles": import_cycles(),
-                "layers": layer_violations(), "long functions": long_functions()}
+                "layers": layer_violations(), "long functions": long_functions(),
+                "docs files over 1 MB": oversized_docs_files(), "runs/ over budget": runs_over_budget()}
     for kind, items in problems.items():
         print(f"## {kind}: {len(items)}")
         for item in items:

@@ -1,5 +1,6 @@
 """ResultStore: append-only JSON lines, skip finished rows, survive and repair torn lines."""
 import json
+from pathlib import Path
 
 import numpy as np
 
@@ -122,23 +123,43 @@ def _checkpoint_of(job):
 
 @pytest.mark.parametrize("flag", [False, True, None])
 def test_run_suite_gives_each_job_a_checkpoint_file_named_by_its_key(tmp_path, flag):
-    """With `--no-checkpoints` off, every job gets OUT/checkpoints/<key>.pt (the key's odd characters replaced);
-    with it on, or for a subcommand without the flag (None), no job gets one."""
+    """With `--no-checkpoints` off, every job gets runs/bench/<name of OUT>/<key>.pt under the current directory
+    (the key's odd characters replaced), not a file in the results folder; with it on, or for a subcommand without
+    the flag (None), no job gets one."""
     import argparse
 
     from flowgp.bench.runner import run_suite
 
-    args = argparse.Namespace(out=str(tmp_path), jobs=1, quiet=True, wait=False)
+    out = tmp_path / "results" / "grid"
+    args = argparse.Namespace(out=str(out), jobs=1, quiet=True, wait=False)
     if flag is not None:
         args.no_checkpoints = flag
     jobs = [{"dataset": "csv:/a b/c.csv:y", "split": 0}, {"dataset": "toy", "split": 1}]
     assert run_suite(args, jobs, _checkpoint_of, KEY, "r", report_hint=False) == 0
-    got = {r["split"]: r["checkpoint"] for r in ResultStore(tmp_path / "r.jsonl", KEY).rows}
+    got = {r["split"]: r["checkpoint"] for r in ResultStore(out / "r.jsonl", KEY).rows}
     if flag is False:
-        assert got == {0: str(tmp_path / "checkpoints" / "csv_a_b_c.csv_y_0.pt"),
-                       1: str(tmp_path / "checkpoints" / "toy_1.pt")}
+        state = Path("runs") / "bench" / "grid"
+        assert got == {0: str(state / "csv_a_b_c.csv_y_0.pt"), 1: str(state / "toy_1.pt")}
     else:
         assert got == {0: None, 1: None}
+
+
+def test_state_dir_names_the_folder_of_fits_in_progress(tmp_path):
+    """`--state-dir` replaces the default runs/bench/<name of OUT>; an OUT without a folder name needs it."""
+    import argparse
+
+    from flowgp.bench.runner import add_checkpoint_argument, run_suite, state_folder
+
+    parser = argparse.ArgumentParser()
+    add_checkpoint_argument(parser)
+    args = parser.parse_args(["--state-dir", str(tmp_path / "s")])
+    args.out, args.jobs, args.quiet, args.wait = str(tmp_path / "o"), 1, True, False
+    assert state_folder(args) == tmp_path / "s"
+    assert run_suite(args, [{"dataset": "toy", "split": 3}], _checkpoint_of, KEY, "r", report_hint=False) == 0
+    assert ResultStore(tmp_path / "o" / "r.jsonl", KEY).rows[0]["checkpoint"] == str(tmp_path / "s" / "toy_3.pt")
+    assert state_folder(argparse.Namespace(out=str(tmp_path / "x" / "y"), state_dir=None)) == Path("runs/bench/y")
+    with pytest.raises(ValueError, match="--state-dir"):
+        state_folder(argparse.Namespace(out="/", state_dir=None))
 
 
 def test_fit_and_score_keeps_a_checkpoint_when_the_fit_itself_fails(tmp_path):

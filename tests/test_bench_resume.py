@@ -5,9 +5,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+import flowgp
 from bench_fixtures import make_data_dir
 from flowgp.cli import main
 
@@ -20,8 +22,13 @@ def _cmd(data_dir, out):
             "--out", str(out), "--quiet"]
 
 
+SRC = str(Path(flowgp.__file__).resolve().parents[1])
+
+
 def _env():
-    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    # the subprocesses run in the test's tmp_path (conftest), so flowgp's path must not be relative
+    path = os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def _rows(path):
@@ -72,7 +79,8 @@ def test_parallel_jobs_give_the_same_rows(tmp_path):
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
 def test_a_fit_killed_mid_way_continues_from_its_checkpoint(tmp_path, monkeypatch):
     """SIGKILL during a fit, after its first checkpoint (every 100 epochs) and before its row: the rerun loads that
-    checkpoint, writes the row an uninterrupted run writes, and removes the fit's checkpoint files."""
+    checkpoint, writes the row an uninterrupted run writes, and removes the fit's checkpoint files. The state lives
+    in runs/bench/<name of OUT> under the current directory (here tmp_path), never in the results folder."""
     import flowgp.training.loop as training
 
     data_dir = make_data_dir(tmp_path / "data", n=40)
@@ -84,22 +92,23 @@ def test_a_fit_killed_mid_way_continues_from_its_checkpoint(tmp_path, monkeypatc
                 "--data-dir", str(data_dir), "--out", str(out), "--quiet"]
 
     assert main(cmd(ref)[3:]) == 0
-    assert not (ref / "checkpoints").exists()  # removed once the row was written
+    assert not (tmp_path / "runs" / "bench" / "ref").exists()  # removed once the row was written
     proc = subprocess.Popen(cmd(cut), env=_env())
     deadline = time.time() + 120
-    folder = cut / "checkpoints"
+    folder = tmp_path / "runs" / "bench" / "cut"
     while time.time() < deadline and not (folder.is_dir() and any(folder.glob("*.pt"))):
         time.sleep(0.002)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     saved = list(folder.glob("*.pt"))
     assert len(saved) == 1 and not (cut / "uci.jsonl").exists()  # killed mid-fit, state on disk
+    assert not any(p.suffix == ".pt" for p in cut.rglob("*"))  # nothing of the fit's state in the results folder
     loads = []
     original = training.safe_load
     monkeypatch.setattr(training, "safe_load", lambda path, **kw: loads.append(str(path)) or original(path, **kw))
     assert main(cmd(cut)[3:]) == 0
     # the rerun continued from it (the bench reads the file's training seconds first, the loop then loads it)
-    assert loads == [str(saved[0])] * 2
+    assert [Path(p).resolve() for p in loads] == [saved[0].resolve()] * 2
     assert not folder.exists()
     got, want = _rows(cut / "uci.jsonl"), _rows(ref / "uci.jsonl")
     assert len(got) == len(want) == 1
@@ -113,22 +122,23 @@ def test_a_fit_killed_mid_way_continues_from_its_checkpoint(tmp_path, monkeypatc
 
 def test_a_checkpoint_that_cannot_be_continued_is_replaced(tmp_path, capsys):
     """A fit's checkpoint left by other code or damaged (here: garbage bytes) is not a dead end: the bench says so,
-    removes it and fits from the start, writing the row an uninterrupted run writes."""
+    removes it and fits from the start, writing the row an uninterrupted run writes. Here the state folder is given
+    with --state-dir."""
     from flowgp.bench.runner import checkpoint_file
     from flowgp.bench.uci import KEY_DEFAULTS, KEY_FIELDS
 
     data_dir = make_data_dir(tmp_path / "data", n=40)
-    ref, out = tmp_path / "ref", tmp_path / "out"
+    ref, out, state = tmp_path / "ref", tmp_path / "out", tmp_path / "elsewhere" / "state"
     args = ["bench", "uci", "--datasets", "toy", "--models", "svgp", "--splits", "0", "--inducing", "5",
             "--preset", "tiny", "--data-dir", str(data_dir), "--quiet"]
     assert main(args + ["--out", str(ref)]) == 0
     job = {"dataset": "toy", "model": "svgp", "num_inducing": 5, "split": 0, "preset": "tiny", "seed": 0}
-    stale = checkpoint_file(out, job, KEY_FIELDS, KEY_DEFAULTS)
+    stale = checkpoint_file(state, job, KEY_FIELDS, KEY_DEFAULTS)
     os.makedirs(os.path.dirname(stale))
     with open(stale, "wb") as fh:
         fh.write(b"not a checkpoint")
-    assert main(args + ["--out", str(out)]) == 0
+    assert main(args + ["--out", str(out), "--state-dir", str(state)]) == 0
     assert "could not continue from" in capsys.readouterr().err
-    assert not (out / "checkpoints").exists()
+    assert not state.exists() and not (tmp_path / "runs").exists()
     got, want = _rows(out / "uci.jsonl"), _rows(ref / "uci.jsonl")
     assert got[0]["nll"] == pytest.approx(want[0]["nll"], rel=1e-9)

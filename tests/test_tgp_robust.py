@@ -162,7 +162,7 @@ def test_restarts_choose_by_training_bound():
 
 
 #: epochs of the issue's check in the suite; FLOWGP_ISSUE24_EPOCHS=1500 runs the issue's own protocol (about
-#: 25 min on 2 cores; its results: docs/results/tgp-robust/README.md section 5)
+#: 25 min on 2 cores; its results: docs/results/tgp/robust-fit/README.md section 5)
 ISSUE_CHECK_EPOCHS = int(os.environ.get("FLOWGP_ISSUE24_EPOCHS", "200"))
 
 

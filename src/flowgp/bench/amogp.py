@@ -70,7 +70,7 @@ def add_arguments(parser) -> None:
                              "--cp-inducing latent)")
     parser.add_argument("--start-from-mogp", action="store_true",
                         help="AMO-GP starts from the fitted MO-GP (the estimator's start_from_mogp)")
-    parser.add_argument("--out", default="docs/results/amogp")
+    parser.add_argument("--out", default="bench-results/amogp")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--wait", action="store_true",
                         help="if another run is writing the same output, wait for it (default: stop with a message)")

@@ -17,7 +17,7 @@ training set of n points, and `Preset.batch_for(n)` into a minibatch size.
   ~5 ms at batch 512 on an idle machine (boston full batch 5.1 ms, kin8nm batch 256 5.3 ms, batch 1024 9 ms);
   a whole quick fit (k-means + 1 500 steps + prediction) took 6.7 s (boston svgp), 6.9 s (boston tgp),
   6.1 s (power svgp), 9.3 s (power tgp) under light load, and 11-45 s (mean 19 s) for the 14 fits of
-  split 0 while ~6 other jobs shared the 2 cores (docs/results/calibration-split0). Estimate for svgp+tgp on
+  split 0 while ~6 other jobs shared the 2 cores (docs/results/tgp/uci-quick-calibration). Estimate for svgp+tgp on
   the 7 sets x 10 splits (140 fits): ≈ 140 x 7.5 s ≈ 18 min with one job, ≈ 9-10 min with `--jobs 2`, on a
   quiet machine (about 2.5x longer when the cores are shared). Measured: 7 min 35 s wall with `--jobs 2` on the
   idle machine (`time flowgp bench uci --preset quick --splits 0-9 --inducing 100 --models svgp,tgp --jobs 2`).

@@ -7,9 +7,11 @@ written to `<store>.errors.jsonl` (not to the store), so a rerun retries it. Wor
 when it is killed with SIGKILL (`die_with_parent`), so an interrupted bench leaves no orphan fits behind.
 
 Subcommands that take `--no-checkpoints` (`add_checkpoint_argument`) also resume inside a fit: `run_suite` gives
-every job a checkpoint file under `<out>/checkpoints` named by its key, `fit_and_score` hands it to an estimator
-that takes `checkpoint` (its training state is written there every 100 epochs and a rerun continues from it) and
-removes the fit's files once its scores are in, just before the row is written. A checkpoint that cannot be
+every job a checkpoint file named by its key in the run's state folder (`--state-dir`, by default
+`runs/bench/<name of OUT>` under the current directory: the state of runs in progress lives apart from their
+results, so a results folder holds rows only), `fit_and_score` hands it to an estimator that takes `checkpoint`
+(its training state is written there every 100 epochs and a rerun continues from it) and removes the fit's files
+once its scores are in, just before the row is written. A checkpoint that cannot be
 continued (written by other code or another budget, or damaged) is reported on stderr, removed, and the fit starts
 from the beginning; a failure of the fit itself keeps the checkpoint.
 """
@@ -29,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["parse_int_list", "parse_name_list", "evaluate_regression", "evaluate_classification", "fit_and_score",
-           "add_checkpoint_argument", "checkpoint_file", "run_jobs", "run_suite", "limit_threads", "die_with_parent"]
+           "add_checkpoint_argument", "state_folder", "checkpoint_file", "run_jobs", "run_suite", "limit_threads", "die_with_parent"]
 
 
 def parse_int_list(text: str, what: str = "value") -> list[int]:
@@ -107,21 +109,39 @@ def evaluate_classification(est, x_test, y_test) -> dict:
             "ece": expected_calibration_error(y, proba)}
 
 
+#: where a run's in-flight fit states go by default: runs/bench/<name of its OUT folder>, under the current directory
+STATE_ROOT = Path("runs") / "bench"
+
+
 def add_checkpoint_argument(parser) -> None:
-    """`--no-checkpoints` of the subcommands whose fits resume from a checkpoint (see the module doc)."""
+    """`--no-checkpoints` and `--state-dir` of the subcommands whose fits resume from a checkpoint (module doc)."""
     parser.add_argument("--no-checkpoints", action="store_true",
-                        help="do not save fits' training state under OUT/checkpoints (by default a fit interrupted "
-                             "mid-way continues from its last checkpoint when the command is rerun)")
+                        help="do not save fits' training state (by default a fit interrupted mid-way continues "
+                             "from its last checkpoint when the command is rerun)")
+    parser.add_argument("--state-dir", default=None,
+                        help="folder for the training state of fits in progress, removed fit by fit as their rows "
+                             f"land (default: {STATE_ROOT}/<name of OUT> under the current directory)")
 
 
-def checkpoint_file(out, job: dict, key_fields, key_defaults=None) -> str:
-    """Where the fit of `job` keeps its training state: OUT/checkpoints/<its row key>.pt (characters outside
-    [A-Za-z0-9._-] of the key, e.g. a csv: dataset's path, replaced by '_'). A key field at its `key_defaults`
-    value is left out of the name, so fits begun before the field was added keep their checkpoints."""
+def state_folder(args) -> Path:
+    """The folder of a run's in-flight fit states: `args.state_dir`, else runs/bench/<name of args.out>."""
+    if getattr(args, "state_dir", None):
+        return Path(args.state_dir)
+    name = Path(args.out).resolve().name
+    if not name:
+        raise ValueError(f"--out {args.out!r} has no folder name to name its state folder by; give --state-dir")
+    return STATE_ROOT / name
+
+
+def checkpoint_file(folder, job: dict, key_fields, key_defaults=None) -> str:
+    """Where the fit of `job` keeps its training state: <folder>/<its row key>.pt, `folder` being the run's
+    `state_folder` (characters outside [A-Za-z0-9._-] of the key, e.g. a csv: dataset's path, replaced by '_'). A
+    key field at its `key_defaults` value is left out of the name, so fits begun before the field was added keep
+    their checkpoints."""
     key_defaults = key_defaults or {}
     key = "_".join(str(job.get(k)) for k in key_fields
                    if k not in key_defaults or job.get(k, key_defaults[k]) != key_defaults[k])
-    return str(Path(out) / "checkpoints" / (re.sub(r"[^A-Za-z0-9._-]+", "_", key) + ".pt"))
+    return str(Path(folder) / (re.sub(r"[^A-Za-z0-9._-]+", "_", key) + ".pt"))
 
 
 def _checkpoint_files(checkpoint: str) -> list:
@@ -152,14 +172,19 @@ def _stale(err: Exception, checkpoint: str) -> bool:
 
 
 def _remove_checkpoint(checkpoint: str) -> None:
-    """The fit's files, and their folder once it is empty."""
+    """The fit's files, and their folder once it is empty (with the default root's runs/bench and runs when those
+    are empty too: a finished run leaves nothing behind)."""
     folder = Path(checkpoint).parent
     for path in _checkpoint_files(checkpoint):
         path.unlink(missing_ok=True)
-    try:
-        folder.rmdir()
-    except OSError:
-        pass  # other fits' files (parallel workers, interrupted rows) are still there
+    empty = [folder]
+    if folder.parent == STATE_ROOT:
+        empty += [STATE_ROOT, STATE_ROOT.parent]
+    for path in empty:
+        try:
+            path.rmdir()
+        except OSError:
+            break  # other fits' files (parallel workers, interrupted rows), or other runs' folders, are still there
 
 
 def fit_and_score(est, split, task: str = "regression", checkpoint: str | None = None) -> dict:
@@ -388,8 +413,9 @@ def run_suite(args, jobs, work, key_fields, name: str, report_hint: bool = True,
     from .results import ResultStore
 
     if not getattr(args, "no_checkpoints", True):  # a subcommand without the flag writes none
+        folder = state_folder(args)
         for job in jobs:
-            job.setdefault("checkpoint", checkpoint_file(args.out, job, key_fields, key_defaults))
+            job.setdefault("checkpoint", checkpoint_file(folder, job, key_fields, key_defaults))
     with ResultStore(Path(args.out) / f"{name}.jsonl", key_fields, wait=getattr(args, "wait", False),
                      key_defaults=key_defaults) as store:
         failures = run_jobs(jobs, work, store, args.jobs, desc=f"bench {name}", verbose=not args.quiet)

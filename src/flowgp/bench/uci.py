@@ -4,8 +4,9 @@
         --preset quick --jobs 2 --out bench-results/uci
 
 Rows go to OUT/uci.jsonl, keyed by (dataset, model, num_inducing, split, preset, seed, row_order); rerunning the same
-command skips finished rows, and a fit interrupted mid-way (a session ending during a long reference-preset run)
-continues from its checkpoint under OUT/checkpoints (`flowgp.bench.runner`; `--no-checkpoints`: none). Regression
+command skips finished rows, and a fit interrupted mid-way (a machine stopping during a long reference-preset run)
+continues from its checkpoint in the run's state folder, runs/bench/<name of OUT> unless `--state-dir` says
+otherwise (`flowgp.bench.runner`; `--no-checkpoints`: none). Regression
 rows hold nll, rmse, coverage95; classification rows accuracy, nll.
 Datasets: the UCI folders under uci/ (standard 90/10 splits shipped with the data), the classification sets
 (stratified 90/10 splits; avila: the official split, split 0 only), or `csv:PATH:TARGET` for a user's file

@@ -197,7 +197,7 @@ class _FlowAverage:
     The flow's gradient is mostly Monte Carlo noise, so its iterates scatter around the path the signal takes;
     their average (decay 0.998 per step: about the last 500 steps) is a candidate of the flow selection next to
     the final values (energy, 2 layers, quick budget, splits 0 / 1: gain over the DSVI base +0.0009 / +0.0050 per
-    point with it, +0.0007 / 0 from the final values alone; docs/results/cnf-dgp-v3). Its state is saved in
+    point with it, +0.0007 / 0 from the final values alone; docs/results/cnf-dgp/flow-vs-dsvi-uci). Its state is saved in
     training checkpoints, so a resumed fit averages the same iterates.
     """
 

@@ -7,7 +7,7 @@ undo the scaling on every output.
 The flow estimators (`TGPRegressor`, `WarpedGPRegressor`) fit robustly by default (`robust=True`,
 `RobustFit`): a TGP with the identity flow is the SVGP, so the best TGP is never worse than the best SVGP on
 its own bound, but a TGP trained from scratch often ends in a worse optimum (the flow compresses the data
-while the GP keeps a long lengthscale and a large noise; docs/results/tgp-robust). The robust fit therefore
+while the GP keeps a long lengthscale and a large noise; docs/results/tgp/robust-fit). The robust fit therefore
 fits the SVGP first, starts the flow model exactly there (`flowgp.training.initialisation.warm_start_from_svgp`),
 refines the flow with the GP held, trains everything jointly until the bound's plateau, keeps the best state
 by the full-data bound, and warns (`BoundBelowSVGPWarning`) if the result still ends below the SVGP's bound.
@@ -78,7 +78,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             steps on q(u) (`flowgp.training.natural_gradients.NaturalGradient`), Adam on the rest. γ = 1 is the exact update for the
             Gaussian likelihood; with many inducing points Adam alone is slow to fit q(u): at M = 595 on the
             air-quality folds 1 500 Adam epochs end 0.2-0.3 nats per point below 750 epochs with γ = 1
-            (docs/results/tgp-robust/README.md, section 7).
+            (docs/results/tgp/robust-fit/README.md, section 7).
     """
 
     def __init__(self, num_inducing=100, kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0,

@@ -3,8 +3,8 @@
 A TGP (or v-WGP, TGP classifier) with the identity flow is the SVGP, so its best bound is never below the
 SVGP's; `RobustFit` says how a flow estimator makes its fitted bound end there too (warm start from a fitted
 SVGP, flow refinement, natural gradients on q(u), plateau stop, restarts, best state kept), `BestState` keeps
-the state with the best full-data bound during `flowgp.training.loop.loop.train`, and `warn_below_svgp` emits
-`BoundBelowSVGPWarning` when a fit still ends below the SVGP's bound. Measurements: docs/results/tgp-robust.
+the state with the best full-data bound during `flowgp.training.loop.train`, and `warn_below_svgp` emits
+`BoundBelowSVGPWarning` when a fit still ends below the SVGP's bound. Measurements: docs/results/tgp/robust-fit.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class RobustFit:
     """How a flow estimator fits so that its training bound does not end below the SVGP's (`robust=`).
 
     warm_start: fit an SVGP with the same settings first and start the flow model exactly at it
-        (`flowgp.training.loop.initialisation.warm_start_from_svgp`: inducing inputs, kernel, q(u), noise; flow at the
+        (`flowgp.training.initialisation.warm_start_from_svgp`: inducing inputs, kernel, q(u), noise; flow at the
         map that makes it that SVGP). False: the flow model starts from `flow_init` as without `robust`.
     refine_flow: at the warm start, maximise the bound over the flow and the noise alone (GP held) by L-BFGS
         on the full data before the joint training (this is what moves a positive flow, which can only
@@ -39,14 +39,14 @@ class RobustFit:
     natural_gradient: γ of natural-gradient steps on q(u) (Salimbeni et al. 2018) in the flow model's
         training, Adam on the rest; None: Adam on everything. Adam on q(u) lags behind a changing warp and
         makes the bound oscillate by ~0.1 per point between epochs; γ = 0.1 keeps q(u) with it (ablation in
-        docs/results/tgp-robust).
+        docs/results/tgp/robust-fit).
     svgp_natural_gradient: γ for q(u) in the SVGP stage of a full-batch fit; the Gaussian likelihood is
         conjugate, so γ = 1 puts q(u) at its optimum for the current hyperparameters at every step (None: Adam).
     svgp_natural_gradient_minibatch: γ of that stage when the fit runs in minibatches. γ = 1 on a minibatch
         estimate jumps q(u) to each batch's optimum: on the UCI quick preset (1 500 steps of 512 rows) the
         stage then ended below an Adam SVGP and the TGP below the SVGP on power (10/10 splits) and energy (3/10);
         with γ = 0.1 the TGP ends above it on every power and energy split measured
-        (benchmarks/tgp_minibatch_variants.py; docs/results/tgp-robust/README.md §8).
+        (benchmarks/tgp_minibatch_variants.py; docs/results/tgp/robust-fit/README.md §8).
     flow_lr: the flow model's Adam step as a multiple of `lr` (from the warm start a smaller step keeps the
         bound from oscillating: at lr = 0.01 it jumps by up to 0.5 per point between epochs on air quality).
     svgp_epochs: the share of the robust fit's epochs spent on the SVGP stage. Regressors: a share of `epochs`,
@@ -119,7 +119,7 @@ class FitRows:
     svgp_shift: the mean of the raw targets (the SVGP stage standardises by it).
     y_range: (min, max) of the raw targets over the training set.
     stream: None when training reads x, y themselves; for a streamed table, `stream(shift, scale)` returns a
-        flowgp.training.loop.batches sampler over the whole table with targets (y - shift) / scale.
+        flowgp.training.batches sampler over the whole table with targets (y - shift) / scale.
     """
 
     x: object

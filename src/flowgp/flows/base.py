@@ -7,7 +7,7 @@ module) takes a subclass with:
   one tensor `raw` of shape [len(param_specs), *param_shape] (row i for `param_specs[i]`; `raw_parameter(name)`
   is a view of one row, `set_params(**values)` writes constrained values) and mapped to their constrained
   values by `params(x)`. One tensor, not one per parameter: each parameter tensor costs a training step its
-  own gradient accumulation, optimiser work and compiled-graph input (docs/results/timing, session 21);
+  own gradient accumulation, optimiser work and compiled-graph input (docs/results/perf/step-time, 2026-11-29);
 * `_forward(f, p)` and `_log_det(f, p)` (log|G'(f)|), which only read the dict `p` of constrained values;
 * optionally `_inverse(y, p)` (a guarded numerical inverse is used otherwise), `_bounds(p)` for a bounded
   codomain (set `codomain = "bounded"`), `_affine(p)` -> (a, b) when G(f) = a + b·f exactly, and

@@ -211,7 +211,7 @@ class SAL(Flow):
     Defaults a = c = 0, b = d = 1 (the identity). The same map as `SinhArcsinh(a, b) >> Affine(c, d)`, with its four
     parameters in one tensor and one module: the TGP evaluates it at every quadrature node of every step, and
     each extra parameter tensor or module costs a compiled step gradient accumulation, optimiser and guard work
-    (docs/results/timing, session 21). `output_affine` names its final affine map's shift and scale (c, d): the
+    (docs/results/perf/step-time, 2026-11-29). `output_affine` names its final affine map's shift and scale (c, d): the
     data initialisation puts a target shift and scale there, and `make_input_dependent(which="nonlinear")` leaves
     them shared while the sinh-arcsinh's (a, b) follow the inputs (appendix B.6).
     """

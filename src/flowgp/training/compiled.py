@@ -44,7 +44,7 @@ __all__ = ["CompiledObjective", "CompileFallbackWarning", "compile_unavailable_r
 AUTO_PROBE_STEPS = 10
 #: what one compilation of a bound (forward and backward, default mode) costs, by device type: measured with a
 #: warm inductor cache by benchmarks/compiled_fit_time.py (CPU, 2 cores: 3.3-3.7 s for SVGP and TGP at M = 20
-#: and 100) and on an H200 (about 6 s, docs/results/gpu). A cold cache costs more (the C++ or Triton build).
+#: and 100) and on an H200 (about 6 s, docs/results/perf/gpu). A cold cache costs more (the C++ or Triton build).
 AUTO_COMPILE_SECONDS = {"cpu": 3.5, "cuda": 6.0}
 #: the largest share of an eager step that compiling removed in this project's measurements (CPU: SVGP at
 #: M = 20, compiled 0.45x eager; H200: SVGP M = 100, B = 1 024, default mode 2.8 of 6.7 ms), by device type

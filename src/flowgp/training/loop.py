@@ -397,7 +397,7 @@ def train(
             takes seconds to a minute on a CPU and only removes per-step overhead: worth it for long fits.
             True is torch.compile's default mode; a mode name picks another: on a GPU "reduce-overhead" (CUDA
             graphs) replays the whole bound as one graph, which measured fastest where the eager step is
-            launch-bound (docs/results/gpu: SVGP M = 100, B = 1024 on an H200, 6.7 ms eager, 2.8 ms default
+            launch-bound (docs/results/perf/gpu: SVGP M = 100, B = 1024 on an H200, 6.7 ms eager, 2.8 ms default
             mode, 1.8 ms reduce-overhead, against its longer compilation, 13 s instead of 6 s).
             "auto" runs the first `flowgp.training.compiled.AUTO_PROBE_STEPS` steps eagerly, times them, and compiles
             (default mode) only when `flowgp.training.compiled.compile_pays_off` finds the rest of the budget long
