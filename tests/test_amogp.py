@@ -378,7 +378,7 @@ def test_estimator_starts_from_the_fitted_mogp():
 
 def test_nested_bound_pays_for_a_sparse_cp_layer(float64_default):
     """AMO-GP started from a fitted MO-GP (near-identity alignments and warpings) ends below the MO-GP's bound by
-    roughly the CP layer's Nyström residual over σ²_f (benchmarks/amogp_nested_bound.py): a few nats with a
+    roughly the CP layer's Nyström residual over σ²_f (benchmarks/studies/amogp_nested_bound.py): a few nats with a
     dense CP layer, tens with a sparse one. The richer prior does not give a bound that contains the MO-GP's."""
     g = torch.Generator().manual_seed(0)
     x = torch.rand(60, 1, generator=g) * 4 - 2

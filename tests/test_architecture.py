@@ -7,7 +7,9 @@
   `np.random.seed` or `matplotlib.use`;
 - the packages depend one way, in the order of `LAYERS` (a module imports only from its own layer or below);
 - at most six modules at the package root; no function in `src/` longer than 100 lines;
-- no test imports a benchmark script; no tracked file under `docs/` is over 1 MB.
+- no test imports a benchmark script, directly or through sys.path / a file path into `benchmarks/`; the scripts
+  import no test, no other script (shared code lives in `benchmarks/lib/`), never touch sys.path and use only
+  flowgp's public names; no tracked file under `docs/` is over 1 MB.
 
 Run `python tests/test_architecture.py` for the full list of violations.
 """
@@ -18,6 +20,8 @@ import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "flowgp"
+TESTS = SRC.parents[1] / "tests"
+BENCHMARKS = SRC.parents[1] / "benchmarks"
 
 #: receivers whose private attributes a module may touch: itself and its class
 _OWN = {"self", "cls"}
@@ -232,10 +236,97 @@ def test_package_root_holds_few_modules():
     assert len(root) <= ROOT_MODULE_LIMIT, root
 
 
+# ----- tests and benchmark scripts --------------------------------------------------------------------------
+#: calls that load code by path or change where imports look
+_LOADERS = ("sys.path", "syspath_prepend", "spec_from_file_location", "run_path", "import_module", "__import__")
+
+
+def _names_benchmarks(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and "benchmarks" in n.value
+               for n in ast.walk(node))
+
+
+def _is_path_into_benchmarks(node: ast.AST) -> bool:
+    """`root / "benchmarks"`, `Path(..., "benchmarks")`, `os.path.join(..., "benchmarks")`, `x.joinpath(...)`."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        return any(isinstance(side, ast.Constant) and isinstance(side.value, str) and "benchmarks" in side.value
+                   for side in (node.left, node.right))
+    if isinstance(node, ast.Call):
+        func = ast.unparse(node.func)
+        if func in ("Path", "pathlib.Path", "os.path.join") or func.endswith(".joinpath"):
+            return any(isinstance(a, ast.Constant) and isinstance(a.value, str) and "benchmarks" in a.value
+                       for a in node.args)
+    return False
+
+
+def benchmark_imports_in_tests() -> list[str]:
+    """Every place a test imports a benchmark script or builds a path into `benchmarks/` to load one."""
+    out = []
+    for path in sorted(TESTS.rglob("*.py")):
+        if path == Path(__file__).resolve():
+            continue  # this file reads the scripts as text, to check them
+        tree = ast.parse(path.read_text(), filename=str(path))
+        rel = path.relative_to(TESTS.parent)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "benchmarks" for a in node.names):
+                out.append(f"{rel}:{node.lineno} imports {', '.join(a.name for a in node.names)}")
+            elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "benchmarks":
+                out.append(f"{rel}:{node.lineno} imports from {node.module}")
+            elif isinstance(node, ast.Call) and any(k in ast.unparse(node.func) for k in _LOADERS) \
+                    and _names_benchmarks(node):
+                out.append(f"{rel}:{node.lineno} loads {ast.unparse(node)[:80]}")
+            elif _is_path_into_benchmarks(node):
+                out.append(f"{rel}:{node.lineno} builds a path into benchmarks/: {ast.unparse(node)[:80]}")
+    return out
+
+
+def script_violations() -> list[str]:
+    """Benchmark scripts that import a test or another script (not `benchmarks.lib`), touch sys.path, or use a
+    private name of flowgp (`from flowgp.x import _y`, `obj._y` on anything but self/cls/super, torch or the
+    script's own names)."""
+    scripts = {p.stem for p in BENCHMARKS.rglob("*.py")}
+    out = []
+    for path in sorted(BENCHMARKS.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        rel, own = path.relative_to(BENCHMARKS.parent), _defined_names(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                for name in names:
+                    top = name.split(".")[0]
+                    if top in ("tests", "conftest") or top.startswith("test_") or (top in scripts and top != "benchmarks") or (
+                            top == "benchmarks" and name.split(".")[:2] != ["benchmarks", "lib"]) or getattr(node, "level", 0):
+                        out.append(f"{rel}:{node.lineno} imports {name or '.'}: a test or another script")
+                if isinstance(node, ast.ImportFrom) and top == "flowgp":
+                    out += [f"{rel}:{node.lineno} imports private {a.name} from {name}" for a in node.names
+                            if _is_private(a.name)]
+            elif isinstance(node, ast.Call) and "sys.path" in ast.unparse(node.func):
+                out.append(f"{rel}:{node.lineno} changes sys.path")
+            elif isinstance(node, ast.Attribute) and _is_private(node.attr) and node.attr not in own:
+                root = node.value
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(root, ast.Name) and root.id in _OWN | {"torch"}:
+                    continue
+                if isinstance(root, ast.Call) and isinstance(root.func, ast.Name) and root.func.id == "super":
+                    continue
+                out.append(f"{rel}:{node.lineno} uses private {ast.unparse(node)}")
+    return out
+
+
+def test_no_test_imports_a_benchmark_script():
+    assert benchmark_imports_in_tests() == []
+
+
+def test_benchmark_scripts_use_flowgp_and_their_lib_only():
+    assert script_violations() == []
+
+
 if __name__ == "__main__":
     problems = {"private names": private_access_violations(), "backward()": backward_violations(),
                 "global state": global_state_violations(), "import cycles": import_cycles(),
-                "layers": layer_violations(), "long functions": long_functions()}
+                "layers": layer_violations(), "long functions": long_functions(),
+                "tests importing benchmarks": benchmark_imports_in_tests(), "benchmark scripts": script_violations()}
     for kind, items in problems.items():
         print(f"## {kind}: {len(items)}")
         for item in items:

@@ -28,6 +28,10 @@ _SUBCOMMAND_MODULES = (
     "snr",
     "amogp",
     "images",
+    "latent_demo",
+    "dgp_tables",
+    "ldgp_tables",
+    "ldgp_authors",
 )
 
 
