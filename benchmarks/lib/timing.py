@@ -1,5 +1,5 @@
-"""The median wall time of a call, for the benchmarks that time one operation in a loop (import it from a script in
-this folder: `from median_timing import median_ms`)."""
+"""The median wall time of a call, for the scripts that time one operation in a loop
+(`from benchmarks.lib.timing import median_ms`)."""
 from __future__ import annotations
 
 import statistics

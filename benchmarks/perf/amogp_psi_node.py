@@ -16,7 +16,7 @@ import argparse
 import torch
 
 from flowgp.models.amogp.psi_statistics import grouped_psi_statistics
-from median_timing import median_seconds
+from benchmarks.lib.timing import median_seconds
 
 
 def node_inputs(n: int, generator: torch.Generator):

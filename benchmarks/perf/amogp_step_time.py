@@ -42,34 +42,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.lib.amogp_setting import add_state_arguments, cp_grid_option, data, model_and_tensors
 from flowgp import AlignedMultiOutputGPRegressor
-from flowgp.bench.amogp import pm25_data
 from flowgp.training.loop import default_optimizer
-
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / ".." / "shared" / "data" / "air_quality" / "london_aurn_pm25_hourly_2018_2019.csv"
-
-
-def add_state_arguments(p, cp_choices=("output", "latent"), cp_grid="default"):
-    """The arguments that fix the model and its state (data window, sizes, dtype, initial lengthscale, epochs of the
-    estimator's own fit): shared by this benchmark and the AMO-GP studies that start from the same state."""
-    p.add_argument("--data", default=str(DATA))
-    p.add_argument("--start", default="2019-03-01 00:00:00")
-    p.add_argument("--days", type=int, default=21)
-    p.add_argument("--num-inducing", type=int, default=50, help="CP inducing points per set (see --cp-inducing)")
-    p.add_argument("--start-epochs", type=int, default=1,
-                   help="epochs of the estimator's own fit before the steps are timed (1: at the initialisation; "
-                        "a few hundred: at a fitted state, whose shorter lengthscales and spread input variances "
-                        "change which Ψ₂ path is fastest)")
-    p.add_argument("--dtype", default="float64")
-    p.add_argument("--lengthscale", type=float, default=0.3,
-                   help="initial CP lengthscale (standardised time; 0.3 is the estimator's default)")
-    p.add_argument("--cp-inducing", default="latent", choices=list(cp_choices),
-                   help="CP inducing sets per latent process (the estimator's default) or per output (the "
-                        "supplement's); --num-inducing points per set, both models")
-    p.add_argument("--cp-grid", default=cp_grid, choices=["default", "on", "off"],
-                   help="the estimator's cp_grid for both models: its default (on with latent sets: CP inducing "
-                        "inputs fixed on their even grid), on, or off (trained inducing inputs)")
 
 
 def parse(argv=None):
@@ -103,29 +78,6 @@ def parse(argv=None):
                         "subnormal numbers slow the step")
     p.add_argument("--json", default=None, help="write the step times and the setting to this file")
     return p.parse_args(argv)
-
-
-def data(args):
-    # holdout_hours=0: nothing held out, the whole window trains
-    (X, y, o), _, sites, _ = pm25_data(args.data, args.start, args.days, "eltham", 0)
-    return X, y, o
-
-
-def cp_grid_option(args):
-    """The estimator's cp_grid for `--cp-grid` (None: its default)."""
-    return {"default": None, "on": True, "off": False}[getattr(args, "cp_grid", "default")]
-
-
-def model_and_tensors(layers, X, y, o, args):
-    """The estimator's own model after `--start-epochs` epochs of its fit (1: freshly initialised) and its tensors."""
-    est = AlignedMultiOutputGPRegressor(num_inducing=args.num_inducing, alignment=layers, warping=layers,
-                                        epochs=args.start_epochs,
-                                        verbose=False, dtype=args.dtype, lengthscale=args.lengthscale,
-                                        cp_inducing=args.cp_inducing, cp_grid=cp_grid_option(args))
-    est.fit(X, y, o)
-    xt, ot, _ = est.scaled_inputs(X, o)
-    yt = est.tensor((y - est.y_mean_[o]) / est.y_std_[o])
-    return est.model_, xt, yt, ot
 
 
 def step(model, opt, xt, yt, ot, idx=slice(None)):
@@ -225,7 +177,8 @@ def separate_processes(args, argv):
         for r in range(args.separate):
             for name in (("amogp", "mogp") if r % 2 == 0 else ("mogp", "amogp")):
                 out = Path(tmp) / f"{name}_{r}.json"
-                cmd = [sys.executable, __file__, *base, "--only", name, "--json", str(out)]
+                cmd = [sys.executable, "-m", "benchmarks.perf.amogp_step_time", *base, "--only", name,
+                       "--json", str(out)]
                 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
                 for key, value in json.loads(out.read_text())["results"].items():
                     per.setdefault(key, []).append(value)

@@ -19,9 +19,10 @@
 set -u
 out=${1:?usage: cuda_checks.sh OUTDIR [PHASES]}
 phases=${2:-"tests step dgp profile compile"}
-mkdir -p "$out"
-root=$(cd "$(dirname "$0")/.." && pwd)
-export PYTHONPATH="$root/src:$root/benchmarks${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+mkdir -p "$out" && out=$(cd "$out" && pwd)  # absolute: the script runs from the repository root
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"  # the scripts run as modules of the benchmarks package
+export PYTHONPATH="$root/src:$root${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 py=${PYTHON:-python3}
 dev=${DEVICE:-cuda}  # DEVICE=cpu for a dry run of the script itself
 stamp() { echo "=== $(date -u +%H:%M:%S) $*"; }
@@ -38,7 +39,7 @@ if [[ " $phases " == *" ldgp "* ]]; then
   stamp "ldgp: ${LDGP_JOBS:?set LDGP_JOBS} (background, ${LDGP_SECONDS:=300} s each)"
   for job in $LDGP_JOBS; do
     IFS=: read -r model dataset split <<< "$job"
-    timeout $((LDGP_SECONDS + 240)) $py "$root/benchmarks/ldgp_gpu_fit.py" --device "$dev" --model "$model" \
+    timeout $((LDGP_SECONDS + 240)) $py -m benchmarks.studies.ldgp_gpu_fit --device "$dev" --model "$model" \
       --dataset "$dataset" --split "$split" --seconds "$LDGP_SECONDS" --max-epochs 589 \
       > "$out/ldgp_$model-$dataset-$split.log" 2>&1 &
     ldgp_pids="$ldgp_pids $!"
@@ -56,7 +57,7 @@ for phase in $phases; do
     step)
       for b in 1024 8192; do
         stamp "step_time B=$b"
-        timeout 90 $py "$root/benchmarks/step_time.py" --device "$dev" --num-data 100000 --inducing 100,500,1000 \
+        timeout 90 $py -m benchmarks.perf.step_time --device "$dev" --num-data 100000 --inducing 100,500,1000 \
           --batch "$b" --dtypes float32,float64 --repeats 60 --warmup 10 --json "$out/step_time_cuda_b$b.json"
       done
       ;;
@@ -64,7 +65,7 @@ for phase in $phases; do
       for m in 100 500 1000; do
         for b in 1024 8192; do
           stamp "dgp_step_time M=$m B=$b"
-          timeout 70 $py "$root/benchmarks/dgp_step_time.py" --device "$dev" --no-energy --dtypes float32,float64 \
+          timeout 70 $py -m benchmarks.perf.dgp_step_time --device "$dev" --no-energy --dtypes float32,float64 \
             --num-data 100000 --inducing "$m" --batch "$b" --models dgp,cnf-dgp --rounds 5 --steps 10 \
             --warmup 3 --note "cuda_checks.sh" --json "$out/dgp_step_time_cuda_m${m}_b$b.json" 2>&1 | grep -v "^wrote"
         done
@@ -72,17 +73,17 @@ for phase in $phases; do
       ;;
     profile)
       stamp "cuda_step_profile (float32, M=100, B=1024)"
-      timeout 60 $py "$root/benchmarks/cuda_step_profile.py" --device "$dev" --inducing 100 --batch 1024 2>&1 \
+      timeout 60 $py -m benchmarks.perf.cuda_step_profile --device "$dev" --inducing 100 --batch 1024 2>&1 \
         | grep -v "USDT"
       ;;
     compile)
       for mode in reduce-overhead default; do
         stamp "step_time --compile --compile-mode $mode (float32, M=100, B=1024)"
-        timeout 110 $py "$root/benchmarks/step_time.py" --device "$dev" --num-data 100000 --inducing 100 \
+        timeout 110 $py -m benchmarks.perf.step_time --device "$dev" --num-data 100000 --inducing 100 \
           --batch 1024 --dtypes float32 --repeats 60 --warmup 10 --compile --compile-mode "$mode" \
           --json "$out/step_time_cuda_compiled_$mode.json" 2>&1 | grep -v "Warning\|warn\|check("
         stamp "dgp_step_time --compile --compile-mode $mode (float32, M=100, B=1024, 3 layers)"
-        timeout 110 $py "$root/benchmarks/dgp_step_time.py" --device "$dev" --no-energy --dtypes float32 \
+        timeout 110 $py -m benchmarks.perf.dgp_step_time --device "$dev" --no-energy --dtypes float32 \
           --num-data 100000 --inducing 100 --batch 1024 --layers 3 --models dgp,cnf-dgp --rounds 3 --steps 10 \
           --compile --compile-mode "$mode" --json "$out/dgp_step_time_cuda_compiled_$mode.json" 2>&1 \
           | grep -v "Warning\|warn\|check(\|^wrote"

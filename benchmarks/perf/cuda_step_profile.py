@@ -27,8 +27,8 @@ import time
 
 import torch
 
+from benchmarks.lib.steps import flowgp_step, sync
 from flowgp import TGP, SVGP, GaussianLikelihood, make_flow, make_kernel
-from step_time import _sync, flowgp_step
 
 RUNTIME_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC",
                  "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpyAsync",
@@ -39,7 +39,7 @@ def large_allocations(step, device, threshold=100_000) -> str:
     """Fresh buffers of at least `threshold` bytes that one step allocates, and their total size."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
-        _sync(device)
+        sync(device)
     # each operator's own net allocation (what it allocates minus what it frees before returning): the buffers it
     # hands on; frees outside operators are separate "[memory]" events with negative sizes
     sizes = [e.self_cpu_memory_usage if device.type == "cpu" else e.self_device_memory_usage
@@ -75,11 +75,11 @@ def main():
         step = flowgp_step(model.to(device, dtype), x, y, a.batch, compiled=a.compile)
         for _ in range(10):
             step()
-        _sync(device)
+        sync(device)
         wall, cpu = time.perf_counter(), time.process_time()
         for _ in range(a.steps):
             step()
-        _sync(device)
+        sync(device)
         wall, cpu = (time.perf_counter() - wall) / a.steps, (time.process_time() - cpu) / a.steps
         activities = [torch.profiler.ProfilerActivity.CPU]
         if device.type == "cuda":
@@ -87,7 +87,7 @@ def main():
         with torch.profiler.profile(activities=activities) as prof:
             for _ in range(a.steps):
                 step()
-            _sync(device)
+            sync(device)
         events = prof.key_averages()
         counts = {e.key: e.count / a.steps for e in events if e.key in RUNTIME_CALLS}
         gpu_us = sum(getattr(e, "self_device_time_total", 0.0) for e in events) / a.steps

@@ -18,8 +18,8 @@ import traceback
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchmarks.lib.steps import flowgp_step
 from flowgp.models.deep_gp import build_deep_gp
-from step_time import flowgp_step
 
 
 class CountOps(TorchDispatchMode):

@@ -30,19 +30,17 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import time
 from pathlib import Path
 
 import torch
 
+from benchmarks.lib.steps import batches, flowgp_step, interleaved  # perf/step_time.py's step
 from flowgp import TGP, GaussianLikelihood, make_flow, make_kernel
 from flowgp.data.tables import standardize, uci_split
 from flowgp.models.deep_gp import build_deep_gp
 from flowgp.training.loop import default_optimizer
-from step_time import _batches, _sync, flowgp_step  # the same step closure as benchmarks/step_time.py
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def gpytorch_dgp(x, z, num_layers, width, lr=0.01):
@@ -93,10 +91,10 @@ def gpytorch_step(x, y, z, num_layers, width, batch):
     import gpytorch
 
     model, mll, opt = gpytorch_dgp(x, z, num_layers, width)
-    batches = _batches(x, y[:, 0], batch, torch.Generator().manual_seed(0))
+    minibatches = batches(x, y[:, 0], batch, torch.Generator().manual_seed(0))
 
     def step():
-        xb, yb = next(batches)
+        xb, yb = next(minibatches)
         with gpytorch.settings.num_likelihood_samples(1):
             opt.zero_grad(set_to_none=True)
             loss = -mll(model(xb), yb)
@@ -104,29 +102,6 @@ def gpytorch_step(x, y, z, num_layers, width, batch):
             opt.step()
 
     return step
-
-
-def _time(fn, steps, device):
-    times = []
-    for _ in range(steps):
-        _sync(device)
-        t = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
-def interleaved(fns: dict, rounds, steps, warmup, device):
-    """Median over rounds of the per-round median time of each fn, the fns interleaved within every round."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    per = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            per[k].append(_time(fn, steps, device))
-    return {k: statistics.median(v) for k, v in per.items()}, per
 
 
 #: (posterior, bench name, draws) of the flowgp deep GPs timed in part 1
@@ -255,7 +230,7 @@ def main():
                    help="also time the DSVI step compiled (flowgp.training.compiled; issue 26's dgp3 <= 0.5x GPyTorch)")
     p.add_argument("--compile-mode", default=None,
                    help="torch.compile mode of the compiled DSVI step (e.g. reduce-overhead: CUDA graphs on a GPU)")
-    p.add_argument("--json", default=str(ROOT / "docs" / "results" / "dgp_step_time.json"))
+    p.add_argument("--json", default=None, help="also write the rows and the run's conditions to this JSON file")
     p.add_argument("--note", default="", help="conditions of the run, stored in the JSON (e.g. 'other jobs paused')")
     a = p.parse_args()
     a.layer_counts = tuple(int(v) for v in a.layers.split(","))
@@ -285,10 +260,11 @@ def main():
         meta["gpytorch"] = gpytorch.__version__
     except ImportError:
         pass
-    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    with open(a.json, "w") as fh:
-        json.dump({"meta": meta, "rows": rows}, fh, indent=2)
-    print(f"wrote {a.json}")
+    if a.json:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        with open(a.json, "w") as fh:
+            json.dump({"meta": meta, "rows": rows}, fh, indent=2)
+        print(f"wrote {a.json}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import torch
 from flowgp.bench.models import make_estimator
 from flowgp.bench.presets import get_preset
 from flowgp.bench.uci import reference_split
+from flowgp.build import build
 from flowgp.models.latent.model import LatentDeepGP
 
 
@@ -43,7 +44,9 @@ def main(argv=None):
     x, y = np.asarray(split.x_train), np.asarray(split.y_train).ravel()
     xt = est.fit_input_scaling(x)
     yt = est.tensor((y - y.mean()) / y.std())[:, None]
-    model = est._build(xt, yt)  # the estimator's model at its initialisation (no training needed to time a step)
+    # the estimator's model at its initialisation (no training needed to time a step)
+    model = build(est.config(), xt, yt, dtype=est.torch_dtype(), device=est.device,
+                  generator=est.generator(device="cpu"))
     rows = torch.randperm(xt.shape[0], generator=torch.Generator().manual_seed(0))[:args.batch]
     xb, yb = xt[rows], yt[rows]
     params = [q for q in model.parameters() if q.requires_grad]

@@ -88,7 +88,7 @@ def predict(name, path, rows, num_samples=None):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
-    parser.add_argument("--out", default="docs/results/predict-memory")
+    parser.add_argument("--out", default="runs/predict-memory")
     parser.add_argument("--estimators", default=",".join(ESTIMATORS))
     parser.add_argument("--num-samples-predict", type=int, default=None,
                         help="Monte Carlo samples of the deep estimators' predictions (default: their own; the latent "

@@ -232,7 +232,7 @@ def main(argv=None):
     p.add_argument("--data", required=True)
     p = sub.add_parser("plot")
     p.add_argument("--dir", required=True)
-    p.add_argument("--out", default="docs/results/scaling/scaling.png")
+    p.add_argument("--out", default="runs/scaling/scaling.png")
     args = parser.parse_args(argv)
     if args.command == "make":
         make(args.rows, args.out)

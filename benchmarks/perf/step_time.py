@@ -33,62 +33,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
 import torch
 
+from benchmarks.lib.steps import batches, flowgp_step, sync, time_interleaved
+from benchmarks.lib.steps import clock as timer_for
 from flowgp import TGP, SVGP, GaussianLikelihood, make_flow, make_kernel
-from flowgp.training.compiled import CompiledObjective, compile_unavailable_reason
+from flowgp.training.compiled import compile_unavailable_reason
 from flowgp.training.loop import default_optimizer
 
 GEMM_SIZE = 2048
-
-
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def _clock(kind):
-    """time.perf_counter (wall) or time.process_time (CPU time of this process: with one thread, the step's
-    own cost, which time-slicing on a loaded machine does not inflate; on CUDA only wall time is meaningful)."""
-    return time.process_time if kind == "cpu" else time.perf_counter
-
-
-def _time_interleaved(steps, repeats, warmup, device, block=10, clock="wall"):
-    """Median seconds per step of each closure in `steps`, timed in alternating blocks of `block` steps.
-
-    Alternating blocks expose every model to the same drift in machine load and clock speed, so the
-    ratios stay meaningful on a shared machine; within a block the model steps back to back as in
-    training (warm caches), and the first step of each block is run untimed so the switch is not counted.
-    """
-    now = _clock(clock)
-    for step in steps.values():
-        for _ in range(warmup):
-            step()
-    times = {name: [] for name in steps}
-    while min(len(t) for t in times.values()) < repeats:
-        for name, step in steps.items():
-            step()
-            for _ in range(min(block, repeats - len(times[name]))):
-                _sync(device)
-                start = now()
-                step()
-                _sync(device)
-                times[name].append(now() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
-def _batches(x, y, batch, generator):
-    """Random minibatches of `batch` rows forever (the whole data every time when batch >= N)."""
-    n = x.shape[0]
-    while True:
-        if batch >= n:
-            yield x, y
-            continue
-        idx = torch.randint(0, n, (batch,), generator=generator).to(x.device)
-        yield x[idx], y[idx]
 
 
 def essential_flops(m: int, b: int, d: int) -> float:
@@ -96,7 +51,7 @@ def essential_flops(m: int, b: int, d: int) -> float:
     return 6.0 * m * m * b + 2.0 * m ** 3 + 6.0 * m * b * d
 
 
-def gemm_rate(dtype, device, repeats=5, size=GEMM_SIZE, clock="wall") -> float:
+def gemm_rate(dtype, device, repeats=5, size=GEMM_SIZE, clock_kind="wall") -> float:
     """FLOP/s of the best of `repeats` [size, size] x [size, size] matmuls (2·size³ FLOPs each)."""
     g = torch.Generator().manual_seed(0)
     a = torch.randn(size, size, generator=g, dtype=dtype).to(device)
@@ -104,43 +59,14 @@ def gemm_rate(dtype, device, repeats=5, size=GEMM_SIZE, clock="wall") -> float:
     out = torch.empty(size, size, dtype=dtype, device=device)
     torch.matmul(a, b, out=out)
     best = float("inf")
-    now = _clock(clock)
+    now = timer_for(clock_kind)
     for _ in range(repeats):
-        _sync(device)
+        sync(device)
         start = now()
         torch.matmul(a, b, out=out)
-        _sync(device)
+        sync(device)
         best = min(best, now() - start)
     return 2.0 * size ** 3 / best
-
-
-def flowgp_step(model, x, y, batch, lr=0.01, seed=0, compiled=False, compile_mode=None):
-    """One training step (minibatch ELBO, backward, Adam update) of a flowgp model, as a closure.
-
-    compiled: evaluate the bound through flowgp.training.compiled.CompiledObjective; the closure's `compiler`
-    attribute then holds it (its compile_seconds), and the compilation happens here, before any timing.
-    """
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = default_optimizer(params, lr)
-    batches = _batches(x, y, batch, torch.Generator().manual_seed(seed))
-    n = x.shape[0]
-
-    def bound(xb, yb):
-        return -model.elbo(xb, yb, num_data=n)
-
-    objective = CompiledObjective(bound, params, mode=compile_mode) if compiled else bound
-    if compiled:
-        objective(*next(_batches(x, y, batch, torch.Generator().manual_seed(seed + 1))))
-
-    def step():
-        xb, yb = next(batches)
-        opt.zero_grad(set_to_none=True)
-        loss = objective(xb, yb)
-        loss.backward()
-        opt.step()
-
-    step.compiler = objective if compiled else None
-    return step
 
 
 def gpytorch_step(z, x, y, batch, lr=0.01, seed=0):
@@ -162,12 +88,12 @@ def gpytorch_step(z, x, y, batch, lr=0.01, seed=0):
     mll = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=x.shape[0])
     # the same optimiser as flowgp's steps (fused Adam): the ratio compares the models' steps, not optimisers
     opt = default_optimizer(list(model.parameters()) + list(likelihood.parameters()), lr)
-    batches = _batches(x, y[:, 0], batch, torch.Generator().manual_seed(seed))
+    minibatches = batches(x, y[:, 0], batch, torch.Generator().manual_seed(seed))
     model.train()
     likelihood.train()
 
     def step():
-        xb, yb = next(batches)
+        xb, yb = next(minibatches)
         opt.zero_grad(set_to_none=True)
         loss = -mll(model(xb), yb)
         loss.backward()
@@ -192,7 +118,7 @@ def run(num_data=10_000, dim=8, batch=512, inducing=(20, 100, 500), dtypes=("flo
     rows = []
     for dtype_name in dtypes:
         dtype = getattr(torch, dtype_name)
-        rate_before = gemm_rate(dtype, device, clock=clock)
+        rate_before = gemm_rate(dtype, device, clock_kind=clock)
         dtype_rows = []
         g = torch.Generator().manual_seed(0)
         x = torch.randn(num_data, dim, generator=g, dtype=torch.float64)
@@ -225,7 +151,7 @@ def run(num_data=10_000, dim=8, batch=512, inducing=(20, 100, 500), dtypes=("flo
             row["clock"] = clock
             if compiled:
                 row["compile_mode"] = compile_mode or "default"
-            row.update({k: 1e3 * v for k, v in _time_interleaved(steps, repeats, warmup, device, clock=clock).items()})
+            row.update({k: 1e3 * v for k, v in time_interleaved(steps, repeats, warmup, device, clock_kind=clock).items()})
             row["tgp_over_svgp"] = row["tgp_ms"] / row["svgp_ms"]
             if peer:
                 row["flowgp_over_gpytorch"] = row["svgp_ms"] / row["gpytorch_svgp_ms"]
@@ -238,7 +164,7 @@ def run(num_data=10_000, dim=8, batch=512, inducing=(20, 100, 500), dtypes=("flo
                 row["eager_fit_s"] = fit_steps * row["svgp_ms"] / 1e3
                 row["compiled_fit_s"] = row["svgp_compile_s"] + fit_steps * row["svgp_compiled_ms"] / 1e3
             dtype_rows.append(row)
-        rate = max(rate_before, gemm_rate(dtype, device, clock=clock))
+        rate = max(rate_before, gemm_rate(dtype, device, clock_kind=clock))
         for row in dtype_rows:
             row["gemm_gflops"] = rate / 1e9
             row["limit_ms"] = 1e3 * row["essential_gflop"] * 1e9 / rate

@@ -28,7 +28,7 @@ from flowgp import AlignedMultiOutputGPRegressor
 from flowgp.bench.amogp import pm25_data
 from flowgp.registry import MODELS
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "air_quality" / \
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "air_quality" / \
     "london_aurn_pm25_hourly_2018_2019.csv"
 SITES = ("eltham", "n_kensington", "harlington", "marylebone_road")
 
@@ -60,7 +60,7 @@ def parse(argv=None):
                         "latent process (`--num-inducing` in all with one latent)")
     p.add_argument("--cp-grid", action="store_true",
                    help="CP inducing inputs kept on their even grid (the estimator's cp_grid; --cp-inducing latent)")
-    p.add_argument("--out", default="docs/results/amogp/gap")
+    p.add_argument("--out", default="runs/amogp-gap")
     p.add_argument("--plot-only", action="store_true")
     return p.parse_args(argv)
 

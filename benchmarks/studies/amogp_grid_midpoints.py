@@ -21,7 +21,7 @@ import torch
 
 from flowgp.models.amogp.psi_grid import grid_psi_statistics
 from flowgp.models.amogp.psi_statistics import grouped_psi_statistics
-from median_timing import median_ms
+from benchmarks.lib.timing import median_ms
 
 
 def main(argv=None):

@@ -19,7 +19,7 @@ import argparse
 
 import torch
 
-from median_timing import median_ms
+from benchmarks.lib.timing import median_ms
 
 
 def main(argv=None):

@@ -15,7 +15,7 @@ import argparse
 
 import torch
 
-import amogp_step_time as setting
+from benchmarks.lib.amogp_setting import add_state_arguments, data, model_and_tensors
 
 
 def main(argv=None):
@@ -29,13 +29,15 @@ def main(argv=None):
     p.add_argument("--cp-inducing", default="output", choices=["output", "latent"],
                    help="CP inducing sets per output (the supplement's) or on the latent process")
     a = p.parse_args(argv)
-    args = setting.parse(["--num-inducing", str(a.num_inducing), "--lengthscale", str(a.lengthscale),
-                          "--cp-inducing", a.cp_inducing, "--cp-grid", "off"])  # trained inducing inputs, as committed
+    state = argparse.ArgumentParser()
+    add_state_arguments(state)
+    args = state.parse_args(["--num-inducing", str(a.num_inducing), "--lengthscale", str(a.lengthscale),
+                             "--cp-inducing", a.cp_inducing, "--cp-grid", "off"])  # trained inducing inputs
     torch.set_num_threads(1)
-    X, y, o = setting.data(args)
+    X, y, o = data(args)
 
     def run(perturb):
-        model, xt, yt, ot = setting.model_and_tensors("gp", X, y, o, args)
+        model, xt, yt, ot = model_and_tensors("gp", X, y, o, args)
         model.latent.jitter = a.jitter  # the model's own option (AMOGP(jitter=), AMOGPConfig.jitter)
         with torch.no_grad():
             for q in model.parameters():

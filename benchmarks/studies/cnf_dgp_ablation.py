@@ -75,7 +75,7 @@ def main():
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--data-dir", default=None)
-    p.add_argument("--out", default="docs/results/cnf-dgp-ablation/ablation.jsonl")
+    p.add_argument("--out", default="runs/cnf-dgp-ablation/ablation.jsonl")
     a = p.parse_args()
     limit_threads()
     # one line per finished fit (the bench's store: torn-line repair, fsync): an interrupted run resumes here

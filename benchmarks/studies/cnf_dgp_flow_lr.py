@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 from flowgp.bench.models import make_estimator
@@ -30,7 +31,7 @@ def main():
     p.add_argument("--split", type=int, default=0)
     p.add_argument("--variants", default='{"default": {}}', help="JSON: name -> estimator parameters")
     p.add_argument("--data-dir", default=None)
-    p.add_argument("--out", default="docs/results/cnf-dgp-v3/flow_lr.jsonl")
+    p.add_argument("--out", default="runs/cnf-dgp-flow-lr/flow_lr.jsonl")
     a = p.parse_args()
     limit_threads()
     split = load_split(a.dataset, a.split, a.data_dir, 0)
@@ -48,6 +49,7 @@ def main():
                "bound_per_point": {str(k): v for k, v in scores.items() if isinstance(k, float)},
                "averaged_bound_per_point": {str(k): v for k, v in scores.get("averaged", {}).items()}}
         print(json.dumps(row), flush=True)
+        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
         with open(a.out, "a") as f:
             f.write(json.dumps(row) + "\n")
 

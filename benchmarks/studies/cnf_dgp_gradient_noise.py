@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cnf_dgp_finetune import standardised_split, warm_started_flow  # the same data and warm start
+from benchmarks.lib.cnf_dgp import standardised_split, warm_started_flow  # cnf_dgp_finetune.py's data and start
 from flowgp.models.deep_gp import build_deep_gp
 from flowgp.training.loop import train
 

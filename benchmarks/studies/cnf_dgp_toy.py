@@ -17,17 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-from test_cnf_gaussian_base import skewed_step_toy  # noqa: E402  (the test's toy, full size here)
-
-from flowgp.models.deep_gp import select_flow_strength, warm_start_from_gaussian  # noqa: E402
-from flowgp.training.loop import train  # noqa: E402
+from flowgp.bench.toys import skewed_step_toy
+from flowgp.models.deep_gp import select_flow_strength, warm_start_from_gaussian
+from flowgp.training.loop import train
 
 
 def elbo(model, x, y, seed=11, samples=200):
@@ -48,7 +44,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dsvi-steps", type=int, default=400)
     p.add_argument("--steps", type=int, default=400)
-    p.add_argument("--out", default=str(ROOT / "docs" / "results" / "cnf-dgp-v2"))
+    p.add_argument("--out", default="runs/cnf-dgp-toy")
     a = p.parse_args()
     torch.set_num_threads(1)
     x, y, make = skewed_step_toy()

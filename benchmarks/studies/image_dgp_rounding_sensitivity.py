@@ -34,7 +34,6 @@ import flowgp.estimators.deep as deep
 from flowgp.bench.images import make_classifier
 from flowgp.data.images import load_images
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _snapshot_epochs(epochs):
@@ -100,7 +99,7 @@ def main():
     p.add_argument("--skips", default="dense,conv,linear")
     p.add_argument("--epochs", type=int, default=120)
     p.add_argument("--scale", type=float, default=1e-12, help="relative size of the perturbation of the start")
-    p.add_argument("--json", default=str(ROOT / "docs" / "results" / "images" / "rounding_sensitivity.json"))
+    p.add_argument("--json", default="runs/image-dgp-rounding/rounding_sensitivity.json")
     a = p.parse_args()
     data = load_images("digits")
     marks = _snapshot_epochs(a.epochs)
@@ -122,6 +121,7 @@ def main():
         for name, info in noise.items():
             print(f"        first gradient of {name} is rounding noise: max |g| {info['max_abs_gradient']:.1e}, "
                   f"{100 * info['sign_flips']:.0f} % of signs differ between the twins", flush=True)
+    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
     Path(a.json).write_text(json.dumps(rows, indent=2))
     print(f"wrote {a.json}")
 

@@ -14,56 +14,30 @@ Two versions of the bound are fitted from the same initialisation:
 from __future__ import annotations
 
 import argparse
-import copy
-import importlib.util
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+from flowgp.bench.ldgp_ablations import per_slot_hidden_sample, use_hidden_draw
+from flowgp.bench.toys import fit_tiny_bound, tiny_latent_dgp, tiny_log_evidence
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--old-rev", default="main")
     parser.add_argument("--k", default="5,50")
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--eval-samples", type=int, default=4000)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    tv = _load(ROOT / "tests" / "test_ldgp_validity.py", "ldgp_validity_problem")
-    source = subprocess.run(["git", "show", f"{args.old_rev}:src/flowgp/models/latent_deep_gp.py"], cwd=ROOT,
-                            check=True, capture_output=True, text=True).stdout
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "latent_deep_gp_old.py"
-        path.write_text(source)
-        old = _load(path, "flowgp.models.latent_deep_gp_old")  # relative imports resolve inside flowgp.models
-    reference = tv.tiny_model()
-    log_p, rel_se = tv.brute_force_log_evidence(reference)
+    log_p, rel_se = tiny_log_evidence(tiny_latent_dgp())
     print(f"brute-force log p(y) = {log_p:.4f} (+- {rel_se:.4f}, 10^6 draws)")
     print("| K | version | fitted bound | se | bound - log p(y) |")
     print("|---|---|---|---|---|")
     for k in [int(v) for v in args.k.split(",")]:
         for version in ("joint", "per-slot"):
-            model = tv.tiny_model(k)
+            model = tiny_latent_dgp(k)
             if version == "per-slot":
-                model = old.LatentDeepGP(list(copy.deepcopy(model.layers)), copy.deepcopy(model.qz),
-                                         copy.deepcopy(model.likelihood), num_importance=k, gradient="reg")
-                for module in (model.layers[0].gp.kernel, model.layers[1].gp.kernel, model.likelihood):
-                    for p in module.parameters():
-                        p.requires_grad_(False)
-            bound, se = tv.fit_and_evaluate(model, steps=args.steps, eval_samples=args.eval_samples)
+                use_hidden_draw(model, per_slot_hidden_sample)
+            bound, se = fit_tiny_bound(model, steps=args.steps, eval_samples=args.eval_samples)
             print(f"| {k} | {version} | {bound:.4f} | {se:.4f} | {bound - log_p:+.4f} |", flush=True)
     return 0
 

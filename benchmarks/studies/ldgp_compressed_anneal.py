@@ -36,7 +36,7 @@ def main():
     p.add_argument("--dataset", default="wine-red")
     p.add_argument("--epochs", type=int, default=3334, help="3 iterations per epoch on wine-red: 10 002 iterations")
     p.add_argument("--inducing", type=int, default=128)
-    p.add_argument("--out", default="docs/results/ldgp-uci-reference/anneal30")
+    p.add_argument("--out", default="runs/ldgp-anneal30")
     args = p.parse_args()
     limit_threads()
     os.makedirs(os.path.join(args.out, "checkpoints"), exist_ok=True)

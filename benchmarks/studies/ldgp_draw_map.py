@@ -15,37 +15,13 @@ prints their mean and standard deviation per coordinate and the mean SNR |mean| 
     OMP_NUM_THREADS=1 python benchmarks/ldgp_draw_map.py [--repeats 3000] [--k 2,20]
 """
 import argparse
-import types
 
 import torch
 
+from flowgp.bench.ldgp_ablations import pathwise_hidden_sample, use_hidden_draw
 from flowgp.models.latent.diagnostics import latent_gradient_samples
 from flowgp.models.latent.model import build_latent_deep_gp
 from flowgp.data.synthetic import make_multimodal_demo
-
-
-def pathwise_hidden_sample(model, layer, h, generator=None, batch_rows=None, parts=None):
-    """The hidden layer's joint draw over the K axis of h [..., K, D] through the pathwise map (a plain GP hidden
-    layer; REG only, one process)."""
-    if parts is not None or batch_rows is not None or hasattr(layer, "joint_sample"):
-        raise ValueError("the pathwise map here is for REG on a GP hidden layer, one process")
-    gp = layer.gp
-    lead, k, d = h.shape[:-2], h.shape[-2], h.shape[-1]
-    groups = h.reshape(-1, k, d)
-    g, num_out = groups.shape[0], gp.num_outputs
-    at, _ = gp.projection(groups.reshape(g * k, d), transposed=True)  # [Lb, G·K, M]
-    lb, m = at.shape[0], at.shape[-1]
-    at = at.reshape(lb, g, k, m)
-    prior = gp.kernel(groups.unsqueeze(-3)).movedim(-3, 0) - at @ at.mT  # K_HH - AᵀA, [Lb, G, K, K]
-    prior = 0.5 * (prior + prior.mT) + 1e-8 * torch.eye(k, dtype=h.dtype)
-    eps_v = torch.randn(num_out, m, g, dtype=h.dtype, generator=generator)
-    eps = torch.randn(num_out, g, k, 1, dtype=h.dtype, generator=generator)
-    rv = (gp.q_sqrt_tril() @ eps_v).mT.unsqueeze(-1)  # R ε_v, [L, G, M, 1]
-    mean = at @ gp.q_mu[:, None, :, None]  # Aᵀm, [L, G, K, 1]
-    out = (mean + at @ rv + torch.linalg.cholesky(prior) @ eps).squeeze(-1).permute(1, 2, 0)  # [G, K, L]
-    if gp.mean_function is not None:
-        out = out + gp.mean_function(groups)
-    return out.reshape(lead + (k, num_out))
 
 
 def main(argv=None) -> int:
@@ -65,7 +41,7 @@ def main(argv=None) -> int:
     print("map       estimator  K   sd of the μ-gradient at 4 points    mean SNR")
     for name in ("chol(Σ)", "pathwise"):
         if name == "pathwise":
-            model.joint_hidden_sample = types.MethodType(pathwise_hidden_sample, model)
+            use_hidden_draw(model, pathwise_hidden_sample)
         for k in (int(v) for v in a.k.split(",")):
             for gradient in ("reg",) if name == "pathwise" else ("reg", "dreg"):
                 draws = latent_gradient_samples(model, x, y, idx, k, gradient, repeats=a.repeats, seed=4,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -36,10 +37,10 @@ def main():
     p.add_argument("--num-importance", default="20")
     p.add_argument("--repeats", type=int, default=1000)
     p.add_argument("--points", type=int, default=10)
-    p.add_argument("--models", default="docs/results/snr/joint", help="folder of the SNR bench's fitted models")
+    p.add_argument("--models", default="runs/snr", help="folder of the SNR bench's fitted models (its --out)")
     p.add_argument("--num-data", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="docs/results/snr/joint/bias.jsonl")
+    p.add_argument("--out", default="runs/snr/bias.jsonl")
     p.add_argument("--estimators", default="reg,dreg,dreg-eps,dreg-d23",
                    help="comma-separated, REG first (e.g. reg,dreg,dreg-eps,dreg-d23)")
     a = p.parse_args()
@@ -78,6 +79,7 @@ def main():
                       "relative_bias": float(diff.mean(0).norm() / ref.mean(0).norm()) if paired else None,
                       "snr": float((s.mean(0).abs() / s.std(0)).mean()), "seconds": seconds[g]}
         print(json.dumps(row), flush=True)
+        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
         with open(a.out, "a") as f:
             f.write(json.dumps(row) + "\n")
 

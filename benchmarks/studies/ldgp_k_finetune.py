@@ -18,93 +18,13 @@ again and appends its rows anew).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import os
 import time
-import types
 from pathlib import Path
 
-import torch
-
-
-def per_slot_hidden_sample(model, layer, h, generator=None, batch_rows=None, parts=None):
-    """The DREG authors' hidden-layer draw over the K importance samples: each slot from its own marginal.
-
-    Their hidden `G5` layer (`SharedMixedMok` with `MixedKernelSharedMof`) goes through
-    `multisample_sample_conditional` in `dgps_with_iwvi/temp_workaround.py`, whose mixed-kernel branch calls the
-    conditional with `full_cov=False` whatever `propagate` asked for, so the `full_cov=True` over the K axis reaches
-    only their last layer (of which they use the diagonal). This is the per-slot draw the issue removed from
-    flowgp (the K values of one function drawn as if independent; not a bound); here only to measure what it does
-    to the fit. REG only (DREG needs the joint draw's pieces)."""
-    whole = batch_rows is None or (batch_rows[0] == 0 and batch_rows[1] == h.shape[-3])
-    if parts is not None or not whole:
-        raise ValueError("per-slot draws: REG on one process only (parts and a split batch are not supported)")
-    return layer(h, generator=generator)[0]
-
-
-def set_per_slot_draw(model):
-    """Give this one latent DGP instance the per-slot hidden-layer draw (`per_slot_hidden_sample`) in place of its
-    class's joint draw (`del model.joint_hidden_sample` gives it back); returns the model."""
-    model.joint_hidden_sample = types.MethodType(per_slot_hidden_sample, model)
-    return model
-
-
-def estimator_with(est, state: dict | None = None, per_slot: bool = False):
-    """A LatentDeepGPRegressor like `est` (same parameters) whose model, once built as usual, gets the trained
-    `state` (a state dict) and/or the per-slot hidden-layer draw (`per_slot_hidden_sample`, this model only)."""
-
-    class Altered(type(est)):
-        def _build(self, x, y=None, **overrides):
-            model = super()._build(x, y, **overrides)
-            if state is not None:
-                model.load_state_dict(state)
-            if per_slot:  # prediction never uses the joint draw, so only training changes
-                set_per_slot_draw(model)
-            return model
-
-    return Altered(**est.get_params())
-
-
-def reference_estimator(n: int, split: int, batch_size: int, iterations: int, **params):
-    """The `reference`-preset ldgp2-reg estimator for n training rows whose budget covers `iterations` at
-    `batch_size` (whole epochs), with `params` set; returns (estimator, iterations per epoch, epochs)."""
-    from flowgp.bench.models import make_estimator
-    from flowgp.bench.presets import get_preset
-
-    per_epoch = math.ceil(n / get_preset("reference", batch_size=batch_size).batch_for(n))
-    epochs = math.ceil(iterations / per_epoch)
-    est = make_estimator("ldgp2-reg", get_preset("reference", epochs=epochs, batch_size=batch_size), 128, split, n)
-    return est.set_params(**params), per_epoch, epochs
-
-
-def checkpoint_parser(description: str, checkpoint_help: str) -> argparse.ArgumentParser:
-    """A parser with the arguments `split_and_checkpoint` reads: --checkpoint, --dataset, --split, --row-order and
-    --data-dir (the scripts that start from a fitted checkpoint add their own)."""
-    p = argparse.ArgumentParser(description=description)
-    p.add_argument("--checkpoint", required=True, help=checkpoint_help)
-    p.add_argument("--dataset", default="power")
-    p.add_argument("--split", type=int, required=True)
-    p.add_argument("--row-order", default="file", choices=("file", "authors"))
-    p.add_argument("--data-dir", default=os.environ.get("FLOWGP_DATA"))
-    return p
-
-
-def split_and_checkpoint(args):
-    """(the split, its training rows, the checkpoint's saved state) for a script's --dataset, --split, --row-order,
-    --data-dir and --checkpoint; also keeps torch to one thread, as every fit on this machine."""
-    from flowgp.bench.uci import load_split
-    from flowgp.training.checkpoint import safe_load
-
-    torch.set_num_threads(1)
-    split = load_split(args.dataset, args.split, args.data_dir, protocol="reference", row_order=args.row_order)
-    return split, len(split.y_train), safe_load(Path(args.checkpoint))
-
-
-def decayed(value: float, step: int, decay: float = 0.98, every: int = 1000) -> float:
-    """A step size of `value` at step 0 after the staircase schedule of supplement E.2 has run to `step`."""
-    return value * decay ** (int(step) // every)
+from benchmarks.lib.ldgp_runs import checkpoint_parser, decayed, reference_estimator, split_and_checkpoint
+from flowgp.bench.ldgp_ablations import estimator_with
 
 
 def main(argv=None) -> int:

@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.lib.ldgp_runs import fit_from_state
+from flowgp.bench.ldgp_ablations import estimator_with
 from flowgp.bench.uci import row_order_of
 
 
@@ -92,20 +94,6 @@ def plot(rows: list[dict], path: Path, reference: float | None = None) -> None:
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), fontsize=7)  # below: never over the curves
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-
-
-def fit_from_state(est, state: dict, split) -> None:
-    """Give `est` the trained state of a checkpoint's saved dict without training: a copy marked finished is
-    written to a temporary file and resumed (the fit loads it and returns). `est` must match the run that wrote it
-    (budget, batch, K, seed), as for any resume."""
-    import tempfile
-
-    from flowgp.training.checkpoint import atomic_save
-
-    with tempfile.TemporaryDirectory() as tmp:
-        est.set_params(checkpoint=atomic_save(dict(state, finished=True), Path(tmp) / "state.ckpt"),
-                       extend_checkpoint=False)
-        est.fit(split.x_train, split.y_train)
 
 
 def rescore(est, split, args, setting, out: Path) -> int:
@@ -230,8 +218,6 @@ def main(argv=None) -> int:
     if args.encoder_skips is not None:
         est.set_params(encoder_skips=args.encoder_skips)
     if args.draws == "per-slot":
-        from ldgp_k_finetune import estimator_with  # a sibling script (its directory is on sys.path)
-
         est = estimator_with(est, per_slot=True)
     setting = (est.num_importance, preset.batch_for(n), rows_tag or "file", est.encoder_skips, seed, args.draws)
     if args.rescore:

@@ -27,53 +27,12 @@ import json
 import math
 
 import numpy as np
-import torch
 
-
-def jittered_natgrad(s_star, steps: int, gamma: float = 0.01, decay: float = 0.98, every: int = 1000,
-                     jitter: float = 1e-6, s0: float = 1.0):
-    """(s, m/m*) after `steps` conjugate natural-gradient steps from S = s0 I, m = 0 towards (s*, m*) per direction,
-    with `jitter` added to s after each step as GPflow 1 does (module docstring); vectorised over s_star."""
-    s_star = np.asarray(s_star, dtype=float)
-    if np.any(s_star <= 0):
-        raise ValueError("s_star must be positive (eigenvalues of a covariance); clamp them first")
-    s = np.full_like(s_star, s0)
-    ratio = np.zeros_like(s_star)  # m / m*, so that θ₁ = ratio m*/s and the target θ₁* = m*/s*
-    for t in range(int(steps)):
-        g = gamma * decay ** (t // every)
-        p = (1.0 - g) / s + g / s_star
-        ratio = ((1.0 - g) * ratio / s + g / s_star) / p
-        s = 1.0 / p + jitter
-    return s, ratio
-
-
-def fixed_point(s_star, gamma: float, jitter: float = 1e-6):
-    """The recursion's fixed point for a constant γ (module docstring)."""
-    s_star = np.asarray(s_star, dtype=float)
-    b = s_star + jitter
-    return 0.5 * (b + np.sqrt(b * b + 4.0 * (1.0 - gamma) * jitter * s_star / gamma))
-
-
-def jittered_state(model_state: dict, steps: int, layer: str = "layers.1.gp") -> tuple[dict, np.ndarray]:
-    """A copy of a latent DGP's state dict with `layer`'s q(u) moved as the jittered steps would hold it, and the
-    ratio of new to old eigenvalues of its S."""
-    state = dict(model_state)
-    r, mu = state[f"{layer}.q_sqrt"].tril(), state[f"{layer}.q_mu"]
-    cov = r @ r.mT
-    evals, vecs = torch.linalg.eigh(cov)
-    evals = evals.clamp_min(1e-12)
-    s_new, ratio = jittered_natgrad(evals.flatten().numpy(), steps)
-    s_new = torch.as_tensor(s_new, dtype=cov.dtype).reshape(evals.shape)
-    ratio = torch.as_tensor(ratio, dtype=cov.dtype).reshape(evals.shape)
-    state[f"{layer}.q_sqrt"] = torch.linalg.cholesky(vecs @ torch.diag_embed(s_new) @ vecs.mT)
-    state[f"{layer}.q_mu"] = (vecs @ (ratio * (vecs.mT @ mu.unsqueeze(-1)).squeeze(-1)).unsqueeze(-1)).squeeze(-1)
-    return state, (s_new / evals).flatten().numpy()
+from benchmarks.lib.ldgp_runs import checkpoint_parser, fit_from_state, reference_estimator, split_and_checkpoint
+from flowgp.bench.ldgp_ablations import jittered_state
 
 
 def main(argv=None) -> int:
-    from ldgp_k_finetune import checkpoint_parser, reference_estimator, split_and_checkpoint  # sibling scripts
-    from ldgp_learning_curve import fit_from_state
-
     p = checkpoint_parser(__doc__.splitlines()[0], "a ldgp_learning_curve.py checkpoint of ldgp2-reg on power")
     p.add_argument("--iterations", type=int, default=None, help="the run's budget (default: the checkpoint's step)")
     p.add_argument("--num-importance", type=int, default=5)

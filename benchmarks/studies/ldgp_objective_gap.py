@@ -32,29 +32,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-
-def per_point_terms(model, x, y, num_importance: int, per_slot: bool, repeats: int, generator,
-                    chunk: int = 250) -> torch.Tensor:
-    """E[log (1/K) Σ_k w_k] per row of (x, y) (standardised), averaged over `repeats` draws, with the hidden layer
-    drawn jointly over the K slots (flowgp) or per slot (the authors' code) on this model instance."""
-    from ldgp_k_finetune import set_per_slot_draw  # a sibling script (its directory is on sys.path)
-
-    if per_slot:
-        set_per_slot_draw(model)
-    try:
-        with torch.no_grad():
-            parts = [model.iw_terms(x[i:i + chunk], y[i:i + chunk], num_importance, "reg", repeats,
-                                    generator=generator).mean(0) for i in range(0, x.shape[0], chunk)]
-    finally:
-        if per_slot:
-            del model.joint_hidden_sample  # back to the class's joint draw
-    return torch.cat(parts)
+from benchmarks.lib.ldgp_runs import checkpoint_parser, fit_from_state, reference_estimator, split_and_checkpoint
+from flowgp.bench.ldgp_ablations import per_point_terms
 
 
 def main(argv=None) -> int:
-    from ldgp_k_finetune import checkpoint_parser, reference_estimator, split_and_checkpoint
-    from ldgp_learning_curve import fit_from_state
-
     p = checkpoint_parser(__doc__.splitlines()[0], "an ldgp_learning_curve.py checkpoint of ldgp2-reg")
     p.add_argument("--out", required=True)
     p.add_argument("--fit-num-importance", type=int, required=True, help="the K the checkpoint was trained with")

@@ -15,32 +15,8 @@ import statistics
 
 import numpy as np
 
+from flowgp.bench.ldgp_tables import paired_difference, paired_differences, tail_scores
 from flowgp.bench.results import read_rows
-
-
-def tail_scores(rows: list[dict], end: int, window: int) -> dict[tuple[str, int], list[float]]:
-    """{(model, split): standardised test LLs of the rows with iterations in [end - window, end + window)} for the
-    fits that reached `end`; a fit without a row at or beyond `end` is still running and is left out."""
-    reached = {(r["model"], r["split"]) for r in rows if r["iterations"] >= end}
-    scores: dict[tuple[str, int], list[float]] = {}
-    for r in rows:
-        key = (r["model"], r["split"])
-        if key in reached and end - window <= r["iterations"] < end + window:
-            scores.setdefault(key, []).append(r["test_ll_std"])
-    return scores
-
-
-def paired_differences(scores: dict[tuple[str, int], list[float]], first: str, second: str) -> list[dict]:
-    """One dict per split that both models reached: each one's mean and s.d. over its tail scores, and the
-    difference second - first of the means."""
-    out = []
-    for split in sorted({s for (m, s) in scores if m == first} & {s for (m, s) in scores if m == second}):
-        a, b = scores[(first, split)], scores[(second, split)]
-        out.append({"split": split, first: statistics.fmean(a), second: statistics.fmean(b),
-                    f"{first}_sd": statistics.stdev(a) if len(a) > 1 else 0.0,
-                    f"{second}_sd": statistics.stdev(b) if len(b) > 1 else 0.0,
-                    "n": (len(a), len(b)), "difference": statistics.fmean(b) - statistics.fmean(a)})
-    return out
 
 
 def main(argv=None) -> int:
@@ -52,9 +28,7 @@ def main(argv=None) -> int:
     p.add_argument("--second", default="ldgp2-dreg")
     a = p.parse_args(argv)
     if a.window <= 0:
-        raise ValueError(f"--window must be positive, got {a.window}")
-    from ldgp_reg_vs_dreg import paired_difference  # a sibling script (its directory is on sys.path)
-
+        p.error(f"--window must be positive, got {a.window}")
     rows = read_rows(a.curve)  # a curve still being written may end in a torn line
     pairs = paired_differences(tail_scores(rows, a.end, a.window), a.first, a.second)
     if not pairs:

@@ -13,9 +13,8 @@ import sys
 
 import torch
 
+from benchmarks.lib.steps import flowgp_step, step_medians, synthetic_data
 from flowgp import SVGP, TGP, GaussianLikelihood, make_flow, make_kernel
-from step_time import flowgp_step
-from tgp_step_decomposition import step_medians, synthetic_data
 
 FLOWS = {"tgp": "sal+softplus", "tgp-3-stages": "sinharcsinh+affine+softplus"}
 

@@ -35,7 +35,7 @@ SETTINGS = {
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="docs/results/sklearn-conformance")
+    parser.add_argument("--out", default="runs/sklearn-conformance")
     parser.add_argument("--estimators", default=",".join(SETTINGS))
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)

@@ -20,9 +20,8 @@ import json
 
 import torch
 
-from dgp_step_time import interleaved
+from benchmarks.lib.steps import flowgp_step, step_medians, synthetic_data
 from flowgp import SVGP, TGP, GaussianLikelihood, make_flow, make_kernel
-from step_time import flowgp_step
 
 VARIANTS = (("svgp", None, False), ("affine-quad-frozen", "affine", True), ("affine-quad", "affine", False),
             ("softplus", "softplus", False), ("sal+softplus-frozen", "sal+softplus", True),
@@ -37,19 +36,6 @@ def build(flow, frozen, z, dim):
     for p in model.flow.parameters():
         p.requires_grad_(not frozen)
     return model
-
-
-def synthetic_data(num_data: int, dim: int):
-    """The benchmark's inputs and targets (float64; the same as benchmarks/step_time.py's) and its generator."""
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(num_data, dim, generator=g, dtype=torch.float64)
-    y = torch.sin(x[:, :1]) + 0.1 * torch.randn(num_data, 1, generator=g, dtype=torch.float64)
-    return x, y, g
-
-
-def step_medians(steps: dict, rounds: int, per_round: int) -> dict:
-    """Median over interleaved rounds of each step's per-round median, in seconds (20 warm-up calls each)."""
-    return interleaved(steps, rounds, per_round, 20, torch.device("cpu"))[0]
 
 
 def main():
