@@ -9,13 +9,15 @@
 - at most six modules at the package root; no function in `src/` longer than 100 lines;
 - no test imports a benchmark script, directly or through sys.path / a file path into `benchmarks/`; the scripts
   import no test, no other script (shared code lives in `benchmarks/lib/`), never touch sys.path and use only
-  flowgp's public names; no tracked file under `docs/` is over 1 MB.
+  flowgp's public names; no tracked file under `docs/` is over 1 MB;
+- tests and benchmark scripts speak of the software, not of sessions, issue numbers or tickets.
 
 Run `python tests/test_architecture.py` for the full list of violations.
 """
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -263,9 +265,10 @@ def benchmark_imports_in_tests() -> list[str]:
     """Every place a test imports a benchmark script or builds a path into `benchmarks/` to load one."""
     out = []
     for path in sorted(TESTS.rglob("*.py")):
-        if path == Path(__file__).resolve():
-            continue  # this file reads the scripts as text, to check them
-        tree = ast.parse(path.read_text(), filename=str(path))
+        text = path.read_text()
+        if path == Path(__file__).resolve() or "benchmarks" not in text:
+            continue  # this file reads the scripts to check them; a file that never names them cannot load them
+        tree = ast.parse(text, filename=str(path))
         rel = path.relative_to(TESTS.parent)
         for node in ast.walk(tree):
             if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "benchmarks" for a in node.names):
@@ -322,11 +325,34 @@ def test_benchmark_scripts_use_flowgp_and_their_lib_only():
     assert script_violations() == []
 
 
+#: how the project once narrated its own making; the code and tests speak of the software (dates where history matters)
+_NARRATION = re.compile(r"\bsessions?\b|\bissues? \d|\btickets?\b", re.IGNORECASE)
+
+
+def narration_violations(roots=(TESTS, BENCHMARKS)) -> list[str]:
+    """Lines of the tests and benchmark scripts that speak of sessions, issue numbers or tickets (pytest's
+    `scope="session"` aside)."""
+    out = []
+    for root in roots:
+        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".sh", ".md")):
+            if path == Path(__file__).resolve():
+                continue  # this file names the words it looks for
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if _NARRATION.search(line.replace('scope="session"', "")):
+                    out.append(f"{path.relative_to(root.parent)}:{number}: {line.strip()[:80]}")
+    return out
+
+
+def test_tests_and_benchmarks_speak_of_the_software():
+    assert narration_violations() == []
+
+
 if __name__ == "__main__":
     problems = {"private names": private_access_violations(), "backward()": backward_violations(),
                 "global state": global_state_violations(), "import cycles": import_cycles(),
                 "layers": layer_violations(), "long functions": long_functions(),
-                "tests importing benchmarks": benchmark_imports_in_tests(), "benchmark scripts": script_violations()}
+                "tests importing benchmarks": benchmark_imports_in_tests(), "benchmark scripts": script_violations(),
+                "narration in tests and benchmarks": narration_violations()}
     for kind, items in problems.items():
         print(f"## {kind}: {len(items)}")
         for item in items:

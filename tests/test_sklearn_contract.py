@@ -1,4 +1,4 @@
-"""scikit-learn's conformance suite on every public estimator (issue 23, "The scikit-learn contract").
+"""scikit-learn's conformance suite on every public estimator (the scikit-learn contract).
 
 `parametrize_with_checks` runs every check of `check_estimator` on each estimator with a tiny budget (4 inducing
 points, 3 epochs), so the suite stays fast. `check_regressors_train` (R^2 > 0.5 on a toy problem) and

@@ -2,12 +2,12 @@
 
 Run from the repository root:
 
-    python benchmarks/compiled_fit_time.py                          # SVGP, M in {20, 100, 500}, 1 000 steps
-    python benchmarks/compiled_fit_time.py --models svgp,tgp --rounds 3 --json fits.json
-    python benchmarks/compiled_fit_time.py --cold                   # every compiled fit with an empty cache
+    python -m benchmarks.perf.compiled_fit_time                          # SVGP, M in {20, 100, 500}, 1 000 steps
+    python -m benchmarks.perf.compiled_fit_time --models svgp,tgp --rounds 3 --json fits.json
+    python -m benchmarks.perf.compiled_fit_time --cold                   # every compiled fit with an empty cache
 
-Issue 26 asks that compiling must not make a 1 000-step fit slower end to end than the eager one. Step
-times (`benchmarks/step_time.py`) leave out what a user waits for once per fit: tracing, compiling and loading
+The aim: compiling must not make a 1 000-step fit slower end to end than the eager one. Step
+times (`benchmarks/perf/step_time.py`) leave out what a user waits for once per fit: tracing, compiling and loading
 the kernels. So every fit here runs `flowgp.training.loop.train` (float32, N = 10 240, D = 8, B = 512 by default)
 in a process of its own, and the time reported is the wall time of the `train` call: compilation included,
 imports and data excluded (the same for every variant). The variants of one configuration run in alternating

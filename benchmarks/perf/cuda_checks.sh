@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# The GPU checks of issues 21 and 26 in one run, for a machine with one CUDA device (the CI machine has none):
+# The GPU checks in one run, for a machine with one CUDA device (the CI machine has none):
 #   1. the CUDA tests (every test whose name or marker says cuda or device; tests/test_cuda.py fits every
 #      estimator family on the GPU in float32 and float64 and compares it with the CPU fit);
 #   2. step times of flowgp's SVGP and TGP against GPyTorch's SVGP on the same GPU, M = 100, 500, 1000,
-#      B = 1024 and 8192, float32 and float64 (benchmarks/step_time.py --device "$dev");
+#      B = 1024 and 8192, float32 and float64 (benchmarks/perf/step_time.py --device "$dev");
 #   3. step times of flowgp's DSVI deep GP (and the cnf flow posterior) against GPyTorch's DeepGP, same grid
-#      (benchmarks/dgp_step_time.py --device "$dev");
+#      (benchmarks/perf/dgp_step_time.py --device "$dev");
 #   4. a profile of the eager SVGP/TGP step on the GPU: launches, syncs and the lines that synchronise;
 #   5. the compiled SVGP/TGP and 3-layer DSVI steps on the GPU (float32, M = 100, B = 1024) with CUDA graphs
 #      (reduce-overhead) and with the default mode, compilation time apart;
-#   ldgp (issue 25, not in the default set): latent-DGP reference fits on the authors' splits, started in the
+#   ldgp (not in the default set): latent-DGP reference fits on the authors' splits, started in the
 #      background at the beginning, one process per job (LDGP_JOBS="model:dataset:split ...", each capped at
 #      LDGP_SECONDS of fitting and 589 epochs), rows gathered into OUTDIR/ldgp_rows.jsonl when the other phases end.
 #      Needs FLOWGP_DATA with the data sets. They share the GPU with the other phases: time those apart.
-# Usage, from the repository root:  bash benchmarks/cuda_checks.sh OUTDIR [PHASES]
+# Usage:  bash benchmarks/perf/cuda_checks.sh OUTDIR [PHASES]   (it runs the scripts from the repository root)
 # PHASES is a subset of "tests step dgp profile compile" (default: all). Each phase has its own time limit, so one
 # that hangs does not take the others with it; results land in OUTDIR as they are made (log.txt, *.json).
 set -u

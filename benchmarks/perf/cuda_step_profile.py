@@ -1,8 +1,8 @@
 """Where one flowgp SVGP / TGP training step spends its time on a GPU: kernel launches, host-device syncs, copies.
 
-    python benchmarks/cuda_step_profile.py --device cuda --inducing 100 --batch 1024
+    python -m benchmarks.perf.cuda_step_profile --device cuda --inducing 100 --batch 1024
 
-Builds the step of benchmarks/step_time.py (the same closure), warms it up, then records `--steps` steps with
+Builds the step of benchmarks/perf/step_time.py (the same closure), warms it up, then records `--steps` steps with
 torch.profiler and prints, per step: wall time, CPU time of the process, and the counts of CUDA runtime calls that
 matter for a launch-bound step (kernel launches, stream/device synchronisations, memory copies), followed by the
 operators with the most self CPU time. Runs on the CPU too (without the CUDA counts), as a dry run.
@@ -11,13 +11,13 @@ operators with the most self CPU time. Runs on the CPU too (without the CUDA cou
 least 100 kB it makes and their total size: on CPU each is memory the kernel may have to map and zero again
 (glibc returns large freed blocks to the system), a cost that does not show up as an operator. For example
 
-    python benchmarks/cuda_step_profile.py --device cpu --dtype float32 --inducing 500 --batch 512 \
+    python -m benchmarks.perf.cuda_step_profile --device cpu --dtype float32 --inducing 500 --batch 512 \
         --num-data 10240 --models svgp --steps 40 --memory
 
 `--compile` profiles the compiled step instead (`flowgp.training.compiled.CompiledObjective`, compiled before timing), e.g.
-the TGP's compiled extra at M = 20 (docs/results/timing, session 19):
+the TGP's compiled extra at M = 20 (docs/results/timing, 2026-11-29):
 
-    python benchmarks/cuda_step_profile.py --device cpu --dtype float32 --inducing 20 --batch 512 \
+    python -m benchmarks.perf.cuda_step_profile --device cpu --dtype float32 --inducing 20 --batch 512 \
         --num-data 10240 --steps 100 --compile
 """
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Where a data-parallel SVGP step spends its time: compute, the one all-reduce, and waiting for the other rank.
 
-    OMP_NUM_THREADS=1 python benchmarks/data_parallel_step.py --inducing 100            # one process
+    OMP_NUM_THREADS=1 python -m benchmarks.perf.data_parallel_step --inducing 100            # one process
     OMP_NUM_THREADS=1 python -m torch.distributed.run --standalone --nproc-per-node 2 \\
-        benchmarks/data_parallel_step.py --inducing 100                                   # two (gloo)
+        benchmarks/perf/data_parallel_step.py --inducing 100                                   # two (gloo)
 
 Each process takes its share (batch / world size) of a global minibatch of an SVGP (flowgp.SVGP, RBF kernel,
 float64, one thread), backpropagates, and sums the gradients and the loss over ranks with

@@ -1,9 +1,9 @@
 """How the compiled deep-GP training step splits into graphs: `DeepGPRegressor(compile=True)` fits of a few epochs
 for each posterior, with torch._dynamo's counters (graph breaks by reason, graphs compiled, recompilations) and
 the fit's wall time. A step that is one graph is what a GPU's CUDA graphs (`compile="reduce-overhead"`) replay
-whole (issues 20 and 26); every break is a return to eager Python between graphs.
+whole; every break is a return to eager Python between graphs.
 
-    python benchmarks/dgp_compile_graphs.py [--posteriors gaussian,cnf] [--epochs 4]
+    python -m benchmarks.perf.dgp_compile_graphs [--posteriors gaussian,cnf] [--epochs 4]
 
 Synthetic data (N = 2 000, D = 4), 3 layers, M = 50, batch 256.
 """

@@ -1,10 +1,10 @@
 """Operations per training step of flowgp's deep GPs: DSVI ("dgpL") against the flow posterior ("cnf-dgpL").
 
 Where a step is bound by kernel launches (a GPU at these sizes: docs/results/gpu), its time follows the number of
-aten operations it dispatches rather than its arithmetic, so the count is the CPU-side proxy for issue 20's GPU
-step ratio. Same synthetic problem as `dgp_step_time.py` (N = 10 000, D = 8, B = 512, M = 100, hidden width 8).
+aten operations it dispatches rather than its arithmetic, so the count is the CPU-side proxy for the flow
+posterior's GPU step ratio to DSVI; printed with the ratio of the two counts. Same synthetic problem as `dgp_step_time.py` (N = 10 000, D = 8, B = 512, M = 100, hidden width 8).
 
-    OMP_NUM_THREADS=1 python benchmarks/dgp_step_ops.py [--layers 3] [--top 12]
+    OMP_NUM_THREADS=1 python -m benchmarks.perf.dgp_step_ops [--layers 3] [--top 12]
 
 Prints the aten operations of one training step (forward, backward, optimiser) of each model and, for the flow
 posterior, the flowgp source lines that dispatch the most ("<backward/optimiser>" for those outside flowgp).

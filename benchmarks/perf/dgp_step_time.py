@@ -2,12 +2,12 @@
 
 Run from the repository root (GPyTorch is a dev-only dependency):
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/dgp_step_time.py
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/dgp_step_time.py --rounds 3 --steps 10   # quicker
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.perf.dgp_step_time
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.perf.dgp_step_time --rounds 3 --steps 10   # quicker
 
 Part 1 (synthetic, N=10000, D=8, B=512, M=100, one sample): median time of one training step (minibatch
 ELBO, backward, Adam update) of 2- and 3-layer flowgp DSVI ("dgpL"), flow-posterior ("cnf-dgpL": DSVI's Gaussian
-base + convolutional flow steps with the defaults since issue 20's DSVI-base training: coupled draws, DSVI's own
+base + convolutional flow steps with the defaults of the DSVI-base training: coupled draws, DSVI's own
 chain for the shared parameters; "cnf-perpoint-dgpL" one pathwise draw of U per point, the earlier default) and the
 CNF paper's ("cnf-paper-dgpL", one shared draw)
 deep GPs, GPyTorch's
@@ -15,14 +15,14 @@ DeepGP with the same layers, widths (hidden width min(D, 16) = 8), M, batch and 
 flowgp's TGP (one SAL flow). The peers are interleaved: every round times every model for `--steps` steps and
 the reported value is the median over rounds of each round's median, which keeps slow drifts from load on a
 shared machine out of the ratios. Ratios printed: flowgp DGP / GPyTorch DGP, DGP / TGP, and the flow
-posteriors / DSVI (issue 20's targets: cnf-dgp3/dgp3 <= 1.5, dgp3/gpytorch-dgp3 <= 0.7). With --compile the DSVI
+posteriors / DSVI (the aims: cnf-dgp3/dgp3 <= 1.5, dgp3/gpytorch-dgp3 <= 0.7). With --compile the DSVI
 step is also timed through flowgp.training.compiled ("dgpL-compiled"; compilation time in the row's "compile").
 
 Part 2 (energy, TGP paper Fig. 11): training-step time (full batch of the 691 training points, M=100) and
 prediction time on the 77 test points (mean, variance and log density; the DGP with 100 samples, the TGP
 with 100 Gauss-Hermite points) of the 3-layer DSVI deep GP against the TGP.
 
-Results go to docs/results/dgp_step_time.json (`--json` to change).
+Results go to a JSON file with `--json PATH` (nothing is written without it).
 """
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ def synthetic(args, device, dtype):
            "round_medians_ms": {k: [1e3 * t for t in v] for k, v in per.items()}}
     ratios = {}
     for layers in args.layer_counts:
-        # issue 20 targets: the flow posterior's step <= 1.5x DSVI's, DSVI's <= 0.7x GPyTorch's
+        # the aims: the flow posterior's step <= 1.5x DSVI's, DSVI's <= 0.7x GPyTorch's
         for name in ("cnf-dgp", "cnf-perpoint-dgp", "cnf-paper-dgp"):
             if f"{name}{layers}" in med and f"dgp{layers}" in med:
                 ratios[f"{name}{layers}/dgp{layers}"] = med[f"{name}{layers}"] / med[f"dgp{layers}"]
@@ -227,7 +227,7 @@ def main():
     p.add_argument("--no-peer", action="store_true", help="skip GPyTorch")
     p.add_argument("--no-energy", action="store_true", help="skip part 2")
     p.add_argument("--compile", action="store_true",
-                   help="also time the DSVI step compiled (flowgp.training.compiled; issue 26's dgp3 <= 0.5x GPyTorch)")
+                   help="also time the DSVI step compiled (flowgp.training.compiled; the aim: dgp3 <= 0.5x GPyTorch)")
     p.add_argument("--compile-mode", default=None,
                    help="torch.compile mode of the compiled DSVI step (e.g. reduce-overhead: CUDA graphs on a GPU)")
     p.add_argument("--json", default=None, help="also write the rows and the run's conditions to this JSON file")

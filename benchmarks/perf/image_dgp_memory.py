@@ -1,8 +1,9 @@
-"""Memory and time of the CNF-DGP Table III deep GP at MNIST size, on synthetic images (issue 22).
+"""Memory and time of the CNF-DGP Table III deep GP at MNIST size, on synthetic images, DSVI against the flow
+posterior.
 
 Run from the repository root (no image files needed: random 28 x 28 images, 10 classes):
 
-    OMP_NUM_THREADS=1 python benchmarks/image_dgp_memory.py --out docs/results/images/memory.json
+    OMP_NUM_THREADS=1 python -m benchmarks.perf.image_dgp_memory --out runs/image-dgp-memory/memory.json
 
 A 4-layer `DeepGPClassifier` with the convolutional skip-layer connection (784-wide hidden layers sharing one
 kernel per layer), M = 100, robust max, float32, trained for one epoch of `--rows` images in batches of 256

@@ -1,7 +1,8 @@
 """Cost of one gradient of the latent deep GP's importance-weighted bound: REG, DREG (unbiased, joint draws) and
-DREG with eq. D.23 as written, on a 512-row batch of wine-red in the reference configuration (issue 25).
+DREG with eq. D.23 as written, on a 512-row batch of wine-red in the reference configuration, and each one's ratio
+to REG's.
 
-    FLOWGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/ldgp_gradient_cost.py [--repeats 5]
+    FLOWGP_DATA=../shared/data OMP_NUM_THREADS=1 python -m benchmarks.perf.ldgp_gradient_cost [--repeats 5]
 
 Prints the median milliseconds of bound + gradient for each estimator, and, for DREG's K vector-Jacobian
 products of log w with respect to z, how one such product splits between the last layer (log w -> the hidden
@@ -58,6 +59,7 @@ def main(argv=None):
 
     costs = {mode: median_ms(lambda: gradient(mode), args.repeats) for mode in ("reg", "dreg-d23", "dreg-eps", "dreg")}
     print("bound + gradient, ms:", costs)
+    print("ratio to REG:", {mode: round(ms / costs["reg"], 2) for mode, ms in costs.items()})
 
     # one of DREG's K products, split at the hidden layer's joint draw h (the last layer's input)
     captured = {}

@@ -1,7 +1,7 @@
 """Time the bench's scoring of a latent-DGP fit: one `predictive_summary` (one set of 10 000 draws of z per test
 point) against the three calls it replaced (predict_interval, log_predictive_density, predict; each draws its own).
 
-    FLOWGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/ldgp_scoring_time.py --dataset power
+    FLOWGP_DATA=../shared/data OMP_NUM_THREADS=1 python -m benchmarks.perf.ldgp_scoring_time --dataset power
 
 A 1-epoch reference-preset fit on split 0 (the scores' values do not matter here, only their cost and agreement).
 """
@@ -37,6 +37,7 @@ def main(argv=None):
     print(f"one summary: {one:.1f} s  {scores}")
     print(f"three calls: {three:.1f} s  nll {mean_nll(lpd)!r}, rmse {rmse(split.y_test, mean)!r}, "
           f"coverage95 {coverage(split.y_test, lower, upper)!r}")
+    print(f"one summary / three calls: {one / three:.2f}")
 
 
 if __name__ == "__main__":

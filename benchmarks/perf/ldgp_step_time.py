@@ -1,11 +1,12 @@
-"""Seconds per training iteration of the reference-preset latent deep GP at a given K and minibatch (issue 25).
+"""Seconds per training iteration of the reference-preset latent deep GP at a given K and minibatch, REG against
+DREG in one run, and each model's ratio to the first of `--models`.
 
 Fits `ldgp2-reg` and `ldgp2-dreg` of `flowgp bench uci --preset reference` on wine-red's reference split 0 for
 `--iterations` iterations (K importance samples, minibatch B; the DREG authors' Table 1 runs: K = 50, B = 64) and
 reports the median seconds per iteration after the first `--skip`, the two models interleaved `--rounds` times so
 that both see the same machine load. Run it once per source tree to compare two versions of the code:
 
-    OMP_NUM_THREADS=1 PYTHONPATH=<tree>/src python benchmarks/ldgp_step_time.py --num-importance 50 --batch-size 64
+    OMP_NUM_THREADS=1 PYTHONPATH=<tree>/src python -m benchmarks.perf.ldgp_step_time --num-importance 50 --batch-size 64
 
 `--profile` prints the aten operations with the most self time (torch.profiler, input shapes grouped) instead.
 """
@@ -69,6 +70,9 @@ def main(argv=None) -> int:
     for model, values in times.items():
         print(f"{model} K={a.num_importance} B={a.batch_size}: {statistics.median(values):.4f} s/iteration "
               f"(rounds: {', '.join(f'{v:.4f}' for v in values)})")
+    first = statistics.median(times[models[0]])
+    for model in models[1:]:
+        print(f"{model} / {models[0]}: {statistics.median(times[model]) / first:.2f}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """L⁻¹ of batched Cholesky factors: the left triangular solve (L X = I) against the right one (X L = I).
 
-    python benchmarks/lower_inverse_time.py                 # float64 and float32, 1 and 8 factors, M = 20..500
+    python -m benchmarks.perf.lower_inverse_time                 # float64 and float32, 1 and 8 factors, M = 20..500
 
 Both return the same X in the same (column-major) layout; `flowgp.numerics.linalg.lower_inverse` picks the faster one by
 dtype and M from this table (CPU, MKL). Prints microseconds per call and the ratio right / left; `--json` writes

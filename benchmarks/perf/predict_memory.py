@@ -1,13 +1,13 @@
-"""Peak memory of `predict` on 200 000 rows for every regression estimator (issue 23, "Scale").
+"""Peak memory of `predict` on 200 000 rows for every regression estimator.
 
 Run from the repository root:
 
-    OMP_NUM_THREADS=1 python benchmarks/predict_memory.py --rows 200000 --out docs/results/predict-memory
+    OMP_NUM_THREADS=1 python -m benchmarks.perf.predict_memory --rows 200000 --out runs/predict-memory
 
 Each estimator is fitted on 2 000 rows of an 8-feature synthetic problem with a short budget, then, in a fresh
 process (so the fit's allocations do not count), loaded and asked for `predict` (and `predict_interval` /
 `predict_quantiles` where it has one) on ROWS rows. The peak resident set size of that process (getrusage's
-ru_maxrss) and the time are written to OUT/predict_memory.json; the issue's bar is 2 GB.
+ru_maxrss) and the time are written to OUT/predict_memory.json; the aim is under 2 GB.
 """
 import argparse
 import json

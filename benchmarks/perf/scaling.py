@@ -1,9 +1,9 @@
 """Large data and many processes: peak memory and time per epoch of `flowgp fit` on generated Parquet tables.
 
-    python benchmarks/scaling.py make --rows 5000000 --out /tmp/big.parquet      # the table (8 features + y)
-    python benchmarks/scaling.py memory --rows 50000 5000000 --dir /tmp/scaling   # peak RSS, /usr/bin/time -v
-    python benchmarks/scaling.py epochs --rows 10000 100000 1000000 5000000 --nproc 1 2 --reps 2 --dir /tmp/scaling
-    python benchmarks/scaling.py plot --dir /tmp/scaling --out docs/results/scaling/scaling.png
+    python -m benchmarks.perf.scaling make --rows 5000000 --out /tmp/big.parquet      # the table (8 features + y)
+    python -m benchmarks.perf.scaling memory --rows 50000 5000000 --dir /tmp/scaling   # peak RSS, /usr/bin/time -v
+    python -m benchmarks.perf.scaling epochs --rows 10000 100000 1000000 5000000 --nproc 1 2 --reps 2 --dir /tmp/scaling
+    python -m benchmarks.perf.scaling plot --dir /tmp/scaling --out docs/results/scaling/scaling.png
 
 `memory` runs `flowgp fit --data big.parquet --target y --model svgp --epochs 1 --batch-size 4096` and
 `flowgp predict --data big.parquet --out pred.parquet` under `/usr/bin/time -v` and records the maximum resident

@@ -3,10 +3,10 @@
 Run from the repository root (GPyTorch is a dev-only dependency):
 
     pip install gpytorch
-    python benchmarks/step_time.py                 # N=10000, D=8, B=512, M in {20,100,500}, float32/float64
-    python benchmarks/step_time.py --repeats 50 --json results.json --device cuda
-    python benchmarks/step_time.py --threads 1 --compile   # also the compiled step (flowgp.training.compiled)
-    python benchmarks/step_time.py --threads 1 --clock cpu # CPU time per step: for a loaded machine
+    python -m benchmarks.perf.step_time                 # N=10000, D=8, B=512, M in {20,100,500}, float32/float64
+    python -m benchmarks.perf.step_time --repeats 50 --json results.json --device cuda
+    python -m benchmarks.perf.step_time --threads 1 --compile   # also the compiled step (flowgp.training.compiled)
+    python -m benchmarks.perf.step_time --threads 1 --clock cpu # CPU time per step: for a loaded machine
 
 Every configuration builds the same sizes for all the models in the same process and reports the
 median step time over `--repeats` steps after warm-up (the models timed in alternating blocks of 10 steps),
@@ -27,7 +27,7 @@ so step / limit >= 1 only approximately bounds what any implementation can reach
 With --compile the flowgp steps are also timed through `flowgp.training.compiled.CompiledObjective` (torch.compile
 of the whole bound, forward and backward); its compilation time is reported on its own (compile_s), with
 the end-to-end time of a 1000-step fit it implies next to the eager one (an estimate from step times;
-`benchmarks/compiled_fit_time.py` times whole fits, eager, compiled and compile="auto", each in a fresh process).
+`benchmarks/perf/compiled_fit_time.py` times whole fits, eager, compiled and compile="auto", each in a fresh process).
 """
 from __future__ import annotations
 
@@ -202,7 +202,7 @@ def main():
     p.add_argument("--inducing", default="20,100,500")
     p.add_argument("--dtypes", default="float32,float64")
     # 200: with 30 (three blocks of 10 per model) the compiled TGP / SVGP ratio moved by 0.1 from run to run on the
-    # project's 2-core CPU (M = 100: 0.98 and 1.07 in two runs, docs/results/timing/README.md, session 21)
+    # project's 2-core CPU (M = 100: 0.98 and 1.07 in two runs, docs/results/timing/README.md, 2026-11-29)
     p.add_argument("--repeats", type=int, default=200)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--device", default="cpu")

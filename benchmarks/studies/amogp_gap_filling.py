@@ -1,4 +1,10 @@
-"""Gap filling on the shared London PM2.5 file (issue 27): AMO-GP vs MO-GP vs an independent GP.
+"""Does AMO-GP fill a gap in one London PM2.5 site better than the MO-GP and an independent GP of that site?
+
+Answer (2026-11-27, estimator defaults with 100 latent CP inducing points, 3 seeds, the middle 72 h of
+2019-03-01 + 21 days removed per site): block RMSE / lpd averaged over the four sites AMO-GP 1.912 / -1.953,
+MO-GP 1.918 / -1.962, independent SVGP 3.807 / -2.929. AMO-GP is far better than the independent GP at every
+site and level with the MO-GP: the four co-located sensors move in phase, so alignment has nothing to find.
+With the CP inducing inputs on a fixed grid (`--cp-grid`, 1 seed): AMO-GP 1.914 / -1.955, MO-GP 1.925 / -1.968.
 
 For each of the four sites in turn, the middle `--hours` hours of the window (`--start`, `--days`) are removed
 from that site only; AMO-GP and MO-GP (the same estimator with identity alignments and warpings) are fitted on
@@ -11,7 +17,9 @@ Resumable: one JSON row per (site, model, seed) is appended to `<out>/gap.jsonl`
 there are skipped; the seed-0 curves go to `<out>/curves_<site>.npz` so the figure can be redrawn (`--plot-only`).
 Writes `<out>/gap.md` and `<out>/gap.csv` (per site and model: mean ± sd over seeds) and `<out>/gap_blocks.png`.
 
-    OMP_NUM_THREADS=1 nice -n 10 python benchmarks/amogp_gap_filling.py --out docs/results/amogp/gap
+    OMP_NUM_THREADS=1 python -m benchmarks.studies.amogp_gap_filling --cp-inducing latent --num-inducing 100 \
+        --epochs 1500 --lr 0.01 --seeds 3 --natural-gradient-layers latent --models amogp-tight,mogp,svgp \
+        --out runs/amogp-gap
 """
 from __future__ import annotations
 

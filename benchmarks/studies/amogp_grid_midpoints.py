@@ -1,4 +1,12 @@
-"""The CP layer's Ψ node when its inducing inputs are a fixed uniform grid: a design study for issue 27.
+"""Is the CP layer's Ψ node cheaper when its inducing inputs are a fixed uniform grid, and does it give the same
+numbers?
+
+Answer (2026-11-27, 2 004 points, Mg = 50, forward + backward): yes. The grid form agrees with the series node
+to 2e-13 in values and every gradient; by hand it takes 5.0-5.8 ms against the series node's 11.2-13.6 ms
+(plain autograd 8.6-11.0 ms, compiled 4.4-5.0 ms). It became `flowgp.models.amogp.psi_grid` and the AMO-GP
+default (`cp_grid`), which brought the full-batch AMO-GP / MO-GP step ratio from 4.0-4.4 to 2.6-3.2.
+
+The derivation:
 
 On a grid z_i = a + i·h the Mg(Mg+1)/2 midpoints (z_i + z_j)/2 take only 2Mg - 1 values a + s·h/2 (s = i + j),
 and (z_i - z_j)² = d²h² (d = |i - j|), so for one group with a diagonal W block (w = ½(W + Wᵀ))
@@ -10,7 +18,7 @@ N·Mg² (no series, no κ). The inducing inputs are then not trained. This check
 on the London fit's sizes (2 004 sorted points, Mg = 50), with plain autograd, compiled (`torch.compile`), and as
 `flowgp.models.amogp.psi_grid.grid_psi_statistics` (the same formulas with a hand-written backward).
 
-    OMP_NUM_THREADS=1 python benchmarks/amogp_grid_midpoints.py [--points 2004] [--inducing 50] [--no-compile]
+    OMP_NUM_THREADS=1 python -m benchmarks.studies.amogp_grid_midpoints [--points 2004] [--inducing 50] [--no-compile]
 """
 from __future__ import annotations
 

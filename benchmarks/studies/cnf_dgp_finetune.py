@@ -1,9 +1,17 @@
-"""Fine-tuning a flow posterior from a fitted DSVI deep GP: coupled vs plain per-point draws (issue 20).
+"""Does a flow posterior warm-started from a fitted DSVI deep GP end above DSVI's own continuation, with coupled
+or with plain per-point draws of U?
+
+Answer (2026-11-25, 2 layers, training ELBO per point): no, on either set. Energy (+150 epochs after 750): DSVI
+continued +1.229, flow coupled +1.010 (+1.159 at 0.1 x lr), per-point +0.943 (+0.949). Boston (+300 after 1 500):
+DSVI -0.355, coupled -0.413 (-0.366), per-point -0.467 (-0.446). Coupled draws fix most of the estimator's
+handicap (the flow stage gains 0.25 where per-point draws gain 0.03), and a smaller flow step does better; the
+flow's non-Gaussian freedom gains nothing measurable on these sets at this budget. This led to the current
+`cnf` design (DSVI's gradient for the base, a selected flow strength: `cnf_dgp_flow_lr.py`).
 
 Run from the repository root (CPU, a few minutes per set):
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/cnf_dgp_finetune.py --dataset energy --layers 2 \
-        --epochs 750 --extra 150 --json docs/results/cnf-dgp-v2/finetune-energy.json
+    OMP_NUM_THREADS=1 python -m benchmarks.studies.cnf_dgp_finetune --dataset energy --layers 2 \
+        --epochs 750 --extra 150 --json runs/cnf-dgp-finetune/finetune-energy.json
 
 A DSVI deep GP is trained for `--epochs` (batch 512, Adam lr 0.01: the quick preset's budget on split 0, targets
 standardised), then (a) DSVI trains `--extra` more epochs and (b) a `posterior="cnf"` model warm-started from the

@@ -1,4 +1,10 @@
-"""Does a small-step tail lift a reference-preset latent DGP? (issue 25: is power's gap the step-size schedule?)
+"""Is the gap of a reference-preset latent DGP to the supplement's power score the step-size schedule, or the
+number of iterations?
+
+Answer (2026-11-28, power split 0, from the bench's 10 013-iteration fit at 0.1126): the iterations. 3 000 more
+iterations at a tenth of the step gain what 3 000 at the full step gain (0.1202 against 0.1204); the curve
+keeps rising, 0.1252 / 0.1333 / 0.1387 at 15 013 / 20 013 / 30 013 with the preset's decay, at a slope that bends
+from 0.055 to 0.031 per decade. The full 300 016 iterations on this split later reached 0.157 (0.211 in Table 1).
 
 The supplement trains 300 000 iterations with Adam 0.005 and natural-gradient 0.01 both decayed by 0.98 per
 1 000 iterations, so its last 100 000 iterations run at step sizes 1e-4 to 1e-5 of a kind the CPU rows (10 000
@@ -9,9 +15,9 @@ scores the test set, continues training for `--iterations` at step sizes `--fact
 natural gradient alike; fixed, or with `--decay` decayed as the preset decays them), and scores again with the
 same z draws (same generator seed).
 
-    FLOWGP_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/ldgp_anneal_tail.py \\
+    FLOWGP_DATA=../shared/data OMP_NUM_THREADS=1 python -m benchmarks.studies.ldgp_anneal_tail \\
         --checkpoint CKPT.pt --model ldgp2-dreg-eps --dataset power --split 0 --iterations 1000 --factor 0.1 \\
-        --samples 2000 --out docs/results/ldgp-uci-reference/anneal-tail.jsonl
+        --samples 2000 --out runs/ldgp-anneal-tail/anneal-tail.jsonl
 
 One JSON line per scoring (label "start" / "tail"), with the standardised test log-likelihood
 (mean log p(y*) + log y_scale), the tail's mean training loss per row over its first and last tenth, timings.

@@ -1,9 +1,15 @@
-"""Issue 25 ablation: the reference protocol with the supplement's whole step-size annealing fitted into the CPU budget.
+"""Do REG and DREG separate, as in the supplement's Table 1, once the step sizes have come all the way down (the
+supplement's whole annealing compressed into the CPU budget)?
+
+Answer (2026-11-29, wine-red splits 0-1, 10 002 iterations): no. The compressed decay stops the fits early, about
+1.6-1.8 nats below the same fits with the supplement's decay (REG -0.926 / -0.988, DREG -0.974 / -0.951 against
+the bench's 0.660 / 0.847 and 0.735 / 0.890), and DREG - REG has no sign (-0.049, +0.037). The test
+log-likelihood follows how far the step sizes have carried the fit (their sum), so a CPU run cannot shortcut the
+300 000 iterations by decaying faster.
 
 Supplement E.2 multiplies both step sizes by 0.98 every 1 000 iterations for 300 000 iterations (x 0.0023 by the
 end). At the 10 002 iterations this CPU affords per fit they have only come down to x 0.82, and wine-red's test
-log-likelihood is still climbing 0.2-0.3 nats per 1 000 iterations there (docs/results/ldgp-uci-reference/README.md,
-eighteenth session), so the bench compares REG and DREG in the middle of the climb. Here the decay per 1 000
+log-likelihood is still climbing 0.2-0.3 nats per 1 000 iterations there (measured 2026-11-29), so the bench compares REG and DREG in the middle of the climb. Here the decay per 1 000
 iterations is 0.98**30 = 0.545, which reaches the paper's final x 0.0023 at 10 000 iterations: the step sizes of a
 300 000-iteration run, compressed 30x. Everything else is `flowgp bench uci --datasets wine-red --preset reference
 --epochs 3334 --inducing 128`: the same splits (`bench.uci.load_split`, reference protocol), seeds (split i: seed i),
@@ -11,7 +17,7 @@ estimator (`bench.models.make_estimator`) and scoring (`bench.runner.fit_and_sco
 point). Rows are the bench's, with model "ldgp2-<gradient>-anneal30", appended to OUT/uci.jsonl; an interrupted fit
 continues from OUT/checkpoints, a split with a row is skipped.
 
-    python benchmarks/ldgp_compressed_anneal.py --gradient reg --splits 0,1 --out docs/results/ldgp-uci-reference/anneal30
+    python -m benchmarks.studies.ldgp_compressed_anneal --gradient reg --splits 0,1 --out runs/ldgp-anneal30
 """
 from __future__ import annotations
 

@@ -1,17 +1,22 @@
-"""A latent deep GP's reference fit on one split, sized to a wall-clock budget (issue 25: the supplement trains
-300 000 iterations, which this project can only approach on a GPU).
+"""How far does a reference-preset latent DGP get on power when a GPU buys it more iterations, and what does the
+supplement's budget cost there? (The supplement trains 300 000 iterations; a CPU fit here affords 10 000.)
 
-    FLOWGP_DATA=../shared/data python benchmarks/ldgp_gpu_fit.py --device cuda --dataset power --split 0 \
+Answer (2026-11-27, one H200 shared by seven fits): REG over power splits 0-4 at 4 811-10 013 iterations scored
+0.131 on average (0.099-0.170; Table 1: 0.211), DREG over splits 0-2 at 3 400-4 114 iterations 0.105 (0.208).
+Alone on the GPU an iteration costs 27.2 ms (REG) and 52.8 ms (DREG): 300 000 iterations are 2.3 h and 4.4 h per
+split. One fit: the reference preset on one split, sized to a wall-clock budget.
+
+    FLOWGP_DATA=../shared/data python -m benchmarks.studies.ldgp_gpu_fit --device cuda --dataset power --split 0 \
         --model ldgp2-reg --seconds 240 --json OUT/ldgp_power_reg.json
 
 The reference preset of `flowgp bench uci --preset reference` (M = 128, batch 512, K = 5, natural gradients for
 the last layer, learning rates annealed by 0.98 per 1 000 iterations, 10 000 samples of z per test point), the
-authors' split (`reference_split`; since the twenty-sixth session of the rows in the authors' order, as the
-bench's, `--row-order file` for the file's order of the runs before) and the bench's seed rule (seed = split).
+authors' split (`reference_split`, of the rows in the authors' order as the bench's reference presets since
+2026-11-29; `--row-order file` for the file's order of the runs before) and the bench's seed rule (seed = split).
 A short probe fit times an epoch on this device; the real fit then gets as many epochs as `--seconds` allows
 (at most `--max-epochs`; or `--epochs`), starting again from the initialisation. The annealing follows the
 iteration count, so a longer budget is the same schedule run further, as in the supplement. `--checkpoint FILE`
-keeps the training state (and resumes from it), for `benchmarks/ldgp_anneal_tail.py`. Prints and writes:
+keeps the training state (and resumes from it), for `benchmarks/studies/ldgp_anneal_tail.py`. Prints and writes:
 iterations, seconds per iteration, and the standardised test log-likelihood (-nll + log y_scale, the
 supplement's Table 1 units), RMSE, 95 % coverage, and the same log-likelihood by the authors' public script's
 KDE (`standardised_test_ll_kde`).

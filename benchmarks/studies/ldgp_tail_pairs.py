@@ -1,14 +1,19 @@
-"""DREG against REG per split from learning-curve rows, each fit scored by the mean over its last iterations (issue 25).
+"""Does DREG beat REG on wine-red with the DREG authors' K = 50 and batch 64, each fit scored by the mean of its
+last scorings?
+
+Answer (2026-11-30, splits 0-4 at 20 000 iterations): no, a tie. DREG - REG -0.003 ± 0.065 (median +0.068, 95 %
+interval [-0.185, +0.179]), DREG ahead on 3 of 5 splits, as at K = 5 (-0.002 ± 0.014 over all 20 splits) and as in
+the paper's own 20 scores (+0.043 ± 0.239).
 
 With a small minibatch and the step sizes far from decayed, one iterate's test log-likelihood moves by up to
-0.15-0.2 between scoring points (docs/results/ldgp-uci-reference/README.md, thirty-second session). So a fit's
-score at `--end` iterations is the mean of its rows (`benchmarks/ldgp_learning_curve.py`'s curve.jsonl) with
+0.15-0.2 between scoring points (measured 2026-11-30). So a fit's
+score at `--end` iterations is the mean of its rows (`benchmarks/studies/ldgp_learning_curve.py`'s curve.jsonl) with
 iterations in [end - window, end + window), the scorings around `end` (a fit carried on past `end` keeps its later
 rows out). The script pairs the two models per split and prints each split's difference and, as
-`ldgp_reg_vs_dreg.py` does for the bench's tables, the mean difference ± s.e. (median), its 95 % interval and the
+`flowgp bench ldgp-table` does for the bench's tables, the mean difference ± s.e. (median), its 95 % interval and the
 count of splits the second model wins.
 
-    python benchmarks/ldgp_tail_pairs.py docs/results/ldgp-uci-reference/wine-k50-b64/curve.jsonl --end 20000
+    python -m benchmarks.studies.ldgp_tail_pairs RUN/curve.jsonl --end 20000
 """
 import argparse
 import statistics

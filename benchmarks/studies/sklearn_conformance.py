@@ -1,8 +1,14 @@
-"""scikit-learn's conformance suite (`check_estimator`) on every public flowgp estimator (issue 23).
+"""Does every public flowgp estimator pass scikit-learn's conformance suite (`check_estimator`) at a budget where
+it can learn the checks' toy problems?
+
+Answer (2026-11-25, after the fixes it found): yes. All eight estimators 0 failed (the five regressors 50 passed
+each, the three classifiers 53; 2 skipped each: array-API checks without `SCIPY_ARRAY_API`). The first run found
+label-contract, unfitted-predict and row-invariance defects, each fixed with a test in
+tests/test_sklearn_contract.py.
 
 Run from the repository root:
 
-    OMP_NUM_THREADS=1 python benchmarks/sklearn_conformance.py --out docs/results/sklearn-conformance
+    OMP_NUM_THREADS=1 python -m benchmarks.studies.sklearn_conformance --out runs/sklearn-conformance
 
 Each estimator is checked with a small budget (few inducing points, a short fit) that still learns the checks'
 toy problems. One JSON line per (estimator, check) goes to OUT/checks.jsonl as it finishes, so an interrupted run

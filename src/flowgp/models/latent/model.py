@@ -34,7 +34,7 @@ former implementation here, and in effect the authors' published code, whose mix
 `full_cov`) makes log-mean-exp over k tend to log E[F p/q] instead of E[log (1/K) Σ F p/q]: not a lower bound
 of log p(y). Measured: 0.9-1.5 nats above the joint bound on tests/test_ldgp_validity.py's 3-point problem, and
 0.4-0.6 nats per training point above it on power fits trained with K = 50 per-slot draws
-(docs/results/ldgp-uci-reference, `benchmarks/ldgp_objective_gap.py`).
+(docs/results/ldgp-uci-reference, `benchmarks/studies/ldgp_objective_gap.py`).
 
 Test log-likelihoods (supplement E.3) draw f at each (x*, z_s) from its marginal: each term N(y*; ...) is then an
 unbiased estimate of p(y* | x*) and their mean is too, whatever the correlation between terms.
