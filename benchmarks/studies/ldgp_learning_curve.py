@@ -194,6 +194,7 @@ def main(argv=None) -> int:
             print(model, " ".join(f"{i}:{v:.4f}" for i, v in pts))
             if len(pts) >= 3:
                 print(f"{model}: {slope_per_decade(pts[-3:]):+.4f} per decade over the last three milestones")
+        out.mkdir(parents=True, exist_ok=True)
         plot(rows, out / args.png, args.reference)
         return 0
     torch.set_num_threads(1)

@@ -91,7 +91,7 @@ def run_bench(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="flowgp bench", description="TGP paper benchmarks (resumable)")
+    parser = argparse.ArgumentParser(prog="flowgp bench", description="the papers' benchmarks (resumable) and their tables")
     add_bench_parser(parser)
     return run_bench(parser.parse_args(argv))
 
