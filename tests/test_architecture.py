@@ -273,7 +273,8 @@ def benchmark_imports_in_tests() -> list[str]:
         for node in ast.walk(tree):
             if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "benchmarks" for a in node.names):
                 out.append(f"{rel}:{node.lineno} imports {', '.join(a.name for a in node.names)}")
-            elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "benchmarks":
+            elif isinstance(node, ast.ImportFrom) and not node.level \
+                    and (node.module or "").split(".")[0] == "benchmarks":
                 out.append(f"{rel}:{node.lineno} imports from {node.module}")
             elif isinstance(node, ast.Call) and any(k in ast.unparse(node.func) for k in _LOADERS) \
                     and _names_benchmarks(node):
@@ -281,6 +282,16 @@ def benchmark_imports_in_tests() -> list[str]:
             elif _is_path_into_benchmarks(node):
                 out.append(f"{rel}:{node.lineno} builds a path into benchmarks/: {ast.unparse(node)[:80]}")
     return out
+
+
+def _imports_a_test_or_script(name: str, scripts: set[str]) -> bool:
+    """Whether a benchmark script's import of module `name` reaches a test or another script (not benchmarks.lib)."""
+    top = name.split(".")[0]
+    if top in ("tests", "conftest") or top.startswith("test_"):
+        return True
+    if top == "benchmarks":
+        return name.split(".")[:2] != ["benchmarks", "lib"]
+    return top in scripts
 
 
 def script_violations() -> list[str]:
@@ -297,8 +308,7 @@ def script_violations() -> list[str]:
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
                 for name in names:
                     top = name.split(".")[0]
-                    if top in ("tests", "conftest") or top.startswith("test_") or (top in scripts and top != "benchmarks") or (
-                            top == "benchmarks" and name.split(".")[:2] != ["benchmarks", "lib"]) or getattr(node, "level", 0):
+                    if _imports_a_test_or_script(name, scripts) or getattr(node, "level", 0):
                         out.append(f"{rel}:{node.lineno} imports {name or '.'}: a test or another script")
                 if isinstance(node, ast.ImportFrom) and top == "flowgp":
                     out += [f"{rel}:{node.lineno} imports private {a.name} from {name}" for a in node.names

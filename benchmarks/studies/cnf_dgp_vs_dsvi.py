@@ -32,7 +32,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from flowgp.bench.dgp_tables import per_split_lines, read_files, refit_summary, scorecard, scorecard_lines
+from flowgp.bench.dgp_tables import per_split_lines, refit_summary, scorecard, scorecard_lines
+from flowgp.bench.results import read_row_files
 
 
 def main(argv=None) -> int:
@@ -44,9 +45,9 @@ def main(argv=None) -> int:
                    help="refitted cnf rows: print how many of them change the row they replace (kept strength or "
                         "source, or test NLL / training ELBO beyond 1e-6 relative), then score with them in place")
     a = p.parse_args(argv)
-    rows = read_files(a.results)
+    rows = read_row_files(a.results)
     if a.refit:
-        refits = read_files(a.refit)
+        refits = read_row_files(a.refit)
         print(refit_summary(rows, refits))
         rows += refits
     card = scorecard(rows)

@@ -24,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .report import CNF_TABLE_I, mean_se, standardised_elbo
-from .results import read_rows
+from .results import read_row_files
 
 NAME = "dgp-table"
 HELP = "deep-GP UCI tables over the splits every model finished (CNF-DGP Fig. 3 metric, ranks, Table I)"
@@ -34,16 +34,6 @@ PAIRS = [("dgp2", "svgp"), ("dgp3", "svgp"), ("cnf-dgp2", "svgp"), ("cnf-dgp2", 
          ("cnf-dgp4", "dgp4")]
 #: the marker lines between which `--readme` writes the tables
 START, END = "<!-- dgp_uci_table:start -->", "<!-- dgp_uci_table:end -->"
-
-
-def read_files(paths) -> list[dict]:
-    """The rows of JSON-lines files, read as one (later files after earlier ones); a missing file is an error."""
-    rows = []
-    for path in paths:
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"rows file {path} does not exist (give the .jsonl a bench run wrote)")
-        rows += read_rows(path)
-    return rows
 
 
 def split_ranges(splits) -> str:
@@ -351,11 +341,11 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    rows = read_files(args.rows)
+    rows = read_row_files(args.rows)
     if args.side_by_side:
         if args.readme is not None:
             raise ValueError("--readme takes the tables, not --side-by-side; drop one of them")
-        print("\n".join(side_by_side(rows, read_files(args.baseline))))
+        print("\n".join(side_by_side(rows, read_row_files(args.baseline))))
         return 0
     if args.readme is not None and not args.readme.is_file():
         raise FileNotFoundError(f"--readme {args.readme} does not exist (it must hold the marker lines)")

@@ -32,9 +32,9 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from .dgp_tables import read_files
 from .ldgp_tables import outlier_splits
 from .report import mean_se
+from .results import read_row_files
 from .uci import load_split, row_order_of
 
 NAME = "ldgp-authors"
@@ -198,7 +198,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    every = ours(read_files(args.ours), args.preset, args.iterations)
+    every = ours(read_row_files(args.ours), args.preset, args.iterations)
     mine = {k[:3]: v for k, v in every.items() if k[3] == args.encoder_skips}
     table, spread = read_authors(args.csv)
     for dataset, by_est in table.items():

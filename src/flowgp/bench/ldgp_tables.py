@@ -34,7 +34,7 @@ import statistics
 
 import numpy as np
 
-from .dgp_tables import read_files
+from .results import read_row_files
 from .uci import load_split, row_order_of
 
 NAME = "ldgp-table"
@@ -210,7 +210,7 @@ def curve_rows(spec: str, preset) -> list[dict]:
     path, _, iterations = spec.rpartition(":")
     if not path or not iterations.isdigit():
         raise ValueError(f"--curve takes FILE:ITERATIONS, got {spec!r}")
-    return [{**r, "preset": preset} for r in read_files([path]) if int(r["iterations"]) == int(iterations)]
+    return [{**r, "preset": preset} for r in read_row_files([path]) if int(r["iterations"]) == int(iterations)]
 
 
 # ----- a fit scored by the mean of its last scorings (learning-curve rows) ----------------------------------
@@ -258,7 +258,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    rows = read_files(args.rows)
+    rows = read_row_files(args.rows)
     if args.score != "nll":
         rows = [{**r, "nll": r[args.score]} for r in rows if args.score in r]
     for spec in args.curve:
