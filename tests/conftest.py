@@ -1,6 +1,3 @@
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -34,16 +31,3 @@ def float64_default():
     yield
     torch.set_default_dtype(previous)
 
-
-@pytest.fixture(scope="session")
-def benchmark_script():
-    """load(name): benchmarks/<name>.py imported as a module (the scripts are not a package)."""
-    root = Path(__file__).resolve().parents[1] / "benchmarks"
-
-    def load(name: str):
-        spec = importlib.util.spec_from_file_location(name, root / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-    return load

@@ -378,7 +378,7 @@ def test_estimator_starts_from_the_fitted_mogp():
 
 def test_nested_bound_pays_for_a_sparse_cp_layer(float64_default):
     """AMO-GP started from a fitted MO-GP (near-identity alignments and warpings) ends below the MO-GP's bound by
-    roughly the CP layer's Nyström residual over σ²_f (benchmarks/amogp_nested_bound.py): a few nats with a
+    roughly the CP layer's Nyström residual over σ²_f (benchmarks/studies/amogp_nested_bound.py): a few nats with a
     dense CP layer, tens with a sparse one. The richer prior does not give a bound that contains the MO-GP's."""
     g = torch.Generator().manual_seed(0)
     x = torch.rand(60, 1, generator=g) * 4 - 2
@@ -498,7 +498,7 @@ def test_bench_ablation_variants_set_layers_and_protocol(model):
         _fit_eval("amogp-misaligned", 0, train, test, 2, args, lengthscale=0.2, num_inducing=6)
 
 
-# ----- shared q(u), kernels and objective (issue 19) -----------------------------------------------------
+# ----- shared q(u), kernels and objective --------------------------------------------------------------
 def test_shared_whitened_q_and_kernels_and_minibatch_bound(float64_default):
     from flowgp.gp.kernels import Scale
     from flowgp.gp.variational import WhitenedGaussian
@@ -630,7 +630,7 @@ def test_estimator_natural_gradient_full_batch_and_plateau_stop():
 
 
 def test_monte_carlo_predictions_are_chunked_and_independent_of_the_other_rows():
-    """Issue 23 (bounded memory, row invariance): predict_interval(method="samples") and the Monte Carlo lpd held
+    """Bounded memory, row invariance: predict_interval(method="samples") and the Monte Carlo lpd held
     [S, N, M] draws for all rows at once (20 000 rows: 6 GB) with per-row noise, so a row's result depended on
     the rows predicted with it. Chunks now replay the generator with draws common to the rows."""
     rng = np.random.default_rng(0)
@@ -653,7 +653,7 @@ def test_monte_carlo_predictions_are_chunked_and_independent_of_the_other_rows()
     assert np.all(lo < hi)
 
 
-# ----- issue 27: the bound's nodes with hand-written backwards ------------------------------------------------
+# ----- the bound's nodes with hand-written backwards ---------------------------------------------------------
 def _reference_elbo(model, x, y, out, num_data):
     """The bound as the module docstring writes it, through autograd only: InducingSet.posterior, Φ_n
     materialised per point (flowgp.models.amogp.psi_statistics.gaussian_psi1/psi2/psi_mean) and the KL of kl_divergence."""

@@ -7,8 +7,12 @@
   `np.random.seed` or `matplotlib.use`;
 - the packages depend one way, in the order of `LAYERS` (a module imports only from its own layer or below);
 - at most six modules at the package root; no function in `src/` longer than 100 lines;
-- no test imports a benchmark script; no tracked file under `docs/` is over 1 MB (results are rows, reports and
-  figures, not training state), and the state of runs in progress under `runs/` stays within 30 MB in all.
+- no tracked file under `docs/` is over 1 MB (results are rows, reports and figures, not training state), and the
+  state of runs in progress under `runs/` stays within 30 MB in all;
+- no test imports a benchmark script, directly or through sys.path / a file path into `benchmarks/`; the scripts
+  import no test, no other script (shared code lives in `benchmarks/lib/`), never touch sys.path and use only
+  flowgp's public names;
+- tests and benchmark scripts speak of the software, not of sessions, issue numbers or tickets.
 
 Run `python tests/test_architecture.py` for the full list of violations.
 """
@@ -17,12 +21,15 @@ from __future__ import annotations
 import ast
 import os
 import subprocess
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "flowgp"
+TESTS = SRC.parents[1] / "tests"
+BENCHMARKS = SRC.parents[1] / "benchmarks"
 
 #: receivers whose private attributes a module may touch: itself and its class
 _OWN = {"self", "cls"}
@@ -286,13 +293,132 @@ def test_the_size_checks_see_the_files_git_tracks():
     assert readme in tracked_files("runs")
     assert oversized_docs_files(limit=0) != [] and runs_over_budget(limit=0) != []
     assert any(line.startswith("runs/ holds") for line in runs_over_budget(limit=0))
+# ----- tests and benchmark scripts --------------------------------------------------------------------------
+#: calls that load code by path or change where imports look
+_LOADERS = ("sys.path", "syspath_prepend", "spec_from_file_location", "run_path", "import_module", "__import__")
+
+
+def _names_benchmarks(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and "benchmarks" in n.value
+               for n in ast.walk(node))
+
+
+def _is_path_into_benchmarks(node: ast.AST) -> bool:
+    """`root / "benchmarks"`, `Path(..., "benchmarks")`, `os.path.join(..., "benchmarks")`, `x.joinpath(...)`."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        return any(isinstance(side, ast.Constant) and isinstance(side.value, str) and "benchmarks" in side.value
+                   for side in (node.left, node.right))
+    if isinstance(node, ast.Call):
+        func = ast.unparse(node.func)
+        if func in ("Path", "pathlib.Path", "os.path.join") or func.endswith(".joinpath"):
+            return any(isinstance(a, ast.Constant) and isinstance(a.value, str) and "benchmarks" in a.value
+                       for a in node.args)
+    return False
+
+
+def benchmark_imports_in_tests() -> list[str]:
+    """Every place a test imports a benchmark script or builds a path into `benchmarks/` to load one."""
+    out = []
+    for path in sorted(TESTS.rglob("*.py")):
+        text = path.read_text()
+        if path == Path(__file__).resolve() or "benchmarks" not in text:
+            continue  # this file reads the scripts to check them; a file that never names them cannot load them
+        tree = ast.parse(text, filename=str(path))
+        rel = path.relative_to(TESTS.parent)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "benchmarks" for a in node.names):
+                out.append(f"{rel}:{node.lineno} imports {', '.join(a.name for a in node.names)}")
+            elif isinstance(node, ast.ImportFrom) and not node.level \
+                    and (node.module or "").split(".")[0] == "benchmarks":
+                out.append(f"{rel}:{node.lineno} imports from {node.module}")
+            elif isinstance(node, ast.Call) and any(k in ast.unparse(node.func) for k in _LOADERS) \
+                    and _names_benchmarks(node):
+                out.append(f"{rel}:{node.lineno} loads {ast.unparse(node)[:80]}")
+            elif _is_path_into_benchmarks(node):
+                out.append(f"{rel}:{node.lineno} builds a path into benchmarks/: {ast.unparse(node)[:80]}")
+    return out
+
+
+def _imports_a_test_or_script(name: str, scripts: set[str]) -> bool:
+    """Whether a benchmark script's import of module `name` reaches a test or another script (not benchmarks.lib)."""
+    top = name.split(".")[0]
+    if top in ("tests", "conftest") or top.startswith("test_"):
+        return True
+    if top == "benchmarks":
+        return name.split(".")[:2] != ["benchmarks", "lib"]
+    return top in scripts
+
+
+def script_violations() -> list[str]:
+    """Benchmark scripts that import a test or another script (not `benchmarks.lib`), touch sys.path, or use a
+    private name of flowgp (`from flowgp.x import _y`, `obj._y` on anything but self/cls/super, torch or the
+    script's own names)."""
+    scripts = {p.stem for p in BENCHMARKS.rglob("*.py")}
+    out = []
+    for path in sorted(BENCHMARKS.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        rel, own = path.relative_to(BENCHMARKS.parent), _defined_names(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                for name in names:
+                    top = name.split(".")[0]
+                    if _imports_a_test_or_script(name, scripts) or getattr(node, "level", 0):
+                        out.append(f"{rel}:{node.lineno} imports {name or '.'}: a test or another script")
+                if isinstance(node, ast.ImportFrom) and top == "flowgp":
+                    out += [f"{rel}:{node.lineno} imports private {a.name} from {name}" for a in node.names
+                            if _is_private(a.name)]
+            elif isinstance(node, ast.Call) and "sys.path" in ast.unparse(node.func):
+                out.append(f"{rel}:{node.lineno} changes sys.path")
+            elif isinstance(node, ast.Attribute) and _is_private(node.attr) and node.attr not in own:
+                root = node.value
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(root, ast.Name) and root.id in _OWN | {"torch"}:
+                    continue
+                if isinstance(root, ast.Call) and isinstance(root.func, ast.Name) and root.func.id == "super":
+                    continue
+                out.append(f"{rel}:{node.lineno} uses private {ast.unparse(node)}")
+    return out
+
+
+def test_no_test_imports_a_benchmark_script():
+    assert benchmark_imports_in_tests() == []
+
+
+def test_benchmark_scripts_use_flowgp_and_their_lib_only():
+    assert script_violations() == []
+
+
+#: how the project once narrated its own making; the code and tests speak of the software (dates where history matters)
+_NARRATION = re.compile(r"\bsessions?\b|\bissues? \d|\btickets?\b", re.IGNORECASE)
+
+
+def narration_violations(roots=(TESTS, BENCHMARKS)) -> list[str]:
+    """Lines of the tests and benchmark scripts that speak of sessions, issue numbers or tickets (pytest's
+    `scope="session"` aside)."""
+    out = []
+    for root in roots:
+        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".sh", ".md")):
+            if path == Path(__file__).resolve():
+                continue  # this file names the words it looks for
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if _NARRATION.search(line.replace('scope="session"', "")):
+                    out.append(f"{path.relative_to(root.parent)}:{number}: {line.strip()[:80]}")
+    return out
+
+
+def test_tests_and_benchmarks_speak_of_the_software():
+    assert narration_violations() == []
 
 
 if __name__ == "__main__":
     problems = {"private names": private_access_violations(), "backward()": backward_violations(),
                 "global state": global_state_violations(), "import cycles": import_cycles(),
                 "layers": layer_violations(), "long functions": long_functions(),
-                "docs files over 1 MB": oversized_docs_files(), "runs/ over budget": runs_over_budget()}
+                "docs files over 1 MB": oversized_docs_files(), "runs/ over budget": runs_over_budget(),
+                "tests importing benchmarks": benchmark_imports_in_tests(), "benchmark scripts": script_violations(),
+                "narration in tests and benchmarks": narration_violations()}
     for kind, items in problems.items():
         print(f"## {kind}: {len(items)}")
         for item in items:

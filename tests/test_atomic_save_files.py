@@ -1,4 +1,4 @@
-"""atomic_save's file hygiene (issue 23): orphans of a killed save are cleaned up, the mode follows the umask."""
+"""atomic_save's file hygiene: orphans of a killed save are cleaned up, the mode follows the umask."""
 import os
 import stat
 import subprocess
@@ -63,7 +63,7 @@ def test_the_saved_file_mode_follows_the_umask(tmp_path, mask):
 
 def test_a_save_recreates_its_folder_when_a_parallel_worker_removed_it(tmp_path, monkeypatch):
     """Bench workers remove their shared checkpoint folder once it is empty; a save that created the folder just
-    before must create it again, not fail (CI, session 19: FileNotFoundError naming the temporary file)."""
+    before must create it again, not fail (seen in CI on 2026-11-29: FileNotFoundError naming the temporary file)."""
     import flowgp.training.checkpoint as checkpoint
 
     folder = tmp_path / "checkpoints"

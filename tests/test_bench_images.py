@@ -1,4 +1,4 @@
-"""`flowgp bench images` (issue 22): model names, a resumable tiny run on the digits, the missing-data error;
+"""`flowgp bench images`: model names, a resumable tiny run on the digits, the missing-data error;
 and the ECE metric it reports."""
 import json
 import subprocess

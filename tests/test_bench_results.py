@@ -6,7 +6,7 @@ import numpy as np
 
 import pytest
 
-from flowgp.bench.results import ResultStore, read_rows
+from flowgp.bench.results import ResultStore, read_row_files, read_rows
 from flowgp.bench.runner import parse_int_list, parse_name_list, run_jobs
 
 KEY = ("dataset", "split")
@@ -197,3 +197,13 @@ def test_fit_and_score_keeps_a_checkpoint_when_the_fit_itself_fails(tmp_path):
     Failing.calls = 0
     row = fit_and_score(Failing(message="stale"), split, "classification", checkpoint=str(saved))
     assert Failing.calls == 2 and not saved.exists() and row["accuracy"] == 1.0
+
+
+def test_read_row_files_reads_files_in_order_and_names_a_missing_one(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text(json.dumps({"n": 1}) + "\n" + json.dumps({"n": 2}) + "\n")
+    b.write_text(json.dumps({"n": 3}) + "\n{torn")  # a file still being written ends in a torn line
+    assert [r["n"] for r in read_row_files([a, b])] == [1, 2, 3]
+    assert read_row_files([]) == []
+    with pytest.raises(FileNotFoundError, match="missing.jsonl"):
+        read_row_files([a, tmp_path / "missing.jsonl"])

@@ -1,4 +1,4 @@
-"""Bench safety (issue 23): one writer per output file, de-duplicated reports, workers that die with their
+"""Bench safety: one writer per output file, de-duplicated reports, workers that die with their
 parent, and `--out FILE` refused before any work."""
 import json
 import os

@@ -260,7 +260,7 @@ def test_classifier_on_cuda_matches_cpu():
     assert np.abs(gpu.predict_proba(X) - cpu.predict_proba(X)).max() < 0.2
 
 
-# ----- robust max under warped latents (issue 23, item 3) -----------------------------------------------------------
+# ----- robust max under warped latents ------------------------------------------------------------------------------
 @pytest.mark.parametrize("spec", ["sal", "sal+softplus"])
 def test_warped_robustmax_argmax_probability_matches_monte_carlo_and_has_a_gradient(spec):
     import torch

@@ -173,7 +173,7 @@ def test_fit_checkpoint_resumes_an_interrupted_fit(tmp_path, monkeypatch, capsys
 
 
 def test_fit_refuses_the_target_as_a_feature_and_duplicate_columns(tmp_path, capsys):
-    # issue 23: `--features y --target y` used the target as a feature and a header `a,a,y` used the first `a`
+    # was: `--features y --target y` used the target as a feature and a header `a,a,y` used the first `a`
     # twice, both without a word; each is now one line on stderr and exit 2, before any training
     csv = _sine_csv(tmp_path / "train.csv", 20, 0)
     dup = tmp_path / "dup.csv"
@@ -191,7 +191,7 @@ def test_fit_refuses_the_target_as_a_feature_and_duplicate_columns(tmp_path, cap
 
 
 def test_predict_refuses_a_named_target_absent_from_the_csv(tmp_path, capsys):
-    # issue 23: `flowgp predict --target zz` with no column zz was silently ignored (no score, exit 0)
+    # was: `flowgp predict --target zz` with no column zz was silently ignored (no score, exit 0)
     csv = _sine_csv(tmp_path / "train.csv", 30, 0)
     model = tmp_path / "m.pt"
     assert main(["fit", "--csv", str(csv), "--target", "target", "--model", "svgp", "--epochs", "3",
@@ -212,7 +212,7 @@ def test_predict_refuses_a_named_target_absent_from_the_csv(tmp_path, capsys):
 
 
 def test_demo_writes_json_rows_a_figure_and_one_progress_line_per_fit_on_stderr(tmp_path, capsys):
-    # issue 23: the demo printed nothing for minutes and looked hung; now a header and one line per fit on
+    # was: the demo printed nothing for minutes and looked hung; now a header and one line per fit on
     # stderr (which model, which restart), stdout keeps only the results; torch's thread setting is restored
     import torch
 
@@ -247,7 +247,7 @@ def test_demo_writes_json_rows_a_figure_and_one_progress_line_per_fit_on_stderr(
 
 
 def test_fit_nproc_2_saves_the_model_of_nproc_1(tmp_path, capsys):
-    """issue 21: `flowgp fit --nproc 2` (two gloo workers started by torch's elastic launcher, each taking half
+    """`flowgp fit --nproc 2` (two gloo workers started by torch's elastic launcher, each taking half
     of every global batch) saves a model whose predictions agree with the one-process fit to 1e-6."""
     import torch
 

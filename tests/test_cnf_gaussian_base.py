@@ -1,4 +1,4 @@
-"""The Gaussian-base convolutional flow posterior of deep GPs and per-point draws of U (issue 20).
+"""The Gaussian-base convolutional flow posterior of deep GPs and per-point draws of U.
 
 posterior="cnf": DSVI's whitened full-covariance Gaussian q(V) per layer and output, then the convolutional flow
 steps of CNF-DGP §III (identity at initialisation); KL = closed-form Gaussian KL + E[c(V)] with
@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 
-from flowgp.gp.likelihoods import BernoulliLikelihood
+from flowgp.bench.toys import skewed_step_toy
 from flowgp.models.cnf_posterior import GaussianConvolutionalFlowPosterior, SinhArcsinhStep
-from flowgp.models.deep_gp import DeepGP, GPLayer, build_deep_gp, warm_start_from_gaussian
+from flowgp.models.deep_gp import GPLayer, build_deep_gp, warm_start_from_gaussian
 from flowgp.training.loop import train
 
 DT = torch.float64
@@ -74,7 +74,7 @@ def test_identity_flow_kl_is_dsvi_closed_form_kl_and_the_bound_is_dsvi_in_expect
     dsvi = build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="gaussian")
     _perturb_gaussian_q(dsvi)
     default = build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf")
-    assert (default.draws, default.base_gradient) == ("coupled", "dsvi")  # "cnf"'s defaults (issue 20)
+    assert (default.draws, default.base_gradient) == ("coupled", "dsvi")  # "cnf"'s defaults
     flow = warm_start_from_gaussian(build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf",
                                                   draws="per-point"), dsvi)
     assert flow.base_gradient == "joint" and isinstance(flow.posterior, GaussianConvolutionalFlowPosterior)
@@ -394,30 +394,6 @@ def test_warm_start_and_bad_arguments():
         build_deep_gp(x, 1, 2, num_inducing=5, kmeans_restarts=1, posterior="cnf", flow_elementwise="pixel")
 
 
-def skewed_step_toy(points_per_site=10, sites=6, variance=100.0, lengthscale=0.2, dtype=DT):
-    """A 2-layer deep GP of a step function seen through a probit likelihood (labels 1[x > 0]), `points_per_site`
-    labels at each of `sites` inducing inputs. Layer 1 is close to the identity (linear mean, kernel variance
-    1e-4); layer 2 has a broad prior (variance 100) and a short lengthscale, so its whitened inducing values are
-    nearly those of independent sites, each with posterior ∝ N(u; 0, σ²)·Φ(±u)^k: a one-sided, strongly skewed
-    distribution that no Gaussian fits well. Returns (x, y, make_model(flow: bool))."""
-    z = torch.linspace(-1, 1, sites, dtype=dtype)[:, None]
-    x = z.repeat_interleave(points_per_site, 0)
-    y = (x > 0).to(dtype)
-
-    def make(flow: bool, num_samples: int = 4) -> DeepGP:
-        first = GPLayer(z, 1, mean_weight=torch.eye(1, dtype=dtype), variance=1e-4, lengthscale=lengthscale,
-                        learn_inducing=False)
-        second = GPLayer(z, 1, variance=variance, lengthscale=lengthscale, learn_inducing=False)
-        post = GaussianConvolutionalFlowPosterior([first, second]) if flow else None
-        model = DeepGP([first, second], BernoulliLikelihood(), post, num_samples=num_samples)
-        for name, p in model.named_parameters():  # hyperparameters fixed: only the posterior families differ
-            if "kernel" in name:
-                p.requires_grad_(False)
-        return model
-
-    return x, y, make
-
-
 def test_flow_posterior_beats_dsvi_where_the_posterior_is_skewed():
     x, y, make = skewed_step_toy()
     evaluate = lambda m: _mc_mean(lambda g: m.elbo(x, y, num_samples=100, generator=g), 2, seed=11)[0]  # noqa: E731
@@ -428,7 +404,7 @@ def test_flow_posterior_beats_dsvi_where_the_posterior_is_skewed():
     train(flow, x, y, epochs=120, lr=0.03, seed=1, verbose=False)
     train(dsvi, x, y, epochs=120, lr=0.02, seed=1, verbose=False)  # DSVI gets the same extra steps
     dsvi_elbo, flow_elbo = evaluate(dsvi), evaluate(flow)
-    # measured (benchmarks/cnf_dgp_toy.py, same sizes): DSVI -6.68, flow -5.60 nats
+    # measured (benchmarks/studies/cnf_dgp_toy.py, same sizes): DSVI -6.68, flow -5.60 nats
     assert flow_elbo > dsvi_elbo + 0.5
 
 
@@ -451,7 +427,7 @@ def test_regressor_warm_start_trains_dsvi_then_the_flow_and_refuses_bad_values()
         DeepGPRegressor(posterior="cnf-paper", dsvi_warmup=0.5).fit(X, y)
     with pytest.raises(ValueError, match="draws"):
         DeepGPRegressor(posterior="cnf", draws="each").fit(X, y)
-    # the fine-tuning set-up the issue-20 measurements favour: DSVI first, then the flow with coupled draws
+    # the fine-tuning set-up the measurements favour: DSVI first, then the flow with coupled draws
     coupled = DeepGPRegressor(layers=2, posterior="cnf", dsvi_warmup=0.5, draws="coupled", num_inducing=6, epochs=20,
                               lr=0.03, num_samples_predict=5, kmeans_restarts=1, verbose=False).fit(X, y)
     assert coupled.model_.draws == "coupled" and np.isfinite(coupled.history_).all()

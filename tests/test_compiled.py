@@ -246,7 +246,7 @@ def test_compile_pays_off_weighs_the_best_saving_against_the_compilation():
     from flowgp.training.compiled import (AUTO_COMPILE_SECONDS, AUTO_MAX_STEP_SAVING_SECONDS, AUTO_STEP_SAVING,
                                  compile_pays_off)
 
-    # the measured cases of benchmarks/compiled_fit_time.py on the project's CPU: 1 000-step SVGP fits at
+    # the measured cases of benchmarks/perf/compiled_fit_time.py on the project's CPU: 1 000-step SVGP fits at
     # M = 20 (1.2 ms a step) and M = 500 (16-20 ms) gain nothing from about 3.5 s of compilation
     assert not compile_pays_off(1.2e-3, 1000, "cpu")[0]
     assert not compile_pays_off(18e-3, 1000, "cpu")[0]

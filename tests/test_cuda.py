@@ -1,4 +1,4 @@
-"""Every estimator family trains and predicts on CUDA, in float32 and float64 (issue 21), and a model fitted on
+"""Every estimator family trains and predicts on CUDA, in float32 and float64, and a model fitted on
 the GPU is the model a CPU user loads.
 
 Each case fits the same small problem on the GPU and on the CPU with the same seed. Minibatch rows are drawn on

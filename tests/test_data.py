@@ -145,7 +145,7 @@ def test_shared_data_shapes():
 
 
 def test_load_csv_refuses_duplicate_names_and_the_target_as_a_feature(tmp_path):
-    # issue 23: a header `a,a,y` silently used the first `a` twice; the target listed as a feature was used as one
+    # was: a header `a,a,y` silently used the first `a` twice; the target listed as a feature was used as one
     import pytest
     from flowgp.data.tables import load_csv
 

@@ -255,7 +255,7 @@ def test_cuda_elbo_and_predict(posterior):
     assert mean.device.type == "cuda" and mean.shape == (4, 1)
 
 
-# ----- one objective, explicit randomness and dtype (issue 19) ------------------------------------------
+# ----- one objective, explicit randomness and dtype -----------------------------------------------------
 @pytest.mark.parametrize("posterior", ["gaussian", "cnf", "cnf-paper", "flow-layerwise"])
 def test_builder_and_elbo_leave_global_state_untouched(posterior):
     import numpy as np

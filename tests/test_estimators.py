@@ -126,7 +126,7 @@ def test_load_rejects_other_files(tmp_path):
         WarpedGPRegressor.load(tmp_path / "tgp.pt")
 
 
-# ---------------------------------------------------------------- input-dependent / Bayesian flows (issue 5)
+# ---------------------------------------------------------------- input-dependent / Bayesian flows
 ID_FAST = dict(num_inducing=10, epochs=60, verbose=False, kmeans_restarts=1, input_dependent=True, hidden=(8,),
                mc_samples_predict=10, flow_init_epochs=20)
 
@@ -190,7 +190,7 @@ def test_warping_functions_are_in_target_units():
         TGPRegressor(flow="sal", **FAST).fit(x, y).warping_functions(x[:2])
 
 
-# ----- range checks (issue 23, items 1-2): refuse what would silently give wrong answers -------------------------
+# ----- range checks: refuse what would silently give wrong answers -------------------------
 @pytest.mark.parametrize("flow", ["softplus", "exp", "tanh", "sal+softplus"])
 def test_wgp_refuses_a_warping_whose_range_is_not_the_real_line(flow):
     """z = T(y) is Gaussian, so T must map onto every real value: T⁻¹ of the predictive would be NaN otherwise."""
@@ -221,7 +221,7 @@ def test_tgp_with_a_positive_flow_refuses_non_positive_targets(flow):
 @pytest.mark.parametrize("name", ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor", "DeepGPRegressor",
                                   "LatentDeepGPRegressor"])
 def test_quantile_levels_outside_zero_one_are_refused_by_every_regressor(name):
-    """Issue 23: predict_quantiles(X, [1.5]) returned NaN for SVGP and v-WGP; every estimator now refuses a
+    """predict_quantiles(X, [1.5]) returned NaN for SVGP and v-WGP; every estimator now refuses a
     level outside (0, 1) (NaN included) with the levels in the message, and predict_interval a bad `level`."""
     import flowgp
 

@@ -1,4 +1,4 @@
-"""Image-shaped deep-GP layers with the convolutional skip-layer connection (CNF-DGP §IV-B, issue 22).
+"""Image-shaped deep-GP layers with the convolutional skip-layer connection (CNF-DGP §IV-B).
 
 - `ConvSkip` keeps the image shape and is a plain convolution (against torch.nn.functional.conv2d), identity
   at initialisation;
@@ -78,7 +78,7 @@ def _digits():
 
 
 def test_a_csc_deep_gp_classifies_digits():
-    """The issue's check: >= 97 % test accuracy on the 8x8 digits in under two minutes of CPU."""
+    """The target: >= 97 % test accuracy on the 8x8 digits in under two minutes of CPU."""
     Xtr, Xte, ytr, yte = _digits()
     start = time.process_time()
     est = DeepGPClassifier(layers=3, skip="conv", image_shape=(1, 8, 8), num_inducing=50, epochs=30,

@@ -1,4 +1,4 @@
-"""Class labels that cannot be classes (issue 23): mixed kinds and missing labels get errors naming y and the fix."""
+"""Class labels that cannot be classes: mixed kinds and missing labels get errors naming y and the fix."""
 import numpy as np
 import pytest
 

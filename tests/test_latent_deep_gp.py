@@ -653,7 +653,7 @@ def test_estimator_float32_with_natgrad():
     assert np.all(np.isfinite(est.log_predictive_density(x[:5], y[:5])))
 
 
-# ----- one objective, explicit randomness and dtype (issue 19) ------------------------------------------
+# ----- one objective, explicit randomness and dtype -----------------------------------------------------
 @pytest.mark.parametrize("amortized", [True, False])
 def test_builder_and_bounds_leave_global_state_untouched(amortized):
     x, y = _data(40)

@@ -1,4 +1,4 @@
-"""The `reference` protocol of issue 25: the E.2 latent deep GP (concat hidden layers, natural gradients, fixed
+"""The `reference` protocol (DGP-IWVI/DREG Table 1): the E.2 latent deep GP (concat hidden layers, natural gradients, fixed
 hidden variances), the authors' seeded splits and the bench preset."""
 import math
 

@@ -198,7 +198,7 @@ def test_warped_gp_with_log_flow_is_svgp_on_log_targets():
         wgp.elbo(x, y - 10)
 
 
-# ---------------------------------------------------------------- input-dependent / Bayesian flows (issue 5)
+# ---------------------------------------------------------------- input-dependent / Bayesian flows
 from flowgp.flows import InputDependentFlow, make_input_dependent  # noqa: E402
 from flowgp.training.initialisation import init_random  # noqa: E402
 from flowgp.numerics.quadrature import gh_points  # noqa: E402
@@ -394,7 +394,7 @@ def test_input_dependent_tgp_runs_on_cuda(bayesian, dropout):
             torch.testing.assert_close(model.predict(x)[0].cpu(), cpu_model.predict(x.cpu())[0])
 
 
-# ---------------------------------------------------------------- TGP = SVGP + WarpedLikelihood (issue 19)
+# ---------------------------------------------------------------- TGP = SVGP + WarpedLikelihood
 from flowgp.numerics.constraints import Positive  # noqa: E402
 from flowgp.flows import Flow, ParamSpec  # noqa: E402
 from flowgp.gp.likelihoods import WarpedLikelihood  # noqa: E402

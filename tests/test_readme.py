@@ -1,4 +1,4 @@
-"""The README's commands (issue 23): the CI test block shows skip reasons; the Quick start says how long the demo takes."""
+"""The README's commands: the CI test block shows skip reasons; the Quick start says how long the demo takes."""
 import re
 from pathlib import Path
 
@@ -26,7 +26,7 @@ def test_the_quick_start_says_how_long_the_demo_takes():
 
 
 def test_gitignore_covers_every_virtual_environment_the_readme_creates():
-    # the README's two set-ups create .venv and .venv-test; .gitignore missed the second (issue 23)
+    # the README's two set-ups create .venv and .venv-test; .gitignore once missed the second
     venvs = re.findall(r"-m venv (\S+)", README.read_text())
     ignored = {line.strip().strip("/") for line in (README.parent / ".gitignore").read_text().splitlines()}
     assert venvs and all(v.strip("/") in ignored for v in venvs), (venvs, sorted(ignored))

@@ -1,4 +1,4 @@
-"""Damaged or foreign files never load into a silently different model (issue 23, "Files")."""
+"""Damaged or foreign files never load into a silently different model (saved files)."""
 import os
 import pickle
 
@@ -86,12 +86,12 @@ def _tensor_data_offsets(path):
 
 
 def test_sign_bit_flip_of_every_saved_tensor_is_refused(saved, tmp_path):
-    """The issue's case: flipping the sign bit of the first value of each of a saved TGP's tensors loaded all of
+    """The reported case: flipping the sign bit of the first value of each of a saved TGP's tensors loaded all of
     them without a word and moved predictions by up to 1.99; every one must now be refused as corrupted."""
     path = saved[0]
     data = path.read_bytes()
     offsets = _tensor_data_offsets(path)
-    # kernel, inducing inputs, q(u), noise, flow, input scaling: the issue counted 12 when each flow parameter was
+    # kernel, inducing inputs, q(u), noise, flow, input scaling: the report counted 12 when each flow parameter was
     # its own tensor; the SAL's four are one tensor now
     assert len(offsets) >= 9
     for name, offset in offsets:

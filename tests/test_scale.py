@@ -1,4 +1,4 @@
-"""Issue 23, "Scale": k-means on a bounded sample of rows, a Cholesky jitter that remembers its level and warns
+"""Scale: k-means on a bounded sample of rows, a Cholesky jitter that remembers its level and warns
 once per fit, and prediction in chunks of bounded memory that does not depend on which rows are predicted
 together."""
 import warnings

@@ -1,10 +1,10 @@
-"""scikit-learn's conformance suite on every public estimator (issue 23, "The scikit-learn contract").
+"""scikit-learn's conformance suite on every public estimator (the scikit-learn contract).
 
 `parametrize_with_checks` runs every check of `check_estimator` on each estimator with a tiny budget (4 inducing
 points, 3 epochs), so the suite stays fast. `check_regressors_train` (R^2 > 0.5 on a toy problem) and
 `check_classifiers_train` (accuracy > 0.83) measure learning and cannot pass at that budget (the deep GP
 classifier's does): they are expected to fail here (not strictly: a library update may let a model learn the toy
-problem in 3 epochs, as the deep GP classifier already does), and `benchmarks/sklearn_conformance.py` runs every check at 150-400 epochs, where all pass
+problem in 3 epochs, as the deep GP classifier already does), and `benchmarks/studies/sklearn_conformance.py` runs every check at 150-400 epochs, where all pass
 (docs/results/checks/sklearn-conformance/summary.md). The multi-output estimator's `fit(X, y, output)` is covered at
 the end of this file.
 """

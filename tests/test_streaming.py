@@ -155,7 +155,7 @@ def test_a_streamed_fit_and_prediction_on_cuda(tmp_path, dtype):
 
 
 def test_a_deep_gp_fit_streams_a_table(tmp_path):
-    # issue 21: the deep GP regressor takes a path as SVGPRegressor does: built from the reservoir sample (all
+    # the deep GP regressor takes a path as SVGPRegressor does: built from the reservoir sample (all
     # 300 rows here, so the same model as in memory), trained block by block; from every format the same fit
     from flowgp.estimators.deep import DeepGPRegressor
 
@@ -189,7 +189,7 @@ def test_a_streamed_deep_gp_learns_the_function(tmp_path):
 
 
 def test_a_classifier_streams_a_table(tmp_path):
-    # issue 21: the classifiers take a path too; the classes come from a full pass (a class the reservoir sample
+    # the classifiers take a path too; the classes come from a full pass (a class the reservoir sample
     # misses is still a class), the model from the sample, the training from the blocks
     from flowgp.estimators.classification import SVGPClassifier, TGPClassifier
 
@@ -215,7 +215,7 @@ def test_a_classifier_streams_a_table(tmp_path):
 
 
 def test_a_latent_dgp_streams_a_table(tmp_path):
-    # issue 21: the latent DGP (amortised q(z)) takes a path; the same fit from .npy and from chunks
+    # the latent DGP (amortised q(z)) takes a path; the same fit from .npy and from chunks
     from flowgp.estimators.latent import LatentDeepGPRegressor
 
     x, y = _data(200, seed=6)
@@ -284,7 +284,7 @@ def _series(n=300, seed=0):
 
 
 def test_an_amogp_streams_a_table(tmp_path):
-    # issue 21: the multi-output estimator takes a table with the input, the output index and the target:
+    # the multi-output estimator takes a table with the input, the output index and the target:
     # standardised per output from one pass, built from it, trained block by block with the output index as a
     # batch tensor. From every format the same fit; against the same rows as arrays the same fit up to the
     # order of the full batch's sum (Adam turns rounding in near-zero gradients into ~1e-7 after 30 steps)

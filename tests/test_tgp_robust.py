@@ -1,4 +1,4 @@
-"""The robust fit of the flow estimators (issue 24): a TGP / v-WGP never ends below the SVGP it contains.
+"""The robust fit of the flow estimators: a TGP / v-WGP never ends below the SVGP it contains.
 
 - warm start: a TGP (or v-WGP) started from a fitted SVGP by `warm_start_from_svgp` has that SVGP's bound
   (to 1e-10 in float64 for flows whose family holds the affine map exactly, with and without a target shift);
@@ -7,8 +7,8 @@
 - the classifier: its SVGP stage is the SVGPClassifier's own fit and its warm start has that bound to 1e-8, and
   on breast_cancer and digits at a small budget it ends at or above the SVGPClassifier's bound and at most one
   test point below its accuracy;
-- the issue's check (air-quality folds 0-4, boston/concrete/energy splits 0-2) at 200 epochs, or the issue's
-  1 500 with FLOWGP_ISSUE24_EPOCHS=1500 (skipped without the shared data).
+- the check grid (air-quality folds 0-4, boston/concrete/energy splits 0-2) at 200 epochs, or at the protocol's
+  1 500 with FLOWGP_ROBUST_CHECK_EPOCHS=1500 (skipped without the shared data).
 """
 import math
 import os
@@ -86,7 +86,7 @@ def test_fitted_bound_is_not_below_its_svgp(estimator, flow):
     n = len(y)
     assert report["bound"] >= report["svgp_bound"] - 0.005
     assert est.elbo(x, y) / n == pytest.approx(report["bound"], abs=1e-9)
-    # and above the SVGPRegressor a user would fit with the same settings (the issue's criterion)
+    # and above the SVGPRegressor a user would fit with the same settings (the criterion)
     svgp = SVGPRegressor(num_inducing=10, epochs=80, lr=0.03, verbose=False).fit(x, y)
     assert report["bound"] >= svgp.elbo(x, y) / n - 0.005
 
@@ -161,15 +161,15 @@ def test_restarts_choose_by_training_bound():
     assert report["chosen"] == max(report["candidates"], key=report["candidates"].get)
 
 
-#: epochs of the issue's check in the suite; FLOWGP_ISSUE24_EPOCHS=1500 runs the issue's own protocol (about
+#: epochs of the check grid in the suite; FLOWGP_ROBUST_CHECK_EPOCHS=1500 runs the full protocol (about
 #: 25 min on 2 cores; its results: docs/results/tgp/robust-fit/README.md section 5)
-ISSUE_CHECK_EPOCHS = int(os.environ.get("FLOWGP_ISSUE24_EPOCHS", "200"))
+CHECK_EPOCHS = int(os.environ.get("FLOWGP_ROBUST_CHECK_EPOCHS", "200"))
 
 
 @pytest.mark.parametrize("dataset, split", [("airquality", k) for k in range(5)]
                          + [(name, k) for name in ("boston", "concrete", "energy") for k in range(3)])
-def test_the_issues_check(dataset, split):
-    """Issue 24's check: on air-quality folds 0-4 (seeded 5-fold permutation, 10 % inducing points) and boston,
+def test_robust_tgp_ends_above_the_svgp_on_the_check_grid(dataset, split):
+    """The check grid: on air-quality folds 0-4 (seeded 5-fold permutation, 10 % inducing points) and boston,
     concrete, energy splits 0-2 (M = 100) the default TGPRegressor(flow="sal+softplus") ends with a training
     bound per point >= that of SVGPRegressor with the same settings - 0.005 (both seed 0, full batch)."""
     from flowgp.data.tables import cv_splits, load_air_quality, uci_split
@@ -184,7 +184,7 @@ def test_the_issues_check(dataset, split):
             x, y, m = part.x_train, part.y_train, 100
     except (FileNotFoundError, OSError) as err:
         pytest.skip(f"{dataset} not available: {err}")
-    kw = dict(num_inducing=m, epochs=ISSUE_CHECK_EPOCHS, seed=0, verbose=False)
+    kw = dict(num_inducing=m, epochs=CHECK_EPOCHS, seed=0, verbose=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error", BoundBelowSVGPWarning)
         tgp = TGPRegressor(flow="sal+softplus", **kw).fit(x, y)

@@ -1,4 +1,4 @@
-"""A Flow subclass written in the user's own module works end to end, across processes (issue 19, item 5).
+"""A Flow subclass written in the user's own module works end to end, across processes.
 
 Process 1 imports the user's module, fits TGPRegressor and WarpedGPRegressor with the flow object, uses it in
 a composition, saves the estimators and writes their predictions; process 2 (a fresh interpreter that only

@@ -31,6 +31,10 @@ _SUBCOMMAND_MODULES = (
     "snr",
     "amogp",
     "images",
+    "latent_demo",
+    "dgp_tables",
+    "ldgp_tables",
+    "ldgp_authors",
 )
 
 
@@ -111,7 +115,8 @@ def run_bench(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="flowgp bench", description="TGP paper benchmarks (resumable)",
+    parser = argparse.ArgumentParser(prog="flowgp bench",
+                                     description="the papers' benchmarks (resumable) and their tables",
                                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_bench_parser(parser)
     return run_bench(parser.parse_args(argv))

@@ -37,7 +37,7 @@ try:  # Windows byte-range locks, the fallback where fcntl is missing
 except ImportError:
     msvcrt = None
 
-__all__ = ["ResultStore", "read_rows", "OutputLocked", "check_output_folder", "lock_path"]
+__all__ = ["ResultStore", "read_rows", "read_row_files", "OutputLocked", "check_output_folder", "lock_path"]
 
 
 class OutputLocked(RuntimeError):
@@ -181,6 +181,16 @@ def read_rows(path) -> list[dict]:
             rows.append(row)
     return rows
 
+
+def read_row_files(paths) -> list[dict]:
+    """The rows of several JSON-lines files read as one, in order (`read_rows` each); a file that does not exist
+    is an error (FileNotFoundError naming it), not an empty result: these are a command's inputs."""
+    rows = []
+    for path in paths:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"rows file {path} does not exist (give the .jsonl a bench run wrote)")
+        rows += read_rows(path)
+    return rows
 
 class ResultStore:
     """JSON-lines file of result rows, keyed by `key_fields` (see the module docstring for the guarantees).

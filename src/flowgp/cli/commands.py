@@ -465,8 +465,8 @@ def _parser() -> argparse.ArgumentParser:
     p_pred.add_argument("--device", default=None,
                         help="where to predict (cpu, cuda, cuda:1); default: the device the model was trained on, "
                              "or the CPU where that is CUDA and this machine has none")
-    p_bench = sub.add_parser("bench", help="run the TGP paper's benchmarks (uci, airquality, rainfall, timing, "
-                             "report)", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p_bench = sub.add_parser("bench", help="run the papers' benchmarks and tables (flowgp bench --help lists them)",
+                             epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     from ..bench.cli import add_bench_parser
 
     add_bench_parser(p_bench)

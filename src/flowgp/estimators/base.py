@@ -305,7 +305,7 @@ class Estimator:
 
             start = time.perf_counter()
             self._train_on_stream(xs, ys, stream, stats, **train_options)
-            # the model building and training (benchmarks/scaling.py), not the scan
+            # the model building and training (benchmarks/perf/scaling.py), not the scan
             self.train_seconds_ = time.perf_counter() - start
         finally:
             if source is not data:

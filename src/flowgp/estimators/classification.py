@@ -168,7 +168,7 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
         predict_samples: MC samples of the multiclass predictive probabilities.
         verbose: show a tqdm progress bar.
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
-            documents; it pays off in long fits with small M (benchmarks/step_time.py).
+            documents; it pays off in long fits with small M (benchmarks/perf/step_time.py).
         checkpoint: a file path: training saves its state there (the variance-fixed stage next to it, with
             the suffix ".stage1") and a later `fit` with the same path continues where it stopped (only the
             same fit: see SVGPRegressor).

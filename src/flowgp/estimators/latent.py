@@ -46,7 +46,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
             default), drawn in chunks of bounded memory.
         noise: initial likelihood variance (E.2: 0.01). Other arguments as SVGPRegressor.
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
-            documents; it pays off in long fits with small M (benchmarks/step_time.py).
+            documents; it pays off in long fits with small M (benchmarks/perf/step_time.py).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped (only the same fit: see SVGPRegressor).
         extend_checkpoint: with `checkpoint`, a file written with fewer `epochs` (finished or not) is carried on
@@ -62,7 +62,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
             the K importance samples, a lower bound on log p(y). "per-slot": the DREG authors' published training
             objective (their Table 1), each slot's hidden values drawn from their own marginal; NOT a lower bound
             on log p(y): measured 0.9-1.5 nats above the valid bound on a 3-point problem and 0.43-0.60 nats per
-            training point above it on power fits trained on it (docs/results/ldgp-uci-reference). `elbo` is
+            training point above it on power fits trained on it (docs/results/ldgp/table1-uci). `elbo` is
             always the bound; `training_objective` gives the value of the objective trained.
     """
 
@@ -142,7 +142,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
         """Fit on X [n_samples, n_features] and y [n_samples]; returns self.
 
         `callback(step, loss, model)` is passed to `flowgp.training.loop.train` (called after every iteration, a
-        truthy return stops training), e.g. to record a learning curve (benchmarks/ldgp_learning_curve.py).
+        truthy return stops training), e.g. to record a learning curve (benchmarks/studies/ldgp_learning_curve.py).
         X may instead be a table streamed in chunks (see `fit_stream`; the amortised q(z) only: free per-row
         q(z_n) parameters grow with the rows): built from a reservoir sample, trained block by block.
         """

@@ -84,7 +84,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             has no Ψ₂ node to speed up and fits its blocks slightly better with trained inducing inputs). Files
             saved before this option load with False.
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
-            documents; it pays off in long fits with small M (benchmarks/step_time.py).
+            documents; it pays off in long fits with small M (benchmarks/perf/step_time.py).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped (only the same fit: see SVGPRegressor).
     """

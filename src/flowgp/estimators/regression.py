@@ -69,7 +69,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         quadrature_points / predict_quadrature_points: Gauss-Hermite points in training / prediction.
         verbose: show a tqdm progress bar.
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
-            documents; it pays off in long fits with small M (benchmarks/step_time.py).
+            documents; it pays off in long fits with small M (benchmarks/perf/step_time.py).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped (a finished fit is loaded back without training). Only the same fit
             resumes it (same data, parameters, class, flowgp version): a file written by another fit is a

@@ -46,7 +46,7 @@ class RobustFit:
         estimate jumps q(u) to each batch's optimum: on the UCI quick preset (1 500 steps of 512 rows) the
         stage then ended below an Adam SVGP and the TGP below the SVGP on power (10/10 splits) and energy (3/10);
         with γ = 0.1 the TGP ends above it on every power and energy split measured
-        (benchmarks/tgp_minibatch_variants.py; docs/results/tgp/robust-fit/README.md §8).
+        (benchmarks/studies/tgp_minibatch_variants.py; docs/results/tgp/robust-fit/README.md §8).
     flow_lr: the flow model's Adam step as a multiple of `lr` (from the warm start a smaller step keeps the
         bound from oscillating: at lr = 0.01 it jumps by up to 0.5 per point between epochs on air quality).
     svgp_epochs: the share of the robust fit's epochs spent on the SVGP stage. Regressors: a share of `epochs`,

@@ -19,7 +19,7 @@ For the Gaussian-base flow q(U) = T_#N(m, RRᵀ) (`posterior="cnf"`), `draws="co
 reparameterises* every point's base draw V on DSVI's chain. DSVI samples each hidden f_ℓ(x_n) from its
 marginal, f = μ + σ ε with σ² = k̃ + |Rᵀa|², i.e. it integrates U out and needs one normal per point and
 output; a pathwise draw V = m + R ξ instead spreads the noise over M directions, and the gradient with
-respect to R becomes ~50x noisier (`benchmarks/cnf_dgp_gradient_noise.py`), which is why plain per-point
+respect to R becomes ~50x noisier (`benchmarks/studies/cnf_dgp_gradient_noise.py`), which is why plain per-point
 draws trailed DSVI at the same budget. The coupled draw rotates DSVI's ε into the part of ξ along Rᵀa and
 draws the rest freshly (`DeepGP._coupled_terms`), so ξ ~ N(0, I) exactly and the flow chain pushed through
 T(V) *is* DSVI's chain at T = id, value and gradient. The bound is DSVI's estimate plus the flow's change

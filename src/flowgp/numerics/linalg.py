@@ -162,7 +162,7 @@ def lower_inverse(chol: torch.Tensor) -> torch.Tensor:
     """
     eye = identity(chol.shape[-1], chol.dtype, chol.device).expand_as(chol)
     # L X = I (left) or X L = I (right) give the same X, in the same layout, at different speeds (MKL, 2 threads,
-    # torch 2.13; `benchmarks/lower_inverse_time.py`, docs/results/perf/step-time/lower_inverse_2026-11-29.json): the left
+    # torch 2.13; `benchmarks/perf/lower_inverse_time.py`, docs/results/perf/step-time/lower_inverse_2026-11-29.json): the left
     # solve is 1.04-1.95x faster in float64 at every M from 20 to 500 (M = 100, 8 factors: 246 against 349 µs)
     # and 1.15-2.2x in float32 up to M = 100; the right one is 3-14 % faster in float32 from M = 128
     left = chol.dtype == torch.float64 or chol.shape[-1] <= LEFT_INVERSE_MAX_FLOAT32_SIZE

@@ -22,7 +22,7 @@ project's 2-core machine, 5-10 s cold, while a C++ toolchain builds the kernels)
 dispatch overhead only (the arithmetic is the same), so it pays off for long fits only; the training
 loop's `compile=` is off by default, and `compile="auto"` compiles only when `compile_pays_off` finds the
 remaining budget long enough to repay it. `compile_seconds` holds the time spent in compiling calls,
-reported separately from step times by `benchmarks/step_time.py`; `benchmarks/compiled_fit_time.py`
+reported separately from step times by `benchmarks/perf/step_time.py`; `benchmarks/perf/compiled_fit_time.py`
 measures whole fits end to end.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ __all__ = ["CompiledObjective", "CompileFallbackWarning", "compile_unavailable_r
 #: compile="auto": the eager steps timed before deciding (the first two, which allocate, are not counted)
 AUTO_PROBE_STEPS = 10
 #: what one compilation of a bound (forward and backward, default mode) costs, by device type: measured with a
-#: warm inductor cache by benchmarks/compiled_fit_time.py (CPU, 2 cores: 3.3-3.7 s for SVGP and TGP at M = 20
+#: warm inductor cache by benchmarks/perf/compiled_fit_time.py (CPU, 2 cores: 3.3-3.7 s for SVGP and TGP at M = 20
 #: and 100) and on an H200 (about 6 s, docs/results/perf/gpu). A cold cache costs more (the C++ or Triton build).
 AUTO_COMPILE_SECONDS = {"cpu": 3.5, "cuda": 6.0}
 #: the largest share of an eager step that compiling removed in this project's measurements (CPU: SVGP at

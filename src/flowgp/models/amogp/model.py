@@ -350,7 +350,7 @@ class AMOGP(nn.Module):
         self.kernel = ConvolutionKernel(d, 1, latent_processes, lengthscale=lengthscale, variance=variance,
                                         dtype=dtype)
         # jitter: of the CP layer's K_uu (None: the dtype default). With one latent process and per-output sets
-        # at the same places K_uu is close to singular (benchmarks/amogp_sensitivity.py)
+        # at the same places K_uu is close to singular (benchmarks/studies/amogp_sensitivity.py)
         if cp_inducing == "output":
             self.latent = InducingSet(z_latent.reshape(1, d * mf, 1), q_var_init, jitter)
             self.register_buffer("latent_output", torch.arange(d).repeat_interleave(mf), persistent=False)

@@ -34,13 +34,13 @@ former implementation here, and in effect the authors' published code, whose mix
 `full_cov`) makes log-mean-exp over k tend to log E[F p/q] instead of E[log (1/K) Σ F p/q]: not a lower bound
 of log p(y). Measured: 0.9-1.5 nats above the joint bound on tests/test_ldgp_validity.py's 3-point problem, and
 0.4-0.6 nats per training point above it on power fits trained with K = 50 per-slot draws
-(docs/results/ldgp/table1-uci, `benchmarks/ldgp_objective_gap.py`).
+(docs/results/ldgp/table1-uci, `benchmarks/studies/ldgp_objective_gap.py`).
 
 The authors' objective, by name (`objective="per-slot"`). The per-slot draw of the previous paragraph is what the
 DREG authors' published code trains (their Table 1), so `LatentDeepGP` keeps it as a named training objective,
 `per_slot_objective`, documented as the published objective and never called a bound: with the log outside the
 expectation over the shared q(U), nothing keeps it below log p(y). Its measured over-statement, both from
-docs/results/ldgp-uci-reference ("Validity of the bound"; "What the per-slot objective trains towards"): 0.9-1.5
+docs/results/ldgp/table1-uci ("Validity of the bound"; "What the per-slot objective trains towards"): 0.9-1.5
 nats above the valid bound on the validity problem (K = 5 / 50 / 500: +1.52 / +0.88 / +1.16; brute-force
 log p(y) = -4.941, which it stayed below there), and 0.43-0.60 nats per training point above it on power fits
 trained on it with K = 50. `elbo` is always the bound; the training loop maximises `training_objective`, which is
