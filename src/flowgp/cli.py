@@ -362,6 +362,8 @@ def _predict(args) -> None:
 
 
 def main(argv=None) -> int:
+    """The `flowgp` command (`flowgp demo / fit / predict / bench`); `argv` defaults to sys.argv[1:]. Returns the
+    exit status."""
     parser = argparse.ArgumentParser(prog="flowgp", description="Gaussian processes transformed by flows")
     sub = parser.add_subparsers(dest="command", required=True)
     p_demo = sub.add_parser("demo", help="fit SVGP, TGP and v-WGP on the embedded tanh-sine data (paper Fig. 4)")

@@ -87,6 +87,7 @@ def run_bench(args) -> int:
 
 
 def main(argv=None) -> int:
+    """`flowgp bench` on its own (the same as `flowgp bench ...`); returns the exit status."""
     parser = argparse.ArgumentParser(prog="flowgp bench", description="TGP paper benchmarks (resumable)")
     add_bench_parser(parser)
     return run_bench(parser.parse_args(argv))
