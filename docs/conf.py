@@ -45,7 +45,7 @@ source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
 # docs/results holds measurements (read by the "Reproducing the papers" page, not pages themselves);
 # gallery_src holds the example scripts that sphinx-gallery turns into auto_examples/.
-exclude_patterns = ["_build", "results", "gallery_src", "_intersphinx", "_ext", "_templates",
+exclude_patterns = ["_build", "results", "gallery_src", "_intersphinx", "_ext", "_templates", "README.md",
                     "**/README.md", "auto_examples/*.ipynb", "auto_examples/*.py", "auto_examples/*.zip",
                     "auto_examples/*.json", "auto_examples/*.codeobj.json"]
 templates_path = ["_templates"]

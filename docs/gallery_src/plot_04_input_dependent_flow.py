@@ -70,6 +70,6 @@ curves = ba.warping_functions(where, num_samples=50)
 for i, xv in enumerate(where[:, 0]):
     axes[1].plot(curves["f_grid"], curves["mean"][:, i], label=f"x = {xv}")
 axes[1].set_xlabel("$f_0$ (GP units)")
-axes[1].set_ylabel("$\\mathbb{G}_{\\theta(x)}(f_0)$")
+axes[1].set_ylabel("$G_{\\theta(x)}(f_0)$")
 axes[1].legend(fontsize=7)
 fig.tight_layout()

@@ -65,7 +65,7 @@ fig, axes = plt.subplots(1, 2, figsize=(10, 3.3))
 axes[0].plot(grid, curve)
 axes[0].set_title("Cubic() at its starting parameters", fontsize=9)
 axes[0].set_xlabel("$f_0$")
-axes[0].set_ylabel("$\\mathbb{G}(f_0)$")
+axes[0].set_ylabel("$G(f_0)$")
 xs = np.linspace(0, 1, 200)[:, None]
 lower, upper = model.predict_interval(xs, 0.95)
 axes[1].fill_between(xs[:, 0], lower, upper, alpha=0.25, label="95 % interval of y")

@@ -51,6 +51,6 @@ with torch.no_grad():
 fig, ax = plt.subplots(figsize=(5, 3.2))
 ax.plot(f0.numpy(), g)
 ax.set_xlabel("$f_0$ (standardised)")
-ax.set_ylabel("$\\mathbb{G}(f_0)$ in units of y")
+ax.set_ylabel("$G(f_0)$ in units of y")
 ax.set_title("the fitted flow sal+softplus", fontsize=9)
 fig.tight_layout()
