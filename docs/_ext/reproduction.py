@@ -151,14 +151,36 @@ def cnf_table_i(folder):
     return header, table
 
 
-def dgp_uci_table(folder, depths=(2, 3, 4)):
+def dgp_uci_table(folders, models):
+    """Mean test log-likelihood (original units, higher is better) per UCI set and model."""
     groups = defaultdict(list)
-    for r in rows(folder):
-        groups[(r["dataset"], r["model"])].append(-r["nll"])
-    models = ["svgp"] + [f"{p}dgp{d}" for d in depths for p in ("", "cnf-")]
+    for r in rows(*folders):
+        if r.get("preset") == "quick" and r.get("num_inducing") == 100:
+            groups[(r["dataset"], r["model"])].append(-r["nll"])
     header = ["data"] + models
+    datasets = sorted({ds for ds, m in groups if m in models and m.startswith("dgp")})
     table = [[ds] + [fmt(*mean_se(groups[(ds, m)])[:2], digits=2) if groups.get((ds, m)) else "—" for m in models]
-             for ds in sorted({k[0] for k in groups})]
+             for ds in datasets]
+    return header, table
+
+
+def cnf_vs_dsvi_table(folders, depths=(2, 3, 4)):
+    """The current ``cnf`` posterior against DSVI: test log-likelihood, paired by split."""
+    values = defaultdict(dict)
+    for r in rows(*folders):
+        if "nll" in r and "split" in r and r.get("preset") == "quick":
+            values[(r["dataset"], r["model"])][r["split"]] = -r["nll"]
+    header = ["data", "depth", "splits", "DSVI test LL", "cnf test LL", "cnf − DSVI (paired)"]
+    table = []
+    for ds in sorted({k[0] for k in values}):
+        for d in depths:
+            a, b = values.get((ds, f"dgp{d}"), {}), values.get((ds, f"cnf-dgp{d}"), {})
+            paired = sorted(set(a) & set(b))
+            if not paired:
+                continue
+            diff = mean_se(b[s] - a[s] for s in paired)
+            table.append([ds, str(d), str(len(paired)), fmt(*mean_se(a[s] for s in paired)[:2]),
+                          fmt(*mean_se(b[s] for s in paired)[:2]), fmt(*diff[:2], digits=4)])
     return header, table
 
 
@@ -297,10 +319,14 @@ PAPERS: dict[str, list[Item]] = {
              "flowgp bench uci --preset quick --splits 0-9 --inducing 100 --models svgp,dgp2,dgp3,dgp4,cnf-dgp2,"
              "cnf-dgp3,cnf-dgp4 --out docs/results/dgp-uci-quick", QUICK_UCI,
              "a plot",
-             "The deep GPs' test log-likelihood (higher is better) per set is below; set it against the TGP's NLL "
-             "in the UCI table above (same splits and budget). Two of the paper's nine sets are not in the "
-             "shared data.",
-             lambda: dgp_uci_table("dgp-uci-quick"), ("dgp-uci-quick",)),
+             "Test log-likelihood (higher is better), all from the quick preset on the same ten splits. The deep GPs "
+             "are ahead of the TGP where composition helps most (kin8nm, energy); the BA-TGP is within about two "
+             "standard errors of the deep GPs on boston, concrete, power and wine-red and behind them on energy "
+             "and kin8nm. So at this budget the paper's claim (a TGP ranks with 3-layer deep GPs) holds for the "
+             "BA-TGP on four of six sets. The deep GPs were run on six of the paper's nine sets (the shared data "
+             "hold seven UCI sets; yacht was not run for the deep GPs).",
+             lambda: dgp_uci_table(("uci-quick", "dgp-uci-quick"), ["svgp", "tgp", "ba-tgp", "dgp2", "dgp3", "dgp4"]),
+             ("uci-quick", "dgp-uci-quick")),
         Item("Fig. 13 and appendix Fig. 8: classification",
              "python benchmarks/classification.py --splits 3 --multiclass-splits 1 --epochs 300 "
              "--num-inducing 50 --batch-size 512 --flow sal --fix-variance-epochs 30 --max-train 2000 "
@@ -328,10 +354,15 @@ PAPERS: dict[str, list[Item]] = {
              lambda: cnf_table_i("cnf-dgp-v3/boston-table1"), ("cnf-dgp-v3/boston-table1",)),
         Item("Fig. 3: test log-likelihood on the UCI sets, DSVI and NF deep GPs",
              "flowgp bench uci --preset quick --splits 0-9 --inducing 100 --models svgp,dgp2,dgp3,dgp4,cnf-dgp2,"
-             "cnf-dgp3,cnf-dgp4 --out docs/results/dgp-uci-quick", QUICK_UCI, "a plot (NF best on average)",
-             "See the table of TGP Fig. 12 above (the same rows). At this budget the flow posterior does not "
-             "separate from DSVI beyond the split-to-split spread; the grid against DSVI and its causes are in "
-             "``docs/results/cnf-dgp-v3``.", None),
+             "cnf-dgp3,cnf-dgp4 --out docs/results/cnf-dgp-v3", QUICK_UCI, "a plot (NF best on average)",
+             "The current ``cnf`` posterior (DSVI's Gaussian plus a learned flow correction, kept only where it raises "
+             "the training bound) against DSVI on the same splits: differences of a few thousandths of a nat, "
+             "within about two standard errors almost everywhere. The paper's NF gains over DSVI are not "
+             "reproduced at this budget; its exact design (``posterior=\"cnf-paper\"``) trailed DSVI here, "
+             "and the measured causes (samples of U per step, the base network) are in "
+             "``docs/results/cnf-dgp-ablation`` and ``docs/results/cnf-dgp-v3``.",
+             lambda: cnf_vs_dsvi_table(("cnf-dgp-v3", "cnf-dgp-v3/L3", "cnf-dgp-v3/L4")),
+             ("cnf-dgp-v3", "cnf-dgp-v3/L3", "cnf-dgp-v3/L4")),
         Item("Table II: time per step on the airline data", None, "—", "seconds per step of a 5-layer model",
              "Not reproduced: the airline data are not available here. Step times against GPyTorch's deep GP are "
              "in ``docs/results/dgp_step_time.json`` and ``docs/results/gpu``."),
