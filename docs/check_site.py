@@ -61,13 +61,13 @@ class Browser:
         self._buffer = b""
         self._next_id = 0
         self.events: list[dict] = []
-        self.session = None
+        self.page_id = None  # the DevTools id of the attached page
 
-    def send(self, method: str, params: dict | None = None, session: bool = True, timeout: float = 60.0) -> dict:
+    def send(self, method: str, params: dict | None = None, to_page: bool = True, timeout: float = 60.0) -> dict:
         self._next_id += 1
         message = {"id": self._next_id, "method": method, "params": params or {}}
-        if session and self.session:
-            message["sessionId"] = self.session
+        if to_page and self.page_id:
+            message["sessionId"] = self.page_id
         os.write(self._to_child, json.dumps(message).encode() + b"\0")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -114,7 +114,7 @@ class Browser:
 
     def close(self) -> None:
         try:
-            self.send("Browser.close", session=False, timeout=5)
+            self.send("Browser.close", to_page=False, timeout=5)
         except Exception:  # noqa: BLE001 - closing is best effort; the process is killed below anyway
             pass
         try:
@@ -201,9 +201,9 @@ def main(argv=None) -> int:
     browser = Browser(args.chromium)
     problems = []
     try:
-        target = browser.send("Target.createTarget", {"url": "about:blank"}, session=False)["targetId"]
-        browser.session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True},
-                                       session=False)["sessionId"]
+        target = browser.send("Target.createTarget", {"url": "about:blank"}, to_page=False)["targetId"]
+        browser.page_id = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True},
+                                       to_page=False)["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
             browser.send(f"{domain}.enable")
         browser.send("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": 900, "deviceScaleFactor": 1,
