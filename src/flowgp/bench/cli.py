@@ -115,6 +115,7 @@ def run_bench(args) -> int:
 
 
 def main(argv=None) -> int:
+    """`flowgp bench` on its own (the same as `flowgp bench ...`); returns the exit status."""
     parser = argparse.ArgumentParser(prog="flowgp bench",
                                      description="the papers' benchmarks (resumable) and their tables",
                                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -27,7 +27,9 @@ __all__ = ["NamedModel", "make_estimator", "model_names", "supports_task", "budg
 
 # Appendix B.6 selects a flow per dataset on validation splits; the selected flows are not listed, so
 # without that search the UCI default is one SAL flow (Table 1) initialised near identity (appendix B.3).
+#: the flow of the bench's UCI `tgp` rows
 UCI_TGP_FLOW = "sal"
+#: how that flow is initialised (appendix B.3: near the identity)
 UCI_TGP_FLOW_INIT = "identity"
 
 
@@ -249,6 +251,7 @@ def model_names() -> list[str]:
 
 
 def supports_task(name: str, task: str) -> bool:
+    """Whether the bench model `name` handles `task` ("regression" or "classification")."""
     return name in model_names() and task in MODELS.get(name).tasks
 
 

@@ -72,6 +72,7 @@ class Preset:
                     fix_noise_fraction=self.fix_noise_fraction)
 
 
+#: the budgets of `flowgp bench uci` (and the deep-GP suites) by name: paper, quick, tiny, reference, ...
 PRESETS = {
     "paper": Preset("paper", epochs=15000, batch_size=10000),
     "quick": Preset("quick", steps=1500, batch_size=512, kmeans_restarts=3),
@@ -102,6 +103,7 @@ def _application_presets(paper_epochs: int, **quick) -> dict:
     }
 
 
+#: the budgets of `flowgp bench airquality` and `flowgp bench rainfall`: {application: {preset name: Preset}}
 APPLICATION_PRESETS = {
     "airquality": _application_presets(10000, large_m=200, large_m_epochs=200),
     "rainfall": _application_presets(20000),

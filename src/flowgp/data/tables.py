@@ -82,9 +82,10 @@ __all__ += ["UCI_DATASETS", "CLASSIFICATION_DATASETS", "Split", "resolve_data_di
             "uci_split", "load_classification", "classification_split", "load_rainfall", "rainfall_official_split",
             "load_air_quality", "cv_splits", "standardize"]
 
+#: the UCI regression sets of the TGP appendix that `load_uci` reads, each with its standard 90/10 splits
 UCI_DATASETS = ("boston", "concrete", "energy", "kin8nm", "power", "wine-red", "yacht")
 
-# name -> (relative path, has header, target column (name or index), dropped non-feature columns)
+#: name -> (relative path, has header, target column (name or index), dropped non-feature columns)
 CLASSIFICATION_DATASETS = {
     "banknote": ("classification/banknote_authentication.txt", False, 4, ()),
     "heart": ("classification/heart_failure_clinical_records.csv", True, "DEATH_EVENT", ()),
@@ -167,6 +168,7 @@ def load_uci(name: str, data_dir=None):
 
 
 def uci_num_splits(name: str, data_dir=None) -> int:
+    """The number of standard train/test splits shipped with the UCI set `name` (its n_splits.txt)."""
     path = _uci_dir(name, data_dir) / "n_splits.txt"
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing; it should hold the number of standard splits")

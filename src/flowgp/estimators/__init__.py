@@ -14,7 +14,8 @@ from .latent import LatentDeepGPRegressor
 from .multioutput import AlignedMultiOutputGPRegressor
 
 __all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor", "SVGPClassifier", "TGPClassifier",
-           "DeepGPRegressor", "DeepGPClassifier", "LatentDeepGPRegressor", "AlignedMultiOutputGPRegressor", "Estimator", "load"]
+           "DeepGPRegressor", "DeepGPClassifier", "LatentDeepGPRegressor", "AlignedMultiOutputGPRegressor", "Estimator", "load",
+           "RobustFit", "BoundBelowSVGPWarning"]
 
 
 def load(path, device=None):

@@ -640,6 +640,7 @@ class Product(_Combination):
 # ----------------------------------------------------------------------------------------------------
 # factory
 # ----------------------------------------------------------------------------------------------------
+#: the built-in kernel names `make_kernel` understands (terms combine with "+" and "*", e.g. "rbf+linear")
 KERNEL_NAMES: tuple[str, ...] = ("rbf", "matern12", "matern32", "matern52", "periodic", "linear", "white")
 _TOKEN = re.compile(r"\s*(?:([A-Za-z_][A-Za-z0-9_]*)|([+*()]))")
 

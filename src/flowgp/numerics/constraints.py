@@ -41,4 +41,5 @@ class Positive:
         return f"Positive(lower={self.lower})"
 
 
+#: the default constraint of positive parameters: `Positive()` (softplus with a floor)
 positive = Positive()
