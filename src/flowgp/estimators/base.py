@@ -22,6 +22,7 @@ from ..build import DTYPES, InputDependence, resolve_dtype
 from ..training.checkpoint import atomic_save, safe_load
 from ..flows import Flow
 from ..flows.serialization import flow_from_record, flow_to_record
+from ..reporting.progress import show_progress
 
 __all__ = ["Estimator", "InputDependentFlowOptions", "as_float_array", "as_2d_float", "as_1d_float",
            "positive_int", "central_probabilities", "FORMAT", "DTYPES"]
@@ -273,7 +274,7 @@ class Estimator:
         return lambda y: self.tensor((y - y_shift) / y_scale)[:, None]
 
     def predict_to_file(self, data, path, *, level: float = 0.95, target=None, features=None,
-                        chunk_rows: int = 65536, verbose: bool = True, output=None) -> dict:
+                        chunk_rows: int = 65536, verbose: bool | str = "auto", output=None) -> dict:
         """Predict a table chunk by chunk and append the rows (mean, std, lower, upper of the central `level`
         interval) to `path` (CSV, or Parquet for .parquet/.pq) as they are computed; memory is bounded by
         `chunk_rows`. The file is written under a temporary name and renamed into place at the end.
@@ -300,7 +301,7 @@ class Estimator:
         writer = table_writer(path, ["mean", "std", "lower", "upper"])
         totals = {"rows": 0, "lpd": 0.0, "se": 0.0, "inside": 0}
         ok = False
-        bar = tqdm(total=source.num_rows, desc="predict", unit="rows", disable=not verbose, leave=False)
+        bar = tqdm(total=source.num_rows, desc="predict", unit="rows", disable=not show_progress(verbose), leave=False)
         try:
             for x, y in source.chunks(chunk_rows):
                 mean, std, lower, upper, lpd = self._chunk_predictions(x, y, level, columns)

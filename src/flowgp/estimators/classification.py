@@ -142,7 +142,8 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
         fix_variance_epochs: hold the variational covariance fixed for this many epochs first (appendix B.6).
         quadrature_points: Gauss-Hermite points of the binary ELL; mc_samples: MC samples of the multiclass ELL.
         predict_samples: MC samples of the multiclass predictive probabilities.
-        verbose: show a tqdm progress bar.
+        verbose: progress bar: "auto" (default: only in an interactive terminal, never inside scikit-learn's
+            meta-estimators or joblib workers; `flowgp.reporting.progress.show_progress`), True or False.
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
             documents; it pays off in long fits with small M (benchmarks/step_time.py).
         checkpoint: a file path: training saves its state there (the variance-fixed stage next to it, with
@@ -152,7 +153,7 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
     def __init__(self, num_inducing=100, kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0,
                  dtype="float64", device="cpu", lengthscale=1.0, period=1.0, likelihood="softmax",
                  fix_variance_epochs=0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
-                 mc_samples=20, predict_samples=256, verbose=True, checkpoint=None,
+                 mc_samples=20, predict_samples=256, verbose="auto", checkpoint=None,
                  compile=False):
         self._store_arguments(locals())
 
@@ -333,7 +334,7 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
     def __init__(self, flow="sal", flow_init="identity", num_inducing=100, kernel="rbf", batch_size=None,
                  epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", lengthscale=1.0, period=1.0,
                  likelihood="softmax", fix_variance_epochs=0, kmeans_restarts=10, learn_inducing=True,
-                 quadrature_points=20, mc_samples=20, predict_samples=256, verbose=True, input_dependent=False,
+                 quadrature_points=20, mc_samples=20, predict_samples=256, verbose="auto", input_dependent=False,
                  hidden=(50,), activation="relu", dropout=0.25, bayesian="mc_dropout", mc_samples_train=1,
                  mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, robust=True,
                  checkpoint=None,

@@ -265,7 +265,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
                  hidden_width=None, flow_steps=2, flow_base="network", num_inducing=100, kernel="rbf",
                  batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05,
                  lengthscale=1.0, period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
-                 quadrature_points=20, predict_quadrature_points=100, verbose=True, checkpoint=None,
+                 quadrature_points=20, predict_quadrature_points=100, verbose="auto", checkpoint=None,
                  flow_elementwise="entry", dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None, compile=False,
                  base_gradient=None, flow_selection=True, flow_lr_scale=0.1, flow_rows=FLOW_ROWS):
         self._store_arguments(locals())
@@ -355,7 +355,7 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
                  hidden_width=None, flow_steps=2, flow_base="network", likelihood="robustmax", num_inducing=100,
                  kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu",
                  lengthscale=1.0, period=1.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
-                 predict_quadrature_points=100, verbose=True, checkpoint=None, flow_elementwise="entry",
+                 predict_quadrature_points=100, verbose="auto", checkpoint=None, flow_elementwise="entry",
                  dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None, compile=False,
                  base_gradient=None, flow_selection=True, flow_lr_scale=0.1, flow_rows=FLOW_ROWS):
         self._store_arguments(locals())

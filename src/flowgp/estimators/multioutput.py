@@ -41,7 +41,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         batch_size: rows per step; "auto" (default) trains on the full batch when there are at most
             `full_batch_max` rows (the step then follows the exact bound, which the minibatch noise otherwise
             keeps the extra layers from reaching), else in minibatches of 256; None: always the full batch.
-        epochs, lr, seed, dtype, device, verbose: training (Adam on the bound, tqdm bar).
+        epochs, lr, seed, dtype, device, verbose: training (Adam on the bound; a progress bar with verbose="auto"
+            only in an interactive terminal, never inside scikit-learn's meta-estimators).
         natural_gradient: γ (default 0.5) or None (Adam on everything): natural-gradient steps of size γ
             (`flowgp.training.natural_gradients.NaturalGradient`, Salimbeni et al. 2018) on the Gaussian q(u) of the layers named in
             `natural_gradient_layers` ("latent", the default: the CP layer; "all": alignment and warping q(u)
@@ -91,7 +92,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                  alignment="gp", warping="gp", num_outputs=None, batch_size="auto", epochs=500, lr=0.01, seed=0,
                  dtype="float64", device="cpu", noise=0.05, lengthscale=0.3, alignment_variance=0.01,
                  alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=1e-5,
-                 latent_noise=1e-3, num_samples=200, verbose=True, checkpoint=None, natural_gradient=0.5,
+                 latent_noise=1e-3, num_samples=200, verbose="auto", checkpoint=None, natural_gradient=0.5,
                  natural_gradient_layers="latent", tol=1e-4, patience=50, full_batch_max=2048,
                  cp_inducing="latent", start_from_mogp=False, compile=False, cp_grid=None):
         self._store_arguments(locals())

@@ -63,7 +63,8 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         lengthscale, period: initial kernel hyperparameters (standardised inputs).
         fix_noise_fraction: hold the noise fixed for this fraction of iterations (appendix B.5).
         quadrature_points / predict_quadrature_points: Gauss-Hermite points in training / prediction.
-        verbose: show a tqdm progress bar.
+        verbose: progress bar: "auto" (default: only in an interactive terminal, never inside scikit-learn's
+            meta-estimators or joblib workers; `flowgp.reporting.progress.show_progress`), True or False.
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
             documents; it pays off in long fits with small M (benchmarks/step_time.py).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
@@ -78,7 +79,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
     def __init__(self, num_inducing=100, kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0,
                  dtype="float64", device="cpu", noise=0.05, lengthscale=1.0, period=1.0,
                  fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
-                 predict_quadrature_points=100, verbose=True, checkpoint=None, natural_gradient=None,
+                 predict_quadrature_points=100, verbose="auto", checkpoint=None, natural_gradient=None,
                  compile=False):
         self._store_arguments(locals())
 
@@ -319,7 +320,7 @@ class _FlowRegressor(SVGPRegressor):
     def __init__(self, flow="sal", flow_init="identity", num_inducing=100, kernel="rbf", batch_size=None,
                  epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05, lengthscale=1.0,
                  period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
-                 quadrature_points=20, predict_quadrature_points=100, verbose=True, robust=True, checkpoint=None,
+                 quadrature_points=20, predict_quadrature_points=100, verbose="auto", robust=True, checkpoint=None,
                  compile=False):
         self._store_arguments(locals())
 
@@ -542,7 +543,7 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
     def __init__(self, flow="sal", flow_init="identity", num_inducing=100, kernel="rbf", batch_size=None,
                  epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05, lengthscale=1.0,
                  period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
-                 quadrature_points=20, predict_quadrature_points=100, verbose=True, input_dependent=False,
+                 quadrature_points=20, predict_quadrature_points=100, verbose="auto", input_dependent=False,
                  hidden=(50,), activation="relu", dropout=0.25, bayesian="mc_dropout", mc_samples_train=1,
                  mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, robust=True,
                  checkpoint=None, compile=False):
