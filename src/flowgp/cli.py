@@ -45,6 +45,54 @@ def _multi_output_models() -> list[str]:
 _SHARED_DEFAULTS = {"kernel": "rbf", "num_inducing": 100, "epochs": 1000, "lr": 0.01}
 
 
+def version_line() -> str:
+    """What `flowgp --version` prints: flowgp's version and the torch and Python it runs on."""
+    import platform
+
+    import torch
+
+    from . import __version__
+
+    return f"flowgp {__version__} (torch {torch.__version__}, Python {platform.python_version()})"
+
+
+def _name_ranges(names) -> list[str]:
+    """Names that differ only in one number, written once with a brace range: dgp2 dgp3 dgp4 -> dgp{2..4}."""
+    import re
+
+    groups: dict = {}
+    for name in names:
+        match = re.fullmatch(r"(\D*?)(\d+)(\D.*)?", name)
+        key = (match.group(1), match.group(3) or "") if match else (name, None)
+        groups.setdefault(key, []).append(int(match.group(2)) if match else None)
+    out = []
+    for (head, tail), numbers in groups.items():
+        if tail is None:
+            out.append(head)
+        elif len(numbers) > 1 and sorted(numbers) == list(range(min(numbers), max(numbers) + 1)):
+            out.append(f"{head}{{{min(numbers)}..{max(numbers)}}}{tail}")
+        else:
+            out.extend(f"{head}{n}{tail}" for n in numbers)
+    return out
+
+
+def models_by_family_text(width: int = 100) -> str:
+    """`flowgp fit --help`'s list of the --model names, one block per estimator (generated from the registry)."""
+    import textwrap
+
+    models, multi = _models(), set(_multi_output_models())
+    families: dict = {}
+    for name in _csv_models():
+        families.setdefault(models.get(name).regressor, []).append(name)
+    lines = ["--model names by family (NAME{2..4} stands for NAME2, NAME3, NAME4):"]
+    for family, names in families.items():
+        label = f"{family}" + (" (multi-output: with --output)" if set(names) <= multi else "")
+        lines.append(f"  {label}:")
+        lines.extend(textwrap.wrap(", ".join(_name_ranges(names)), width, initial_indent="    ",
+                                   subsequent_indent="    ", break_on_hyphens=False))
+    return "\n".join(lines)
+
+
 def _estimator(name: str, **kw):
     """The unfitted estimator registered as `name`, with the shared keyword arguments and the model's options."""
     return _models().get(name)(**kw)
@@ -363,9 +411,14 @@ def _predict(args) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="flowgp", description="Gaussian processes transformed by flows")
+    from .bench.cli import HelpFormatter, add_bench_parser, run_bench, subcommand_summaries
+
+    parser = argparse.ArgumentParser(prog="flowgp", description="Gaussian processes transformed by flows",
+                                     formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True)
-    p_demo = sub.add_parser("demo", help="fit SVGP, TGP and v-WGP on the embedded tanh-sine data (paper Fig. 4)")
+    p_demo = sub.add_parser("demo", help="fit SVGP, TGP and v-WGP on the embedded tanh-sine data (paper Fig. 4)",
+                            formatter_class=HelpFormatter)
     p_demo.add_argument("--out", default="flowgp-demo", help="folder for results.json and demo.png")
     p_demo.add_argument("--json", action="store_true", help="print one JSON object per model")
     p_demo.add_argument("--epochs", type=int, default=1000)
@@ -373,14 +426,14 @@ def main(argv=None) -> int:
     p_demo.add_argument("--threads", type=int, default=1,
                         help="torch threads for the fits (default 1: fastest for its small matrices)")
     p_demo.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p_fit = sub.add_parser("fit", help="fit a model to a table (CSV, Parquet, .npy) and save it")
+    p_fit = sub.add_parser("fit", help="fit a model to a table (CSV, Parquet, .npy) and save it",
+                           formatter_class=HelpFormatter, epilog=models_by_family_text())
     p_fit.add_argument("--data", "--csv", dest="data", required=True, metavar="PATH",
                        help="training table: .csv, .parquet (or a folder of them) or .npy, streamed in chunks")
     p_fit.add_argument("--target", required=True, help="name of the target column (.npy: its index, e.g. -1)")
     p_fit.add_argument("--features", default=None, help="comma-separated feature columns (default: all others)")
     p_fit.add_argument("--model", default="tgp", choices=_csv_models(), metavar="MODEL",
-                       help="a named model of flowgp.registry.MODELS: " + ", ".join(_csv_models()) +
-                            " (" + ", ".join(_multi_output_models()) + ": multi-output, with --output)")
+                       help="a named model of flowgp.registry.MODELS, listed by family below (default: %(default)s)")
     p_fit.add_argument("--output", default=None, metavar="COL",
                        help="multi-output models: the column of each row's output index 0..D-1 (the table's other "
                             "feature column is the input, e.g. time)")
@@ -424,7 +477,8 @@ def main(argv=None) -> int:
     p_fit.add_argument("--nproc", type=int, default=1,
                        help="train data-parallel in this many processes on this machine (torch's elastic "
                             "launcher; for several machines run `torchrun ... -m flowgp fit ...` instead)")
-    p_pred = sub.add_parser("predict", help="predict a table (CSV, Parquet, .npy) with a saved model, in chunks")
+    p_pred = sub.add_parser("predict", help="predict a table (CSV, Parquet, .npy) with a saved model, in chunks",
+                            formatter_class=HelpFormatter)
     p_pred.add_argument("--model", required=True)
     p_pred.add_argument("--data", "--csv", dest="data", required=True, metavar="PATH")
     p_pred.add_argument("--target", default=None, help="target column to score against, if present")
@@ -435,9 +489,8 @@ def main(argv=None) -> int:
     p_pred.add_argument("--device", default=None,
                         help="where to predict (cpu, cuda, cuda:1); default: the device the model was trained on, "
                              "or the CPU where that is CUDA and this machine has none")
-    p_bench = sub.add_parser("bench", help="run the TGP paper's benchmarks (uci, airquality, rainfall, timing, report)")
-    from .bench.cli import add_bench_parser, run_bench
-
+    p_bench = sub.add_parser("bench", help="run the benchmark suite: " +
+                             ", ".join(name for name, _ in subcommand_summaries()))
     add_bench_parser(p_bench)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
