@@ -66,7 +66,7 @@ def main(argv=None):
         fit_seconds = time.perf_counter() - start
         lpd = est.log_predictive_density(x_test, y_test)
         if isinstance(est, LatentDeepGPRegressor):
-            d = est.sample_y(grid, 30, seed=1)
+            d = est.sample_y(grid, 30, random_state=1).T  # [draws, grid]
         else:  # DSVI: f samples plus Gaussian noise
             f = est.sample_f(grid, 30, seed=1)
             noise_sd = float(est.model_.likelihood.noise.detach().sqrt()) * est.y_scale_

@@ -153,6 +153,16 @@ class Estimator:
             arguments = ", ".join(needed)
             raise NotFittedYet(f"this {type(self).__name__} is not fitted yet; call fit({arguments}) first")
 
+    def summary(self, as_dict: bool = False):
+        """What the fit learned, in the data's units: inducing points, epochs run, the training bound per point,
+        lengthscales per input (in that input's units), kernel and noise variances (in y's units where the GP
+        models y itself), the flow's parameters. Returns a `flowgp.estimators.summary.FitSummary`, shown as a
+        table (`print(est.summary())`), or with `as_dict=True` its nested dict {section: {name: value}, "units":
+        {section: {name: units}}}. `repr(est)` stays scikit-learn's (the parameters); this is the fitted view."""
+        from .summary import summarize
+
+        return summarize(self, as_dict)
+
     def checkpoint_path(self, suffix: str = "") -> str | None:
         """The `checkpoint` parameter as a path (None: no checkpoint); `suffix` names a separate training stage."""
         checkpoint = getattr(self, "checkpoint", None)

@@ -237,16 +237,6 @@ class LatentDeepGPRegressor(SVGPRegressor):
         return gradient_snr(self.model_, self.scaled_inputs(X), self.scaled_targets(y, len(X)), num_importance,
                             gradient, **options)
 
-    def sample_y(self, X, n=1, seed=None):
-        """Draws from the predictive p(y* | x*) (both modes of a multimodal target): [n, n_samples]."""
-        xt = self.scaled_inputs(X)
-        n = positive_int(n, "n")
-        with torch.no_grad():
-            gen = self._generator(xt.device, seed)  # one stream across chunks: rows stay independent
-            draws = self.predict_in_chunks(lambda x: self.model_.sample_y(x, n, generator=gen), [xt],
-                                           num_samples=n, dim=1)
-        return draws[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_
-
     def sample_f(self, X, num_samples=1, seed=None):
         """Samples of the last layer's latent function at X with z ~ p(z), [num_samples, n_samples]."""
         xt = self.scaled_inputs(X)

@@ -33,6 +33,7 @@ from .base import Estimator, InputDependentFlowOptions, as_1d_float, as_2d_float
 from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, inducing_row_elements, map_row_chunks
 from ..training.initialisation import (init_from_data, init_identity, init_input_dependent, init_random,
                               warm_start_from_svgp)
+from .sampling import predictive_draws
 from .robust import BestState, BoundBelowSVGPWarning, FitRows, RobustFit, resolve_robust, warn_below_svgp
 
 __all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor", "RobustFit", "BoundBelowSVGPWarning",
@@ -303,6 +304,13 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         with torch.no_grad():
             f = self.model_.sample_f(xt, num_samples, generator=self.generator(seed, xt.device))
         return f[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_
+
+    def sample_y(self, X, n_samples: int = 1, random_state=None) -> np.ndarray:
+        """Draws of y from the predictive distribution at the rows of X, in the units of y: array
+        [n_samples_X, n_samples], one draw per column (scikit-learn's GaussianProcessRegressor.sample_y).
+        `random_state`: None (the estimator's `seed`: draws repeat), an int, or a numpy RandomState/Generator.
+        See `flowgp.estimators.sampling` (the sparse GPs draw jointly over the rows)."""
+        return predictive_draws(self, X, n_samples, random_state)
 
     def _extra_state(self) -> dict:
         return {"y_shift": self.y_shift_, "y_scale": self.y_scale_,
