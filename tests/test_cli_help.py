@@ -125,3 +125,8 @@ def test_bench_help_lists_every_subcommand(monkeypatch, capsys):
         assert re.search(rf"^  {re.escape(name)} +{re.escape(help_text)}$", description, re.M), name
     top = _help([], capsys)
     assert "run the benchmark suite: " + ", ".join(names) in " ".join(top.split())
+
+
+def test_the_package_ships_py_typed():
+    assert (ROOT / "src" / "flowgp" / "py.typed").is_file()
+    assert re.search(r'^"flowgp" = \["py.typed"\]', (ROOT / "pyproject.toml").read_text(), re.M)
