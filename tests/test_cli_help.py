@@ -130,3 +130,14 @@ def test_bench_help_lists_every_subcommand(monkeypatch, capsys):
 def test_the_package_ships_py_typed():
     assert (ROOT / "src" / "flowgp" / "py.typed").is_file()
     assert re.search(r'^"flowgp" = \["py.typed"\]', (ROOT / "pyproject.toml").read_text(), re.M)
+
+
+def test_the_running_torch_is_in_the_declared_range():
+    """pyproject's torch range is the tested one: the torch these tests run on must lie inside it."""
+    version = pytest.importorskip("packaging.version")
+    import torch
+
+    spec = re.search(r'"torch>=([\d.]+),<=([\d.]+)"', (ROOT / "pyproject.toml").read_text())
+    assert spec, "pyproject.toml must pin torch as >=LOWEST,<=NEWEST (the tested range)"
+    running = version.Version(torch.__version__.split("+")[0])
+    assert version.Version(spec[1]) <= running <= version.Version(spec[2])
