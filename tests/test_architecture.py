@@ -1,4 +1,4 @@
-"""Structural rules of the code base (README "Architecture"), checked on the source tree with `ast`.
+"""Structural rules of the code base (CONTRIBUTING.md "Architecture"), checked on the source tree with `ast`.
 
 - no module reaches into another module's private names (`obj._name` on anything but self/cls, or
   `from x import _name`), except dunders and the subclass contract a Flow or Kernel subclass implements;

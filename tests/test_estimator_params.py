@@ -9,53 +9,55 @@ from sklearn.base import clone
 import flowgp.estimators as E
 
 # The published signatures (before the constructors moved to Estimator._store_arguments); a change here is an API change.
+# Compared without their type annotations (names, order and defaults are the contract). verbose's default is
+# "auto" since progress bars follow scikit-learn's quiet default (flowgp.reporting.progress).
 SIGNATURES = {
     "SVGPRegressor": "(self, num_inducing=100, kernel='rbf', batch_size=None, epochs=1000, lr=0.01, seed=0, "
     "dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, fix_noise_fraction=0.0, "
-    "kmeans_restarts=10, learn_inducing=True, quadrature_points=20, predict_quadrature_points=100, verbose=True, "
+    "kmeans_restarts=10, learn_inducing=True, quadrature_points=20, predict_quadrature_points=100, verbose='auto', "
     "checkpoint=None, natural_gradient=None, compile=False)",
     "WarpedGPRegressor": "(self, flow='sal', flow_init='identity', num_inducing=100, kernel='rbf', batch_size=None, "
     "epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, "
     "fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20, "
-    "predict_quadrature_points=100, verbose=True, robust=True, checkpoint=None, compile=False)",
+    "predict_quadrature_points=100, verbose='auto', robust=True, checkpoint=None, compile=False)",
     "TGPRegressor": "(self, flow='sal', flow_init='identity', num_inducing=100, kernel='rbf', batch_size=None, "
     "epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, "
     "fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20, "
-    "predict_quadrature_points=100, verbose=True, input_dependent=False, hidden=(50,), activation='relu', "
+    "predict_quadrature_points=100, verbose='auto', input_dependent=False, hidden=(50,), activation='relu', "
     "dropout=0.25, bayesian='mc_dropout', mc_samples_train=1, mc_samples_predict=100, prior_precision=None, "
     "flow_init_epochs=100, robust=True, checkpoint=None, compile=False)",
     "SVGPClassifier": "(self, num_inducing=100, kernel='rbf', batch_size=None, epochs=1000, lr=0.01, seed=0, "
     "dtype='float64', device='cpu', lengthscale=1.0, period=1.0, likelihood='softmax', fix_variance_epochs=0, "
     "kmeans_restarts=10, learn_inducing=True, quadrature_points=20, mc_samples=20, predict_samples=256, "
-    "verbose=True, checkpoint=None, compile=False)",
+    "verbose='auto', checkpoint=None, compile=False)",
     "TGPClassifier": "(self, flow='sal', flow_init='identity', num_inducing=100, kernel='rbf', batch_size=None, "
     "epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', lengthscale=1.0, period=1.0, "
     "likelihood='softmax', fix_variance_epochs=0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20, "
-    "mc_samples=20, predict_samples=256, verbose=True, input_dependent=False, hidden=(50,), activation='relu', "
+    "mc_samples=20, predict_samples=256, verbose='auto', input_dependent=False, hidden=(50,), activation='relu', "
     "dropout=0.25, bayesian='mc_dropout', mc_samples_train=1, mc_samples_predict=100, prior_precision=None, "
     "flow_init_epochs=100, robust=True, checkpoint=None, compile=False)",
     "DeepGPRegressor": "(self, layers=3, posterior='gaussian', num_samples_train=1, num_samples_predict=100, "
     "hidden_width=None, flow_steps=2, flow_base='network', num_inducing=100, kernel='rbf', batch_size=None, "
     "epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, "
     "fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20, "
-    "predict_quadrature_points=100, verbose=True, checkpoint=None, flow_elementwise='entry', dsvi_warmup=0.0, "
+    "predict_quadrature_points=100, verbose='auto', checkpoint=None, flow_elementwise='entry', dsvi_warmup=0.0, "
     "skip='linear', image_shape=None, draws=None, compile=False, base_gradient=None, flow_selection=True, flow_lr_scale=0.1, flow_rows=32)",
     "DeepGPClassifier": "(self, layers=3, posterior='gaussian', num_samples_train=1, num_samples_predict=100, "
     "hidden_width=None, flow_steps=2, flow_base='network', likelihood='robustmax', num_inducing=100, kernel='rbf', "
     "batch_size=None, epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', lengthscale=1.0, period=1.0, "
-    "kmeans_restarts=10, learn_inducing=True, quadrature_points=20, predict_quadrature_points=100, verbose=True, "
+    "kmeans_restarts=10, learn_inducing=True, quadrature_points=20, predict_quadrature_points=100, verbose='auto', "
     "checkpoint=None, flow_elementwise='entry', dsvi_warmup=0.0, skip='linear', image_shape=None, draws=None, compile=False, base_gradient=None, flow_selection=True, flow_lr_scale=0.1, flow_rows=32)",
     "LatentDeepGPRegressor": "(self, layers=2, latent_dim=1, num_importance=5, gradient='dreg', amortized=True, "
     "natgrad=False, hidden_width=5, num_inducing=128, kernel='rbf', batch_size=None, epochs=1000, lr=0.005, "
     "lr_decay=0.98, natgrad_lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.01, kmeans_restarts=10, "
-    "learn_inducing=True, num_samples_predict=10000, verbose=True, checkpoint=None, hidden_layer='pca', "
+    "learn_inducing=True, num_samples_predict=10000, verbose='auto', checkpoint=None, hidden_layer='pca', "
     "q_var_init=1e-05, hidden_q_var_init=None, learn_hidden_variance=True, compile=False, "
     "extend_checkpoint=False, encoder_skips='dense', objective='bound')",
     "AlignedMultiOutputGPRegressor": "(self, num_inducing=None, num_inducing_alignment=10, num_inducing_warping=10, "
     "latent_processes=1, alignment='gp', warping='gp', num_outputs=None, batch_size='auto', epochs=500, lr=0.01, "
     "seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=0.3, alignment_variance=0.01, "
     "alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=1e-05, "
-    "latent_noise=0.001, num_samples=200, verbose=True, checkpoint=None, natural_gradient=0.5, "
+    "latent_noise=0.001, num_samples=200, verbose='auto', checkpoint=None, natural_gradient=0.5, "
     "natural_gradient_layers='latent', tol=0.0001, patience=50, full_batch_max=2048, cp_inducing='latent', start_from_mogp=False, compile=False, "
     "cp_grid=None)",
 }
@@ -71,7 +73,19 @@ def test_every_public_estimator_is_covered():
 
 @pytest.mark.parametrize("name", sorted(SIGNATURES))
 def test_signature_and_defaults_unchanged(name):
-    assert str(inspect.signature(getattr(E, name).__init__)) == SIGNATURES[name]
+    signature = inspect.signature(getattr(E, name).__init__)
+    plain = signature.replace(parameters=[p.replace(annotation=inspect.Parameter.empty)
+                                          for p in signature.parameters.values()],
+                              return_annotation=inspect.Signature.empty)
+    assert str(plain) == SIGNATURES[name]
+
+
+@pytest.mark.parametrize("name", sorted(SIGNATURES))
+def test_every_constructor_argument_has_a_type_annotation(name):
+    signature = inspect.signature(getattr(E, name).__init__)
+    missing = [p.name for p in signature.parameters.values()
+               if p.name != "self" and p.annotation is inspect.Parameter.empty]
+    assert missing == []
 
 
 @pytest.mark.parametrize("name", sorted(SIGNATURES))

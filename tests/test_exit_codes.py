@@ -165,9 +165,9 @@ def test_exit_code_130_and_one_line_when_bench_is_interrupted(tmp_path):
     out = tmp_path / "res"
     cmd = [sys.executable, "-m", "flowgp.cli", "bench", "uci", "--datasets", "toy", "--models", "svgp",
            "--splits", "0", "--inducing", "5", "--preset", "tiny", "--epochs", "3000", "--data-dir", str(data_dir),
-           "--out", str(out), "--quiet"]
+           "--out", str(out), "--state-dir", str(tmp_path / "state"), "--quiet"]
     proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    folder = out / "checkpoints"
+    folder = tmp_path / "state"
     code, err = _interrupt_when(proc, lambda: folder.is_dir() and any(folder.glob("*.pt")))
     saved = list(folder.glob("*.pt"))
     assert code == 130 and len(saved) == 1, err

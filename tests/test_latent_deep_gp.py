@@ -513,7 +513,7 @@ def test_estimator_contract_save_load_and_multimodal_sampling(tmp_path):
     assert est.log_predictive_density(x[:7], y[:7], num_samples=50).shape == (7,)
     assert np.isfinite(est.elbo(x, y)) and np.isfinite(est.score(x, y))
     draws = est.sample_y(x[:4], 12)
-    assert draws.shape == (12, 4)
+    assert draws.shape == (4, 12)  # scikit-learn's [n_samples_X, n_samples]
     np.testing.assert_array_equal(draws, est.sample_y(x[:4], 12))  # seeded
     path = est.save(tmp_path / "ldgp.pt")
     back = load(path)

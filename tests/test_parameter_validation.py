@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from sklearn.base import BaseEstimator
 
 import flowgp
 import flowgp.estimators as E
@@ -45,7 +46,8 @@ def _fit(est):
     return est.fit(x, y)
 
 
-PUBLIC = sorted(n for n in E.__all__ if isinstance(getattr(E, n), type) and n != "Estimator")
+PUBLIC = sorted(n for n in E.__all__ if isinstance(getattr(E, n), type) and issubclass(getattr(E, n), BaseEstimator)
+                and n != "Estimator")
 
 #: (estimator, parameter, bad value, exception, text the message must hold besides the parameter's name)
 BAD = [
@@ -71,7 +73,7 @@ BAD = [
     ("SVGPRegressor", "kmeans_restarts", 0, ValueError, ">= 1"),
     ("SVGPRegressor", "num_inducing", 10.0, TypeError, "integer"),
     ("SVGPRegressor", "batch_size", 0, ValueError, ">= 1"),
-    ("SVGPRegressor", "verbose", "no", TypeError, "True or False"),
+    ("SVGPRegressor", "verbose", "no", TypeError, "True, False or 'auto'"),
     ("SVGPRegressor", "compile", "no", ValueError, "torch.compile mode"),
     ("SVGPRegressor", "lengthscale", 0.0, ValueError, "positive"),
     ("SVGPRegressor", "lengthscale", np.array([1.0, -1.0]), ValueError, "positive"),

@@ -30,3 +30,17 @@ def test_gitignore_covers_every_virtual_environment_the_readme_creates():
     venvs = re.findall(r"-m venv (\S+)", README.read_text())
     ignored = {line.strip().strip("/") for line in (README.parent / ".gitignore").read_text().splitlines()}
     assert venvs and all(v.strip("/") in ignored for v in venvs), (venvs, sorted(ignored))
+
+
+def test_the_python_blocks_run_in_order_in_one_interpreter(tmp_path, monkeypatch):
+    # a reader pastes the README's Python blocks one after another: they must work as written, in that order
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert blocks
+    monkeypatch.chdir(tmp_path)  # the blocks save files: keep them out of the repository
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)
+
+
+def test_the_readme_is_a_front_page():
+    assert len(README.read_text().splitlines()) <= 150

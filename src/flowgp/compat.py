@@ -17,13 +17,23 @@ __all__ = ["MOVED_MODULES", "SavedFileUpgradeWarning", "current_class_path", "li
 
 
 def library_version() -> str:
-    """The installed flowgp's version (its package metadata), written into checkpoints' fingerprints."""
-    from importlib.metadata import PackageNotFoundError, version
+    """The installed flowgp's version (its package metadata; in a source tree never installed, its pyproject.toml;
+    "0+unknown" without either): `flowgp.__version__`, and written into checkpoints' fingerprints."""
+    import re
+    from importlib import metadata
+    from pathlib import Path
 
     try:
-        return version("flowgp")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"
+        return metadata.version("flowgp")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed: its pyproject.toml
+        pass
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    if pyproject.is_file():
+        project = re.search(r"^\[project\]$(.*?)(?=^\[|\Z)", pyproject.read_text(encoding="utf-8"), re.M | re.S)
+        found = project and re.search(r'^version\s*=\s*"([^"]+)"', project.group(1), re.M)
+        if found:
+            return found.group(1)
+    return "0+unknown"
 
 
 class SavedFileUpgradeWarning(UserWarning):

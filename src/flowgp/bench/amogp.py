@@ -28,7 +28,7 @@ from .models import is_multi_output  # (importing it registers the named models 
 from .results import ResultStore, read_rows
 
 NAME = "amogp"
-HELP = "AMO-GP (issue 8): artificial gap experiment and London PM2.5 hold-out block, vs MO-GP/SVGP/deep GP"
+HELP = "AMO-GP (Kaiser et al. 2018): artificial gap experiment and London PM2.5 hold-out block, vs MO-GP/SVGP/deep GP"
 
 KEY_FIELDS = ("experiment", "model", "seed", "epochs")
 _PM25 = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "air_quality" / \

@@ -14,13 +14,37 @@ subcommand cannot stop the others from running.
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import sys
 
 from ..cli.exit_codes import EPILOG, EXIT_BUSY, EXIT_INTERRUPTED, EXIT_USAGE, interrupted_line
 from ..data.paths import check_distinct
 
-__all__ = ["main", "add_bench_parser", "run_bench"]
+__all__ = ["main", "add_bench_parser", "run_bench", "HelpFormatter", "subcommand_summaries"]
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """`--help` of the flowgp commands: every option with a default that says something shows it, "(default: X)",
+    unless its help already says what the default is; descriptions and epilogs keep their line breaks.
+
+    Defaults of None (an option that is off, or whose default the help explains) and False (a flag) are not
+    shown; neither are defaults of positional arguments."""
+
+    def _get_help_string(self, action):
+        text = (action.help or "").strip()
+        default = action.default
+        if (not action.option_strings or default is None or default is False or default == argparse.SUPPRESS
+                or "%(default)" in text or "default" in text.lower()):
+            return text
+        return f"{text} (default: %(default)s)".strip()
+
+    def _format_action(self, action):
+        # argparse leaves options without help text out of the defaults; give them one so theirs are shown too
+        if not action.help and action.option_strings and self._get_help_string(action):
+            action = copy.copy(action)
+            action.help = "(default: %(default)s)"
+        return super()._format_action(action)
 
 # Explicit, closed list of subcommand modules (relative to flowgp.bench). One line per subcommand.
 _SUBCOMMAND_MODULES = (
@@ -60,11 +84,28 @@ def _subcommands():
         yield from entries
 
 
+def subcommand_summaries() -> list[tuple[str, str]]:
+    """(name, one-line help) of every `flowgp bench` subcommand, in the order of `_SUBCOMMAND_MODULES`."""
+    return [(name, help_text) for name, help_text, _, _ in _subcommands()]
+
+
+#: what `flowgp bench --help` says above its generated list of subcommands
+BENCH_DESCRIPTION = ("Resumable benchmark suite of the papers' experiments: one JSON line per finished row, re-running "
+                     "skips finished rows.")
+
+
 def add_bench_parser(parser: argparse.ArgumentParser) -> None:
-    """Fill `parser` (the `flowgp bench` parser) with one sub-parser per subcommand."""
-    sub = parser.add_subparsers(dest="bench_command", required=True)
-    for name, help_text, add_arguments, run in _subcommands():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+    """Fill `parser` (the `flowgp bench` parser) with one sub-parser per subcommand; its description lists them
+    all, generated from the same list, so it cannot leave one out."""
+    entries = list(_subcommands())
+    width = max((len(name) for name, *_ in entries), default=0)
+    listing = "\n".join(f"  {name:<{width}}  {help_text}" for name, help_text, _, _ in entries)
+    parser.description = f"{BENCH_DESCRIPTION}\n\nsubcommands ('flowgp bench NAME --help' for each one's options):\n{listing}"
+    parser.formatter_class = HelpFormatter
+    sub = parser.add_subparsers(dest="bench_command", required=True, metavar="SUBCOMMAND",
+                                help="one of the subcommands listed above")
+    for name, help_text, add_arguments, run in entries:  # (their help is the description's list)
+        p = sub.add_parser(name, description=help_text, formatter_class=HelpFormatter)
         add_arguments(p)
         p.set_defaults(bench_run=run)
 
@@ -116,9 +157,7 @@ def run_bench(args) -> int:
 
 def main(argv=None) -> int:
     """`flowgp bench` on its own (the same as `flowgp bench ...`); returns the exit status."""
-    parser = argparse.ArgumentParser(prog="flowgp bench",
-                                     description="the papers' benchmarks (resumable) and their tables",
-                                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="flowgp bench", formatter_class=HelpFormatter, epilog=EPILOG)
     add_bench_parser(parser)
     return run_bench(parser.parse_args(argv))
 

@@ -69,7 +69,7 @@ def fit_and_draw(est, x, y, x_test, y_test, grid) -> tuple[dict, np.ndarray]:
     fit_seconds = time.perf_counter() - start
     lpd = est.log_predictive_density(x_test, y_test)
     if isinstance(est, LatentDeepGPRegressor):
-        draws = est.sample_y(grid, 30, seed=1)
+        draws = est.sample_y(grid, 30, random_state=1).T  # [draws, grid]
     else:  # DSVI: f samples plus Gaussian noise
         f = est.sample_f(grid, 30, seed=1)
         noise_sd = float(est.model_.likelihood.noise.detach().sqrt()) * est.y_scale_

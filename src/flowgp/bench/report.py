@@ -32,6 +32,13 @@ HELP = "Markdown tables, rankings and PNG figures from bench result folders"
 # metric -> (label, direction): "min" lower is better, "max" higher is better, a number = closest to it.
 METRICS = {"nll": ("NLL", "min"), "rmse": ("RMSE", "min"), "coverage95": ("95% coverage", 0.95),
            "accuracy": ("accuracy", "max")}
+#: the figures' axis labels: what each metric measures, in which units, which way is better
+AXIS_LABELS = {"nll": "test NLL, nats per test point\n(in the target's units; lower is better)",
+               "rmse": "test RMSE, in the data set's\ntarget units (lower is better)",
+               "coverage95": "share of test points inside the\n95 % predictive interval of y (nominal 0.95)",
+               "accuracy": "test accuracy, share classified\ncorrectly (higher is better)"}
+#: the targets' units of the applications (their data's SOURCES.md), for the figures' axes
+TARGET_UNITS = {"airquality": "PM2.5, µg/m³", "rainfall": "rainfall, 1/10 mm"}
 
 # Table 4 (left), airquality RMSE per inducing fraction: (mean, std) of svgp, tgp and wgp (flows sal+softplus:data).
 _AIRQUALITY_TABLE4 = {0.05: ((5.491, 1.02), (4.851, 0.786), (6.451, 1.207)),
@@ -478,8 +485,10 @@ def build_report(dirs, out=None, figures: bool = True, command: str | None = Non
                 models = _order([mod for v in table.values() for mod in v], order)
                 for metric in (["nll", "rmse", "coverage95"] if task == "regression" else ["nll", "accuracy"]):
                     path = out / f"{task}_{preset}_{metric}.png"
+                    nominal = METRICS[metric][1] if isinstance(METRICS[metric][1], float) else None
                     benchmark_figure(table, metric, models, path, f"{METRICS[metric][0]} ({task}, preset {preset})",
-                                     METRICS[metric][0], ranks=rankings(table, metric))
+                                     AXIS_LABELS[metric], ranks=rankings(table, metric), reference=nominal,
+                                     reference_label=None if nominal is None else f"nominal {nominal:g}")
                     figs.append(path.name)
     if apps:
         lines += _application_markdown(apps, order)
@@ -490,7 +499,8 @@ def build_report(dirs, out=None, figures: bool = True, command: str | None = Non
             for k, table in sorted(asum.items()) for (f, s), mods in sorted(table.items()) for mod, cells in mods.items()]
         if figures:
             application_figure(asum, {key: _order([m for v in table.values() for m in v], order)
-                                      for key, table in asum.items()}, out / "applications_rmse.png")
+                                      for key, table in asum.items()}, out / "applications_rmse.png",
+                               units=TARGET_UNITS)
             figs.append("applications_rmse.png")
     if bench:
         lines += _elbo_markdown(bench, order)

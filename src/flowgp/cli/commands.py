@@ -56,6 +56,54 @@ def _multi_output_models() -> list[str]:
 _SHARED_DEFAULTS = {"kernel": "rbf", "num_inducing": 100, "epochs": 1000, "lr": 0.01}
 
 
+def version_line() -> str:
+    """What `flowgp --version` prints: flowgp's version and the torch and Python it runs on."""
+    import platform
+
+    import torch
+
+    from .. import __version__
+
+    return f"flowgp {__version__} (torch {torch.__version__}, Python {platform.python_version()})"
+
+
+def _name_ranges(names) -> list[str]:
+    """Names that differ only in one number, written once with a brace range: dgp2 dgp3 dgp4 -> dgp{2..4}."""
+    import re
+
+    groups: dict = {}
+    for name in names:
+        match = re.fullmatch(r"(\D*?)(\d+)(\D.*)?", name)
+        key = (match.group(1), match.group(3) or "") if match else (name, None)
+        groups.setdefault(key, []).append(int(match.group(2)) if match else None)
+    out = []
+    for (head, tail), numbers in groups.items():
+        if tail is None:
+            out.append(head)
+        elif len(numbers) > 1 and sorted(numbers) == list(range(min(numbers), max(numbers) + 1)):
+            out.append(f"{head}{{{min(numbers)}..{max(numbers)}}}{tail}")
+        else:
+            out.extend(f"{head}{n}{tail}" for n in numbers)
+    return out
+
+
+def models_by_family_text(width: int = 100) -> str:
+    """`flowgp fit --help`'s list of the --model names, one block per estimator (generated from the registry)."""
+    import textwrap
+
+    models, multi = _models(), set(_multi_output_models())
+    families: dict = {}
+    for name in _csv_models():
+        families.setdefault(models.get(name).regressor, []).append(name)
+    lines = ["--model names by family (NAME{2..4} stands for NAME2, NAME3, NAME4):"]
+    for family, names in families.items():
+        label = f"{family}" + (" (multi-output: with --output)" if set(names) <= multi else "")
+        lines.append(f"  {label}:")
+        lines.extend(textwrap.wrap(", ".join(_name_ranges(names)), width, initial_indent="    ",
+                                   subsequent_indent="    ", break_on_hyphens=False))
+    return "\n".join(lines)
+
+
 def _estimator(name: str, **kw):
     """The unfitted estimator registered as `name`, with the shared keyword arguments and the model's options."""
     return _models().get(name)(**kw)
@@ -111,7 +159,7 @@ def demo(out: str = "flowgp-demo", as_json: bool = False, epochs: int = 1000, se
     `progress` (True: stderr; a file; None or False: silence) so that a long run is seen to move. `threads`: torch threads during
     the fits (None: leave torch's setting), restored afterwards.
     """
-    from ..data.tables import make_tanh_sine
+    from ..data.tables import make_tanh_sine, tanh_sine
     from ..reporting.plotting import demo_figure
 
     periods = tuple(float(p) for p in periods)
@@ -132,7 +180,7 @@ def demo(out: str = "flowgp-demo", as_json: bool = False, epochs: int = 1000, se
     x, y = make_tanh_sine(150, seed=seed)
     rng = np.random.default_rng(seed + 1)
     x_test = np.sort(rng.uniform(0.0, 2.0, 300))[:, None]
-    y_test = np.tanh(4.0 * np.sin(2.0 * np.pi * x_test[:, 0])) + 0.05 * rng.standard_normal(300)
+    y_test = tanh_sine(x_test[:, 0]) + 0.05 * rng.standard_normal(300)
     x_scale = float(x.std())
     configs = [("SVGP", "svgp", {}), ("TGP (tanh)", "tgp", {"flow": "tanh", "flow_init": "data"}),
                ("v-WGP (sal)", "wgp", {"flow": "sal", "flow_init": "data"})]
@@ -162,10 +210,14 @@ def demo(out: str = "flowgp-demo", as_json: bool = False, epochs: int = 1000, se
     (out_dir / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     grid = np.linspace(0.0, 2.0, 400)[:, None]
     panels = []
-    for label, est in fits.items():
+    for row, (label, est) in zip(rows, fits.items()):
         lower, upper = est.predict_interval(grid, 0.95)
-        panels.append((label, est.predict(grid), lower, upper))
-    demo_figure(grid[:, 0], panels, x[:, 0], y, path=out_dir / "demo.png")
+        scores = {"test NLL": row["nll"], "test RMSE": row["rmse"], "95 % coverage": row["coverage95"]}
+        panels.append((label, est.predict(grid), lower, upper, scores))
+    demo_figure(grid[:, 0], panels, x[:, 0], y, path=out_dir / "demo.png", truth=tanh_sine(grid[:, 0]),
+                test=(x_test[:, 0], y_test), level=0.95, interval_of="y", x_label="x (dimensionless)",
+                y_label="y = tanh(4 sin 2πx) + ε",
+                title="Fig. 4 of the TGP paper: SVGP, TGP and v-WGP on tanh-sine data (scores on the test points)")
     if as_json:
         for row in rows:
             print(json.dumps(row))
@@ -386,10 +438,14 @@ def main(argv=None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     """The `flowgp` command line's parser (the bench's subcommands included)."""
+    from ..bench.cli import HelpFormatter, subcommand_summaries
+
     parser = argparse.ArgumentParser(prog="flowgp", description="Gaussian processes transformed by flows",
-                                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     epilog=EPILOG, formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True)
-    p_demo = sub.add_parser("demo", help="fit SVGP, TGP and v-WGP on the embedded tanh-sine data (paper Fig. 4)")
+    p_demo = sub.add_parser("demo", help="fit SVGP, TGP and v-WGP on the embedded tanh-sine data (paper Fig. 4)",
+                            formatter_class=HelpFormatter)
     p_demo.add_argument("--out", default="flowgp-demo", help="folder for results.json and demo.png")
     p_demo.add_argument("--json", action="store_true", help="print one JSON object per model")
     p_demo.add_argument("--epochs", type=int, default=1000)
@@ -398,14 +454,13 @@ def _parser() -> argparse.ArgumentParser:
                         help="torch threads for the fits (default 1: fastest for its small matrices)")
     p_demo.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p_fit = sub.add_parser("fit", help="fit a model to a table (CSV, Parquet, .npy) and save it",
-                           epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                           formatter_class=HelpFormatter, epilog=models_by_family_text() + "\n\n" + EPILOG)
     p_fit.add_argument("--data", "--csv", dest="data", required=True, metavar="PATH",
                        help="training table: .csv, .parquet (or a folder of them) or .npy, streamed in chunks")
     p_fit.add_argument("--target", required=True, help="name of the target column (.npy: its index, e.g. -1)")
     p_fit.add_argument("--features", default=None, help="comma-separated feature columns (default: all others)")
     p_fit.add_argument("--model", default="tgp", choices=_csv_models(), metavar="MODEL",
-                       help="a named model of flowgp.registry.MODELS: " + ", ".join(_csv_models()) +
-                            " (" + ", ".join(_multi_output_models()) + ": multi-output, with --output)")
+                       help="a named model of flowgp.registry.MODELS, listed by family below (default: %(default)s)")
     p_fit.add_argument("--output", default=None, metavar="COL",
                        help="multi-output models: the column of each row's output index 0..D-1 (the table's other "
                             "feature column is the input, e.g. time)")
@@ -454,7 +509,7 @@ def _parser() -> argparse.ArgumentParser:
     # set by --nproc for the processes it starts: the launching process alone reports an interruption
     p_fit.add_argument("--launched-by-nproc", action="store_true", help=argparse.SUPPRESS)
     p_pred = sub.add_parser("predict", help="predict a table (CSV, Parquet, .npy) with a saved model, in chunks",
-                            epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                            epilog=EPILOG, formatter_class=HelpFormatter)
     p_pred.add_argument("--model", required=True)
     p_pred.add_argument("--data", "--csv", dest="data", required=True, metavar="PATH")
     p_pred.add_argument("--target", default=None, help="target column to score against, if present")
@@ -465,8 +520,9 @@ def _parser() -> argparse.ArgumentParser:
     p_pred.add_argument("--device", default=None,
                         help="where to predict (cpu, cuda, cuda:1); default: the device the model was trained on, "
                              "or the CPU where that is CUDA and this machine has none")
-    p_bench = sub.add_parser("bench", help="run the papers' benchmarks and tables (flowgp bench --help lists them)",
-                             epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p_bench = sub.add_parser("bench", help="run the benchmark suite: " +
+                             ", ".join(name for name, _ in subcommand_summaries()),
+                             epilog=EPILOG, formatter_class=HelpFormatter)
     from ..bench.cli import add_bench_parser
 
     add_bench_parser(p_bench)

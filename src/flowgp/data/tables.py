@@ -15,7 +15,7 @@ import numpy as np
 
 from .csv import csv_columns, read_csv
 
-__all__ = ["make_tanh_sine", "load_csv"]
+__all__ = ["make_tanh_sine", "tanh_sine", "load_csv"]
 
 
 def make_tanh_sine(num_points: int = 150, noise_std: float = 0.05, seed: int = 0):
@@ -26,9 +26,13 @@ def make_tanh_sine(num_points: int = 150, noise_std: float = 0.05, seed: int = 0
     """
     rng = np.random.default_rng(seed)
     x = np.linspace(0.0, 2.0, num_points)
-    f = np.tanh(4.0 * np.sin(2.0 * np.pi * x))
-    y = f + noise_std * rng.standard_normal(num_points)
+    y = tanh_sine(x) + noise_std * rng.standard_normal(num_points)
     return x[:, None], y
+
+
+def tanh_sine(x):
+    """The noise-free function of `make_tanh_sine`: f(x) = tanh(4 sin(2π x))."""
+    return np.tanh(4.0 * np.sin(2.0 * np.pi * np.asarray(x, dtype=float)))
 
 
 def select_columns(header, target: str | None, features, label: str, target_prefix: str = "") -> list[str]:

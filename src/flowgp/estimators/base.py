@@ -25,6 +25,7 @@ from .params import fitted_params, fitting, params_fingerprint, params_for_file,
 from .features import (check_feature_names, names_checked_by_table, restore_columns, saved_columns,
                        start_table_columns, table_feature_names)
 from .validation import check_device, check_parameters, check_table_target, is_integer, resolve_seed
+from ..reporting.progress import show_progress
 
 __all__ = ["Estimator", "InputDependentFlowOptions", "as_float_array", "as_2d_float", "as_1d_float",
            "positive_int", "central_probabilities", "FORMAT", "DTYPES"]
@@ -200,6 +201,16 @@ class Estimator:
             arguments = ", ".join(needed)
             raise NotFittedYet(f"this {type(self).__name__} is not fitted yet; call fit({arguments}) first")
 
+    def summary(self, as_dict: bool = False):
+        """What the fit learned, in the data's units: inducing points, epochs run, the training bound per point,
+        lengthscales per input (in that input's units), kernel and noise variances (in y's units where the GP
+        models y itself), the flow's parameters. Returns a `flowgp.estimators.summary.FitSummary`, shown as a
+        table (`print(est.summary())`), or with `as_dict=True` its nested dict {section: {name: value}, "units":
+        {section: {name: units}}}. `repr(est)` stays scikit-learn's (the parameters); this is the fitted view."""
+        from .summary import summarize
+
+        return summarize(self, as_dict)
+
     def checkpoint_path(self, suffix: str = "") -> FingerprintedPath | str | None:
         """The `checkpoint` parameter as a path (None: no checkpoint); `suffix` names a separate training stage.
         It carries this fit's `training_fingerprint` (`flowgp.training.checkpoint.FingerprintedPath`), so the training
@@ -334,7 +345,7 @@ class Estimator:
         return lambda y: self.tensor((y - y_shift) / y_scale)[:, None]
 
     def predict_to_file(self, data, path, *, level: float = 0.95, target=None, features=None,
-                        chunk_rows: int = 65536, verbose: bool = True, output=None) -> dict:
+                        chunk_rows: int = 65536, verbose: bool | str = "auto", output=None) -> dict:
         """Predict a table chunk by chunk and append the rows (mean, std, lower, upper of the central `level`
         interval) to `path` (CSV, or Parquet for .parquet/.pq) as they are computed; memory is bounded by
         `chunk_rows`. The file is written under a temporary name and renamed into place at the end; a `path` that
@@ -364,7 +375,7 @@ class Estimator:
         writer = table_writer(path, ["mean", "std", "lower", "upper"])
         totals = {"rows": 0, "lpd": 0.0, "se": 0.0, "inside": 0}
         ok = False
-        bar = tqdm(total=source.num_rows, desc="predict", unit="rows", disable=not verbose, leave=False)
+        bar = tqdm(total=source.num_rows, desc="predict", unit="rows", disable=not show_progress(verbose), leave=False)
         try:
             for x, y in source.chunks(chunk_rows):
                 with names_checked_by_table():  # the chunk's columns were taken by name

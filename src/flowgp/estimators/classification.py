@@ -7,6 +7,8 @@ the first epochs, as the TGP appendix B.6 does following Hensman et al. (2015).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import dataclasses
 
 import numpy as np
@@ -27,6 +29,16 @@ from .validation import check_parameters
 from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, inducing_row_elements, map_row_chunks
 from ..training.initialisation import init_identity, init_input_dependent, init_random
 from .robust import BestState, resolve_robust, warn_below_svgp
+
+if TYPE_CHECKING:  # names of the signatures' annotations only
+    import os
+    from collections.abc import Iterable
+
+    from numpy.typing import ArrayLike
+    from typing_extensions import Self
+
+    from ..gp.kernels import Kernel
+    from .robust import RobustFit
 
 __all__ = ["SVGPClassifier", "TGPClassifier"]
 
@@ -166,7 +178,8 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
         fix_variance_epochs: hold the variational covariance fixed for this many epochs first (appendix B.6).
         quadrature_points: Gauss-Hermite points of the binary ELL; mc_samples: MC samples of the multiclass ELL.
         predict_samples: MC samples of the multiclass predictive probabilities.
-        verbose: show a tqdm progress bar.
+        verbose: progress bar: "auto" (default: only in an interactive terminal, never inside scikit-learn's
+            meta-estimators or joblib workers; `flowgp.reporting.progress.show_progress`), True or False.
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
             documents; it pays off in long fits with small M (benchmarks/perf/step_time.py).
         checkpoint: a file path: training saves its state there (the variance-fixed stage next to it, with
@@ -174,11 +187,13 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
             same fit: see SVGPRegressor).
     """
 
-    def __init__(self, num_inducing=100, kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0,
-                 dtype="float64", device="cpu", lengthscale=1.0, period=1.0, likelihood="softmax",
-                 fix_variance_epochs=0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
-                 mc_samples=20, predict_samples=256, verbose=True, checkpoint=None,
-                 compile=False):
+    def __init__(self, num_inducing: int = 100, kernel: str | Kernel = "rbf", batch_size: int | None = None,
+                 epochs: int = 1000, lr: float = 0.01, seed: int = 0, dtype: str = "float64",
+                 device: str | torch.device = "cpu", lengthscale: float = 1.0, period: float = 1.0,
+                 likelihood: str = "softmax", fix_variance_epochs: int = 0, kmeans_restarts: int = 10,
+                 learn_inducing: bool = True, quadrature_points: int = 20, mc_samples: int = 20,
+                 predict_samples: int = 256, verbose: bool | str = "auto",
+                 checkpoint: str | os.PathLike | None = None, compile: bool | str = False) -> None:
         self._store_arguments(locals())
 
     # ----- hooks the flow estimator overrides --------------------------------------------------------
@@ -234,7 +249,7 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
     #: `fit` streams tables (paths, iterators of chunks) through Estimator.fit_stream
     STREAMED_FIT = True
 
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike | str | os.PathLike | Iterable, y: ArrayLike | str | int | None = None) -> Self:
         """Fit on X [n_samples, n_features] and labels y [n_samples] (any sortable labels); returns self. X may
         instead be a table streamed in chunks - a path (.csv, .parquet, .npy) with y the label column, or an
         iterator of (X, y) chunks with y None - see `fit_stream` (numeric labels; the classes come from a full
@@ -302,7 +317,7 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
         itemsize = torch.empty((), dtype=self.torch_dtype()).element_size()
         return chunk_rows(inducing_row_elements(model) + grid + 16, itemsize, self.predict_memory)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> np.ndarray:
         """Class probabilities [n_samples, n_classes], columns ordered as `classes_`; rows sum to one."""
         xt = self.scaled_inputs(X)
         with torch.no_grad():
@@ -310,12 +325,12 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
                                    [xt], self._predict_rows())
         return probs.cpu().numpy().astype(np.float64)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """Most probable class label per row."""
         probs = self.predict_proba(X)
         return self.classes_[probs.argmax(1)]
 
-    def log_predictive_density(self, X, y):
+    def log_predictive_density(self, X: ArrayLike, y: ArrayLike) -> np.ndarray:
         """Per-point log p(y* | x*) (the negative of the per-point NLL)."""
         xt = self.scaled_inputs(X)
         yt = self._encode(y, xt.shape[0])
@@ -325,7 +340,7 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
                 [xt, yt], self._predict_rows())
         return out.cpu().numpy()
 
-    def elbo(self, X, y):
+    def elbo(self, X: ArrayLike, y: ArrayLike) -> float:
         """The ELBO on (X, y) (a lower bound on log p(y | X); Monte Carlo for the softmax)."""
         xt = self.scaled_inputs(X)
         yt = self._encode(y, xt.shape[0])
@@ -358,21 +373,24 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
 
     _FLOW_INITS = ("identity", "random", "none")
 
-    def __init__(self, flow="sal", flow_init="identity", num_inducing=100, kernel="rbf", batch_size=None,
-                 epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", lengthscale=1.0, period=1.0,
-                 likelihood="softmax", fix_variance_epochs=0, kmeans_restarts=10, learn_inducing=True,
-                 quadrature_points=20, mc_samples=20, predict_samples=256, verbose=True, input_dependent=False,
-                 hidden=(50,), activation="relu", dropout=0.25, bayesian="mc_dropout", mc_samples_train=1,
-                 mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, robust=True,
-                 checkpoint=None,
-                 compile=False):
+    def __init__(self, flow: str | Flow = "sal", flow_init: str = "identity", num_inducing: int = 100,
+                 kernel: str | Kernel = "rbf", batch_size: int | None = None, epochs: int = 1000, lr: float = 0.01,
+                 seed: int = 0, dtype: str = "float64", device: str | torch.device = "cpu",
+                 lengthscale: float = 1.0, period: float = 1.0, likelihood: str = "softmax",
+                 fix_variance_epochs: int = 0, kmeans_restarts: int = 10, learn_inducing: bool = True,
+                 quadrature_points: int = 20, mc_samples: int = 20, predict_samples: int = 256,
+                 verbose: bool | str = "auto", input_dependent: bool | str = False,
+                 hidden: int | tuple[int, ...] = (50,), activation: str = "relu", dropout: float = 0.25,
+                 bayesian: str = "mc_dropout", mc_samples_train: int = 1, mc_samples_predict: int = 100,
+                 prior_precision: float | None = None, flow_init_epochs: int = 100, robust: bool | RobustFit = True,
+                 checkpoint: str | os.PathLike | None = None, compile: bool | str = False) -> None:
         self._store_arguments(locals())
 
     def _input_dependence(self):
         return self.input_dependence()
 
     # ----- the robust fit (issue 24; flowgp.estimators.robust) ---------------------------------------------
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike | str | os.PathLike | Iterable, y: ArrayLike | str | int | None = None) -> Self:
         """Fit on X [n_samples, n_features] and labels y [n_samples] (any sortable labels); returns self.
 
         With `robust` (default) the SVGP classifier (the flow at the identity) is fitted first - the same fit as

@@ -9,6 +9,8 @@ it starts as DSVI's posterior; one draw of U per data point; `dsvi_warmup` train
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import dataclasses
 import math
 
@@ -30,6 +32,13 @@ from .validation import check_parameters
 from .chunking import chunk_rows, inducing_row_elements, map_row_chunks
 from .classification import StreamedClassLabels, check_labels, training_classes
 from .regression import SVGPRegressor
+
+if TYPE_CHECKING:  # names of the signatures' annotations only
+    import os
+    from collections.abc import Iterable
+
+    from numpy.typing import ArrayLike
+    from typing_extensions import Self
 
 __all__ = ["DeepGPRegressor", "DeepGPClassifier"]
 
@@ -265,13 +274,19 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         Other arguments as SVGPRegressor (num_inducing = M per layer, shared by all layers).
     """
 
-    def __init__(self, layers=3, posterior="gaussian", num_samples_train=1, num_samples_predict=100,
-                 hidden_width=None, flow_steps=2, flow_base="network", num_inducing=100, kernel="rbf",
-                 batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05,
-                 lengthscale=1.0, period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
-                 quadrature_points=20, predict_quadrature_points=100, verbose=True, checkpoint=None,
-                 flow_elementwise="entry", dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None, compile=False,
-                 base_gradient=None, flow_selection=True, flow_lr_scale=0.1, flow_rows=FLOW_ROWS):
+    def __init__(self, layers: int = 3, posterior: str = "gaussian", num_samples_train: int = 1,
+                 num_samples_predict: int = 100, hidden_width: int | None = None, flow_steps: int = 2,
+                 flow_base: str = "network", num_inducing: int = 100, kernel: str = "rbf",
+                 batch_size: int | None = None, epochs: int = 1000, lr: float = 0.01, seed: int = 0,
+                 dtype: str = "float64", device: str | torch.device = "cpu", noise: float = 0.05,
+                 lengthscale: float = 1.0, period: float = 1.0, fix_noise_fraction: float = 0.0,
+                 kmeans_restarts: int = 10, learn_inducing: bool = True, quadrature_points: int = 20,
+                 predict_quadrature_points: int = 100, verbose: bool | str = "auto",
+                 checkpoint: str | os.PathLike | None = None, flow_elementwise: str = "entry",
+                 dsvi_warmup: float = 0.0, skip: str = "linear", image_shape: tuple[int, int, int] | None = None,
+                 draws: str | None = None, compile: bool | str = False, base_gradient: str | None = None,
+                 flow_selection: bool = True, flow_lr_scale: float = 0.1,
+                 flow_rows: int | None = FLOW_ROWS) -> None:
         self._store_arguments(locals())
 
     def _likelihood_name(self):
@@ -280,7 +295,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
     #: `fit` streams tables (paths, iterators of chunks) through Estimator.fit_stream
     STREAMED_FIT = True
 
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike | str | os.PathLike | Iterable, y: ArrayLike | str | int | None = None) -> Self:
         """Fit on X [n_samples, n_features] and y [n_samples]; returns self. X may instead be a table streamed in
         chunks - a path (.csv, .parquet, .npy) with y the target column, or an iterator of (X, y) chunks with y
         None - see `fit_stream`: the model (k-means inducing inputs, the hidden layers' linear projections) is
@@ -311,7 +326,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
     def _chunk_samples(self, quantiles: bool):
         return self.num_samples_predict
 
-    def log_predictive_density(self, X, y):
+    def log_predictive_density(self, X: ArrayLike, y: ArrayLike) -> np.ndarray:
         """Per-point log p(y* | x*) ≈ log-mean-exp over the samples, in the units of y."""
         xt = self.scaled_inputs(X)
         yt = self.scaled_targets(y, xt.shape[0])
@@ -322,7 +337,7 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
                 [xt, yt], num_samples=self.num_samples_predict)
         return lpd[:, 0].cpu().numpy() - math.log(self.y_scale_)
 
-    def elbo(self, X, y):
+    def elbo(self, X: ArrayLike, y: ArrayLike) -> float:
         """A Monte Carlo estimate (num_samples_predict samples) of the ELBO on (X, y) in the units of y."""
         xt = self.scaled_inputs(X)
         yt = self.scaled_targets(y, xt.shape[0])
@@ -331,9 +346,9 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
                                      generator=self._generator(xt.device)).item()
         return value - xt.shape[0] * math.log(self.y_scale_)
 
-    def sample_f(self, X, num_samples=1, seed=None):
-        """Samples of the last layer's f at X (independent across points), [num_samples, n_samples] (`seed`: None
-        for the fit's seed, or a seed as the `seed` parameter takes)."""
+    def sample_f(self, X: ArrayLike, num_samples: int = 1, seed: int | None = None) -> np.ndarray:
+        """Samples of the last layer's f at X (independent across points), [num_samples, n_samples]
+        (`seed`: None for the fit's seed, or a seed as the `seed` parameter takes)."""
         xt = self.scaled_inputs(X)
         num_samples = positive_int(num_samples, "num_samples")
         with torch.no_grad():
@@ -357,13 +372,18 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
     plus `likelihood` ("robustmax" or "softmax") for more than two classes.
     """
 
-    def __init__(self, layers=3, posterior="gaussian", num_samples_train=1, num_samples_predict=100,
-                 hidden_width=None, flow_steps=2, flow_base="network", likelihood="robustmax", num_inducing=100,
-                 kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu",
-                 lengthscale=1.0, period=1.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
-                 predict_quadrature_points=100, verbose=True, checkpoint=None, flow_elementwise="entry",
-                 dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None, compile=False,
-                 base_gradient=None, flow_selection=True, flow_lr_scale=0.1, flow_rows=FLOW_ROWS):
+    def __init__(self, layers: int = 3, posterior: str = "gaussian", num_samples_train: int = 1,
+                 num_samples_predict: int = 100, hidden_width: int | None = None, flow_steps: int = 2,
+                 flow_base: str = "network", likelihood: str = "robustmax", num_inducing: int = 100,
+                 kernel: str = "rbf", batch_size: int | None = None, epochs: int = 1000, lr: float = 0.01,
+                 seed: int = 0, dtype: str = "float64", device: str | torch.device = "cpu",
+                 lengthscale: float = 1.0, period: float = 1.0, kmeans_restarts: int = 10,
+                 learn_inducing: bool = True, quadrature_points: int = 20, predict_quadrature_points: int = 100,
+                 verbose: bool | str = "auto", checkpoint: str | os.PathLike | None = None,
+                 flow_elementwise: str = "entry", dsvi_warmup: float = 0.0, skip: str = "linear",
+                 image_shape: tuple[int, int, int] | None = None, draws: str | None = None,
+                 compile: bool | str = False, base_gradient: str | None = None, flow_selection: bool = True,
+                 flow_lr_scale: float = 0.1, flow_rows: int | None = FLOW_ROWS) -> None:
         self._store_arguments(locals())
 
     def _likelihood_name(self):
@@ -386,7 +406,7 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
     #: `fit` streams tables (paths, iterators of chunks) through Estimator.fit_stream (numeric labels)
     STREAMED_FIT = True
 
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike | str | os.PathLike | Iterable, y: ArrayLike | str | int | None = None) -> Self:
         """Fit on X [n_samples, n_features] and labels y [n_samples]; returns self. X may instead be a table
         streamed in chunks (see `fit_stream`; numeric labels, the classes from a full pass over the table)."""
         self._check_deep_params()
@@ -407,7 +427,7 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
         """The training of `fit_stream`: built from the sample (xs, ys), every stage trained on the table."""
         self._fit_model(xs, ys, sampler=stream)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> np.ndarray:
         """Class probabilities [n_samples, n_classes] averaged over `num_samples_predict` samples (in row chunks
         of bounded memory; every row shares the draws, so its probabilities do not depend on the other rows)."""
         xt = self.scaled_inputs(X)
@@ -434,12 +454,12 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
         # the robust max's class probabilities sum to one only up to its quadrature error (~1e-6)
         return probs / probs.sum(-1, keepdim=True)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """Most probable class label per row."""
         probs = self.predict_proba(X)  # first: an unfitted estimator says so (NotFittedError), not AttributeError
         return self.classes_[probs.argmax(1)]
 
-    def log_predictive_density(self, X, y):
+    def log_predictive_density(self, X: ArrayLike, y: ArrayLike) -> np.ndarray:
         """Per-point log p(y* | x*) (log-mean-exp over the samples)."""
         xt = self.scaled_inputs(X)
         yt = self._encode(y, xt.shape[0])
@@ -450,7 +470,7 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
                 [xt, yt])
         return lpd.reshape(xt.shape[0]).cpu().numpy()
 
-    def elbo(self, X, y):
+    def elbo(self, X: ArrayLike, y: ArrayLike) -> float:
         """A Monte Carlo estimate of the ELBO on (X, y)."""
         xt = self.scaled_inputs(X)
         yt = self._encode(y, xt.shape[0])

@@ -8,6 +8,8 @@ the E.2 schedule; predictions draw z from the prior p(z) (supplement E.3) from a
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import dataclasses
 import math
 
@@ -25,6 +27,13 @@ from ..training.loop import step_lr, train
 from .base import central_probabilities, positive_int
 from .regression import SVGPRegressor
 from .validation import check_parameters
+
+if TYPE_CHECKING:  # names of the signatures' annotations only
+    import os
+    from collections.abc import Callable
+
+    from numpy.typing import ArrayLike
+    from typing_extensions import Self
 
 __all__ = ["LatentDeepGPRegressor"]
 
@@ -66,12 +75,16 @@ class LatentDeepGPRegressor(SVGPRegressor):
             always the bound; `training_objective` gives the value of the objective trained.
     """
 
-    def __init__(self, layers=2, latent_dim=1, num_importance=5, gradient="dreg", amortized=True, natgrad=False,
-                 hidden_width=5, num_inducing=128, kernel="rbf", batch_size=None, epochs=1000, lr=0.005,
-                 lr_decay=0.98, natgrad_lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.01,
-                 kmeans_restarts=10, learn_inducing=True, num_samples_predict=10000, verbose=True, checkpoint=None,
-                 hidden_layer="pca", q_var_init=1e-5, hidden_q_var_init=None, learn_hidden_variance=True,
-                 compile=False, extend_checkpoint=False, encoder_skips="dense", objective="bound"):
+    def __init__(self, layers: int = 2, latent_dim: int = 1, num_importance: int = 5, gradient: str = "dreg",
+                 amortized: bool = True, natgrad: bool = False, hidden_width: int | None = 5,
+                 num_inducing: int = 128, kernel: str = "rbf", batch_size: int | None = None,
+                 epochs: int = 1000, lr: float = 0.005, lr_decay: float = 0.98, natgrad_lr: float = 0.01,
+                 seed: int = 0, dtype: str = "float64", device: str | torch.device = "cpu", noise: float = 0.01,
+                 kmeans_restarts: int = 10, learn_inducing: bool = True, num_samples_predict: int = 10000,
+                 verbose: bool | str = "auto", checkpoint: str | os.PathLike | None = None,
+                 hidden_layer: str = "pca", q_var_init: float = 1e-5, hidden_q_var_init: float | None = None,
+                 learn_hidden_variance: bool = True, compile: bool | str = False, extend_checkpoint: bool = False,
+                 encoder_skips: str = "dense", objective: str = "bound") -> None:
         self._store_arguments(locals())
 
     # ----- checks and construction ---------------------------------------------------------------------
@@ -138,7 +151,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
     #: `fit` streams tables (paths, iterators of chunks) through Estimator.fit_stream (amortised q(z) only)
     STREAMED_FIT = True
 
-    def fit(self, X, y=None, callback=None):
+    def fit(self, X: ArrayLike, y: ArrayLike | None = None, callback: Callable | None = None) -> Self:
         """Fit on X [n_samples, n_features] and y [n_samples]; returns self.
 
         `callback(step, loss, model)` is passed to `flowgp.training.loop.train` (called after every iteration, a
@@ -179,7 +192,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
         # the model's predict sums over bounded chunks of samples itself; its quantiles hold all samples
         return int(self.num_samples_predict) if quantiles else 1
 
-    def log_predictive_density(self, X, y, num_samples=None):
+    def log_predictive_density(self, X: ArrayLike, y: ArrayLike, num_samples: int | None = None) -> np.ndarray:
         """Per-point log p(y* | x*) (supplement E.3: z ~ p(z), log of the mean likelihood by log-sum-exp),
         in the units of y; `num_samples` defaults to `num_samples_predict`."""
         xt = self.scaled_inputs(X)
@@ -192,7 +205,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
                 num_samples=s)
         return lpd.cpu().numpy() - math.log(self.y_scale_)
 
-    def predictive_summary(self, X, y, level=0.95):
+    def predictive_summary(self, X: ArrayLike, y: ArrayLike, level: float = 0.95) -> dict:
         """SVGPRegressor.predictive_summary from one set of `num_samples_predict` draws of z per point
         (`LatentDeepGP.predictive_summary`; the three separate calls draw them three times: power's 957 test
         points with 10 000 draws take about 100 s each on one core), plus "log_density_kde": the IWVI authors'
@@ -212,7 +225,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
         return {"log_density": lpd.cpu().numpy() - log_scale, "mean": self._in_target_units(mean),
                 "lower": q[0], "upper": q[1], "log_density_kde": kde.cpu().numpy() - log_scale}
 
-    def elbo(self, X, y, num_importance=None):
+    def elbo(self, X: ArrayLike, y: ArrayLike, num_importance: int | None = None) -> float:
         """An estimate of the importance-weighted bound L_K on (X, y) in the units of y (K defaults to the
         estimator's num_importance; X must be the training inputs when q(z) is free per point). The bound (joint
         draws) whatever `objective` the model was trained on."""
@@ -239,17 +252,7 @@ class LatentDeepGPRegressor(SVGPRegressor):
         return gradient_snr(self.model_, self.scaled_inputs(X), self.scaled_targets(y, len(X)), num_importance,
                             gradient, **options)
 
-    def sample_y(self, X, n=1, seed=None):
-        """Draws from the predictive p(y* | x*) (both modes of a multimodal target): [n, n_samples]."""
-        xt = self.scaled_inputs(X)
-        n = positive_int(n, "n")
-        with torch.no_grad():
-            gen = self._generator(xt.device, seed)  # one stream across chunks: rows stay independent
-            draws = self.predict_in_chunks(lambda x: self.model_.sample_y(x, n, generator=gen), [xt],
-                                           num_samples=n, dim=1)
-        return draws[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_
-
-    def sample_f(self, X, num_samples=1, seed=None):
+    def sample_f(self, X: ArrayLike, num_samples: int = 1, seed: int | None = None) -> np.ndarray:
         """Samples of the last layer's latent function at X with z ~ p(z), [num_samples, n_samples]."""
         xt = self.scaled_inputs(X)
         with torch.no_grad():

@@ -6,6 +6,8 @@ share one time axis); each series' targets with their own.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import dataclasses
 import math
 import time
@@ -25,6 +27,11 @@ from .features import check_feature_names, fit_feature_names, start_table_column
 from .validation import check_parameters, check_table_target, resolve_seed
 from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, map_row_chunks
 
+if TYPE_CHECKING:  # names of the signatures' annotations only
+    import os
+    from numpy.typing import ArrayLike
+    from typing_extensions import Self
+
 __all__ = ["AlignedMultiOutputGPRegressor"]
 
 
@@ -43,7 +50,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         batch_size: rows per step; "auto" (default) trains on the full batch when there are at most
             `full_batch_max` rows (the step then follows the exact bound, which the minibatch noise otherwise
             keeps the extra layers from reaching), else in minibatches of 256; None: always the full batch.
-        epochs, lr, seed, dtype, device, verbose: training (Adam on the bound, tqdm bar).
+        epochs, lr, seed, dtype, device, verbose: training (Adam on the bound; a progress bar with verbose="auto"
+            only in an interactive terminal, never inside scikit-learn's meta-estimators).
         natural_gradient: γ (default 0.5) or None (Adam on everything): natural-gradient steps of size γ
             (`flowgp.training.natural_gradients.NaturalGradient`, Salimbeni et al. 2018) on the Gaussian q(u) of the layers named in
             `natural_gradient_layers` ("latent", the default: the CP layer; "all": alignment and warping q(u)
@@ -89,13 +97,18 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             continues where it stopped (only the same fit: see SVGPRegressor).
     """
 
-    def __init__(self, num_inducing=None, num_inducing_alignment=10, num_inducing_warping=10, latent_processes=1,
-                 alignment="gp", warping="gp", num_outputs=None, batch_size="auto", epochs=500, lr=0.01, seed=0,
-                 dtype="float64", device="cpu", noise=0.05, lengthscale=0.3, alignment_variance=0.01,
-                 alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=1e-5,
-                 latent_noise=1e-3, num_samples=200, verbose=True, checkpoint=None, natural_gradient=0.5,
-                 natural_gradient_layers="latent", tol=1e-4, patience=50, full_batch_max=2048,
-                 cp_inducing="latent", start_from_mogp=False, compile=False, cp_grid=None):
+    def __init__(self, num_inducing: int | None = None, num_inducing_alignment: int = 10,
+                 num_inducing_warping: int = 10, latent_processes: int = 1, alignment: str = "gp",
+                 warping: str = "gp", num_outputs: int | None = None, batch_size: int | str | None = "auto",
+                 epochs: int = 500, lr: float = 0.01, seed: int = 0, dtype: str = "float64",
+                 device: str | torch.device = "cpu", noise: float = 0.05, lengthscale: float = 0.3,
+                 alignment_variance: float = 0.01, alignment_lengthscale: float = 1.0,
+                 warping_variance: float = 0.05, warping_lengthscale: float = 1.0, alignment_noise: float = 1e-5,
+                 latent_noise: float = 1e-3, num_samples: int = 200, verbose: bool | str = "auto",
+                 checkpoint: str | os.PathLike | None = None, natural_gradient: float | None = 0.5,
+                 natural_gradient_layers: str = "latent", tol: float | None = 1e-4, patience: int = 50,
+                 full_batch_max: int = 2048, cp_inducing: str = "latent", start_from_mogp: bool = False,
+                 compile: bool | str = False, cp_grid: bool | None = None) -> None:
         self._store_arguments(locals())
 
     # ----- helpers -------------------------------------------------------------------------------------
@@ -210,7 +223,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         return dataclasses.replace(config, **overrides)
 
     # ----- public API ----------------------------------------------------------------------------------
-    def fit(self, X, y=None, output=None):
+    def fit(self, X: ArrayLike, y: ArrayLike | None = None, output: ArrayLike | None = None) -> Self:
         """Fit on X [n, 1], y [n] and output [n] (series index per row); returns self. X may instead be a table
         streamed in chunks, with y the target column and output the output column (see `fit_stream`)."""
         if is_table(X):
@@ -376,7 +389,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         self.history_ = train(self.model_, sampler, natural_gradient=self._natural_gradient(self.model_),
                               desc=type(self).__name__, checkpoint_path=self.checkpoint_path(), **kwargs)
 
-    def predict(self, X, output, return_std=False):
+    def predict(self, X: ArrayLike, output: ArrayLike,
+                return_std: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Moment-matched predictive mean of y* (and its standard deviation with return_std=True)."""
         xt, ot, o = self.scaled_inputs(X, output)
         with torch.no_grad():
@@ -407,7 +421,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         with torch.no_grad():
             return map_row_chunks(run, tensors, rows, dim=-1)
 
-    def predict_interval(self, X, output, level=0.95, method="gaussian", seed=None):
+    def predict_interval(self, X: ArrayLike, output: ArrayLike, level: float = 0.95, method: str = "gaussian",
+                         seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Central predictive interval (lower, upper): "gaussian" from the propagated Gaussian, "samples" from
         quantiles of y drawn through the hierarchy."""
         central_probabilities(level)
@@ -431,7 +446,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         q = q.cpu().numpy() * self.y_std_[o] + self.y_mean_[o]
         return q[0], q[1]
 
-    def log_predictive_density(self, X, y, output, method="mc", seed=None):
+    def log_predictive_density(self, X: ArrayLike, y: ArrayLike, output: ArrayLike, method: str = "mc",
+                               seed: int | None = None) -> np.ndarray:
         """Per-point log p(y* | x*) in the units of y: "mc" through the hierarchy (num_samples), "gaussian"
         from the propagated Gaussian."""
         xt, ot, o = self.scaled_inputs(X, output)
@@ -443,13 +459,13 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             [xt, yt, ot], seed)
         return lpd.cpu().numpy() - np.log(self.y_std_[o])
 
-    def score(self, X, y, output, sample_weight=None):
+    def score(self, X: ArrayLike, y: ArrayLike, output: ArrayLike, sample_weight: ArrayLike | None = None) -> float:
         """R² of the predictive mean over all rows."""
         from sklearn.metrics import r2_score
 
         return r2_score(y, self.predict(X, output), sample_weight=sample_weight)
 
-    def elbo(self, X, y, output):
+    def elbo(self, X: ArrayLike, y: ArrayLike, output: ArrayLike) -> float:
         """The bound (eq. 22) on (X, y, output) in the units of y."""
         xt, ot, o = self.scaled_inputs(X, output)
         y = as_1d_float(y, xt.shape[0])

@@ -16,6 +16,8 @@ After such a fit `fit_report_` holds the bound per point after every stage and `
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import dataclasses
 import math
 
@@ -35,7 +37,17 @@ from .features import fit_feature_names
 from .chunking import PREDICT_MEMORY_BYTES, chunk_rows, inducing_row_elements, map_row_chunks
 from ..training.initialisation import (init_from_data, init_identity, init_input_dependent, init_random,
                               warm_start_from_svgp)
+from .sampling import predictive_draws
 from .robust import BestState, BoundBelowSVGPWarning, FitRows, RobustFit, resolve_robust, warn_below_svgp
+
+if TYPE_CHECKING:  # names of the signatures' annotations only
+    import os
+    from collections.abc import Iterable
+
+    from numpy.typing import ArrayLike
+    from typing_extensions import Self
+
+    from ..gp.kernels import Kernel
 
 __all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor", "RobustFit", "BoundBelowSVGPWarning",
            "summary_from_predictions"]
@@ -67,7 +79,8 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         lengthscale, period: initial kernel hyperparameters (standardised inputs).
         fix_noise_fraction: hold the noise fixed for this fraction of iterations (appendix B.5).
         quadrature_points / predict_quadrature_points: Gauss-Hermite points in training / prediction.
-        verbose: show a tqdm progress bar.
+        verbose: progress bar: "auto" (default: only in an interactive terminal, never inside scikit-learn's
+            meta-estimators or joblib workers; `flowgp.reporting.progress.show_progress`), True or False.
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
             documents; it pays off in long fits with small M (benchmarks/perf/step_time.py).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
@@ -81,11 +94,13 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             (docs/results/tgp/robust-fit/README.md, section 7).
     """
 
-    def __init__(self, num_inducing=100, kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0,
-                 dtype="float64", device="cpu", noise=0.05, lengthscale=1.0, period=1.0,
-                 fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
-                 predict_quadrature_points=100, verbose=True, checkpoint=None, natural_gradient=None,
-                 compile=False):
+    def __init__(self, num_inducing: int = 100, kernel: str | Kernel = "rbf", batch_size: int | None = None,
+                 epochs: int = 1000, lr: float = 0.01, seed: int = 0, dtype: str = "float64",
+                 device: str | torch.device = "cpu", noise: float = 0.05, lengthscale: float = 1.0,
+                 period: float = 1.0, fix_noise_fraction: float = 0.0, kmeans_restarts: int = 10,
+                 learn_inducing: bool = True, quadrature_points: int = 20, predict_quadrature_points: int = 100,
+                 verbose: bool | str = "auto", checkpoint: str | os.PathLike | None = None,
+                 natural_gradient: float | None = None, compile: bool | str = False) -> None:
         self._store_arguments(locals())
 
     #: working-memory budget (bytes) of one prediction call: rows are predicted in chunks that fit in it
@@ -185,7 +200,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
     #: `fit` streams tables (paths, iterators of chunks) through Estimator.fit_stream
     STREAMED_FIT = True
 
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike | str | os.PathLike | Iterable, y: ArrayLike | str | int | None = None) -> Self:
         """Fit on X [n_samples, n_features] and y [n_samples]; returns self. X may instead be a table streamed in
         chunks - a path (.csv, .parquet, .npy) with y the target column, or an iterator of (X, y) chunks with y
         None - see `fit_stream`."""
@@ -245,14 +260,14 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         """The RobustFit of this fit, None for a plain one (the SVGP is fitted plainly)."""
         return None
 
-    def predict(self, X, return_std=False):
+    def predict(self, X: ArrayLike, return_std: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Predictive mean of y* (and its standard deviation with return_std=True)."""
         xt = self.scaled_inputs(X)
         with torch.no_grad():
             mean, var = self.predict_in_chunks(self._model_predict, [xt], num_samples=self._chunk_samples(False))
         return self._in_target_units(mean, var if return_std else None)
 
-    def predict_quantiles(self, X, probs):
+    def predict_quantiles(self, X: ArrayLike, probs: ArrayLike) -> np.ndarray:
         """Predictive quantiles of y*, array [len(probs), n_samples]."""
         xt = self.scaled_inputs(X)
         probs = list(np.atleast_1d(probs))
@@ -272,12 +287,12 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         """Monte Carlo samples per row held at once in a chunk (None: deterministic predictions)."""
         return None
 
-    def predict_interval(self, X, level=0.95):
+    def predict_interval(self, X: ArrayLike, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
         """Central predictive interval (lower, upper) holding `level` of the predictive mass."""
         q = self.predict_quantiles(X, list(central_probabilities(level)))
         return q[0], q[1]
 
-    def log_predictive_density(self, X, y):
+    def log_predictive_density(self, X: ArrayLike, y: ArrayLike) -> np.ndarray:
         """Per-point log p(y* | x*) in the units of y (the target scaling's Jacobian is accounted for)."""
         xt = self.scaled_inputs(X)
         yt = self.scaled_targets(y, xt.shape[0])
@@ -287,7 +302,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                 [xt, yt])
         return lpd[:, 0].cpu().numpy() - math.log(self.y_scale_)
 
-    def predictive_summary(self, X, y, level=0.95) -> dict:
+    def predictive_summary(self, X: ArrayLike, y: ArrayLike, level: float = 0.95) -> dict:
         """What the test scores need, in one call: a dict of arrays [n_samples] in the units of y,
         "log_density" (log p(y* | x*)), "mean" (the predictive mean), "lower" and "upper" (the central interval
         holding `level` of the predictive mass); a family may add entries.
@@ -297,7 +312,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         them (LatentDeepGPRegressor)."""
         return summary_from_predictions(self, X, y, level)
 
-    def elbo(self, X, y):
+    def elbo(self, X: ArrayLike, y: ArrayLike) -> float:
         """The ELBO on (X, y) in the units of y (a lower bound on log p(y))."""
         xt = self.scaled_inputs(X)
         yt = self.scaled_targets(y, xt.shape[0])
@@ -305,7 +320,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             value = self.model_.elbo(xt, yt, generator=self.generator(device=xt.device)).item()
         return value - xt.shape[0] * math.log(self.y_scale_)
 
-    def sample_f(self, X, num_samples=1, seed=None):
+    def sample_f(self, X: ArrayLike, num_samples: int = 1, seed: int | None = None) -> np.ndarray:
         """Posterior samples of the latent function at X, in the units of y: [num_samples, n_samples]
         (`seed`: None for the fit's seed, or a seed as the `seed` parameter takes)."""
         xt = self.scaled_inputs(X)
@@ -313,6 +328,14 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         with torch.no_grad():
             f = self.model_.sample_f(xt, num_samples, generator=self.generator(seed, xt.device))
         return f[..., 0].cpu().numpy() * self.y_scale_ + self.y_shift_
+
+    def sample_y(self, X: ArrayLike, n_samples: int = 1,
+                 random_state: int | np.random.RandomState | np.random.Generator | None = None) -> np.ndarray:
+        """Draws of y from the predictive distribution at the rows of X, in the units of y: array
+        [n_samples_X, n_samples], one draw per column (scikit-learn's GaussianProcessRegressor.sample_y).
+        `random_state`: None (the estimator's `seed`: draws repeat), an int, or a numpy RandomState/Generator.
+        See `flowgp.estimators.sampling` (the sparse GPs draw jointly over the rows)."""
+        return predictive_draws(self, X, n_samples, random_state)
 
     def _extra_state(self) -> dict:
         return {"y_shift": self.y_shift_, "y_scale": self.y_scale_,
@@ -327,11 +350,14 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
 class _FlowRegressor(SVGPRegressor):
     """Shared constructor of the flow estimators (sklearn needs every parameter in the signature)."""
 
-    def __init__(self, flow="sal", flow_init="identity", num_inducing=100, kernel="rbf", batch_size=None,
-                 epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05, lengthscale=1.0,
-                 period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
-                 quadrature_points=20, predict_quadrature_points=100, verbose=True, robust=True, checkpoint=None,
-                 compile=False):
+    def __init__(self, flow: str | Flow = "sal", flow_init: str = "identity", num_inducing: int = 100,
+                 kernel: str | Kernel = "rbf", batch_size: int | None = None, epochs: int = 1000, lr: float = 0.01,
+                 seed: int = 0, dtype: str = "float64", device: str | torch.device = "cpu", noise: float = 0.05,
+                 lengthscale: float = 1.0, period: float = 1.0, fix_noise_fraction: float = 0.0,
+                 kmeans_restarts: int = 10, learn_inducing: bool = True, quadrature_points: int = 20,
+                 predict_quadrature_points: int = 100, verbose: bool | str = "auto",
+                 robust: bool | RobustFit = True, checkpoint: str | os.PathLike | None = None,
+                 compile: bool | str = False) -> None:
         self._store_arguments(locals())
 
     _FLOW_INITS = ("identity", "data", "random", "none")
@@ -550,13 +576,17 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
     _data_direction = "generative"
     _MODEL = "tgp"
 
-    def __init__(self, flow="sal", flow_init="identity", num_inducing=100, kernel="rbf", batch_size=None,
-                 epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05, lengthscale=1.0,
-                 period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
-                 quadrature_points=20, predict_quadrature_points=100, verbose=True, input_dependent=False,
-                 hidden=(50,), activation="relu", dropout=0.25, bayesian="mc_dropout", mc_samples_train=1,
-                 mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, robust=True,
-                 checkpoint=None, compile=False):
+    def __init__(self, flow: str | Flow = "sal", flow_init: str = "identity", num_inducing: int = 100,
+                 kernel: str | Kernel = "rbf", batch_size: int | None = None, epochs: int = 1000, lr: float = 0.01,
+                 seed: int = 0, dtype: str = "float64", device: str | torch.device = "cpu", noise: float = 0.05,
+                 lengthscale: float = 1.0, period: float = 1.0, fix_noise_fraction: float = 0.0,
+                 kmeans_restarts: int = 10, learn_inducing: bool = True, quadrature_points: int = 20,
+                 predict_quadrature_points: int = 100, verbose: bool | str = "auto",
+                 input_dependent: bool | str = False, hidden: int | tuple[int, ...] = (50,),
+                 activation: str = "relu", dropout: float = 0.25, bayesian: str = "mc_dropout",
+                 mc_samples_train: int = 1, mc_samples_predict: int = 100, prior_precision: float | None = None,
+                 flow_init_epochs: int = 100, robust: bool | RobustFit = True,
+                 checkpoint: str | os.PathLike | None = None, compile: bool | str = False) -> None:
         self._store_arguments(locals())
 
     def _target_positive(self) -> bool:

@@ -132,6 +132,13 @@ def choice(options, none: bool = False):
     return rule
 
 
+def verbosity(value, name):
+    """True, False or "auto" (progress only in an interactive terminal, never inside scikit-learn's tools)."""
+    if is_bool(value) or value == "auto":
+        return
+    raise InvalidParameterError(f"{name} must be True, False or 'auto', got {value!r}")
+
+
 def path_or_none(value, name):
     if value is not None and not isinstance(value, (str, os.PathLike)):
         raise InvalidParameterError(f"{name} must be a file path (str or Path) or None, got {type(value).__name__}")
@@ -211,7 +218,7 @@ def device_rule(value, name):
 RULES = {
     # training
     "epochs": integer(1), "lr": number(0), "batch_size": integer(1, none=True), "seed": seed_rule,
-    "dtype": dtype_name, "device": device_rule, "verbose": boolean(), "checkpoint": path_or_none,
+    "dtype": dtype_name, "device": device_rule, "verbose": verbosity, "checkpoint": path_or_none,
     "compile": compile_mode, "fix_noise_fraction": number(0, 1, low_open=False),
     "natural_gradient": number(0, 1, none=True), "extend_checkpoint": boolean(),
     "fix_variance_epochs": integer(0), "tol": number(0, low_open=False, none=True), "patience": integer(1),

@@ -818,6 +818,14 @@ class DeepGP(nn.Module):
         vs, _ = self.sample_inducing(num_samples, generator)
         return self.propagate(x, num_samples, generator, vs)[-1][0]
 
+    def sample_y(self, x: torch.Tensor, num_samples: int = 1, generator=None) -> torch.Tensor:
+        """Draws of y* [S, N, L] (independent across x*): f_L from `sample_f` plus the likelihood's noise, the
+        mixture whose moments `predict` estimates."""
+        if not hasattr(self.likelihood, "sample"):
+            raise TypeError(f"{type(self.likelihood).__name__} cannot draw y; sample_y needs a likelihood with "
+                            "sample() (a regression likelihood)")
+        return self.likelihood.sample(self.sample_f(x, num_samples, generator), generator=generator)
+
 
 def _as_float_tensor(value) -> torch.Tensor:
     """A floating tensor keeps its dtype; anything else (arrays, lists, integer tensors) becomes float64."""

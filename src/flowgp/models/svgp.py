@@ -146,3 +146,12 @@ class SVGP(nn.Module):
         x = self.validate(x)
         f0 = self.gp.sample(x, num_samples, full_cov=full_cov, generator=generator)
         return self.likelihood.transform(f0, x=x, generator=generator)
+
+    def sample_y(self, x: torch.Tensor, num_samples: int = 1, full_cov: bool = True, generator=None):
+        """Draws of y* from the predictive p(y* | x*), [S, N, L]: y = f_K + ε with f_K = G(f₀) from `sample_f`
+        (jointly over x* when full_cov) and ε from the likelihood's noise (a warped likelihood's base), so their
+        marginal moments are `predict`'s."""
+        noise = getattr(self.likelihood, "base", self.likelihood)
+        if not hasattr(noise, "sample"):
+            raise TypeError(f"{type(noise).__name__} cannot draw y; sample_y needs a likelihood with sample()")
+        return noise.sample(self.sample_f(x, num_samples, full_cov, generator), generator=generator)

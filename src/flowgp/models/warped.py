@@ -63,6 +63,14 @@ class WarpedGP(SVGP):
         first = (w * y).sum(0)
         return first, ((w * y.square()).sum(0) - first.square()).clamp_min(0)
 
+    def sample_y(self, x, num_samples: int = 1, full_cov: bool = True, generator=None):
+        """Draws of y* = T⁻¹(z*), z* = f + ε with f ~ q(f(x*)) (jointly over x* when full_cov) and ε ~ N(0, σ²),
+        [S, N, L]: the predictive whose moments `predict` gives."""
+        x = self.validate(x)
+        z = self.likelihood.sample(self.gp.sample(x, num_samples, full_cov=full_cov, generator=generator),
+                                   generator=generator)
+        return self.flow.inverse(z, x, validate=False)
+
     def predict_median(self, x):
         """Median of y*: T⁻¹(μ)."""
         x = self.validate(x)

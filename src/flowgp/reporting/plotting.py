@@ -25,7 +25,7 @@ import numpy as np
 from matplotlib import rcParams
 from matplotlib.figure import Figure
 
-__all__ = ["demo_figure", "benchmark_figure", "application_figure", "snr_figure", "amogp_layers_figure",
+__all__ = ["demo_figure", "interval_label", "benchmark_figure", "application_figure", "snr_figure", "amogp_layers_figure",
            "amogp_alignments_figure", "pm25_holdout_figure", "plot_warping_curves", "latent_demo_figure"]
 
 _MARKERS = "osD^v<>Pp*hX"
@@ -64,28 +64,65 @@ def _colours() -> list:
 
 
 # ----- flowgp demo ------------------------------------------------------------------------------------------
-def demo_figure(grid, panels, x, y, path=None) -> Figure:
-    """One panel per model: 95% predictive interval, predictive mean and training data (TGP paper, Fig. 4).
+def interval_label(level: float, of: str = "y") -> str:
+    """The legend text of a central interval: what it holds and of which quantity, e.g. "95 % predictive
+    interval of y" (a new observation, noise included) or "95 % credible interval of f" (the latent function)."""
+    kind = {"y": "predictive interval of y", "f": "credible interval of f"}.get(of)
+    if kind is None:
+        raise ValueError(f"interval_of must be 'y' (a new observation) or 'f' (the latent function), got {of!r}")
+    return f"{100 * level:g} % {kind}"
 
-    grid: [G] inputs; panels: sequence of (title, mean [G], lower [G], upper [G]); x [N], y [N]: training data.
+
+def _metrics_text(metrics) -> str:
+    """A panel's scores on one line ("test NLL 0.123 · RMSE 0.045")."""
+    return " · ".join(f"{name} {value:.3f}" if isinstance(value, (int, float, np.floating)) else f"{name} {value}"
+                      for name, value in metrics.items())
+
+
+def demo_figure(grid, panels, x, y, path=None, *, truth=None, test=None, level: float = 0.95, interval_of="y",
+                x_label: str = "x", y_label: str = "y", title: str | None = None) -> Figure:
+    """One panel per model: its central predictive interval, predictive mean, the true function, the training
+    and test points and the model's test scores (TGP paper, Fig. 4).
+
+    grid: [G] inputs; panels: sequence of (title, mean [G], lower [G], upper [G]) or (title, mean, lower,
+    upper, metrics), metrics a dict {name: value} written under the panel's title (e.g. {"test NLL": 0.12,
+    "RMSE": 0.05, "95 % coverage": 0.95}); x [N], y [N]: training data; truth: the noise-free function at `grid` [G];
+    test: (x_test [T], y_test [T]); level and interval_of: what the band holds ("y": a new observation, noise
+    included; "f": the latent function), named in the legend; x_label, y_label: the axes (with units).
     """
     grid, x, y = _array(grid).reshape(-1), _array(x).reshape(-1), _array(y).reshape(-1)
-    fig, axes = _panel_row((15, 4), len(panels))
-    for ax, (title, mean, lower, upper) in zip(axes, panels):
-        ax.fill_between(grid, _array(lower), _array(upper), alpha=0.3, label="95% interval")
+    band = interval_label(level, interval_of)
+    fig, axes = _panel_row((15, 4.6), len(panels))
+    for ax, (name, mean, lower, upper, *scores) in zip(axes, panels):
+        ax.fill_between(grid, _array(lower), _array(upper), alpha=0.3, label=band)
         ax.plot(grid, _array(mean), lw=2, label="predictive mean")
-        ax.scatter(x, y, s=8, c="k", label="training data")
-        ax.set_title(title)
-        ax.set_xlabel("x")
-    return _finish_row(fig, axes, path, 110, loc="lower left", fontsize=8)
+        if truth is not None:
+            ax.plot(grid, _array(truth).reshape(-1), "k--", lw=1, label="true function")
+        ax.scatter(x, y, s=8, c="k", label=f"training data (n = {len(x)})")
+        if test is not None:
+            xt, yt = (_array(a).reshape(-1) for a in test)
+            ax.scatter(xt, yt, s=6, marker="x", c="tab:red", alpha=0.6, label=f"test data (n = {len(xt)})")
+        # the scores under the model's name, where they hide no data
+        ax.set_title(name + (f"\n{_metrics_text(scores[0])}" if scores and scores[0] else ""), fontsize=10)
+        ax.set_xlabel(x_label)
+    axes[0].set_ylabel(y_label)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return _save(fig, path, 110)
 
 
 # ----- flowgp bench report ----------------------------------------------------------------------------------
-def benchmark_figure(table, metric, models, path, title, metric_label, ranks=None) -> Figure:
+def benchmark_figure(table, metric, models, path, title, metric_label, ranks=None, reference=None,
+                     reference_label=None) -> Figure:
     """One panel per dataset, one marker per model and M with its standard error; last panel the average rank.
 
     table: {(dataset, M): {model: {metric: (mean, se, n)}}}; models: drawing order; ranks: optional
-    {M: {model: (average rank, count)}} for the last panel; metric_label: the x-axis label.
+    {M: {model: (average rank, count)}} for the last panel; metric_label: the x-axis label (say the units and
+    which way is better); reference: a value drawn as a dashed line in every panel (e.g. an interval's nominal
+    coverage 0.95), named `reference_label` in the legend. The title says what the markers and bars are.
     """
     datasets = sorted({ds for ds, _ in table})
     sizes = sorted({m for _, m in table})
@@ -108,11 +145,15 @@ def benchmark_figure(table, metric, models, path, title, metric_label, ranks=Non
                 ax.errorbar(cell[0], y, xerr=cell[1], fmt=marker, color=colour, capsize=3)
         ax.set_yticks(range(len(labels)))
         ax.set_yticklabels([f"{mod} M={m}" for mod, m in labels], fontsize=8)
+        if reference is not None:
+            ax.axvline(reference, color="0.4", ls="--", lw=1, label=reference_label or f"reference {reference:g}")
         ax.set_title(ds)
         ax.set_xlabel(metric_label)
         ax.ticklabel_format(axis="x", useOffset=False)  # an offset label would collide with the axis label
         ax.grid(axis="x", alpha=0.3)
         ax.set_ylim(len(labels) - 0.5, -0.5)  # first label on top, half a slot of margin
+    if reference is not None and datasets:
+        axes.flat[0].legend(fontsize=7, loc="best")
     if ranks:
         ax = axes.flat[len(datasets)]
         for y, (mod, m) in enumerate(labels):
@@ -122,20 +163,22 @@ def benchmark_figure(table, metric, models, path, title, metric_label, ranks=Non
         ax.set_yticks(range(len(labels)))
         ax.set_yticklabels([f"{mod} M={m}" for mod, m in labels], fontsize=8)
         ax.set_title("average rank")
-        ax.set_xlabel("rank (1 = best)")
+        ax.set_xlabel("rank over data sets (1 = best)")
         ax.set_ylim(len(labels) - 0.5, -0.5)
     for ax in list(axes.flat)[panels:]:
         ax.axis("off")
-    fig.suptitle(title)
+    fig.suptitle(f"{title}\nmarkers: mean over splits; bars: ± 1 standard error of the mean")
     fig.tight_layout()
     return _save(fig, path, 100)
 
 
-def application_figure(summary, models_by_key, path) -> Figure:
+def application_figure(summary, models_by_key, path, units=None) -> Figure:
     """RMSE mean ± std per model × inducing fraction × noise scheme, one panel per (dataset, preset, protocol).
 
     summary: {key: {(fraction, scheme): {model: {"rmse": (mean, std, n)}}}}; models_by_key: {key: [models]}
-    (the drawing order of each panel).
+    (the drawing order of each panel); units: {dataset: the target's units} for the axis labels. A row label
+    "svgp 10% fix0.6" is the model with 10 % of the training points as inducing points and the noise held
+    fixed for the first 60 % of the iterations.
     """
     keys = sorted(summary)
     fig = Figure(figsize=(5 * len(keys), 4.5))
@@ -153,7 +196,8 @@ def application_figure(summary, models_by_key, path) -> Figure:
         ax.set_yticks(range(len(labels)))
         ax.set_yticklabels([f"{m} {frac * 100:g}% fix{scheme:g}" for (frac, scheme), m in labels], fontsize=8)
         ax.set_ylim(len(labels) - 0.5, -0.5)  # first label on top, half a slot of margin
-        ax.set_xlabel("RMSE (mean ± std; left is better)")
+        unit = (units or {}).get(key[0])
+        ax.set_xlabel(f"test RMSE{f' ({unit})' if unit else ''}\nmean ± std over folds and seeds; left is better")
         ax.set_title(f"{key[0]} ({key[1]}, {key[2]})")
         ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()

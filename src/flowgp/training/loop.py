@@ -55,6 +55,7 @@ from .compiled import AUTO_PROBE_STEPS, CompiledObjective, compile_pays_off
 from ..data.sources import data_digest
 from .distributed import World, all_reduce_gradients, all_reduce_sum, barrier, broadcast_module, current_world
 from ..numerics.linalg import JitterMemory
+from ..reporting.progress import show_progress
 from .natural_gradients import NaturalGradient
 
 #: the torch.compile modes `train(compile=...)` takes by name (True is "default")
@@ -326,7 +327,7 @@ def train(
     lr: float = 0.01,
     fix_noise_fraction: float = 0.0,
     seed: int = 0,
-    verbose: bool = True,
+    verbose: bool | str = True,
     checkpoint_path=None,
     checkpoint_every: int = 100,
     desc: str = "training",
@@ -365,6 +366,8 @@ def train(
             `flowgp.training.checkpoint.FingerprintedPath` carries, else for tensors x, y a digest of them (for a
             sampler without one, nothing). A finished checkpoint of the same run is loaded back without
             training. Files written before fingerprints existed resume with a warning.
+        verbose: show a progress bar: True, False or "auto" (only in an interactive terminal and never when
+            scikit-learn or joblib runs the fit: `flowgp.reporting.progress.show_progress` decides).
         desc: label of the progress bar (shown when `verbose`).
         optimizer: None (Adam), a torch.optim.Optimizer class (built with lr=lr), or a factory
             callable(params) -> optimiser. Closure-based optimisers (L-BFGS) are stepped with a closure.
@@ -424,6 +427,7 @@ def train(
     epochs = _check_count(epochs, "epochs")
     steps = _check_count(steps, "steps", allow_none=True)
     _check_step_size(lr)
+    verbose = show_progress(verbose)
     if not 0.0 <= fix_noise_fraction <= 1.0:
         raise ValueError(f"fix_noise_fraction must lie in [0, 1], got {fix_noise_fraction}")
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:

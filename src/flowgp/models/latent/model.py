@@ -185,8 +185,9 @@ def _input_tangents(gp, parts: dict, columns: Sequence[int]):
     linv_t = lower_inverse(parts["chol_z"]).mT
     with torch.no_grad(), warnings.catch_warnings():
         # torch's forward mode loads its decompositions through torch.jit.script on first use, which warns of
-        # its own deprecation: torch's internals, nothing a user of this function can act on
-        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=DeprecationWarning)
+        # its own deprecation: torch's internals, nothing a user of this function can act on (a
+        # DeprecationWarning up to torch 2.13, a FutureWarning from 2.14)
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated")
         for c in columns:
             tangent = torch.zeros_like(rows)
             tangent[:, c] = 1.0
