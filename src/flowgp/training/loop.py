@@ -1,6 +1,6 @@
 """The one optimisation loop of flowgp: every fit, flow initialisation and latent-DGP run goes through `train`.
 
-`train(model, x, y)` maximises model.elbo(x_b, y_b, num_data=N) (a model's `training_objective` where it has one)
+`train(model, x, y)` maximises model.training_objective(x_b, y_b, num_data=N, ...) (`flowgp.models.protocol`)
 over minibatches (or minimises a `loss=` hook) with Adam or any torch.optim optimiser, optionally with
 natural-gradient steps on Gaussian q(v) (`flowgp.training.natural_gradients.NaturalGradient`, Salimbeni et al. 2018) next to it,
 learning-rate schedules, the fixed-noise schedule, early stopping on a plateau, a per-step callback, a progress bar
@@ -11,8 +11,8 @@ and resumable checkpoints.
 - The fixed-noise schedule (TGP appendix B.5) freezes the likelihood noise for the first `fix_noise_fraction`
   of the steps, which keeps models from explaining the data as noise early on.
 - Randomness: the sampler's generator (seeded with `seed`) orders the rows; a second torch.Generator (seeded
-  with seed + 1, on the data's device) is passed as `generator=` to model.elbo when its signature takes one, so
-  a fit never touches the global RNG.
+  with seed + 1, on the data's device) is passed as `generator=` to the model's objective, so a fit never
+  touches the global RNG.
 - Checkpoints (`checkpoint_path`) are atomic and checksummed (`flowgp.training.checkpoint`) and load with
   weights_only=True. They hold the model, every optimiser's and scheduler's state, the sampler's state (the
   permutation of the current epoch and the position in it), both generators' states, the history, the step
@@ -114,8 +114,8 @@ def train(
     """Minimise -model.elbo (or `loss`) over minibatches; returns the history (see the module doc).
 
     Args:
-        model: an nn.Module with elbo(x, y, num_data=N, ...) (keywords `generator`, `indices`/`index` and the
-            sampler's extra names are passed when its signature declares them), or any module with `loss=`.
+        model: a flowgp.models.protocol.TrainableModel (its training_objective is called with num_data,
+            generator, batch_rows, indices and the sampler's extra arrays by keyword), or any module with `loss=`.
         x, y: data tensors (wrapped in ArrayBatches(x, y, batch_size, seed=seed)), or x a sampler from
             flowgp.training.batches (then y and batch_size must be None).
         epochs: the budget in passes over the data, unless `steps` is given: then the budget is `steps` steps.

@@ -3,7 +3,6 @@ the `Stepper` that takes a step (the closure, back-off on a non-finite loss, L-B
 data-parallel evaluation). The one place of the library that calls `backward()`."""
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -12,6 +11,7 @@ import torch
 
 from .batches import Batch
 from .distributed import all_reduce_gradients
+from ..models.protocol import TrainableModel
 from ..numerics.linalg import JitterMemory
 
 __all__ = ["default_optimizer", "Optimisers", "build_optimisers", "build_objective", "Stepper"]
@@ -87,34 +87,21 @@ def build_optimisers(model, config) -> Optimisers:
     return Optimisers(tracked, main, natural_gradient, optimizers, schedulers)
 
 
-def _elbo_objective(model, sampler, num_data: int, generator: torch.Generator):
-    """-model.elbo(x_b, y_b, num_data=N, ...) with the keyword arguments its signature declares; a model whose
-    training objective may differ from its bound (the latent deep GP's per-slot objective) names it
-    `training_objective`, with elbo's signature, and that is used instead."""
-    elbo = getattr(model, "training_objective", None) or getattr(model, "elbo", None)
-    if not callable(elbo):
-        raise TypeError(f"{type(model).__name__} has no elbo(x, y, num_data) method; pass loss=callable(model, "
-                        "batch, num_data, generator) for another objective")
-    params = inspect.signature(elbo).parameters
-    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    pass_generator = "generator" in params
-    # where a model draws per-row noise, (offset, B) lets it draw for the whole global batch and keep its rows
-    pass_rows = "batch_rows" in params
-    index_name = "indices" if "indices" in params else ("index" if "index" in params else None)
-    extra_names = list(getattr(sampler, "extra", {}) or {})
-    missing = [k for k in extra_names if k not in params and not var_kw]
-    if missing:
-        raise TypeError(f"the sampler provides {missing} but {type(model).__name__}.elbo takes no such keyword")
+def _elbo_objective(model, num_data: int, generator: torch.Generator):
+    """-model.training_objective(x_b, y_b, num_data=N, generator=..., batch_rows=..., indices=..., **extra) with
+    the batch's rows and extra arrays and the loop's generator: the keywords of the one model interface
+    (flowgp.models.protocol.TrainableModel), the same for every model; TypeError for a model without it."""
+    if not isinstance(model, TrainableModel):
+        raise TypeError(f"{type(model).__name__} does not implement flowgp.models.protocol.TrainableModel (elbo, "
+                        "training_objective and predict; see that module); pass loss=callable(model, batch, "
+                        "num_data, generator) for another objective")
+    training_objective = model.training_objective
 
     def objective(batch: Batch):
-        kwargs = dict(batch.extra)
-        if pass_generator:
-            kwargs["generator"] = generator
-        if index_name is not None:
-            kwargs[index_name] = batch.index
-        if pass_rows:
-            kwargs["batch_rows"] = (int(getattr(batch, "offset", 0)), int(getattr(batch, "step_size", len(batch))))
-        return -elbo(batch.x, batch.y, num_data=num_data, **kwargs)
+        # where a model draws per-row noise, (offset, B) lets it draw for the whole global batch and keep its rows
+        rows = (int(getattr(batch, "offset", 0)), int(getattr(batch, "step_size", len(batch))))
+        return -training_objective(batch.x, batch.y, num_data=num_data, generator=generator, batch_rows=rows,
+                                   indices=batch.index, **batch.extra)
 
     return objective
 
@@ -125,7 +112,7 @@ def build_objective(model, config, generator, tracked, compiler):
     (flowgp.training.compiled.CompiledObjective) when `config.compile` names a mode (True: the default one)."""
     n, loss, regulariser = config.num_data, config.loss, config.regulariser
     if loss is None:
-        objective = _elbo_objective(model, config.sampler, n, generator)
+        objective = _elbo_objective(model, n, generator)
         scale = float(n)
     else:
         def objective(batch):
