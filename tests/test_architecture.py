@@ -2,7 +2,7 @@
 
 - no module reaches into another module's private names (`obj._name` on anything but self/cls, or
   `from x import _name`), except dunders and the subclass contract a Flow or Kernel subclass implements;
-- only the training loop (`training/loop.py`) calls `.backward()` (everything else uses `torch.autograd.grad`);
+- only the training loop's stepper (`training/stepper.py`) calls `.backward()` (everything else uses `torch.autograd.grad`);
 - no import cycle inside flowgp; nothing calls `torch.set_default_dtype`, `torch.manual_seed`,
   `np.random.seed` or `matplotlib.use`;
 - the packages depend one way, in the order of `LAYERS` (a module imports only from its own layer or below);
@@ -37,7 +37,7 @@ _OWN = {"self", "cls"}
 #: equivalent (pytorch/pytorch#174017); needed_gradients.py looks it up once, with a fallback when it is absent
 _TORCH_PRIVATE_ALLOWED = {("needed_gradients.py", "torch._C")}
 #: the one module that calls .backward()
-_BACKWARD_HOME = Path("training") / "loop.py"
+_BACKWARD_HOME = Path("training") / "stepper.py"
 
 #: the layers, lowest first: a module may import from its own layer and the layers below it, never above.
 #: Keys are top-level packages or root modules of flowgp.

@@ -103,9 +103,12 @@ def test_a_fit_killed_mid_way_continues_from_its_checkpoint(tmp_path, monkeypatc
     saved = list(folder.glob("*.pt"))
     assert len(saved) == 1 and not (cut / "uci.jsonl").exists()  # killed mid-fit, state on disk
     assert not any(p.suffix == ".pt" for p in cut.rglob("*"))  # nothing of the fit's state in the results folder
+    import flowgp.training.run_state as run_state
+
     loads = []
     original = training.safe_load
-    monkeypatch.setattr(training, "safe_load", lambda path, **kw: loads.append(str(path)) or original(path, **kw))
+    for module in (training, run_state):  # the file's training seconds are read by the one, the state by the other
+        monkeypatch.setattr(module, "safe_load", lambda path, **kw: loads.append(str(path)) or original(path, **kw))
     assert main(cmd(cut)[3:]) == 0
     # the rerun continued from it (the bench reads the file's training seconds first, the loop then loads it)
     assert [Path(p).resolve() for p in loads] == [saved[0].resolve()] * 2

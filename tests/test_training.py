@@ -7,7 +7,7 @@ from flowgp.training.batches import ArrayBatches
 from flowgp.training.checkpoint import CHECKSUM_KEY, safe_load
 from flowgp.gp.kernels import make_kernel
 from flowgp.gp.likelihoods import GaussianLikelihood
-from flowgp.models import SVGP
+from flowgp.models import SVGP, TrainsItsBound
 from flowgp.models.deep_gp import build_deep_gp
 from flowgp.training.natural_gradients import NaturalGradient
 from flowgp.training.loop import BestParameters, EarlyStop, checkpoint_training_seconds, step_lr, train
@@ -251,14 +251,17 @@ def test_nonfinite_loss_raises_or_backs_off():
 def test_model_keywords_generator_index_and_extra():
     calls = []
 
-    class Probe(torch.nn.Module):
+    class Probe(TrainsItsBound, torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.w = torch.nn.Parameter(torch.zeros(()))
 
-        def elbo(self, x, y, output, num_data=None, indices=None, generator=None):
+        def elbo(self, x, y, output, *, num_data=None, indices=None, generator=None, batch_rows=None):
             calls.append((indices.clone(), output.clone(), generator, num_data))
             return -(self.w - x.mean()) ** 2
+
+        def predict(self, x, *, generator=None):
+            return self.w.expand(len(x))
 
     x = torch.arange(10.0)[:, None]
     sampler = ArrayBatches(x, x, 4, extra={"output": 2 * torch.arange(10)}, seed=0)
@@ -269,12 +272,8 @@ def test_model_keywords_generator_index_and_extra():
     assert sorted(rows.tolist()) == list(range(10))
     assert torch.equal(torch.cat([c[1] for c in calls]), 2 * rows)
 
-    class NoOutput(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w = torch.nn.Parameter(torch.zeros(()))
-
-        def elbo(self, x, y, num_data=None):
+    class NoOutput(Probe):
+        def elbo(self, x, y, *, num_data=None, indices=None, generator=None, batch_rows=None):
             return -self.w ** 2
 
     with pytest.raises(TypeError, match="output"):

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -249,13 +248,6 @@ def _kmeans_seed(generator) -> int:
     return 0 if generator is None else int(generator.initial_seed())
 
 
-def _generator_kwarg(function, generator) -> dict:
-    """{"generator": generator} when `function` takes one (the lower layers gain the argument one by one)."""
-    if generator is None or "generator" not in inspect.signature(function).parameters:
-        return {}
-    return {"generator": generator}
-
-
 def _initial_inducing(config, x: torch.Tensor, generator) -> torch.Tensor:
     from .gp.inducing import kmeans_inducing_points
 
@@ -282,7 +274,7 @@ def _with_input_dependence(flow, spec: InputDependence | None, input_dim: int, g
     precision = default_prior_precision(spec.bayesian) if spec.prior_precision is None else spec.prior_precision
     return make_input_dependent(flow, input_dim, spec.which, hidden=tuple(spec.hidden), activation=spec.activation,
                                 dropout=spec.dropout, bayesian=spec.bayesian, prior_precision=precision,
-                                **_generator_kwarg(make_input_dependent, generator))
+                                generator=generator)
 
 
 # ----- builders ------------------------------------------------------------------------------------------------
@@ -366,7 +358,7 @@ def _build_deep(config: DeepGPConfig, x, y, *, generator=None):
         flow_elementwise=config.flow_elementwise,
         skip=config.skip,
         image_shape=None if config.image_shape is None else tuple(config.image_shape),
-        **_generator_kwarg(build_deep_gp, generator))
+        generator=generator)
 
 
 def _build_latent(config: LatentDeepGPConfig, x, y, *, generator=None):
@@ -382,7 +374,7 @@ def _build_latent(config: LatentDeepGPConfig, x, y, *, generator=None):
         kmeans_restarts=config.kmeans_restarts, learn_inducing=config.learn_inducing, seed=_kmeans_seed(generator),
         hidden_layer=config.hidden_layer, q_var_init=config.q_var_init, hidden_q_var_init=config.hidden_q_var_init,
         learn_hidden_variance=config.learn_hidden_variance, encoder_skips=config.encoder_skips,
-        **_generator_kwarg(build_latent_deep_gp, generator))
+        generator=generator)
 
 
 def _build_amogp(config: AMOGPConfig, x, y, *, generator=None, output=None, input_ranges=None):

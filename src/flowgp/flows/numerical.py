@@ -29,6 +29,74 @@ def _converged(g, y, x, deriv, low, high, eps, floor):
     return small_residual | small_step | narrow | (g == 0)
 
 
+def _bracket(forward, target, domain: str, finfo):
+    """(low, high, bracketed): a bracket [low, high] of each root of G(x) = target, grown by doubling from [-1, 1]
+    (or [1/2, 2] on the positive half-line); `bracketed` is False where no finite bracket exists."""
+    ones = torch.ones(target.shape, dtype=target.dtype, device=target.device)
+    if domain == "positive":
+        low, high = 0.5 * ones, 2.0 * ones
+    else:
+        low, high = -ones, ones.clone()
+    # Doubling reaches any representable magnitude within the exponent range.
+    max_expand = int(math.log2(finfo.max)) + 2 * finfo.bits
+    for _ in range(max_expand):
+        # Ends that reached inf (or 0 on the half-line) cannot move further: the target is out of reach.
+        move_low = (forward(low) > target) & torch.isfinite(low) & (low != 0)
+        move_high = (forward(high) < target) & torch.isfinite(high)
+        if not bool(torch.any(move_low | move_high)):
+            break
+        # The old end that overshot becomes the opposite end of the bracket.
+        high = torch.where(move_low, low, high)
+        low = torch.where(move_low, low * 0.5 if domain == "positive" else low * 2.0, low)
+        low = torch.where(move_high, high, low)
+        high = torch.where(move_high, high * 2.0, high)
+    # An infinite end means the root lies beyond the floating-point range (e.g. logarithmic tails).
+    bracketed = (forward(low) <= target) & (forward(high) >= target) & torch.isfinite(low) & torch.isfinite(high)
+    return low, high, bracketed
+
+
+def _newton_bisection(forward, log_derivative, target, low, high, bracketed, domain, eps, floor, max_iter,
+                      polish_steps):
+    """(x, converged, low, high): Newton steps safeguarded by bisection inside the bracket, then `polish_steps`
+    Newton steps once every bracketed element has converged."""
+    # Near-identity flows are common, so start at y itself when it lies in the bracket.
+    mid = 0.5 * (low + high)
+    x = torch.where((target > low) & (target < high), target, mid)
+    inf = torch.full_like(x, math.inf)
+    width_1, width_2, res_1, res_2 = inf, inf, inf, inf
+    polishing = -1
+    conv = torch.zeros(target.shape, dtype=torch.bool, device=target.device)
+    for _ in range(max_iter):
+        g = forward(x) - target
+        deriv = torch.exp(log_derivative(x))
+        low = torch.where(g < 0, x, low)
+        high = torch.where(g > 0, x, high)
+        conv = _converged(g, target, x, deriv, low, high, eps, floor)
+        if polishing < 0 and bool(torch.all(conv | ~bracketed)):
+            polishing = polish_steps
+        if polishing == 0:
+            break
+        newton = x - g / deriv
+        inside = torch.isfinite(newton) & (newton > low) & (newton < high)
+        if polishing > 0:
+            polishing -= 1
+            x = torch.where(inside, newton, x)
+            continue
+        if domain == "positive":
+            # Geometric bisection on wide positive brackets: the root may be many decades away.
+            mid = torch.where(high > 4.0 * low, torch.sqrt(low * high), 0.5 * (low + high))
+        else:
+            mid = 0.5 * (low + high)
+        # Bisect when Newton leaves the bracket or stalls: neither the bracket nor the residual
+        # halved within two iterations. This bounds the work like pure bisection while keeping
+        # Newton's quadratic convergence (which may approach the root from one side only).
+        width, res = high - low, g.abs()
+        stalled = (width > 0.5 * width_2) & (res > 0.5 * res_2)
+        width_2, width_1, res_2, res_1 = width_1, width, res_1, res
+        x = torch.where(conv, x, torch.where(inside & ~stalled, newton, mid))
+    return x, conv, low, high
+
+
 def monotone_inverse(
     forward: Callable[[Tensor], Tensor],
     log_derivative: Callable[[Tensor], Tensor],
@@ -68,62 +136,9 @@ def monotone_inverse(
         # A non-finite target is solved as G(x) = G(start) (root = start) and set to NaN at the end.
         target = torch.where(finite, y_full, g_start)
 
-        ones = torch.ones(shape, dtype=dtype, device=y0.device)
-        if domain == "positive":
-            low, high = 0.5 * ones, 2.0 * ones
-        else:
-            low, high = -ones, ones.clone()
-        # Doubling reaches any representable magnitude within the exponent range.
-        max_expand = int(math.log2(finfo.max)) + 2 * finfo.bits
-        for _ in range(max_expand):
-            # Ends that reached inf (or 0 on the half-line) cannot move further: the target is out of reach.
-            move_low = (forward(low) > target) & torch.isfinite(low) & (low != 0)
-            move_high = (forward(high) < target) & torch.isfinite(high)
-            if not bool(torch.any(move_low | move_high)):
-                break
-            # The old end that overshot becomes the opposite end of the bracket.
-            high = torch.where(move_low, low, high)
-            low = torch.where(move_low, low * 0.5 if domain == "positive" else low * 2.0, low)
-            low = torch.where(move_high, high, low)
-            high = torch.where(move_high, high * 2.0, high)
-        # An infinite end means the root lies beyond the floating-point range (e.g. logarithmic tails).
-        bracketed = (forward(low) <= target) & (forward(high) >= target) & torch.isfinite(low) & torch.isfinite(high)
-
-        # Near-identity flows are common, so start at y itself when it lies in the bracket.
-        mid = 0.5 * (low + high)
-        x = torch.where((target > low) & (target < high), target, mid)
-        inf = torch.full_like(x, math.inf)
-        width_1, width_2, res_1, res_2 = inf, inf, inf, inf
-        polishing = -1
-        conv = torch.zeros(shape, dtype=torch.bool, device=y0.device)
-        for _ in range(max_iter):
-            g = forward(x) - target
-            deriv = torch.exp(log_derivative(x))
-            low = torch.where(g < 0, x, low)
-            high = torch.where(g > 0, x, high)
-            conv = _converged(g, target, x, deriv, low, high, eps, floor)
-            if polishing < 0 and bool(torch.all(conv | ~bracketed)):
-                polishing = polish_steps
-            if polishing == 0:
-                break
-            newton = x - g / deriv
-            inside = torch.isfinite(newton) & (newton > low) & (newton < high)
-            if polishing > 0:
-                polishing -= 1
-                x = torch.where(inside, newton, x)
-                continue
-            if domain == "positive":
-                # Geometric bisection on wide positive brackets: the root may be many decades away.
-                mid = torch.where(high > 4.0 * low, torch.sqrt(low * high), 0.5 * (low + high))
-            else:
-                mid = 0.5 * (low + high)
-            # Bisect when Newton leaves the bracket or stalls: neither the bracket nor the residual
-            # halved within two iterations. This bounds the work like pure bisection while keeping
-            # Newton's quadratic convergence (which may approach the root from one side only).
-            width, res = high - low, g.abs()
-            stalled = (width > 0.5 * width_2) & (res > 0.5 * res_2)
-            width_2, width_1, res_2, res_1 = width_1, width, res_1, res
-            x = torch.where(conv, x, torch.where(inside & ~stalled, newton, mid))
+        low, high, bracketed = _bracket(forward, target, domain, finfo)
+        x, conv, low, high = _newton_bisection(forward, log_derivative, target, low, high, bracketed, domain, eps,
+                                               floor, max_iter, polish_steps)
         g = forward(x) - target
         deriv = torch.exp(log_derivative(x))
         # Polishing can stop a few ulps off where rounding in G dominates; accept any root whose

@@ -35,6 +35,7 @@ from ..numerics.quadrature import gauss_hermite, gh_points
 from ..numerics.row_draws import draw_rows
 from ..gp.variational import Marginals, SparseVariationalGP
 from ._checks import as_inputs
+from .protocol import TrainsItsBound
 
 __all__ = ["TGPClassification", "CLASSIFICATION_LIKELIHOODS"]
 
@@ -52,7 +53,7 @@ def _is_identity(flow: Flow) -> bool:
     return bool(getattr(flow, "is_identity", False))
 
 
-class TGPClassification(nn.Module):
+class TGPClassification(TrainsItsBound, nn.Module):
     """Sparse variational (transformed) GP classifier over `num_classes` classes.
 
     Args:
@@ -294,14 +295,19 @@ class TGPClassification(nn.Module):
         return terms
 
     def elbo(self, x: torch.Tensor, y: torch.Tensor, num_data: int | None = None, generator=None,
-             batch_rows: tuple[int, int] | None = None) -> torch.Tensor:
+             batch_rows: tuple[int, int] | None = None, indices=None) -> torch.Tensor:
         """(N/B) Σ_batch ELL_n - KL[q(u₀) || p(u₀)] (- network penalty), an unbiased minibatch estimate.
-        batch_rows: (offset, B) when x is part of a global batch split over processes (flowgp.training.distributed)."""
+        batch_rows: (offset, B) when x is part of a global batch split over processes (flowgp.training.distributed);
+        indices: the rows' positions (flowgp.models.protocol.TrainableModel), unused."""
         x, y = self.validate(x, y)
         return minibatch_bound(self.expected_log_likelihood(x, y, generator, batch_rows), self.kl_terms(),
                                num_data, x.shape[0])
 
     # ------------------------------------------------------------------ prediction
+    def predict(self, x: torch.Tensor, generator=None) -> torch.Tensor:
+        """The model's predictions (flowgp.models.protocol.TrainableModel): `predict_proba`, [N, C]."""
+        return self.predict_proba(x, generator)
+
     def predict_proba(self, x: torch.Tensor, generator=None) -> torch.Tensor:
         """p(y* = c | x*) = ∫ p(y* = c | G(f₀)) q(f₀) df₀ (appendix eq. 19), [N, C]; rows sum to one.
 

@@ -48,6 +48,7 @@ from ..gp.variational import SparseVariationalGP
 from ._checks import as_inputs, as_targets
 from .cnf_posterior import FLOW_BASES, standard_normal
 from .image_skip import ConvSkip, check_image_shape
+from .protocol import TrainsItsBound
 
 __all__ = ["LinearMean", "GPLayer", "DeepGP", "build_deep_gp", "hidden_layer_width", "POSTERIORS", "DRAWS",
            "BASE_GRADIENTS", "select_flow_strength",
@@ -326,7 +327,7 @@ def layer_noise(layers, num_samples: int, rows: int, generator, dtype, device, b
             for layer in layers]
 
 
-class DeepGP(nn.Module):
+class DeepGP(TrainsItsBound, nn.Module):
     """A deep GP F_L = f_L ∘ … ∘ f_1(X) with likelihood p(y | F_L) (CNF-DGP paper §II, eq. 3).
 
     Args:
@@ -530,12 +531,13 @@ class DeepGP(nn.Module):
 
     def elbo(self, x: torch.Tensor, y: torch.Tensor, num_data: int | None = None,
              num_samples: int | None = None, generator: torch.Generator | None = None,
-             batch_rows: tuple[int, int] | None = None) -> torch.Tensor:
+             batch_rows: tuple[int, int] | None = None, indices=None) -> torch.Tensor:
         """Minibatch ELBO (CNF-DGP eq. 3 / eq. 6): (N/B)·Σ_batch (1/S) Σ_s E[log p(y_n | f_L)] - KL.
 
         Assembled by `flowgp.gp.objective.minibatch_bound`; every Monte Carlo draw (hidden layers, flow q(U))
         comes from `generator` (torch's global RNG when None). `batch_rows` (offset, B): x is part of a global
-        batch of B rows split over processes (see GPLayer.forward; passed by flowgp.training.loop).
+        batch of B rows split over processes (see GPLayer.forward; passed by flowgp.training.loop). `indices` (the
+        rows' positions, flowgp.models.protocol.TrainableModel) is unused.
         """
         x, y = self.validate(x, y)
         num_samples = self.num_samples if num_samples is None else _positive_int(num_samples, "num_samples")

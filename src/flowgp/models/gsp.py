@@ -107,11 +107,12 @@ class GSP(SVGP):
                     + self.flow.log_abs_det_jacobian(u_0.unsqueeze(-1), validate=False).sum((-2, -1)))
         return (conditional + prior_u + log_jac).mean()
 
-    def elbo(self, x, y, num_data: int | None = None, generator=None):
+    def elbo(self, x, y, num_data: int | None = None, generator=None, batch_rows=None, indices=None):
         """G-SP ELBO (appendix eq. 24) on the full data set; minibatches are refused (C couples all points).
 
         The SVGP expected log-likelihood under the Gaussian q(f_K) plus the Monte Carlo prior correction,
-        which enters `minibatch_bound` as a (negated) global term with N = B.
+        which enters `minibatch_bound` as a (negated) global term with N = B. `batch_rows` and `indices`
+        (flowgp.models.protocol.TrainableModel) are unused: the bound takes the whole data set.
         """
         x, y = self.validate(x, y)
         if num_data is not None and int(num_data) != x.shape[0]:

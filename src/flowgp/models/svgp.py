@@ -14,11 +14,12 @@ from ..gp.likelihoods import GaussianLikelihood, Likelihood
 from ..gp.objective import minibatch_bound
 from ..gp.variational import Marginals, SparseVariationalGP
 from ._checks import as_inputs, as_targets
+from .protocol import TrainsItsBound
 
 __all__ = ["SVGP"]
 
 
-class SVGP(nn.Module):
+class SVGP(TrainsItsBound, nn.Module):
     """Sparse variational GP regression/likelihood model over L independent outputs.
 
     Args:
@@ -96,9 +97,10 @@ class SVGP(nn.Module):
         return [self.gp.kl_divergence(), *self.likelihood.kl_terms()]
 
     def elbo(self, x: torch.Tensor, y: torch.Tensor, num_data: int | None = None, generator=None,
-             batch_rows: tuple[int, int] | None = None) -> torch.Tensor:
+             batch_rows: tuple[int, int] | None = None, indices=None) -> torch.Tensor:
         """Minibatch ELBO scaled to the full data set: (N/B) Σ_n ELL_n - KL (appendix eq. 14; A.3 with W).
-        batch_rows: (offset, B) when x is part of a global batch split over processes (flowgp.training.distributed)."""
+        batch_rows: (offset, B) when x is part of a global batch split over processes (flowgp.training.distributed);
+        indices: the rows' positions (flowgp.models.protocol.TrainableModel), unused."""
         x, y = self.validate(x, y)
         return minibatch_bound(self.expected_log_likelihood(x, y, generator, batch_rows), self.kl_terms(),
                                num_data, x.shape[0])

@@ -41,6 +41,7 @@ from ...gp.objective import minibatch_bound
 from .psi_grid import grid_psi_statistics
 from .psi_statistics import exp_or_zero, gaussian_psi1, grouped_psi_statistics, own_group_psi_statistics
 from ...gp.variational import WhitenedGaussian, gaussian_kl_whitened
+from ..protocol import TrainsItsBound
 
 __all__ = ["AMOGP", "InducingSet", "Posterior", "layer_curves"]
 
@@ -278,7 +279,7 @@ def _check_grid(z: torch.Tensor) -> None:
                          "(e.g. torch.linspace(lo, hi, M))")
 
 
-class AMOGP(nn.Module):
+class AMOGP(TrainsItsBound, nn.Module):
     """AMO-GP over D outputs with 1-D inputs (module docstring for the bound and predictions).
 
     Args:
@@ -748,12 +749,13 @@ class AMOGP(nn.Module):
         return ell, torch.zeros_like(ell) if penalty is None else penalty
 
     def elbo(self, x: torch.Tensor, y: torch.Tensor, output: torch.Tensor, num_data: int | None = None,
-             generator: torch.Generator | None = None):
+             generator: torch.Generator | None = None, batch_rows=None, indices=None):
         """Nested variational compression bound (supplement eq. 22), minibatch-scaled by num_data / B.
 
         Per-point terms (expected log-likelihood minus compression penalties) and the KL terms (of
         `kl_divergence`, here from the posteriors' node) are assembled by `flowgp.gp.objective.minibatch_bound`. The
-        bound is closed form: `generator` is accepted (the common elbo signature) and unused.
+        bound is closed form: `generator`, `batch_rows` and `indices` are accepted (the common elbo signature,
+        flowgp.models.protocol.TrainableModel) and unused.
         """
         x, output, y = self.validate(x, output, y)
         ell, penalty, kl = self._bound_terms(x, y, output)
@@ -775,6 +777,11 @@ class AMOGP(nn.Module):
             m, v = layers["g"]
             res["y"].append((m + pts["offset"], v + pts["noise"]))
         return {k: (torch.cat([p[0] for p in v]), torch.cat([p[1] for p in v])) for k, v in res.items()}
+
+    def predict(self, x, output, generator=None):
+        """The model's predictions (flowgp.models.protocol.TrainableModel): `predict_y`; closed form, so
+        `generator` is unused."""
+        return self.predict_y(x, output)
 
     def predict_y(self, x, output):
         """Moment-matched predictive mean and variance of y* per point, each [N]."""
