@@ -31,6 +31,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from .gp.defaults import DEFAULTS
 from .models.deep_gp import FLOW_ROWS
 
 __all__ = ["InputDependence", "SparseGPFields", "SparseGPConfig", "ClassificationConfig", "DeepGPConfig", "LatentDeepGPConfig",
@@ -76,17 +77,17 @@ class SparseGPFields:
     inducing_points: [M, D] initial Z (None: k-means of x, best of `kmeans_restarts`).
     """
 
-    num_inducing: int = 100
+    num_inducing: int = DEFAULTS.num_inducing
     kernel: Any = "rbf"
     lengthscale: float = 1.0
     period: float = 1.0
     flow: Any = "identity"
     input_dependent: InputDependence | None = None
     learn_inducing: bool = True
-    quadrature_points: int = 20
+    quadrature_points: int = DEFAULTS.quadrature_points
     mc_samples_train: int = 1
     mc_samples_predict: int = 100
-    kmeans_restarts: int = 10
+    kmeans_restarts: int = DEFAULTS.kmeans_restarts
     inducing_points: Any = field(default=None, compare=False, repr=False)
 
 
@@ -100,8 +101,8 @@ class SparseGPConfig(SparseGPFields):
     """
 
     model: str = "svgp"
-    noise: float = 0.05
-    predict_quadrature_points: int = 100
+    noise: float = DEFAULTS.noise
+    predict_quadrature_points: int = DEFAULTS.predict_quadrature_points
 
 
 @dataclass(frozen=True)
@@ -130,11 +131,11 @@ class DeepGPConfig:
 
     layers: int = 3
     posterior: str = "gaussian"
-    num_inducing: int = 100
+    num_inducing: int = DEFAULTS.num_inducing
     kernel: str = "rbf"
     hidden_width: int | None = None
     likelihood: Any = "gaussian"
-    noise: float = 0.05
+    noise: float = DEFAULTS.noise
     num_classes: int | None = None
     num_outputs: int | None = None
     lengthscale: float = 1.0
@@ -143,9 +144,9 @@ class DeepGPConfig:
     flow_steps: int = 2
     flow_base: str = "network"
     learn_inducing: bool = True
-    quadrature_points: int = 20
-    predict_quadrature_points: int = 100
-    kmeans_restarts: int = 10
+    quadrature_points: int = DEFAULTS.quadrature_points
+    predict_quadrature_points: int = DEFAULTS.predict_quadrature_points
+    kmeans_restarts: int = DEFAULTS.kmeans_restarts
     # issue 20: element-wise steps of posterior="cnf" ("entry" or "channel") and how U is drawn in the bound
     # ("coupled", "per-point", "shared"; None: "coupled" for "cnf", "shared" for "cnf-paper", "per-point" else)
     flow_elementwise: str = "entry"
@@ -179,7 +180,7 @@ class LatentDeepGPConfig:
     #: "bound" (L_K) or "per-slot" (the DREG authors' published objective, not a bound)
     objective: str = "bound"
     learn_inducing: bool = True
-    kmeans_restarts: int = 10
+    kmeans_restarts: int = DEFAULTS.kmeans_restarts
     hidden_layer: str = "pca"
     q_var_init: float = 1e-5
     hidden_q_var_init: float | None = None
@@ -209,7 +210,7 @@ class AMOGPConfig:
     alignment_lengthscale: float = 1.0
     warping_variance: float = 0.05
     warping_lengthscale: float = 1.0
-    noise: float = 0.05
+    noise: float = DEFAULTS.noise
     alignment_noise: float = 1e-5
     latent_noise: float = 1e-3
     #: diagonal jitter of the CP layer's K_uu (None: the dtype default, 1e-8 in float64)

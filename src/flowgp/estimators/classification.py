@@ -15,6 +15,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils import column_or_1d
 from sklearn.utils.multiclass import type_of_target
 
+from ..gp.defaults import DEFAULTS
 from ..build import ClassificationConfig, build
 from ..data.sources import is_table
 from ..flows import Flow, make_flow
@@ -174,11 +175,11 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
             same fit: see SVGPRegressor).
     """
 
-    def __init__(self, num_inducing=100, kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0,
-                 dtype="float64", device="cpu", lengthscale=1.0, period=1.0, likelihood="softmax",
-                 fix_variance_epochs=0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
-                 mc_samples=20, predict_samples=256, verbose=True, checkpoint=None,
-                 compile=False):
+    def __init__(self, num_inducing=DEFAULTS.num_inducing, kernel="rbf", batch_size=None, epochs=DEFAULTS.epochs,
+                 lr=DEFAULTS.lr, seed=0, dtype="float64", device="cpu", lengthscale=1.0, period=1.0,
+                 likelihood="softmax", fix_variance_epochs=0, kmeans_restarts=DEFAULTS.kmeans_restarts,
+                 learn_inducing=True, quadrature_points=DEFAULTS.quadrature_points, mc_samples=20,
+                 predict_samples=256, verbose=True, checkpoint=None, compile=False):
         self._store_arguments(locals())
 
     # ----- hooks the flow estimator overrides --------------------------------------------------------
@@ -358,14 +359,14 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
 
     _FLOW_INITS = ("identity", "random", "none")
 
-    def __init__(self, flow="sal", flow_init="identity", num_inducing=100, kernel="rbf", batch_size=None,
-                 epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", lengthscale=1.0, period=1.0,
-                 likelihood="softmax", fix_variance_epochs=0, kmeans_restarts=10, learn_inducing=True,
-                 quadrature_points=20, mc_samples=20, predict_samples=256, verbose=True, input_dependent=False,
-                 hidden=(50,), activation="relu", dropout=0.25, bayesian="mc_dropout", mc_samples_train=1,
-                 mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, robust=True,
-                 checkpoint=None,
-                 compile=False):
+    def __init__(self, flow="sal", flow_init="identity", num_inducing=DEFAULTS.num_inducing, kernel="rbf",
+                 batch_size=None, epochs=DEFAULTS.epochs, lr=DEFAULTS.lr, seed=0, dtype="float64", device="cpu",
+                 lengthscale=1.0, period=1.0, likelihood="softmax", fix_variance_epochs=0,
+                 kmeans_restarts=DEFAULTS.kmeans_restarts, learn_inducing=True,
+                 quadrature_points=DEFAULTS.quadrature_points, mc_samples=20, predict_samples=256, verbose=True,
+                 input_dependent=False, hidden=(50,), activation="relu", dropout=0.25, bayesian="mc_dropout",
+                 mc_samples_train=1, mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, robust=True,
+                 checkpoint=None, compile=False):
         self._store_arguments(locals())
 
     def _input_dependence(self):

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 
+from ..gp.defaults import DEFAULTS
 from ..build import DeepGPConfig, build
 from ..data.sources import is_table
 from ..gp.likelihoods import BernoulliLikelihood
@@ -105,7 +106,7 @@ class _DeepMixin:
         config = DeepGPConfig(
             layers=int(self.layers), posterior=self.posterior, num_inducing=int(self.num_inducing),
             kernel=self.kernel, hidden_width=self.hidden_width, likelihood=self._likelihood_name(),
-            noise=getattr(self, "noise", 0.05),
+            noise=getattr(self, "noise", DEFAULTS.noise),
             num_classes=len(self.classes_) if hasattr(self, "classes_") else None,
             lengthscale=self.lengthscale, period=self.period, num_samples=int(self.num_samples_train),
             flow_steps=int(self.flow_steps), flow_base=self.flow_base, learn_inducing=self.learn_inducing,
@@ -266,12 +267,14 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
     """
 
     def __init__(self, layers=3, posterior="gaussian", num_samples_train=1, num_samples_predict=100,
-                 hidden_width=None, flow_steps=2, flow_base="network", num_inducing=100, kernel="rbf",
-                 batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05,
-                 lengthscale=1.0, period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
-                 quadrature_points=20, predict_quadrature_points=100, verbose=True, checkpoint=None,
-                 flow_elementwise="entry", dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None, compile=False,
-                 base_gradient=None, flow_selection=True, flow_lr_scale=0.1, flow_rows=FLOW_ROWS):
+                 hidden_width=None, flow_steps=2, flow_base="network", num_inducing=DEFAULTS.num_inducing,
+                 kernel="rbf", batch_size=None, epochs=DEFAULTS.epochs, lr=DEFAULTS.lr, seed=0, dtype="float64",
+                 device="cpu", noise=DEFAULTS.noise, lengthscale=1.0, period=1.0, fix_noise_fraction=0.0,
+                 kmeans_restarts=DEFAULTS.kmeans_restarts, learn_inducing=True,
+                 quadrature_points=DEFAULTS.quadrature_points,
+                 predict_quadrature_points=DEFAULTS.predict_quadrature_points, verbose=True, checkpoint=None,
+                 flow_elementwise="entry", dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None,
+                 compile=False, base_gradient=None, flow_selection=True, flow_lr_scale=0.1, flow_rows=FLOW_ROWS):
         self._store_arguments(locals())
 
     def _likelihood_name(self):
@@ -358,12 +361,14 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
     """
 
     def __init__(self, layers=3, posterior="gaussian", num_samples_train=1, num_samples_predict=100,
-                 hidden_width=None, flow_steps=2, flow_base="network", likelihood="robustmax", num_inducing=100,
-                 kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu",
-                 lengthscale=1.0, period=1.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
-                 predict_quadrature_points=100, verbose=True, checkpoint=None, flow_elementwise="entry",
-                 dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None, compile=False,
-                 base_gradient=None, flow_selection=True, flow_lr_scale=0.1, flow_rows=FLOW_ROWS):
+                 hidden_width=None, flow_steps=2, flow_base="network", likelihood="robustmax",
+                 num_inducing=DEFAULTS.num_inducing, kernel="rbf", batch_size=None, epochs=DEFAULTS.epochs,
+                 lr=DEFAULTS.lr, seed=0, dtype="float64", device="cpu", lengthscale=1.0, period=1.0,
+                 kmeans_restarts=DEFAULTS.kmeans_restarts, learn_inducing=True,
+                 quadrature_points=DEFAULTS.quadrature_points,
+                 predict_quadrature_points=DEFAULTS.predict_quadrature_points, verbose=True, checkpoint=None,
+                 flow_elementwise="entry", dsvi_warmup=0.0, skip="linear", image_shape=None, draws=None,
+                 compile=False, base_gradient=None, flow_selection=True, flow_lr_scale=0.1, flow_rows=FLOW_ROWS):
         self._store_arguments(locals())
 
     def _likelihood_name(self):

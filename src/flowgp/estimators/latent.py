@@ -14,6 +14,7 @@ import math
 import numpy as np
 import torch
 
+from ..gp.defaults import DEFAULTS
 from ..training.batches import ArrayBatches
 from ..build import LatentDeepGPConfig, build, resolve_dtype
 from ..data.sources import is_table
@@ -67,11 +68,12 @@ class LatentDeepGPRegressor(SVGPRegressor):
     """
 
     def __init__(self, layers=2, latent_dim=1, num_importance=5, gradient="dreg", amortized=True, natgrad=False,
-                 hidden_width=5, num_inducing=128, kernel="rbf", batch_size=None, epochs=1000, lr=0.005,
+                 hidden_width=5, num_inducing=128, kernel="rbf", batch_size=None, epochs=DEFAULTS.epochs, lr=0.005,
                  lr_decay=0.98, natgrad_lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.01,
-                 kmeans_restarts=10, learn_inducing=True, num_samples_predict=10000, verbose=True, checkpoint=None,
-                 hidden_layer="pca", q_var_init=1e-5, hidden_q_var_init=None, learn_hidden_variance=True,
-                 compile=False, extend_checkpoint=False, encoder_skips="dense", objective="bound"):
+                 kmeans_restarts=DEFAULTS.kmeans_restarts, learn_inducing=True, num_samples_predict=10000,
+                 verbose=True, checkpoint=None, hidden_layer="pca", q_var_init=1e-5, hidden_q_var_init=None,
+                 learn_hidden_variance=True, compile=False, extend_checkpoint=False, encoder_skips="dense",
+                 objective="bound"):
         self._store_arguments(locals())
 
     # ----- checks and construction ---------------------------------------------------------------------

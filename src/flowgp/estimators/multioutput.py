@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 
+from ..gp.defaults import DEFAULTS
 from ..training.batches import ArrayBatches
 from ..build import AMOGPConfig, build
 from ..models.amogp.model import layer_curves
@@ -90,8 +91,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
     """
 
     def __init__(self, num_inducing=None, num_inducing_alignment=10, num_inducing_warping=10, latent_processes=1,
-                 alignment="gp", warping="gp", num_outputs=None, batch_size="auto", epochs=500, lr=0.01, seed=0,
-                 dtype="float64", device="cpu", noise=0.05, lengthscale=0.3, alignment_variance=0.01,
+                 alignment="gp", warping="gp", num_outputs=None, batch_size="auto", epochs=500, lr=DEFAULTS.lr, seed=0,
+                 dtype="float64", device="cpu", noise=DEFAULTS.noise, lengthscale=0.3, alignment_variance=0.01,
                  alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=1e-5,
                  latent_noise=1e-3, num_samples=200, verbose=True, checkpoint=None, natural_gradient=0.5,
                  natural_gradient_layers="latent", tol=1e-4, patience=50, full_batch_max=2048,

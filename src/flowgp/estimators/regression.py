@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 
+from ..gp.defaults import DEFAULTS
 from ..build import SparseGPConfig, build
 from ..flows import Flow, make_flow
 from ..flows.conditional import static_flow, warping_curves
@@ -81,11 +82,12 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             (docs/results/tgp/robust-fit/README.md, section 7).
     """
 
-    def __init__(self, num_inducing=100, kernel="rbf", batch_size=None, epochs=1000, lr=0.01, seed=0,
-                 dtype="float64", device="cpu", noise=0.05, lengthscale=1.0, period=1.0,
-                 fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20,
-                 predict_quadrature_points=100, verbose=True, checkpoint=None, natural_gradient=None,
-                 compile=False):
+    def __init__(self, num_inducing=DEFAULTS.num_inducing, kernel="rbf", batch_size=None, epochs=DEFAULTS.epochs,
+                 lr=DEFAULTS.lr, seed=0, dtype="float64", device="cpu", noise=DEFAULTS.noise, lengthscale=1.0,
+                 period=1.0, fix_noise_fraction=0.0, kmeans_restarts=DEFAULTS.kmeans_restarts, learn_inducing=True,
+                 quadrature_points=DEFAULTS.quadrature_points,
+                 predict_quadrature_points=DEFAULTS.predict_quadrature_points, verbose=True, checkpoint=None,
+                 natural_gradient=None, compile=False):
         self._store_arguments(locals())
 
     #: working-memory budget (bytes) of one prediction call: rows are predicted in chunks that fit in it
@@ -327,11 +329,13 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
 class _FlowRegressor(SVGPRegressor):
     """Shared constructor of the flow estimators (sklearn needs every parameter in the signature)."""
 
-    def __init__(self, flow="sal", flow_init="identity", num_inducing=100, kernel="rbf", batch_size=None,
-                 epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05, lengthscale=1.0,
-                 period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
-                 quadrature_points=20, predict_quadrature_points=100, verbose=True, robust=True, checkpoint=None,
-                 compile=False):
+    def __init__(self, flow="sal", flow_init="identity", num_inducing=DEFAULTS.num_inducing, kernel="rbf",
+                 batch_size=None, epochs=DEFAULTS.epochs, lr=DEFAULTS.lr, seed=0, dtype="float64", device="cpu",
+                 noise=DEFAULTS.noise, lengthscale=1.0, period=1.0, fix_noise_fraction=0.0,
+                 kmeans_restarts=DEFAULTS.kmeans_restarts, learn_inducing=True,
+                 quadrature_points=DEFAULTS.quadrature_points,
+                 predict_quadrature_points=DEFAULTS.predict_quadrature_points, verbose=True, robust=True,
+                 checkpoint=None, compile=False):
         self._store_arguments(locals())
 
     _FLOW_INITS = ("identity", "data", "random", "none")
@@ -550,13 +554,15 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
     _data_direction = "generative"
     _MODEL = "tgp"
 
-    def __init__(self, flow="sal", flow_init="identity", num_inducing=100, kernel="rbf", batch_size=None,
-                 epochs=1000, lr=0.01, seed=0, dtype="float64", device="cpu", noise=0.05, lengthscale=1.0,
-                 period=1.0, fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True,
-                 quadrature_points=20, predict_quadrature_points=100, verbose=True, input_dependent=False,
+    def __init__(self, flow="sal", flow_init="identity", num_inducing=DEFAULTS.num_inducing, kernel="rbf",
+                 batch_size=None, epochs=DEFAULTS.epochs, lr=DEFAULTS.lr, seed=0, dtype="float64", device="cpu",
+                 noise=DEFAULTS.noise, lengthscale=1.0, period=1.0, fix_noise_fraction=0.0,
+                 kmeans_restarts=DEFAULTS.kmeans_restarts, learn_inducing=True,
+                 quadrature_points=DEFAULTS.quadrature_points,
+                 predict_quadrature_points=DEFAULTS.predict_quadrature_points, verbose=True, input_dependent=False,
                  hidden=(50,), activation="relu", dropout=0.25, bayesian="mc_dropout", mc_samples_train=1,
-                 mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, robust=True,
-                 checkpoint=None, compile=False):
+                 mc_samples_predict=100, prior_precision=None, flow_init_epochs=100, robust=True, checkpoint=None,
+                 compile=False):
         self._store_arguments(locals())
 
     def _target_positive(self) -> bool:

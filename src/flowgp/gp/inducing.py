@@ -6,6 +6,8 @@ import warnings
 import numpy as np
 import torch
 
+from .defaults import DEFAULTS
+
 __all__ = ["kmeans_inducing_points", "KMEANS_MAX_ROWS"]
 
 #: k-means runs on at most this many rows (a seeded random subset beyond it): Lloyd's iterations cost O(N M D)
@@ -13,7 +15,7 @@ __all__ = ["kmeans_inducing_points", "KMEANS_MAX_ROWS"]
 KMEANS_MAX_ROWS = 20_000
 
 
-def kmeans_inducing_points(x, num_inducing: int, restarts: int = 10, seed: int = 0,
+def kmeans_inducing_points(x, num_inducing: int, restarts: int = DEFAULTS.kmeans_restarts, seed: int = 0,
                            max_rows: int | None = KMEANS_MAX_ROWS, large_restarts: int | None = 1) -> np.ndarray:
     """Cluster centres of k-means (best inertia over `restarts` runs) as an [M, D] float64 array.
 

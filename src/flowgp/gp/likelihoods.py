@@ -17,6 +17,7 @@ import math
 import torch
 from torch import nn
 
+from .defaults import DEFAULTS
 from ..numerics.constraints import Positive
 from ..flows import Flow, make_flow
 from ..flows import WeightSampling, input_dependent_flows
@@ -92,7 +93,7 @@ class Likelihood(nn.Module):
 class GaussianLikelihood(Likelihood):
     """p(y | f) = N(y; f, σ²), σ² stored through a softplus with a floor (one noise per output)."""
 
-    def __init__(self, noise: float = 0.05, num_outputs: int = 1, noise_floor: float = 1e-6,
+    def __init__(self, noise: float = DEFAULTS.noise, num_outputs: int = 1, noise_floor: float = 1e-6,
                  dtype: torch.dtype = torch.float64, device=None):
         super().__init__()
         if not noise > noise_floor:

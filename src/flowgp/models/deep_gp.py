@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..gp.defaults import DEFAULTS
 from ..gp.kernels import Kernel, Sum, White, make_kernel
 from ..gp.likelihoods import GaussianLikelihood, Likelihood
 from ..numerics.linalg import lower_inverse
@@ -365,8 +366,8 @@ class DeepGP(nn.Module):
         likelihood: Likelihood | None = None,
         posterior: nn.Module | None = None,
         num_samples: int = 1,
-        quadrature_points: int = 20,
-        predict_quadrature_points: int = 100,
+        quadrature_points: int = DEFAULTS.quadrature_points,
+        predict_quadrature_points: int = DEFAULTS.predict_quadrature_points,
         draws: str | None = None,
         base_gradient: str | None = None,
         flow_rows: int | None = FLOW_ROWS,
@@ -854,7 +855,7 @@ def build_deep_gp(
     x: torch.Tensor,
     y_dim: int,
     num_layers: int,
-    num_inducing: int = 100,
+    num_inducing: int = DEFAULTS.num_inducing,
     kernel: str = "rbf",
     hidden_width: int | None = None,
     likelihood: Likelihood | None = None,
@@ -865,15 +866,15 @@ def build_deep_gp(
     white_variance: float = 1e-6,
     q_var_init: float = 1e-5,
     num_samples: int = 1,
-    kmeans_restarts: int = 10,
+    kmeans_restarts: int = DEFAULTS.kmeans_restarts,
     seed: int = 0,
     inducing_points: torch.Tensor | None = None,
     learn_inducing: bool = True,
     flow_steps: int = 2,
     flow_nonlinear: bool = True,
     flow_base: str = "network",
-    quadrature_points: int = 20,
-    predict_quadrature_points: int = 100,
+    quadrature_points: int = DEFAULTS.quadrature_points,
+    predict_quadrature_points: int = DEFAULTS.predict_quadrature_points,
     generator: torch.Generator | None = None,
     dtype: torch.dtype | None = None,
     device=None,

@@ -49,6 +49,7 @@ from typing import Callable, Optional
 import torch
 from tqdm.auto import tqdm
 
+from ..gp.defaults import DEFAULTS
 from .batches import ArrayBatches, Batch
 from .checkpoint import FingerprintedPath, atomic_save, check_fingerprint, safe_load
 from .compiled import AUTO_PROBE_STEPS, CompiledObjective, compile_pays_off
@@ -321,9 +322,9 @@ def train(
     model,
     x,
     y: Optional[torch.Tensor] = None,
-    epochs: int = 1000,
+    epochs: int = DEFAULTS.epochs,
     batch_size: Optional[int] = None,
-    lr: float = 0.01,
+    lr: float = DEFAULTS.lr,
     fix_noise_fraction: float = 0.0,
     seed: int = 0,
     verbose: bool = True,

@@ -33,6 +33,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from ...gp.defaults import DEFAULTS
 from ...numerics.constraints import Positive
 from .convolution import ConvolutionKernel, check_output_index
 from ...gp.kernels import LENGTHSCALE_CONSTRAINT, RBF, VARIANCE_CONSTRAINT, Scale
@@ -310,7 +311,7 @@ class AMOGP(nn.Module):
     def __init__(self, z_alignment, z_latent, z_warping, latent_processes: int = 1, alignment: bool = True,
                  warping: bool = True, lengthscale: float = 1.0, variance: float = 1.0,
                  alignment_variance: float = 0.05, alignment_lengthscale: float = 1.0,
-                 warping_variance: float = 0.05, warping_lengthscale: float = 1.0, noise: float = 0.05,
+                 warping_variance: float = 0.05, warping_lengthscale: float = 1.0, noise: float = DEFAULTS.noise,
                  alignment_noise: float = 1e-3, latent_noise: float = 1e-3, q_var_init: float = 1e-5,
                  jitter: float | None = None, cp_inducing: str = "output", num_outputs: int | None = None,
                  cp_grid: bool = False):

@@ -64,6 +64,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from ...gp.defaults import DEFAULTS
 from .encoders import ENCODER_SKIPS, AmortizedLatentEncoder, FreeLatent, normal_log_prob
 from ...gp.likelihoods import GaussianLikelihood, Likelihood
 from ...numerics.linalg import JitterMemory, gram, lower_inverse, robust_cholesky, shared_left_products
@@ -816,7 +817,7 @@ def build_latent_deep_gp(
     gradient: str = "dreg",
     white_variance: float = 1e-6,
     q_var_init: float = 1e-5,
-    kmeans_restarts: int = 10,
+    kmeans_restarts: int = DEFAULTS.kmeans_restarts,
     learn_inducing: bool = True,
     hidden_layer: str = "pca",
     hidden_q_var_init: float | None = None,
