@@ -52,7 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..numerics.constraints import Positive
+from ..numerics.constraints import Positive, softplus_positive
 from .numerical import monotone_inverse
 
 if TYPE_CHECKING:  # only for annotations: the sampling mode is read by input-dependent flows
@@ -295,7 +295,7 @@ class Flow(nn.Module):
             return {}
         # `constrain`'s values (softplus(raw) + lower for a Positive row, raw otherwise) from plain tuples: a compiled
         # step then checks two tuples, not every ParamSpec and constraint object
-        return {name: raw if lower is None else F.softplus(raw) + lower
+        return {name: raw if lower is None else softplus_positive(raw, lower)
                 for name, raw, lower in zip(names, self.raw.unbind(0), self._row_lower)}
 
     def _set_constraint_rows(self) -> None:

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from ...gp.defaults import DEFAULTS
-from ...numerics.constraints import Positive
+from ...numerics.constraints import Positive, softplus_positive
 from .convolution import ConvolutionKernel, check_output_index
 from ...gp.kernels import LENGTHSCALE_CONSTRAINT, RBF, VARIANCE_CONSTRAINT, Scale
 from ...numerics.linalg import cholesky_gradient_to_matrix, lower_inverse, robust_cholesky
@@ -547,8 +547,7 @@ class AMOGP(nn.Module):
         layers = [name for name, on in (("align", self.alignment), ("warp", self.warping)) if on]
         d, count = self.num_outputs, len(layers)
         sizes = [count * d] * (2 if count else 0) + [r.numel() for r, _ in raw[2 * count:]]
-        vals = list((torch.nn.functional.softplus(torch.cat([r.reshape(-1) for r, _ in raw]))
-                     + self._hyper_floor).split(sizes))
+        vals = list(softplus_positive(torch.cat([r.reshape(-1) for r, _ in raw]), self._hyper_floor).split(sizes))
         hyp = {}
         if count:
             var, ls = vals.pop(0), vals.pop(0)  # [count·D] each, the layers in `layers` order
