@@ -258,12 +258,10 @@ def _generator_kwarg(function, generator) -> dict:
 
 
 def _initial_inducing(config, x: torch.Tensor, generator) -> torch.Tensor:
-    from .gp.inducing import kmeans_inducing_points
+    from .gp.inducing import initial_inducing_inputs
 
-    if config.inducing_points is not None:
-        return torch.as_tensor(np.asarray(config.inducing_points), dtype=torch.float64)
-    z = kmeans_inducing_points(x, config.num_inducing, config.kmeans_restarts, _kmeans_seed(generator))
-    return torch.as_tensor(z, dtype=torch.float64)
+    return initial_inducing_inputs(x, config.num_inducing, config.kmeans_restarts, _kmeans_seed(generator),
+                                   config.inducing_points)
 
 
 def _inducing_and_kernel(config: SparseGPFields, x: torch.Tensor, generator, batch_shape=()):
