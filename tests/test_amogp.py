@@ -519,6 +519,7 @@ def test_shared_whitened_q_and_kernels_and_minibatch_bound(float64_default):
 
 
 def test_parameters_follow_the_inducing_inputs_dtype_and_old_files_load():
+    from flowgp.compat import SavedFileUpgradeWarning
     from flowgp.numerics.constraints import Positive
 
     z = _z(2, 5).double()  # the default dtype is float32 here
@@ -534,7 +535,8 @@ def test_parameters_follow_the_inducing_inputs_dtype_and_old_files_load():
     old["raw_warp_variance"] = Positive(1e-10).inverse(model._warp_params()[0].detach())
     old["raw_warp_lengthscale"] = Positive(1e-6).inverse(model._warp_params()[1].detach())
     fresh = AMOGP(z, z, z)
-    fresh.load_state_dict(old)
+    with pytest.warns(SavedFileUpgradeWarning, match="AMO-GP was saved before"):
+        fresh.load_state_dict(old)
     torch.testing.assert_close(fresh.elbo(x, y, out), model.elbo(x, y, out))
 
 

@@ -17,6 +17,7 @@ import math
 import torch
 from torch import nn
 
+from ..compat import nest_entries
 from .defaults import DEFAULTS
 from ..numerics.constraints import Positive
 from ..flows import Flow, make_flow
@@ -529,11 +530,9 @@ class WarpedLikelihood(Likelihood):
     # ------------------------------------------------------------------ state dicts of the pre-likelihood TGP
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # TGP models saved before the flow moved into the likelihood stored the base likelihood's entries
-        # directly under the likelihood ("likelihood.raw_noise"): read them as the base's
-        for key in [k for k in state_dict if k.startswith(prefix)]:
-            head = key[len(prefix):].split(".", 1)[0]
-            if head not in ("flow", "base"):
-                state_dict[prefix + "base." + key[len(prefix):]] = state_dict.pop(key)
+        # directly under the likelihood ("likelihood.raw_noise"): read them as the base's. No warning: it is also
+        # the layout of an SVGP's likelihood, whose state a TGP may load on purpose (a warm start)
+        nest_entries(state_dict, prefix, "base", ("flow", "base"), None)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 

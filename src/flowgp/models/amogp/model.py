@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from ...gp.defaults import DEFAULTS
+from ...compat import convert_entries
 from ...numerics.constraints import Positive, softplus_positive
 from .convolution import ConvolutionKernel, check_output_index
 from ...gp.kernels import LENGTHSCALE_CONSTRAINT, RBF, VARIANCE_CONSTRAINT, Scale
@@ -186,11 +187,15 @@ _OLD_SE_KEYS = {"raw_align_variance": ("align_kernel.raw_variance", 1e-10),
 def _upgrade_state_dict(module, state_dict, prefix, *args):
     """Load files saved before the alignment / warping SE kernels became flowgp.gp.kernels modules: raw [D]
     values (softplus + lower bound of that time) become the kernels' raw [D, 1, 1] parameters."""
-    for old, (new, lower) in _OLD_SE_KEYS.items():
-        if prefix + old in state_dict and prefix + new not in state_dict:
-            value = Positive(lower=lower)(state_dict.pop(prefix + old))
-            constraint = LENGTHSCALE_CONSTRAINT if new.endswith("lengthscale") else VARIANCE_CONSTRAINT
-            state_dict[prefix + new] = constraint.inverse(value).reshape(-1, 1, 1)
+    conversions = {old: (new, _se_kernel_raw(new, lower)) for old, (new, lower) in _OLD_SE_KEYS.items()}
+    convert_entries(state_dict, prefix, conversions,
+                    "this AMO-GP was saved before its alignment / warping SE kernels were kernel modules")
+
+
+def _se_kernel_raw(new: str, lower: float):
+    """The conversion of one old raw [D] SE-kernel value (softplus + `lower`) to the kernel's raw [D, 1, 1]."""
+    constraint = LENGTHSCALE_CONSTRAINT if new.endswith("lengthscale") else VARIANCE_CONSTRAINT
+    return lambda raw: constraint.inverse(Positive(lower=lower)(raw)).reshape(-1, 1, 1)
 
 
 def _se_gram(z, variance, coef):
