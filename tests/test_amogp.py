@@ -304,15 +304,17 @@ def test_estimator_fit_predict_save_load(tmp_path, cp):
 def test_files_saved_before_cp_inducing_load_with_per_output_sets(tmp_path):
     """Files written before `cp_inducing` existed hold per-output CP sets; the default is now "latent"."""
     from flowgp import AlignedMultiOutputGPRegressor
+    from flowgp.compat import SavedFileUpgradeWarning
     from flowgp.training.checkpoint import atomic_save, safe_load
 
     X, y, o = _series()
     est = AlignedMultiOutputGPRegressor(num_inducing=6, num_inducing_alignment=4, num_inducing_warping=4, epochs=3,
                                         batch_size=None, verbose=False, cp_inducing="output").fit(X, y, o)
     state = safe_load(est.save(tmp_path / "new.pt"))
-    del state["params"]["cp_inducing"]
+    del state["params"]["cp_inducing"], state["format_version"]  # a file of format version 1
     atomic_save(state, tmp_path / "old.pt")
-    loaded = AlignedMultiOutputGPRegressor.load(tmp_path / "old.pt")
+    with pytest.warns(SavedFileUpgradeWarning, match="cp_inducing="):
+        loaded = AlignedMultiOutputGPRegressor.load(tmp_path / "old.pt")
     assert loaded.cp_inducing == "output" and AlignedMultiOutputGPRegressor().cp_inducing == "latent"
     np.testing.assert_allclose(loaded.predict(X[:5], o[:5]), est.predict(X[:5], o[:5]))
 
@@ -321,6 +323,7 @@ def test_files_saved_before_cp_grid_load_with_trained_inducing_inputs(tmp_path):
     """Files written before `cp_grid` existed trained their CP inducing inputs (no longer a grid): they load with
     cp_grid=False and predict as saved."""
     from flowgp import AlignedMultiOutputGPRegressor
+    from flowgp.compat import SavedFileUpgradeWarning
     from flowgp.training.checkpoint import atomic_save, safe_load
 
     X, y, o = _series()
@@ -329,9 +332,10 @@ def test_files_saved_before_cp_grid_load_with_trained_inducing_inputs(tmp_path):
     z = est.model_.latent.z[0, :, 0]
     assert ((z[1:] - z[:-1]) - (z[1] - z[0])).abs().max() > 1e-6  # trained: no longer evenly spaced
     state = safe_load(est.save(tmp_path / "new.pt"))
-    del state["params"]["cp_grid"]
+    del state["params"]["cp_grid"], state["format_version"]  # a file of format version 1
     atomic_save(state, tmp_path / "old.pt")
-    loaded = AlignedMultiOutputGPRegressor.load(tmp_path / "old.pt")
+    with pytest.warns(SavedFileUpgradeWarning, match="cp_grid="):
+        loaded = AlignedMultiOutputGPRegressor.load(tmp_path / "old.pt")
     assert loaded.cp_grid is False and not loaded.model_.cp_grid and AlignedMultiOutputGPRegressor().cp_grid is None
     np.testing.assert_allclose(loaded.predict(X[:5], o[:5]), est.predict(X[:5], o[:5]))
 
