@@ -304,15 +304,17 @@ def test_estimator_fit_predict_save_load(tmp_path, cp):
 def test_files_saved_before_cp_inducing_load_with_per_output_sets(tmp_path):
     """Files written before `cp_inducing` existed hold per-output CP sets; the default is now "latent"."""
     from flowgp import AlignedMultiOutputGPRegressor
+    from flowgp.compat import SavedFileUpgradeWarning
     from flowgp.training.checkpoint import atomic_save, safe_load
 
     X, y, o = _series()
     est = AlignedMultiOutputGPRegressor(num_inducing=6, num_inducing_alignment=4, num_inducing_warping=4, epochs=3,
                                         batch_size=None, verbose=False, cp_inducing="output").fit(X, y, o)
     state = safe_load(est.save(tmp_path / "new.pt"))
-    del state["params"]["cp_inducing"]
+    del state["params"]["cp_inducing"], state["format_version"]  # a file of format version 1
     atomic_save(state, tmp_path / "old.pt")
-    loaded = AlignedMultiOutputGPRegressor.load(tmp_path / "old.pt")
+    with pytest.warns(SavedFileUpgradeWarning, match="cp_inducing="):
+        loaded = AlignedMultiOutputGPRegressor.load(tmp_path / "old.pt")
     assert loaded.cp_inducing == "output" and AlignedMultiOutputGPRegressor().cp_inducing == "latent"
     np.testing.assert_allclose(loaded.predict(X[:5], o[:5]), est.predict(X[:5], o[:5]))
 
@@ -321,6 +323,7 @@ def test_files_saved_before_cp_grid_load_with_trained_inducing_inputs(tmp_path):
     """Files written before `cp_grid` existed trained their CP inducing inputs (no longer a grid): they load with
     cp_grid=False and predict as saved."""
     from flowgp import AlignedMultiOutputGPRegressor
+    from flowgp.compat import SavedFileUpgradeWarning
     from flowgp.training.checkpoint import atomic_save, safe_load
 
     X, y, o = _series()
@@ -329,9 +332,10 @@ def test_files_saved_before_cp_grid_load_with_trained_inducing_inputs(tmp_path):
     z = est.model_.latent.z[0, :, 0]
     assert ((z[1:] - z[:-1]) - (z[1] - z[0])).abs().max() > 1e-6  # trained: no longer evenly spaced
     state = safe_load(est.save(tmp_path / "new.pt"))
-    del state["params"]["cp_grid"]
+    del state["params"]["cp_grid"], state["format_version"]  # a file of format version 1
     atomic_save(state, tmp_path / "old.pt")
-    loaded = AlignedMultiOutputGPRegressor.load(tmp_path / "old.pt")
+    with pytest.warns(SavedFileUpgradeWarning, match="cp_grid="):
+        loaded = AlignedMultiOutputGPRegressor.load(tmp_path / "old.pt")
     assert loaded.cp_grid is False and not loaded.model_.cp_grid and AlignedMultiOutputGPRegressor().cp_grid is None
     np.testing.assert_allclose(loaded.predict(X[:5], o[:5]), est.predict(X[:5], o[:5]))
 
@@ -519,6 +523,7 @@ def test_shared_whitened_q_and_kernels_and_minibatch_bound(float64_default):
 
 
 def test_parameters_follow_the_inducing_inputs_dtype_and_old_files_load():
+    from flowgp.compat import SavedFileUpgradeWarning
     from flowgp.numerics.constraints import Positive
 
     z = _z(2, 5).double()  # the default dtype is float32 here
@@ -534,7 +539,8 @@ def test_parameters_follow_the_inducing_inputs_dtype_and_old_files_load():
     old["raw_warp_variance"] = Positive(1e-10).inverse(model._warp_params()[0].detach())
     old["raw_warp_lengthscale"] = Positive(1e-6).inverse(model._warp_params()[1].detach())
     fresh = AMOGP(z, z, z)
-    fresh.load_state_dict(old)
+    with pytest.warns(SavedFileUpgradeWarning, match="AMO-GP was saved before"):
+        fresh.load_state_dict(old)
     torch.testing.assert_close(fresh.elbo(x, y, out), model.elbo(x, y, out))
 
 

@@ -394,22 +394,36 @@ def test_benchmark_scripts_use_flowgp_and_their_lib_only():
 _NARRATION = re.compile(r"\bsessions?\b|\bissues? \d|\btickets?\b", re.IGNORECASE)
 
 
-def narration_violations(roots=(TESTS, BENCHMARKS)) -> list[str]:
-    """Lines of the tests and benchmark scripts that speak of sessions, issue numbers or tickets (pytest's
-    `scope="session"` aside)."""
+#: everything tracked that speaks to users or developers, CHANGELOG.md aside (its entries are dated history)
+NARRATION_ROOTS = (TESTS, BENCHMARKS, SRC, SRC.parents[1] / "docs", SRC.parents[1] / "runs")
+NARRATION_FILES = ("README.md", "CONTRIBUTING.md")
+
+
+def narration_violations(roots=NARRATION_ROOTS) -> list[str]:
+    """Lines of the code, tests, benchmark scripts, README and docs that speak of sessions, issue numbers or
+    tickets (pytest's `scope="session"` and "an interactive session" aside)."""
     out = []
+    repo = SRC.parents[1]
     for root in roots:
-        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".sh", ".md")):
+        candidates = [p for p in root.rglob("*") if p.suffix in (".py", ".sh", ".md", ".rst")
+                      and not {"_build", "auto_examples", "generated"} & set(p.parts)]
+        if root == roots[0]:
+            candidates += [repo / name for name in NARRATION_FILES]
+        for path in sorted(candidates):
             if path == Path(__file__).resolve():
                 continue  # this file names the words it looks for
             for number, line in enumerate(path.read_text().splitlines(), 1):
-                if _NARRATION.search(line.replace('scope="session"', "")):
-                    out.append(f"{path.relative_to(root.parent)}:{number}: {line.strip()[:80]}")
+                if _NARRATION.search(line.replace('scope="session"', "").replace("interactive session", "")):
+                    out.append(f"{path.relative_to(repo)}:{number}: {line.strip()[:80]}")
     return out
 
 
-def test_tests_and_benchmarks_speak_of_the_software():
+def test_the_project_speaks_of_the_software():
     assert narration_violations() == []
+
+
+def test_no_function_in_src_is_over_100_lines():
+    assert long_functions() == []
 
 
 if __name__ == "__main__":

@@ -270,9 +270,13 @@ def test_deep_gp_files_saved_with_the_old_warm_start_name_still_load(tmp_path):
     path = tmp_path / "new.pt"
     est.save(path)
     state = safe_load(path)
-    state["params"]["warm_start"] = state["params"].pop("dsvi_warmup")  # the file an older version wrote
+    state["params"]["warm_start"] = state["params"].pop("dsvi_warmup")  # the file an older version wrote:
+    del state["format_version"]  # ... without a format version (version 1)
     old = tmp_path / "old.pt"
     atomic_save(state, old)
-    loaded = DeepGPRegressor.load(old)
+    from flowgp.compat import SavedFileUpgradeWarning
+
+    with pytest.warns(SavedFileUpgradeWarning, match="warm_start -> dsvi_warmup"):
+        loaded = DeepGPRegressor.load(old)
     assert loaded.dsvi_warmup == est.dsvi_warmup and "warm_start" not in loaded.get_params()
     np.testing.assert_array_equal(loaded.predict(X), est.predict(X))

@@ -30,6 +30,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from .gp.defaults import DEFAULTS
 from .models.deep_gp import FLOW_ROWS
 
 __all__ = ["InputDependence", "SparseGPFields", "SparseGPConfig", "ClassificationConfig", "DeepGPConfig", "LatentDeepGPConfig",
@@ -75,17 +76,17 @@ class SparseGPFields:
     inducing_points: [M, D] initial Z (None: k-means of x, best of `kmeans_restarts`).
     """
 
-    num_inducing: int = 100
+    num_inducing: int = DEFAULTS.num_inducing
     kernel: Any = "rbf"
     lengthscale: float = 1.0
     period: float = 1.0
     flow: Any = "identity"
     input_dependent: InputDependence | None = None
     learn_inducing: bool = True
-    quadrature_points: int = 20
+    quadrature_points: int = DEFAULTS.quadrature_points
     mc_samples_train: int = 1
     mc_samples_predict: int = 100
-    kmeans_restarts: int = 10
+    kmeans_restarts: int = DEFAULTS.kmeans_restarts
     inducing_points: Any = field(default=None, compare=False, repr=False)
 
 
@@ -99,8 +100,8 @@ class SparseGPConfig(SparseGPFields):
     """
 
     model: str = "svgp"
-    noise: float = 0.05
-    predict_quadrature_points: int = 100
+    noise: float = DEFAULTS.noise
+    predict_quadrature_points: int = DEFAULTS.predict_quadrature_points
 
 
 @dataclass(frozen=True)
@@ -129,11 +130,11 @@ class DeepGPConfig:
 
     layers: int = 3
     posterior: str = "gaussian"
-    num_inducing: int = 100
+    num_inducing: int = DEFAULTS.num_inducing
     kernel: str = "rbf"
     hidden_width: int | None = None
     likelihood: Any = "gaussian"
-    noise: float = 0.05
+    noise: float = DEFAULTS.noise
     num_classes: int | None = None
     num_outputs: int | None = None
     lengthscale: float = 1.0
@@ -142,10 +143,10 @@ class DeepGPConfig:
     flow_steps: int = 2
     flow_base: str = "network"
     learn_inducing: bool = True
-    quadrature_points: int = 20
-    predict_quadrature_points: int = 100
-    kmeans_restarts: int = 10
-    # issue 20: element-wise steps of posterior="cnf" ("entry" or "channel") and how U is drawn in the bound
+    quadrature_points: int = DEFAULTS.quadrature_points
+    predict_quadrature_points: int = DEFAULTS.predict_quadrature_points
+    kmeans_restarts: int = DEFAULTS.kmeans_restarts
+    # element-wise steps of posterior="cnf" ("entry" or "channel") and how U is drawn in the bound
     # ("coupled", "per-point", "shared"; None: "coupled" for "cnf", "shared" for "cnf-paper", "per-point" else)
     flow_elementwise: str = "entry"
     draws: str | None = None
@@ -155,7 +156,7 @@ class DeepGPConfig:
     # rows of each training batch on which the flow's change of the bound is estimated with base_gradient="dsvi"
     # (a random subset; None: every row)
     flow_rows: int | None = FLOW_ROWS
-    # issue 22: the hidden layers' skip-layer connection ("linear", or "conv" for images of `image_shape`)
+    # the hidden layers' skip-layer connection ("linear", or "conv" for images of `image_shape`)
     skip: str = "linear"
     image_shape: tuple | None = None
     inducing_points: Any = field(default=None, compare=False, repr=False)
@@ -178,7 +179,7 @@ class LatentDeepGPConfig:
     #: "bound" (L_K) or "per-slot" (the DREG authors' published objective, not a bound)
     objective: str = "bound"
     learn_inducing: bool = True
-    kmeans_restarts: int = 10
+    kmeans_restarts: int = DEFAULTS.kmeans_restarts
     hidden_layer: str = "pca"
     q_var_init: float = 1e-5
     hidden_q_var_init: float | None = None
@@ -208,7 +209,7 @@ class AMOGPConfig:
     alignment_lengthscale: float = 1.0
     warping_variance: float = 0.05
     warping_lengthscale: float = 1.0
-    noise: float = 0.05
+    noise: float = DEFAULTS.noise
     alignment_noise: float = 1e-5
     latent_noise: float = 1e-3
     #: diagonal jitter of the CP layer's K_uu (None: the dtype default, 1e-8 in float64)
@@ -249,12 +250,10 @@ def _kmeans_seed(generator) -> int:
 
 
 def _initial_inducing(config, x: torch.Tensor, generator) -> torch.Tensor:
-    from .gp.inducing import kmeans_inducing_points
+    from .gp.inducing import initial_inducing_inputs
 
-    if config.inducing_points is not None:
-        return torch.as_tensor(np.asarray(config.inducing_points), dtype=torch.float64)
-    z = kmeans_inducing_points(x, config.num_inducing, config.kmeans_restarts, _kmeans_seed(generator))
-    return torch.as_tensor(z, dtype=torch.float64)
+    return initial_inducing_inputs(x, config.num_inducing, config.kmeans_restarts, _kmeans_seed(generator),
+                                   config.inducing_points)
 
 
 def _inducing_and_kernel(config: SparseGPFields, x: torch.Tensor, generator, batch_shape=()):

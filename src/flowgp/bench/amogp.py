@@ -1,4 +1,4 @@
-"""`flowgp bench amogp`: aligned warped multi-output GPs (issue 8) on an artificial set and London PM2.5.
+"""`flowgp bench amogp`: aligned warped multi-output GPs on an artificial set and London PM2.5.
 
 (a) artificial: one latent function l(a) = sin(a) + 0.5 sin(2.3 a) seen by 3 outputs through different nonlinear
     alignments a_d(t) and monotone warpings g_d; output 2 has no training data in t ∈ [5, 8). Gap RMSE and

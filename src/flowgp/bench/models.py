@@ -120,7 +120,7 @@ def _budget_shallow(preset, num_inducing, seed, num_data, task):
 
 
 def _budget_input_dependent(preset, num_inducing, seed, num_data, task):
-    # Issue 5 (appendix B.6): the networks are fitted to the identity-initialised flow for 2000 epochs under
+    # (appendix B.6): the networks are fitted to the identity-initialised flow for 2000 epochs under
     # `paper`, fewer under cheaper presets.
     common = _common(preset, num_inducing, seed, num_data)
     return {**common, "flow_init_epochs": 2000 if preset.name == "paper" else max(1, min(100, common["epochs"]))}
@@ -141,7 +141,7 @@ def _budget_latent(preset, num_inducing, seed, num_data, task):
     keep = ("num_inducing", "seed", "verbose", "epochs", "batch_size", "lr", "kmeans_restarts")
     kwargs = {**{k: common[k] for k in keep}, "noise": 0.01}
     if preset.protocol == "reference":
-        # issue 25: supplement E.2 and the authors' run script (experiments/run_conditional_density_estimation.py
+        # supplement E.2 and the authors' run script (experiments/run_conditional_density_estimation.py
         # in hughsalimbeni/DGPs_with_IWVI): hidden layers = fixed projection of 5 GPs + the inputs, natural
         # gradients (0.01) on the last layer's q(u) whose S starts at I, hidden q_sqrt scaled by 1e-5 (S = 1e-10 I),
         # hidden kernel variances fixed at 1; Adam 0.005 and both steps x0.98 per 1000 iterations
@@ -173,7 +173,7 @@ def budget_rule(entry):
 # ----- registrations (registration order = the report's column order) --------------------------------------
 _FLOW_OPTIONS = {"flow": UCI_TGP_FLOW, "flow_init": UCI_TGP_FLOW_INIT}
 _DEEP_OPTIONS = {"num_samples_train": 1, "num_samples_predict": 100}
-# Issue 5 (appendix B.6): PE-TGP and BA-TGP share the architecture and the training (standard dropout, one
+# (appendix B.6): PE-TGP and BA-TGP share the architecture and the training (standard dropout, one
 # W draw per step, weight decay λ = 1e-5); PE predicts with one deterministic pass, BA with 100 MC-dropout
 # draws (eq. 20). The appendix searched {1, 2} hidden layers x {25, 50} units x dropout {0.25, 0.5, 0.75} x
 # ReLU/tanh on validation splits without listing the choices; the defaults are the issue's (50,), ReLU, 0.25.
@@ -192,17 +192,17 @@ def _builtins() -> list:
         *[NamedModel(name, "TGPRegressor", fixed={"input_dependent": True, "bayesian": bayesian},
                      defaults=_INPUT_DEPENDENT_OPTIONS, description=f"input-dependent TGP ({bayesian} network weights)")
           for name, bayesian in (("pe-tgp", "point"), ("ba-tgp", "mc_dropout"))],
-        # issue 6: DSVI deep GPs and CNF-DGPs with 2-5 layers
+        # DSVI deep GPs and CNF-DGPs with 2-5 layers
         *[NamedModel(f"{prefix}{n}", "DeepGPRegressor", "DeepGPClassifier", fixed={"layers": n, "posterior": posterior},
                      defaults=_DEEP_OPTIONS, description=f"{n}-layer deep GP, {posterior} q(U)")
           for prefix, posterior in (("dgp", "gaussian"), ("cnf-dgp", "cnf")) for n in range(2, 6)],
-        # issue 20: cnf-dgpL is the Gaussian-base flow (per-point draws); the paper's exact design (diagonal base
-        # from φ(Z), one shared draw of U) is cnf-paper-dgpL (the cnf-dgpL rows of results before issue 20)
+        # cnf-dgpL is the Gaussian-base flow (per-point draws); the paper's exact design (diagonal base
+        # from φ(Z), one shared draw of U) is cnf-paper-dgpL (the cnf-dgpL rows of results earlier)
         *[NamedModel(f"cnf-paper-dgp{n}", "DeepGPRegressor", "DeepGPClassifier",
                      fixed={"layers": n, "posterior": "cnf-paper"}, defaults=_DEEP_OPTIONS,
                      description=f"{n}-layer deep GP, the CNF paper's q(U) (shared draws)") for n in range(2, 6)],
-        # issue 7: latent-variable deep GPs with 1-4 layers, REG or DREG q(z) gradients (names in sorted order);
-        # issue 25: "dreg-d23", the supplement's eq. D.23 taken literally (an ablation: cross terms weighted as own);
+        # latent-variable deep GPs with 1-4 layers, REG or DREG q(z) gradients (names in sorted order);
+        # "dreg-d23", the supplement's eq. D.23 taken literally (an ablation: cross terms weighted as own);
         # since 2026-11-28 "dreg" is D.23's form through each slot's conditional (unbiased with joint draws) and the
         # former "dreg" (the joint draw's ε held fixed, cross terms kept) is "dreg-eps"
         *[NamedModel(f"ldgp{n}-{g}", "LatentDeepGPRegressor", fixed={"layers": n, "gradient": g},
@@ -227,7 +227,7 @@ def _builtins() -> list:
                              "num_samples_predict": 10000},
                    description="latent-variable deep GP, depth as an option"),
     ]
-    # issue 8: AMO-GP and its ablations (alignment / warping layers); the bench trains "minibatch" models in
+    # AMO-GP and its ablations (alignment / warping layers); the bench trains "minibatch" models in
     # minibatches for its --epochs, the others full batch for --baseline-epochs
     for name, alignment, warping, minibatch in (
             ("amogp", "gp", "gp", True), ("amogp-aligned", "gp", "identity", True),

@@ -30,6 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from ..gp.defaults import DEFAULTS
+
 __all__ = ["Preset", "PRESETS", "get_preset", "APPLICATION_PRESETS", "get_application_preset"]
 
 
@@ -39,12 +41,12 @@ class Preset:
     epochs: int | None = None          # fixed number of epochs (full passes), or None to use `steps`
     steps: int | None = None           # fixed number of optimiser steps (converted to epochs per dataset)
     batch_size: int | None = None      # None = full batch
-    lr: float = 0.01
-    noise: float = 0.05
+    lr: float = DEFAULTS.lr
+    noise: float = DEFAULTS.noise
     lengthscale: float = 2.0
-    kmeans_restarts: int = 10
-    quadrature_points: int = 20
-    predict_quadrature_points: int = 100
+    kmeans_restarts: int = DEFAULTS.kmeans_restarts
+    quadrature_points: int = DEFAULTS.quadrature_points
+    predict_quadrature_points: int = DEFAULTS.predict_quadrature_points
     fix_noise_fraction: float = 0.0
     large_m: int | None = None         # with more inducing points than this ...
     large_m_epochs: int | None = None  # ... train for this many epochs instead (their steps cost ~(M/200)^3 more)
@@ -78,7 +80,7 @@ PRESETS = {
     "quick": Preset("quick", steps=1500, batch_size=512, kmeans_restarts=3),
     "tiny": Preset("tiny", steps=5, batch_size=128, kmeans_restarts=1, quadrature_points=10,
                    predict_quadrature_points=20),
-    # issue 25: the DGP-IWVI/DREG supplement's Table 1 protocol (E.2, E.3): 300 000 iterations of minibatch 512,
+    # the DGP-IWVI/DREG supplement's Table 1 protocol (E.2, E.3): 300 000 iterations of minibatch 512,
     # Adam 0.005, likelihood variance 0.01, one k-means run (scipy's kmeans2 in the authors' code); latent deep
     # GPs add their E.2 structure (bench.models); `flowgp bench uci --preset reference` also switches to the
     # authors' splits (bench.uci.reference_split)

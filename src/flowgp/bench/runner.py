@@ -234,12 +234,12 @@ def fit_and_score(est, split, task: str = "regression", checkpoint: str | None =
             row["train_elbo"] = float(est.elbo(split.x_train, split.y_train))
         if getattr(est, "y_scale_", None) is not None:
             row["y_scale"] = float(est.y_scale_)
-        # flow estimators fitted robustly (issue 24) carry the bound of the SVGP they were warm-started from:
+        # flow estimators fitted robustly carry the bound of the SVGP they were warm-started from:
         # the TGP row's training bound next to the SVGP's (same units)
         report = getattr(est, "fit_report_", None)
         if isinstance(report, dict) and report.get("svgp_bound") is not None:
             row["svgp_train_elbo"] = float(report["svgp_bound"]) * len(split.y_train)
-    # deep GPs with the Gaussian-base flow (issue 20): the strength the flow was kept at (0 = its DSVI base)
+    # deep GPs with the Gaussian-base flow: the strength the flow was kept at (0 = its DSVI base)
     strength = getattr(est, "flow_strength_", None)
     if isinstance(strength, dict):
         row["flow_strength"] = float(strength["selected"])

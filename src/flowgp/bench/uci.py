@@ -147,7 +147,7 @@ def load_split(dataset: str, split: int, data_dir=None, seed: int = 0, protocol:
     """The train/test Split `split` of a bench dataset name (see the module docstring); protocol "reference"
     gives a UCI set's split as the DGP-IWVI authors make it (`reference_split`), of the data file's rows in its
     own order (`row_order="file"`) or in the order of the authors' download (`"authors"`, see
-    `authors_row_order`; the bench's default for the reference protocol since the twenty-sixth session)."""
+    `authors_row_order`; the bench's default for the reference protocol)."""
     from ..data.tables import CLASSIFICATION_DATASETS, Split, classification_split, load_csv, load_uci, uci_split
 
     if row_order not in ("file", "authors"):

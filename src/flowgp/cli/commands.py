@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from .exit_codes import EPILOG, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, interrupted_line
+from ..gp.defaults import DEFAULTS
 from ..data.paths import METADATA_MARKER, check_distinct, check_metadata_file, is_metadata_file, metadata_path
 
 __all__ = ["main"]
@@ -53,7 +54,8 @@ def _multi_output_models() -> list[str]:
 
 #: `flowgp fit`'s values for the shared flags a single-output model gets when they are not given (a multi-output
 #: model keeps its estimator's own defaults: its inducing sets, epochs and batch rule differ)
-_SHARED_DEFAULTS = {"kernel": "rbf", "num_inducing": 100, "epochs": 1000, "lr": 0.01}
+_SHARED_DEFAULTS = {"kernel": DEFAULTS.kernel, "num_inducing": DEFAULTS.num_inducing, "epochs": DEFAULTS.epochs,
+                    "lr": DEFAULTS.lr}
 
 
 def version_line() -> str:
@@ -480,12 +482,12 @@ def _parser() -> argparse.ArgumentParser:
     p_fit.add_argument("--objective", default=None, choices=["bound", "per-slot"],
                        help="ldgp: what training maximises: the importance-weighted bound (default) or the DREG "
                             "authors' published per-slot objective, which is not a bound")
-    p_fit.add_argument("--kernel", default=None, help="default rbf (single-output models)")
+    p_fit.add_argument("--kernel", default=None, help=f"default {DEFAULTS.kernel} (single-output models)")
     p_fit.add_argument("--num-inducing", type=int, default=None,
-                       help="default 100 (multi-output models: the estimator's own rule)")
-    p_fit.add_argument("--epochs", type=int, default=None, help="default 1000 (multi-output models: 500)")
+                       help=f"default {DEFAULTS.num_inducing} (multi-output models: the estimator's own rule)")
+    p_fit.add_argument("--epochs", type=int, default=None, help=f"default {DEFAULTS.epochs} (multi-output models: 500)")
     p_fit.add_argument("--batch-size", type=int, default=None)
-    p_fit.add_argument("--lr", type=float, default=None, help="default 0.01")
+    p_fit.add_argument("--lr", type=float, default=None, help=f"default {DEFAULTS.lr}")
     p_fit.add_argument("--seed", type=int, default=0)
     p_fit.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     p_fit.add_argument("--device", default="cpu")

@@ -1,4 +1,4 @@
-"""Image classification data of CNF-DGP §IV-B (issue 22): MNIST, Fashion-MNIST, CIFAR-10, and the 8x8 digits.
+"""Image classification data of CNF-DGP §IV-B: MNIST, Fashion-MNIST, CIFAR-10, and the 8x8 digits.
 
 The three standard sets are read from their distributed files, which flowgp cannot download (no well-kept
 package ships them inside its wheel; torchvision, keras and the `mnist` package fetch them at run time):

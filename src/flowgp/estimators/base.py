@@ -19,6 +19,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_array, column_or_1d
 
 from ..build import DTYPES, InputDependence, resolve_dtype
+from ..compat import FORMAT_VERSION, saved_format_version, upgrade_estimator_parameters
 from ..training.checkpoint import FingerprintedPath, atomic_save, safe_load
 from ..data.sources import data_digest
 from .params import fitted_params, fitting, params_fingerprint, params_for_file, params_from_file
@@ -435,7 +436,7 @@ class Estimator:
         self.check_fitted()
         sections = params_for_file(self)
         state = {
-            "format": FORMAT, "class": type(self).__name__, **sections,
+            "format": FORMAT, "format_version": FORMAT_VERSION, "class": type(self).__name__, **sections,
             "n_features_in": self.n_features_in_, "x_mean": torch.as_tensor(np.asarray(self.x_mean_, np.float64)),
             "x_std": torch.as_tensor(np.asarray(self.x_std_, np.float64)), "history": list(getattr(self, "history_", [])),
             "model": {k: v.detach().cpu() for k, v in self.model_.state_dict().items()},
@@ -469,10 +470,7 @@ class Estimator:
         if target is None:
             raise ValueError(f"{path} holds a {state.get('class')}, not a {cls.__name__}")
         arguments = params_from_file(state["params"], state.get("records", {}))
-        params = {_RENAMED_PARAMETERS.get((target.__name__, name), name): value for name, value in arguments.items()}
-        for (owner, name), value in _VALUE_BEFORE_PARAMETER.items():
-            if owner == target.__name__ and name not in params:
-                params[name] = value
+        params = upgrade_estimator_parameters(target.__name__, arguments, saved_format_version(state))
         if device is not None:
             check_device(device, "device")
             params["device"] = device
@@ -516,23 +514,6 @@ def _device_here(saved: str, path) -> str:
                       "device(s): loading it on cuda:0 (pass device= to choose)", stacklevel=3)
         return "cuda:0"
     return saved
-
-
-#: (class, old name) -> new name of constructor parameters renamed since files were first saved, so that
-#: older files keep loading (the deep GPs' DSVI warm-up fraction was `warm_start`, which scikit-learn reserves)
-_RENAMED_PARAMETERS = {("DeepGPRegressor", "warm_start"): "dsvi_warmup",
-                       ("DeepGPClassifier", "warm_start"): "dsvi_warmup"}
-
-#: (class, parameter) -> the behaviour files saved before the parameter existed had, where its default differs
-#: (AMO-GP's CP inducing sets were per output until cp_inducing arrived with the latent form as default)
-_VALUE_BEFORE_PARAMETER = {("AlignedMultiOutputGPRegressor", "cp_inducing"): "output",
-                           # AMO-GP files saved before the grid option trained their CP inducing inputs
-                           ("AlignedMultiOutputGPRegressor", "cp_grid"): False,
-                           # deep GPs saved before issue 20's DSVI-base training and flow selection
-                           ("DeepGPRegressor", "base_gradient"): "joint", ("DeepGPClassifier", "base_gradient"): "joint",
-                           ("DeepGPRegressor", "flow_selection"): False, ("DeepGPClassifier", "flow_selection"): False,
-                           ("DeepGPRegressor", "flow_lr_scale"): 1.0, ("DeepGPClassifier", "flow_lr_scale"): 1.0,
-                           ("DeepGPRegressor", "flow_rows"): None, ("DeepGPClassifier", "flow_rows"): None}
 
 
 class InputDependentFlowOptions:

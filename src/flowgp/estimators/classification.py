@@ -17,6 +17,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils import column_or_1d
 from sklearn.utils.multiclass import type_of_target
 
+from ..gp.defaults import DEFAULTS
 from ..build import ClassificationConfig, build
 from ..data.sources import is_table
 from ..flows import Flow, make_flow
@@ -187,11 +188,11 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
             same fit: see SVGPRegressor).
     """
 
-    def __init__(self, num_inducing: int = 100, kernel: str | Kernel = "rbf", batch_size: int | None = None,
-                 epochs: int = 1000, lr: float = 0.01, seed: int = 0, dtype: str = "float64",
+    def __init__(self, num_inducing: int = DEFAULTS.num_inducing, kernel: str | Kernel = "rbf", batch_size: int | None = None,
+                 epochs: int = DEFAULTS.epochs, lr: float = DEFAULTS.lr, seed: int = 0, dtype: str = "float64",
                  device: str | torch.device = "cpu", lengthscale: float = 1.0, period: float = 1.0,
-                 likelihood: str = "softmax", fix_variance_epochs: int = 0, kmeans_restarts: int = 10,
-                 learn_inducing: bool = True, quadrature_points: int = 20, mc_samples: int = 20,
+                 likelihood: str = "softmax", fix_variance_epochs: int = 0, kmeans_restarts: int = DEFAULTS.kmeans_restarts,
+                 learn_inducing: bool = True, quadrature_points: int = DEFAULTS.quadrature_points, mc_samples: int = 20,
                  predict_samples: int = 256, verbose: bool | str = "auto",
                  checkpoint: str | os.PathLike | None = None, compile: bool | str = False) -> None:
         self._store_arguments(locals())
@@ -373,12 +374,12 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
 
     _FLOW_INITS = ("identity", "random", "none")
 
-    def __init__(self, flow: str | Flow = "sal", flow_init: str = "identity", num_inducing: int = 100,
-                 kernel: str | Kernel = "rbf", batch_size: int | None = None, epochs: int = 1000, lr: float = 0.01,
+    def __init__(self, flow: str | Flow = "sal", flow_init: str = "identity", num_inducing: int = DEFAULTS.num_inducing,
+                 kernel: str | Kernel = "rbf", batch_size: int | None = None, epochs: int = DEFAULTS.epochs, lr: float = DEFAULTS.lr,
                  seed: int = 0, dtype: str = "float64", device: str | torch.device = "cpu",
                  lengthscale: float = 1.0, period: float = 1.0, likelihood: str = "softmax",
-                 fix_variance_epochs: int = 0, kmeans_restarts: int = 10, learn_inducing: bool = True,
-                 quadrature_points: int = 20, mc_samples: int = 20, predict_samples: int = 256,
+                 fix_variance_epochs: int = 0, kmeans_restarts: int = DEFAULTS.kmeans_restarts, learn_inducing: bool = True,
+                 quadrature_points: int = DEFAULTS.quadrature_points, mc_samples: int = 20, predict_samples: int = 256,
                  verbose: bool | str = "auto", input_dependent: bool | str = False,
                  hidden: int | tuple[int, ...] = (50,), activation: str = "relu", dropout: float = 0.25,
                  bayesian: str = "mc_dropout", mc_samples_train: int = 1, mc_samples_predict: int = 100,
@@ -389,7 +390,7 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
     def _input_dependence(self):
         return self.input_dependence()
 
-    # ----- the robust fit (issue 24; flowgp.estimators.robust) ---------------------------------------------
+    # ----- the robust fit (flowgp.estimators.robust) ---------------------------------------------
     def fit(self, X: ArrayLike | str | os.PathLike | Iterable, y: ArrayLike | str | int | None = None) -> Self:
         """Fit on X [n_samples, n_features] and labels y [n_samples] (any sortable labels); returns self.
 

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 
+from ..gp.defaults import DEFAULTS
 from ..build import DeepGPConfig, build
 from ..data.sources import is_table
 from ..gp.likelihoods import BernoulliLikelihood
@@ -114,7 +115,7 @@ class _DeepMixin:
         config = DeepGPConfig(
             layers=int(self.layers), posterior=self.posterior, num_inducing=int(self.num_inducing),
             kernel=self.kernel, hidden_width=self.hidden_width, likelihood=self._likelihood_name(),
-            noise=getattr(self, "noise", 0.05),
+            noise=getattr(self, "noise", DEFAULTS.noise),
             num_classes=len(self.classes_) if hasattr(self, "classes_") else None,
             lengthscale=self.lengthscale, period=self.period, num_samples=int(self.num_samples_train),
             flow_steps=int(self.flow_steps), flow_base=self.flow_base, learn_inducing=self.learn_inducing,
@@ -276,12 +277,12 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
 
     def __init__(self, layers: int = 3, posterior: str = "gaussian", num_samples_train: int = 1,
                  num_samples_predict: int = 100, hidden_width: int | None = None, flow_steps: int = 2,
-                 flow_base: str = "network", num_inducing: int = 100, kernel: str = "rbf",
-                 batch_size: int | None = None, epochs: int = 1000, lr: float = 0.01, seed: int = 0,
-                 dtype: str = "float64", device: str | torch.device = "cpu", noise: float = 0.05,
+                 flow_base: str = "network", num_inducing: int = DEFAULTS.num_inducing, kernel: str = "rbf",
+                 batch_size: int | None = None, epochs: int = DEFAULTS.epochs, lr: float = DEFAULTS.lr, seed: int = 0,
+                 dtype: str = "float64", device: str | torch.device = "cpu", noise: float = DEFAULTS.noise,
                  lengthscale: float = 1.0, period: float = 1.0, fix_noise_fraction: float = 0.0,
-                 kmeans_restarts: int = 10, learn_inducing: bool = True, quadrature_points: int = 20,
-                 predict_quadrature_points: int = 100, verbose: bool | str = "auto",
+                 kmeans_restarts: int = DEFAULTS.kmeans_restarts, learn_inducing: bool = True, quadrature_points: int = DEFAULTS.quadrature_points,
+                 predict_quadrature_points: int = DEFAULTS.predict_quadrature_points, verbose: bool | str = "auto",
                  checkpoint: str | os.PathLike | None = None, flow_elementwise: str = "entry",
                  dsvi_warmup: float = 0.0, skip: str = "linear", image_shape: tuple[int, int, int] | None = None,
                  draws: str | None = None, compile: bool | str = False, base_gradient: str | None = None,
@@ -374,11 +375,11 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
 
     def __init__(self, layers: int = 3, posterior: str = "gaussian", num_samples_train: int = 1,
                  num_samples_predict: int = 100, hidden_width: int | None = None, flow_steps: int = 2,
-                 flow_base: str = "network", likelihood: str = "robustmax", num_inducing: int = 100,
-                 kernel: str = "rbf", batch_size: int | None = None, epochs: int = 1000, lr: float = 0.01,
+                 flow_base: str = "network", likelihood: str = "robustmax", num_inducing: int = DEFAULTS.num_inducing,
+                 kernel: str = "rbf", batch_size: int | None = None, epochs: int = DEFAULTS.epochs, lr: float = DEFAULTS.lr,
                  seed: int = 0, dtype: str = "float64", device: str | torch.device = "cpu",
-                 lengthscale: float = 1.0, period: float = 1.0, kmeans_restarts: int = 10,
-                 learn_inducing: bool = True, quadrature_points: int = 20, predict_quadrature_points: int = 100,
+                 lengthscale: float = 1.0, period: float = 1.0, kmeans_restarts: int = DEFAULTS.kmeans_restarts,
+                 learn_inducing: bool = True, quadrature_points: int = DEFAULTS.quadrature_points, predict_quadrature_points: int = DEFAULTS.predict_quadrature_points,
                  verbose: bool | str = "auto", checkpoint: str | os.PathLike | None = None,
                  flow_elementwise: str = "entry", dsvi_warmup: float = 0.0, skip: str = "linear",
                  image_shape: tuple[int, int, int] | None = None, draws: str | None = None,

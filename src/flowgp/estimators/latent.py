@@ -16,6 +16,7 @@ import math
 import numpy as np
 import torch
 
+from ..gp.defaults import DEFAULTS
 from ..training.batches import ArrayBatches
 from ..build import LatentDeepGPConfig, build, resolve_dtype
 from ..data.sources import is_table
@@ -78,9 +79,9 @@ class LatentDeepGPRegressor(SVGPRegressor):
     def __init__(self, layers: int = 2, latent_dim: int = 1, num_importance: int = 5, gradient: str = "dreg",
                  amortized: bool = True, natgrad: bool = False, hidden_width: int | None = 5,
                  num_inducing: int = 128, kernel: str = "rbf", batch_size: int | None = None,
-                 epochs: int = 1000, lr: float = 0.005, lr_decay: float = 0.98, natgrad_lr: float = 0.01,
+                 epochs: int = DEFAULTS.epochs, lr: float = 0.005, lr_decay: float = 0.98, natgrad_lr: float = 0.01,
                  seed: int = 0, dtype: str = "float64", device: str | torch.device = "cpu", noise: float = 0.01,
-                 kmeans_restarts: int = 10, learn_inducing: bool = True, num_samples_predict: int = 10000,
+                 kmeans_restarts: int = DEFAULTS.kmeans_restarts, learn_inducing: bool = True, num_samples_predict: int = 10000,
                  verbose: bool | str = "auto", checkpoint: str | os.PathLike | None = None,
                  hidden_layer: str = "pca", q_var_init: float = 1e-5, hidden_q_var_init: float | None = None,
                  learn_hidden_variance: bool = True, compile: bool | str = False, extend_checkpoint: bool = False,

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 
+from ..gp.defaults import DEFAULTS
 from ..training.batches import ArrayBatches
 from ..build import AMOGPConfig, build
 from ..models.amogp.model import layer_curves
@@ -100,8 +101,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
     def __init__(self, num_inducing: int | None = None, num_inducing_alignment: int = 10,
                  num_inducing_warping: int = 10, latent_processes: int = 1, alignment: str = "gp",
                  warping: str = "gp", num_outputs: int | None = None, batch_size: int | str | None = "auto",
-                 epochs: int = 500, lr: float = 0.01, seed: int = 0, dtype: str = "float64",
-                 device: str | torch.device = "cpu", noise: float = 0.05, lengthscale: float = 0.3,
+                 epochs: int = 500, lr: float = DEFAULTS.lr, seed: int = 0, dtype: str = "float64",
+                 device: str | torch.device = "cpu", noise: float = DEFAULTS.noise, lengthscale: float = 0.3,
                  alignment_variance: float = 0.01, alignment_lengthscale: float = 1.0,
                  warping_variance: float = 0.05, warping_lengthscale: float = 1.0, alignment_noise: float = 1e-5,
                  latent_noise: float = 1e-3, num_samples: int = 200, verbose: bool | str = "auto",

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 
+from ..gp.defaults import DEFAULTS
 from ..build import SparseGPConfig, build
 from ..flows import Flow, make_flow
 from ..flows.conditional import static_flow, warping_curves
@@ -94,11 +95,11 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             (docs/results/tgp/robust-fit/README.md, section 7).
     """
 
-    def __init__(self, num_inducing: int = 100, kernel: str | Kernel = "rbf", batch_size: int | None = None,
-                 epochs: int = 1000, lr: float = 0.01, seed: int = 0, dtype: str = "float64",
-                 device: str | torch.device = "cpu", noise: float = 0.05, lengthscale: float = 1.0,
-                 period: float = 1.0, fix_noise_fraction: float = 0.0, kmeans_restarts: int = 10,
-                 learn_inducing: bool = True, quadrature_points: int = 20, predict_quadrature_points: int = 100,
+    def __init__(self, num_inducing: int = DEFAULTS.num_inducing, kernel: str | Kernel = "rbf", batch_size: int | None = None,
+                 epochs: int = DEFAULTS.epochs, lr: float = DEFAULTS.lr, seed: int = 0, dtype: str = "float64",
+                 device: str | torch.device = "cpu", noise: float = DEFAULTS.noise, lengthscale: float = 1.0,
+                 period: float = 1.0, fix_noise_fraction: float = 0.0, kmeans_restarts: int = DEFAULTS.kmeans_restarts,
+                 learn_inducing: bool = True, quadrature_points: int = DEFAULTS.quadrature_points, predict_quadrature_points: int = DEFAULTS.predict_quadrature_points,
                  verbose: bool | str = "auto", checkpoint: str | os.PathLike | None = None,
                  natural_gradient: float | None = None, compile: bool | str = False) -> None:
         self._store_arguments(locals())
@@ -350,12 +351,12 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
 class _FlowRegressor(SVGPRegressor):
     """Shared constructor of the flow estimators (sklearn needs every parameter in the signature)."""
 
-    def __init__(self, flow: str | Flow = "sal", flow_init: str = "identity", num_inducing: int = 100,
-                 kernel: str | Kernel = "rbf", batch_size: int | None = None, epochs: int = 1000, lr: float = 0.01,
-                 seed: int = 0, dtype: str = "float64", device: str | torch.device = "cpu", noise: float = 0.05,
+    def __init__(self, flow: str | Flow = "sal", flow_init: str = "identity", num_inducing: int = DEFAULTS.num_inducing,
+                 kernel: str | Kernel = "rbf", batch_size: int | None = None, epochs: int = DEFAULTS.epochs, lr: float = DEFAULTS.lr,
+                 seed: int = 0, dtype: str = "float64", device: str | torch.device = "cpu", noise: float = DEFAULTS.noise,
                  lengthscale: float = 1.0, period: float = 1.0, fix_noise_fraction: float = 0.0,
-                 kmeans_restarts: int = 10, learn_inducing: bool = True, quadrature_points: int = 20,
-                 predict_quadrature_points: int = 100, verbose: bool | str = "auto",
+                 kmeans_restarts: int = DEFAULTS.kmeans_restarts, learn_inducing: bool = True, quadrature_points: int = DEFAULTS.quadrature_points,
+                 predict_quadrature_points: int = DEFAULTS.predict_quadrature_points, verbose: bool | str = "auto",
                  robust: bool | RobustFit = True, checkpoint: str | os.PathLike | None = None,
                  compile: bool | str = False) -> None:
         self._store_arguments(locals())
@@ -576,12 +577,12 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
     _data_direction = "generative"
     _MODEL = "tgp"
 
-    def __init__(self, flow: str | Flow = "sal", flow_init: str = "identity", num_inducing: int = 100,
-                 kernel: str | Kernel = "rbf", batch_size: int | None = None, epochs: int = 1000, lr: float = 0.01,
-                 seed: int = 0, dtype: str = "float64", device: str | torch.device = "cpu", noise: float = 0.05,
+    def __init__(self, flow: str | Flow = "sal", flow_init: str = "identity", num_inducing: int = DEFAULTS.num_inducing,
+                 kernel: str | Kernel = "rbf", batch_size: int | None = None, epochs: int = DEFAULTS.epochs, lr: float = DEFAULTS.lr,
+                 seed: int = 0, dtype: str = "float64", device: str | torch.device = "cpu", noise: float = DEFAULTS.noise,
                  lengthscale: float = 1.0, period: float = 1.0, fix_noise_fraction: float = 0.0,
-                 kmeans_restarts: int = 10, learn_inducing: bool = True, quadrature_points: int = 20,
-                 predict_quadrature_points: int = 100, verbose: bool | str = "auto",
+                 kmeans_restarts: int = DEFAULTS.kmeans_restarts, learn_inducing: bool = True, quadrature_points: int = DEFAULTS.quadrature_points,
+                 predict_quadrature_points: int = DEFAULTS.predict_quadrature_points, verbose: bool | str = "auto",
                  input_dependent: bool | str = False, hidden: int | tuple[int, ...] = (50,),
                  activation: str = "relu", dropout: float = 0.25, bayesian: str = "mc_dropout",
                  mc_samples_train: int = 1, mc_samples_predict: int = 100, prior_precision: float | None = None,

@@ -1,4 +1,4 @@
-"""The robust fit of flow-warped GPs (issue 24): options, the best-state callback and the final check.
+"""The robust fit of flow-warped GPs: options, the best-state callback and the final check.
 
 A TGP (or v-WGP, TGP classifier) with the identity flow is the SVGP, so its best bound is never below the
 SVGP's; `RobustFit` says how a flow estimator makes its fitted bound end there too (warm start from a fitted

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Iterable, NamedTuple, Optional, Sequence
 
@@ -52,7 +51,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..numerics.constraints import Positive
+from ..compat import packed_rows, saved_before_packing, warn_upgrade
+from ..numerics.constraints import Positive, softplus_positive
 from .numerical import monotone_inverse
 
 if TYPE_CHECKING:  # only for annotations: the sampling mode is read by input-dependent flows
@@ -165,22 +165,8 @@ def _upgrade_saved_entries(module, state_dict, prefix, *args) -> None:
     module.upgrade_state_dict(state_dict, prefix)
 
 
-def legacy_rows(state_dict: dict, prefix: str, names) -> list | None:
-    """The rows of one saved flow's parameters, popped from `state_dict`: its `raw` tensor, or the separate
-    `raw_<name>` tensors of files saved before the parameters were packed; None (nothing popped) when the
-    entries are not all there (a partial state dict)."""
-    if prefix + "raw" in state_dict:
-        return list(state_dict.pop(prefix + "raw"))
-    keys = [prefix + "raw_" + name for name in names]
-    if not all(k in state_dict for k in keys):
-        return None
-    return [state_dict.pop(k) for k in keys]
-
-
-def _saved_before_packing(state_dict: dict, prefix: str) -> bool:
-    """Whether `state_dict` holds, under `prefix`, a stage's separate `raw_<name>` entries (earlier versions)."""
-    pattern = re.compile(re.escape(prefix) + r"\d+\.(base\.)?raw_[a-z]+$")
-    return any(pattern.match(key) for key in state_dict)
+#: the rows of one saved flow's parameters (`flowgp.compat.packed_rows`: the upgrades of saved files live there)
+legacy_rows = packed_rows
 
 
 class Flow(nn.Module):
@@ -295,7 +281,7 @@ class Flow(nn.Module):
             return {}
         # `constrain`'s values (softplus(raw) + lower for a Positive row, raw otherwise) from plain tuples: a compiled
         # step then checks two tuples, not every ParamSpec and constraint object
-        return {name: raw if lower is None else F.softplus(raw) + lower
+        return {name: raw if lower is None else softplus_positive(raw, lower)
                 for name, raw, lower in zip(names, self.raw.unbind(0), self._row_lower)}
 
     def _set_constraint_rows(self) -> None:
@@ -348,8 +334,10 @@ class Flow(nn.Module):
             rows = legacy_rows(state_dict, prefix, [s.name for s in self.param_specs])
             if rows is not None:
                 state_dict[prefix + "raw"] = torch.stack(rows)
-        if self.legacy_stages > 1 and _saved_before_packing(state_dict, prefix + "flows.") \
+        if self.legacy_stages > 1 and saved_before_packing(state_dict, prefix + "flows.") \
                 and not any(prefix + key in state_dict for key in self.state_dict()):
+            warn_upgrade(f"the {type(self).__name__} under {prefix or 'the root'!r} was saved as "
+                         f"{self.legacy_stages} stages (an earlier layout)")
             self.merge_legacy_stages(state_dict, [f"{prefix}flows.{t}." for t in range(self.legacy_stages)],
                                      state_dict, prefix)
 
@@ -572,8 +560,10 @@ class Compose(FlowOfFlows):
         if all(f.legacy_stages == 1 for f in self.flows):
             return
         old = prefix + "flows."
-        if not _saved_before_packing(state_dict, old):
+        if not saved_before_packing(state_dict, old):
             return
+        warn_upgrade(f"the composition under {prefix or 'the root'!r} was saved when some of its stages were "
+                     "several stages (an earlier layout)")
         source = {key: state_dict.pop(key) for key in list(state_dict) if key.startswith(old)}
         j = 0
         for i, flow in enumerate(self.flows):

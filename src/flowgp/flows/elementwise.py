@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..numerics.constraints import Positive, inv_softplus
-from .base import Flow, ParamSpec, asinh, legacy_rows, log_cosh, log_hypot1
+from ..compat import packed_rows
+from .base import Flow, ParamSpec, asinh, log_cosh, log_hypot1
 
 __all__ = [
     "Identity", "Log", "Exp", "Softplus", "Sinh", "Arcsinh", "Affine", "SinhArcsinh", "SAL",
@@ -227,7 +228,7 @@ class SAL(Flow):
         if len(old_prefixes) == 1:
             return super().merge_legacy_stages(source, old_prefixes, target, prefix)
         sinh_arcsinh, affine = old_prefixes  # (a, b) of each: this flow's (a, b) and (c, d)
-        inner, outer = legacy_rows(source, sinh_arcsinh, ("a", "b")), legacy_rows(source, affine, ("a", "b"))
+        inner, outer = packed_rows(source, sinh_arcsinh, ("a", "b")), packed_rows(source, affine, ("a", "b"))
         if inner is not None and outer is not None:  # else a partial state dict: strict loading reports it
             target[prefix + "raw"] = torch.stack(inner + outer)
 

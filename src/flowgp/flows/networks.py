@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..numerics.constraints import inv_softplus
+from ..numerics.constraints import inv_softplus, softplus_positive
 from ..numerics.row_draws import draw_rows
 
 __all__ = ["BayesianMLP", "BAYESIAN_MODES", "ACTIVATIONS", "gaussian_kl_to_prior", "default_prior_precision"]
@@ -169,7 +169,7 @@ class BayesianMLP(nn.Module):
 
     # ------------------------------------------------------------------ forward
     def _stds(self):
-        return ([F.softplus(r) for r in self.weight_raw_std], [F.softplus(r) for r in self.bias_raw_std])
+        return ([softplus_positive(r) for r in self.weight_raw_std], [softplus_positive(r) for r in self.bias_raw_std])
 
     def constructor_arguments(self) -> tuple[list, dict]:
         """(args, kwargs) that rebuild this architecture (the weights come from the state dict)."""

@@ -6,14 +6,16 @@ import warnings
 import numpy as np
 import torch
 
-__all__ = ["kmeans_inducing_points", "KMEANS_MAX_ROWS"]
+from .defaults import DEFAULTS
+
+__all__ = ["kmeans_inducing_points", "initial_inducing_inputs", "KMEANS_MAX_ROWS"]
 
 #: k-means runs on at most this many rows (a seeded random subset beyond it): Lloyd's iterations cost O(N M D)
 #: each, 13.5 s per restart at N = 200 000, while the centres of a 20 000-row sample are as good a start for Z.
 KMEANS_MAX_ROWS = 20_000
 
 
-def kmeans_inducing_points(x, num_inducing: int, restarts: int = 10, seed: int = 0,
+def kmeans_inducing_points(x, num_inducing: int, restarts: int = DEFAULTS.kmeans_restarts, seed: int = 0,
                            max_rows: int | None = KMEANS_MAX_ROWS, large_restarts: int | None = 1) -> np.ndarray:
     """Cluster centres of k-means (best inertia over `restarts` runs) as an [M, D] float64 array.
 
@@ -51,3 +53,18 @@ def kmeans_inducing_points(x, num_inducing: int, restarts: int = 10, seed: int =
     km = KMeans(n_clusters=int(num_inducing), n_init=int(restarts), random_state=seed)
     km.fit(x)
     return km.cluster_centers_.astype(np.float64)
+
+
+def initial_inducing_inputs(x, num_inducing: int, restarts: int = DEFAULTS.kmeans_restarts, seed: int = 0,
+                            inducing_points=None, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
+    """The initial inducing inputs Z [M, D] of a sparse GP as a tensor: `inducing_points` when given (checked
+    to be [M, D]), otherwise the k-means centres of x (`kmeans_inducing_points`, best of `restarts`, seeded by
+    `seed`), in `dtype` on `device`. The one place the library's builders initialise Z from."""
+    if inducing_points is None:
+        return torch.as_tensor(kmeans_inducing_points(x, num_inducing, restarts, seed), dtype=dtype, device=device)
+    z = torch.as_tensor(np.asarray(inducing_points) if not isinstance(inducing_points, torch.Tensor)
+                        else inducing_points, dtype=dtype, device=device)
+    d = x.shape[1]
+    if z.dim() != 2 or z.shape[1] != d:
+        raise ValueError(f"inducing_points must have shape [M, {d}], got {tuple(z.shape)}")
+    return z

@@ -17,6 +17,8 @@ import math
 import torch
 from torch import nn
 
+from ..compat import nest_entries
+from .defaults import DEFAULTS
 from ..numerics.constraints import Positive
 from ..flows import Flow, make_flow
 from ..flows import WeightSampling, input_dependent_flows
@@ -92,7 +94,7 @@ class Likelihood(nn.Module):
 class GaussianLikelihood(Likelihood):
     """p(y | f) = N(y; f, σ²), σ² stored through a softplus with a floor (one noise per output)."""
 
-    def __init__(self, noise: float = 0.05, num_outputs: int = 1, noise_floor: float = 1e-6,
+    def __init__(self, noise: float = DEFAULTS.noise, num_outputs: int = 1, noise_floor: float = 1e-6,
                  dtype: torch.dtype = torch.float64, device=None):
         super().__init__()
         if not noise > noise_floor:
@@ -528,11 +530,9 @@ class WarpedLikelihood(Likelihood):
     # ------------------------------------------------------------------ state dicts of the pre-likelihood TGP
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # TGP models saved before the flow moved into the likelihood stored the base likelihood's entries
-        # directly under the likelihood ("likelihood.raw_noise"): read them as the base's
-        for key in [k for k in state_dict if k.startswith(prefix)]:
-            head = key[len(prefix):].split(".", 1)[0]
-            if head not in ("flow", "base"):
-                state_dict[prefix + "base." + key[len(prefix):]] = state_dict.pop(key)
+        # directly under the likelihood ("likelihood.raw_noise"): read them as the base's. No warning: it is also
+        # the layout of an SVGP's likelihood, whose state a TGP may load on purpose (a warm start)
+        nest_entries(state_dict, prefix, "base", ("flow", "base"), None)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..gp.defaults import DEFAULTS
 from ..flows import Flow, make_flow
 from ..flows import WeightSampling, input_dependent_flows
 from ..gp.likelihoods import BernoulliLikelihood, Likelihood, RobustMaxLikelihood, SoftmaxLikelihood
@@ -80,10 +81,10 @@ class TGPClassification(TrainsItsBound, nn.Module):
         num_classes: int,
         flow: Flow | str = "identity",
         likelihood: str | Likelihood = "softmax",
-        quadrature_points: int = 20,
+        quadrature_points: int = DEFAULTS.quadrature_points,
         mc_samples: int = 20,
         predict_samples: int = 256,
-        predict_quadrature_points: int = 100,
+        predict_quadrature_points: int = DEFAULTS.predict_quadrature_points,
         mc_samples_train: int = 1,
         mc_samples_predict: int = 100,
         mean_function: nn.Module | None = None,

@@ -37,6 +37,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..flows import SinhArcsinh
+from ..numerics.constraints import inv_softplus, softplus_positive
 
 __all__ = ["LULinear", "ConvolutionalFlowPosterior", "GaussianConvolutionalFlowPosterior", "LayerwiseFlowPosterior",
            "FLOW_BASES", "ELEMENTWISE_SHAPES", "standard_normal"]
@@ -47,6 +48,8 @@ FLOW_BASES = ("network", "free")
 ELEMENTWISE_SHAPES = ("channel", "entry")
 
 _LOG_2PI = math.log(2.0 * math.pi)
+#: lower bound added to the base distribution's scales σ = softplus(raw) + SCALE_LOWER (keeps log σ finite)
+SCALE_LOWER = 1e-10
 
 
 def standard_normal(shape, like: torch.Tensor, generator=None) -> torch.Tensor:
@@ -55,10 +58,6 @@ def standard_normal(shape, like: torch.Tensor, generator=None) -> torch.Tensor:
     torch's CPU sampler is ~5x faster in float32 than in float64 (lower precisions are drawn as they are)."""
     dtype = torch.float32 if like.dtype == torch.float64 else like.dtype
     return torch.randn(tuple(shape), dtype=dtype, device=like.device, generator=generator).to(like.dtype)
-
-
-def _inverse_softplus(y: float) -> float:
-    return y + math.log(-math.expm1(-y))
 
 
 class LULinear(nn.Module):
@@ -270,11 +269,11 @@ class ConvolutionalFlowPosterior(nn.Module):
             with torch.no_grad():  # start near μ = 0, σ = scale_init (the Gaussian posterior's initial state)
                 for net, d_out in zip(self.nets, self.dims):
                     net.bias[:d_out] = 0.0
-                    net.bias[d_out:] = _inverse_softplus(scale_init)
+                    net.bias[d_out:] = inv_softplus(scale_init)
         else:
             shape = (self.num_inducing, sum(self.dims))
             self.base_mean = nn.Parameter(torch.zeros(shape, dtype=dtype))
-            self.base_raw_scale = nn.Parameter(torch.full(shape, _inverse_softplus(scale_init), dtype=dtype))
+            self.base_raw_scale = nn.Parameter(torch.full(shape, inv_softplus(scale_init), dtype=dtype))
         self.flow = _FlowSteps(sum(self.dims), num_steps, nonlinear, w_init, generator, dtype)
 
     def base(self, inducing_inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -282,12 +281,12 @@ class ConvolutionalFlowPosterior(nn.Module):
         if len(inducing_inputs) != len(self.dims):
             raise ValueError(f"expected {len(self.dims)} inducing-input sets, got {len(inducing_inputs)}")
         if self.base_kind == "free":
-            return self.base_mean, F.softplus(self.base_raw_scale) + 1e-10
+            return self.base_mean, softplus_positive(self.base_raw_scale, SCALE_LOWER)
         means, scales = [], []
         for net, z, d in zip(self.nets, inducing_inputs, self.dims):
             out = net(z)
             means.append(out[..., :d])
-            scales.append(F.softplus(out[..., d:]) + 1e-10)
+            scales.append(softplus_positive(out[..., d:], SCALE_LOWER))
         return torch.cat(means, -1), torch.cat(scales, -1)
 
     def sample(self, num_samples: int, inducing_inputs: Sequence[torch.Tensor], generator=None):
@@ -496,7 +495,7 @@ class LayerwiseFlowPosterior(nn.Module):
         dtype = _layers_dtype(layers)
         self.base_mean = nn.ParameterList([nn.Parameter(torch.zeros(m * d, dtype=dtype)) for d in self.dims])
         self.base_raw_scale = nn.ParameterList(
-            [nn.Parameter(torch.full((m * d,), _inverse_softplus(scale_init), dtype=dtype)) for d in self.dims]
+            [nn.Parameter(torch.full((m * d,), inv_softplus(scale_init), dtype=dtype)) for d in self.dims]
         )
         self.flows = nn.ModuleList([_FlowSteps(m * d, num_steps, nonlinear, w_init, generator, dtype)
                                     for d in self.dims])
@@ -505,7 +504,7 @@ class LayerwiseFlowPosterior(nn.Module):
         """([v_ℓ [S, d_ℓ, M]], log q(V) [S]); the inducing inputs are not used by this design."""
         vs, log_q = [], 0.0
         for mean, raw, flow, d in zip(self.base_mean, self.base_raw_scale, self.flows, self.dims):
-            scale = F.softplus(raw) + 1e-10
+            scale = softplus_positive(raw, SCALE_LOWER)
             eps = torch.randn((int(num_samples),) + mean.shape, dtype=mean.dtype, device=mean.device,
                               generator=generator)
             v, logdet = flow(mean + scale * eps)  # [S, M·d]

@@ -38,6 +38,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..gp.defaults import DEFAULTS
+from ..gp.inducing import initial_inducing_inputs
 from ..gp.kernels import Kernel, Sum, White, make_kernel
 from ..gp.likelihoods import GaussianLikelihood, Likelihood
 from ..numerics.linalg import lower_inverse
@@ -366,8 +368,8 @@ class DeepGP(TrainsItsBound, nn.Module):
         likelihood: Likelihood | None = None,
         posterior: nn.Module | None = None,
         num_samples: int = 1,
-        quadrature_points: int = 20,
-        predict_quadrature_points: int = 100,
+        quadrature_points: int = DEFAULTS.quadrature_points,
+        predict_quadrature_points: int = DEFAULTS.predict_quadrature_points,
         draws: str | None = None,
         base_gradient: str | None = None,
         flow_rows: int | None = FLOW_ROWS,
@@ -864,7 +866,7 @@ def build_deep_gp(
     x: torch.Tensor,
     y_dim: int,
     num_layers: int,
-    num_inducing: int = 100,
+    num_inducing: int = DEFAULTS.num_inducing,
     kernel: str = "rbf",
     hidden_width: int | None = None,
     likelihood: Likelihood | None = None,
@@ -875,15 +877,15 @@ def build_deep_gp(
     white_variance: float = 1e-6,
     q_var_init: float = 1e-5,
     num_samples: int = 1,
-    kmeans_restarts: int = 10,
+    kmeans_restarts: int = DEFAULTS.kmeans_restarts,
     seed: int = 0,
     inducing_points: torch.Tensor | None = None,
     learn_inducing: bool = True,
     flow_steps: int = 2,
     flow_nonlinear: bool = True,
     flow_base: str = "network",
-    quadrature_points: int = 20,
-    predict_quadrature_points: int = 100,
+    quadrature_points: int = DEFAULTS.quadrature_points,
+    predict_quadrature_points: int = DEFAULTS.predict_quadrature_points,
     generator: torch.Generator | None = None,
     dtype: torch.dtype | None = None,
     device=None,
@@ -923,12 +925,28 @@ def build_deep_gp(
     `torch.Generator().manual_seed(seed)`; torch's and NumPy's global RNGs are never touched. The model is
     built in x's dtype and moved to `dtype` / `device` at the end (default: x's).
     """
-    from ..gp.inducing import kmeans_inducing_points
-    from .cnf_posterior import ConvolutionalFlowPosterior, GaussianConvolutionalFlowPosterior, LayerwiseFlowPosterior
-
     x = as_inputs(x)
     num_layers = _positive_int(num_layers, "num_layers")
     y_dim = _positive_int(y_dim, "y_dim")
+    draws = _check_deep_options(posterior, flow_base, draws, skip, image_shape)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    if generator is None:
+        generator = torch.Generator().manual_seed(int(seed))
+    width = _hidden_width(x.shape[1], y_dim, hidden_width, skip, image_shape)
+    z = initial_inducing_inputs(x, num_inducing, kmeans_restarts, seed, inducing_points, x.dtype, x.device)
+    layers = _deep_layers(x, z, num_layers, y_dim, width, skip, image_shape, kernel=kernel,
+                          white_variance=white_variance, lengthscale=lengthscale, variance=variance,
+                          q_var_init=q_var_init, learn_inducing=learn_inducing, period=period)
+    flow = _flow_posterior(posterior, layers, flow_steps, flow_nonlinear, flow_elementwise, flow_base, q_var_init,
+                           generator)
+    model = DeepGP(layers, likelihood, flow, num_samples=num_samples, quadrature_points=quadrature_points,
+                   predict_quadrature_points=predict_quadrature_points, draws=draws, base_gradient=base_gradient, flow_rows=flow_rows)
+    return model.to(device=x.device if device is None else device, dtype=x.dtype if dtype is None else dtype)
+
+
+def _check_deep_options(posterior, flow_base, draws, skip, image_shape) -> str:
+    """Checks `build_deep_gp`'s named options; returns `draws` (the posterior's default when None)."""
     if posterior not in POSTERIORS:
         raise ValueError(f"posterior must be one of {POSTERIORS}, got {posterior!r}")
     if flow_base not in FLOW_BASES:
@@ -937,31 +955,31 @@ def build_deep_gp(
         draws = {"cnf-paper": "shared", "cnf": "coupled"}.get(posterior, "per-point")
     if draws not in DRAWS:
         raise ValueError(f"draws must be one of {DRAWS} (or None for the posterior's default), got {draws!r}")
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-    if generator is None:
-        generator = torch.Generator().manual_seed(int(seed))
-    d = x.shape[1]
     if skip not in SKIPS:
         raise ValueError(f"skip must be one of {SKIPS}, got {skip!r}")
     if skip == "conv" and image_shape is None:
         raise ValueError("skip='conv' needs image_shape=(channels, height, width) of the flattened images in x")
+    return draws
+
+
+def _hidden_width(d: int, y_dim: int, hidden_width, skip: str, image_shape) -> int:
+    """GPs per hidden layer: the input's width for full-width skips, else `hidden_width` or the TGP paper's rule."""
     if image_shape is not None:
-        channels, height, img_width = check_image_shape(image_shape, d)
+        check_image_shape(image_shape, d)
     if skip in FULL_WIDTH_SKIPS:
         if hidden_width is not None and int(hidden_width) != d:
             raise ValueError(f"with skip={skip!r} the hidden layers keep the input's width (C·H·W = {d}); "
                              f"leave hidden_width=None, got {hidden_width!r}")
-        width = d
-    else:
-        width = hidden_layer_width(d, y_dim) if hidden_width is None else _positive_int(hidden_width, "hidden_width")
-    if inducing_points is None:
-        z = torch.as_tensor(kmeans_inducing_points(x, num_inducing, kmeans_restarts, seed), dtype=x.dtype,
-                            device=x.device)
-    else:
-        z = torch.as_tensor(inducing_points, dtype=x.dtype, device=x.device)
-        if z.dim() != 2 or z.shape[1] != d:
-            raise ValueError(f"inducing_points must have shape [M, {d}], got {tuple(z.shape)}")
+        return d
+    return hidden_layer_width(d, y_dim) if hidden_width is None else _positive_int(hidden_width, "hidden_width")
+
+
+def _deep_layers(x, z, num_layers: int, y_dim: int, width: int, skip: str, image_shape, *, kernel, white_variance,
+                 lengthscale, variance, q_var_init, learn_inducing, period) -> list:
+    """The GPLayers of `build_deep_gp`: every layer's Z is z pushed through the preceding mean projections."""
+    d = x.shape[1]
+    if image_shape is not None:
+        channels, height, img_width = check_image_shape(image_shape, d)
     layers = []
     x_run, z_run = x, z
     for ell in range(num_layers):
@@ -985,20 +1003,25 @@ def build_deep_gp(
         layers.append(layer.to(device=x.device, dtype=x.dtype))
         if weight is not None:
             x_run, z_run = x_run @ weight, z_run @ weight
-    flow = None
-    # the flow's parameters are drawn on the CPU in x's dtype (a CPU generator) and moved with the model below
+    return layers
+
+
+def _flow_posterior(posterior: str, layers, flow_steps, flow_nonlinear, flow_elementwise, flow_base, q_var_init,
+                    generator):
+    """The flow posterior over the layers' inducing outputs `posterior` names (None for "gaussian")."""
+    from .cnf_posterior import ConvolutionalFlowPosterior, GaussianConvolutionalFlowPosterior, LayerwiseFlowPosterior
+
+    # the flow's parameters are drawn on the CPU in x's dtype (a CPU generator) and moved with the model
     if posterior == "cnf":
-        flow = GaussianConvolutionalFlowPosterior(layers, num_steps=flow_steps, nonlinear=flow_nonlinear,
+        return GaussianConvolutionalFlowPosterior(layers, num_steps=flow_steps, nonlinear=flow_nonlinear,
                                                   elementwise=flow_elementwise)
-    elif posterior == "cnf-paper":
-        flow = ConvolutionalFlowPosterior(layers, num_steps=flow_steps, nonlinear=flow_nonlinear,
+    if posterior == "cnf-paper":
+        return ConvolutionalFlowPosterior(layers, num_steps=flow_steps, nonlinear=flow_nonlinear,
                                           scale_init=math.sqrt(q_var_init), base=flow_base, generator=generator)
-    elif posterior == "flow-layerwise":
-        flow = LayerwiseFlowPosterior(layers, num_steps=flow_steps, nonlinear=flow_nonlinear,
+    if posterior == "flow-layerwise":
+        return LayerwiseFlowPosterior(layers, num_steps=flow_steps, nonlinear=flow_nonlinear,
                                       scale_init=math.sqrt(q_var_init), generator=generator)
-    model = DeepGP(layers, likelihood, flow, num_samples=num_samples, quadrature_points=quadrature_points,
-                   predict_quadrature_points=predict_quadrature_points, draws=draws, base_gradient=base_gradient, flow_rows=flow_rows)
-    return model.to(device=x.device if device is None else device, dtype=x.dtype if dtype is None else dtype)
+    return None
 
 
 def warm_start_from_gaussian(model: DeepGP, gaussian_model: DeepGP) -> DeepGP:

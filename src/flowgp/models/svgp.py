@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..gp.defaults import DEFAULTS
 from ..gp.likelihoods import GaussianLikelihood, Likelihood
 from ..gp.objective import minibatch_bound
 from ..gp.variational import Marginals, SparseVariationalGP
@@ -42,8 +43,8 @@ class SVGP(TrainsItsBound, nn.Module):
         q_var_init: float = 1e-5,
         learn_inducing: bool = True,
         jitter: float | None = None,
-        quadrature_points: int = 20,
-        predict_quadrature_points: int = 100,
+        quadrature_points: int = DEFAULTS.quadrature_points,
+        predict_quadrature_points: int = DEFAULTS.predict_quadrature_points,
     ):
         super().__init__()
         self.gp = SparseVariationalGP(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ..compat import move_prefix
 from ..flows import Flow
 from ..gp.likelihoods import GaussianLikelihood, Likelihood, WarpedLikelihood
 from .svgp import SVGP
@@ -81,7 +82,7 @@ class TGP(SVGP):
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # TGP models saved before the flow moved into the likelihood stored it at "flow.": read it there
-        for key in [k for k in state_dict if k.startswith(prefix + "flow.")]:
-            state_dict[prefix + "likelihood." + key[len(prefix):]] = state_dict.pop(key)
+        move_prefix(state_dict, prefix + "flow.", prefix + "likelihood.flow.",
+                    "this TGP was saved with its flow outside the likelihood (an earlier layout)")
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 

@@ -2,6 +2,10 @@
 
 Softplus keeps gradients well scaled for values spanning several orders of magnitude (GPflow's choice);
 a small lower bound keeps variances and lengthscales away from exactly zero.
+
+The one convention: x = softplus(raw) + lower (optionally max(·, floor)), computed by `softplus_positive`
+(also as the object `Positive`), stored as raw = `inv_softplus`(x - lower). Kernels, likelihoods, flows, the
+flow-parameter networks, the latent encoders and the CNF posterior all use it.
 """
 from __future__ import annotations
 
@@ -10,16 +14,30 @@ import math
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Positive", "positive", "inv_softplus"]
+__all__ = ["Positive", "positive", "softplus_positive", "inv_softplus"]
 
 
-def inv_softplus(y: torch.Tensor) -> torch.Tensor:
-    """Inverse of softplus, stable for large and tiny y: log(exp(y) - 1) = y + log(-expm1(-y))."""
+def softplus_positive(raw: torch.Tensor, lower=0.0, floor: float | None = None) -> torch.Tensor:
+    """x = softplus(raw) + lower, then max(x, floor) where `floor` is given.
+
+    `lower` is a number or a tensor of bounds broadcasting against raw. No Python branch depends on a tensor's
+    value, so a compiled step traces it once.
+    """
+    value = F.softplus(raw) + lower
+    return value if floor is None else value.clamp_min(floor)
+
+
+def inv_softplus(y):
+    """Inverse of softplus, stable for large and tiny y: log(exp(y) - 1) = y + log(-expm1(-y)).
+
+    A Python number gives a Python float (computed in double precision), a tensor a tensor of its dtype."""
+    if isinstance(y, (int, float)):
+        return y + math.log(-math.expm1(-y))
     return y + torch.log(-torch.expm1(-y))
 
 
 class Positive:
-    """x = lower + softplus(raw); `inverse` maps a constrained value back to its raw storage."""
+    """x = lower + softplus(raw) (`softplus_positive`); `inverse` maps a constrained value back to its raw storage."""
 
     name = "softplus"
 
@@ -29,7 +47,7 @@ class Positive:
         self.lower = float(lower)
 
     def __call__(self, raw: torch.Tensor) -> torch.Tensor:
-        return F.softplus(raw) + self.lower
+        return softplus_positive(raw, self.lower)
 
     def inverse(self, value: torch.Tensor) -> torch.Tensor:
         value = torch.as_tensor(value)

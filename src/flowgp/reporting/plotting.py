@@ -13,7 +13,7 @@ Figures:
 - `demo_figure`: SVGP / TGP / v-WGP predictive intervals on the tanh-sine data (TGP paper, Fig. 4);
 - `benchmark_figure`, `application_figure`: `flowgp bench report` (TGP paper, Figs. 7-9/12);
 - `snr_figure`: SNR of the q(z) gradient estimators vs K (DGP-IWVI/DREG supplement, Fig. 3);
-- `amogp_layers_figure`, `amogp_alignments_figure`, `pm25_holdout_figure`: AMO-GP (issue 8);
+- `amogp_layers_figure`, `amogp_alignments_figure`, `pm25_holdout_figure`: AMO-GP;
 - `plot_warping_curves`: input-dependent warpings (TGP appendix, Fig. 9);
 - `latent_demo_figure`: latent-variable vs DSVI deep GP on the bimodal demo set.
 """

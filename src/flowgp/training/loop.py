@@ -43,6 +43,7 @@ from typing import Callable, Optional
 import torch
 from tqdm.auto import tqdm
 
+from ..gp.defaults import DEFAULTS
 from .checkpoint import safe_load
 from .compiled import CompiledObjective, compile_pays_off
 from .compile_policy import AutoCompile
@@ -86,9 +87,9 @@ def train(
     model,
     x,
     y: Optional[torch.Tensor] = None,
-    epochs: int = 1000,
+    epochs: int = DEFAULTS.epochs,
     batch_size: Optional[int] = None,
-    lr: float = 0.01,
+    lr: float = DEFAULTS.lr,
     fix_noise_fraction: float = 0.0,
     seed: int = 0,
     verbose: bool | str = True,

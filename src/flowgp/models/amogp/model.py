@@ -33,7 +33,9 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from ...numerics.constraints import Positive
+from ...gp.defaults import DEFAULTS
+from ...compat import convert_entries
+from ...numerics.constraints import Positive, softplus_positive
 from .convolution import ConvolutionKernel, check_output_index
 from ...gp.kernels import LENGTHSCALE_CONSTRAINT, RBF, VARIANCE_CONSTRAINT, Scale
 from ...numerics.linalg import cholesky_gradient_to_matrix, lower_inverse, robust_cholesky
@@ -186,11 +188,15 @@ _OLD_SE_KEYS = {"raw_align_variance": ("align_kernel.raw_variance", 1e-10),
 def _upgrade_state_dict(module, state_dict, prefix, *args):
     """Load files saved before the alignment / warping SE kernels became flowgp.gp.kernels modules: raw [D]
     values (softplus + lower bound of that time) become the kernels' raw [D, 1, 1] parameters."""
-    for old, (new, lower) in _OLD_SE_KEYS.items():
-        if prefix + old in state_dict and prefix + new not in state_dict:
-            value = Positive(lower=lower)(state_dict.pop(prefix + old))
-            constraint = LENGTHSCALE_CONSTRAINT if new.endswith("lengthscale") else VARIANCE_CONSTRAINT
-            state_dict[prefix + new] = constraint.inverse(value).reshape(-1, 1, 1)
+    conversions = {old: (new, _se_kernel_raw(new, lower)) for old, (new, lower) in _OLD_SE_KEYS.items()}
+    convert_entries(state_dict, prefix, conversions,
+                    "this AMO-GP was saved before its alignment / warping SE kernels were kernel modules")
+
+
+def _se_kernel_raw(new: str, lower: float):
+    """The conversion of one old raw [D] SE-kernel value (softplus + `lower`) to the kernel's raw [D, 1, 1]."""
+    constraint = LENGTHSCALE_CONSTRAINT if new.endswith("lengthscale") else VARIANCE_CONSTRAINT
+    return lambda raw: constraint.inverse(Positive(lower=lower)(raw)).reshape(-1, 1, 1)
 
 
 def _se_gram(z, variance, coef):
@@ -311,7 +317,7 @@ class AMOGP(TrainsItsBound, nn.Module):
     def __init__(self, z_alignment, z_latent, z_warping, latent_processes: int = 1, alignment: bool = True,
                  warping: bool = True, lengthscale: float = 1.0, variance: float = 1.0,
                  alignment_variance: float = 0.05, alignment_lengthscale: float = 1.0,
-                 warping_variance: float = 0.05, warping_lengthscale: float = 1.0, noise: float = 0.05,
+                 warping_variance: float = 0.05, warping_lengthscale: float = 1.0, noise: float = DEFAULTS.noise,
                  alignment_noise: float = 1e-3, latent_noise: float = 1e-3, q_var_init: float = 1e-5,
                  jitter: float | None = None, cp_inducing: str = "output", num_outputs: int | None = None,
                  cp_grid: bool = False):
@@ -547,8 +553,7 @@ class AMOGP(TrainsItsBound, nn.Module):
         layers = [name for name, on in (("align", self.alignment), ("warp", self.warping)) if on]
         d, count = self.num_outputs, len(layers)
         sizes = [count * d] * (2 if count else 0) + [r.numel() for r, _ in raw[2 * count:]]
-        vals = list((torch.nn.functional.softplus(torch.cat([r.reshape(-1) for r, _ in raw]))
-                     + self._hyper_floor).split(sizes))
+        vals = list(softplus_positive(torch.cat([r.reshape(-1) for r, _ in raw]), self._hyper_floor).split(sizes))
         hyp = {}
         if count:
             var, ls = vals.pop(0), vals.pop(0)  # [count·D] each, the layers in `layers` order

@@ -12,7 +12,8 @@ import math
 
 import torch
 from torch import nn
-from torch.nn import functional as F
+
+from ...numerics.constraints import softplus_positive
 
 __all__ = ["AmortizedLatentEncoder", "FreeLatent", "normal_log_prob", "ENCODER_SKIPS", "STD_BIAS", "STD_FLOOR"]
 
@@ -80,7 +81,7 @@ class AmortizedLatentEncoder(nn.Module):
             if a.shape[-1] == h1.shape[-1]:
                 h1 = h1 + a
             s = torch.tanh(self.layer2(h1)) + h1
-        std = F.softplus(self.std_head(s) + STD_BIAS).clamp_min(STD_FLOOR)
+        std = softplus_positive(self.std_head(s) + STD_BIAS, floor=STD_FLOOR)
         return self.mean_head(s), std
 
 
@@ -110,14 +111,14 @@ class FreeLatent(nn.Module):
                     f"free per-point q(z) holds {self.num_data} points but got a batch of {x.shape[0]} "
                     "without `indices`; pass the batch's row indices into the training set"
                 )
-            return self.mean, F.softplus(self.raw_std).clamp_min(STD_FLOOR)
+            return self.mean, softplus_positive(self.raw_std, floor=STD_FLOOR)
         indices = torch.as_tensor(indices, dtype=torch.long, device=self.mean.device)
         if indices.shape != (x.shape[0],):
             raise ValueError(f"indices must have shape [{x.shape[0]}] to match x, got {tuple(indices.shape)}")
         if indices.numel() and (indices.min() < 0 or indices.max() >= self.num_data):
             raise ValueError(f"indices must lie in [0, {self.num_data}), got range "
                              f"[{int(indices.min())}, {int(indices.max())}]")
-        return self.mean[indices], F.softplus(self.raw_std[indices]).clamp_min(STD_FLOOR)
+        return self.mean[indices], softplus_positive(self.raw_std[indices], floor=STD_FLOOR)
 
 
 def normal_log_prob(z: torch.Tensor, mean: torch.Tensor | None = None, std: torch.Tensor | None = None):

@@ -64,6 +64,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from ...gp.defaults import DEFAULTS
 from .encoders import ENCODER_SKIPS, AmortizedLatentEncoder, FreeLatent, normal_log_prob
 from ...gp.likelihoods import GaussianLikelihood, Likelihood
 from ...numerics.linalg import JitterMemory, gram, lower_inverse, robust_cholesky, shared_left_products
@@ -817,7 +818,7 @@ def build_latent_deep_gp(
     gradient: str = "dreg",
     white_variance: float = 1e-6,
     q_var_init: float = 1e-5,
-    kmeans_restarts: int = 10,
+    kmeans_restarts: int = DEFAULTS.kmeans_restarts,
     learn_inducing: bool = True,
     hidden_layer: str = "pca",
     hidden_q_var_init: float | None = None,
@@ -853,16 +854,39 @@ def build_latent_deep_gp(
     generator), by default `torch.Generator().manual_seed(seed)` (`seed` also seeds k-means); torch's and
     NumPy's global RNGs are never touched. The model is built in x's dtype and moved to `dtype` / `device` at the end (default: x's).
     """
-    from ...gp.inducing import kmeans_inducing_points
-    from ...gp.kernels import Sum, White, make_kernel
-    from ...gp.variational import SparseVariationalGP
-    from ..deep_gp import GPLayer, linear_mean_weight
+    from ...gp.inducing import initial_inducing_inputs
 
     x = as_inputs(x)
     if y.dim() == 1:
         y = y.unsqueeze(-1)
     y = as_targets(y, x.shape[0], y.shape[-1])
     num_layers = _check_positive_int(num_layers, "num_layers")
+    _check_latent_options(latent_dim, hidden_layer, encoder_skips, num_importance, gradient, objective)
+    hidden_width = _check_positive_int(hidden_width, "hidden_width")
+    hidden_q_var_init = q_var_init if hidden_q_var_init is None else float(hidden_q_var_init)
+    if not hidden_q_var_init > 0 or not q_var_init > 0:
+        raise ValueError(f"q_var_init and hidden_q_var_init must be > 0, got {q_var_init}, {hidden_q_var_init}")
+    n, d = x.shape
+    y_dim = y.shape[1]
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    if generator is None:
+        generator = torch.Generator().manual_seed(int(seed))
+    z_x = initial_inducing_inputs(x, min(num_inducing, n), kmeans_restarts, seed, dtype=x.dtype)
+    layers = _latent_layers(x, z_x, num_layers, latent_dim, y_dim, hidden_layer, hidden_width, kernel=kernel,
+                            white_variance=white_variance, q_var_init=q_var_init,
+                            hidden_q_var_init=hidden_q_var_init, learn_inducing=learn_inducing,
+                            learn_hidden_variance=learn_hidden_variance, generator=generator)
+    qz = AmortizedLatentEncoder(d, y_dim, latent_dim, generator=generator, dtype=x.dtype, skips=encoder_skips) \
+        if amortized \
+        else FreeLatent(n, latent_dim, dtype=x.dtype)
+    likelihood = GaussianLikelihood(noise=noise, num_outputs=y_dim)
+    model = LatentDeepGP(layers, qz, likelihood, num_importance=num_importance, gradient=gradient, objective=objective)
+    return model.to(device=x.device if device is None else device, dtype=x.dtype if dtype is None else dtype)
+
+
+def _check_latent_options(latent_dim, hidden_layer, encoder_skips, num_importance, gradient, objective) -> None:
+    """Checks `build_latent_deep_gp`'s named options."""
     if isinstance(latent_dim, bool) or not isinstance(latent_dim, int):
         raise TypeError(f"latent_dim must be an int, got {type(latent_dim).__name__}")
     if latent_dim < 1:
@@ -874,17 +898,23 @@ def build_latent_deep_gp(
     check_num_importance(num_importance)
     check_gradient(gradient)
     check_objective(objective)
-    hidden_width = _check_positive_int(hidden_width, "hidden_width")
-    hidden_q_var_init = q_var_init if hidden_q_var_init is None else float(hidden_q_var_init)
-    if not hidden_q_var_init > 0 or not q_var_init > 0:
-        raise ValueError(f"q_var_init and hidden_q_var_init must be > 0, got {q_var_init}, {hidden_q_var_init}")
+
+
+def _freeze_variances(module) -> None:
+    """Holds the kernels' variances (RBF, White) of `module` fixed, as the reference run script does."""
+    for name, param in module.named_parameters():
+        if name.endswith("raw_variance"):
+            param.requires_grad_(False)
+
+
+def _latent_layers(x, z_x, num_layers, latent_dim, y_dim, hidden_layer, hidden_width, *, kernel, white_variance,
+                   q_var_init, hidden_q_var_init, learn_inducing, learn_hidden_variance, generator) -> list:
+    """The layers of `build_latent_deep_gp` (supplement E.2): inducing inputs [Z_x, Z_latent ~ N(0, 1)]."""
+    from ...gp.kernels import Sum, White, make_kernel
+    from ...gp.variational import SparseVariationalGP
+    from ..deep_gp import GPLayer, linear_mean_weight
+
     n, d = x.shape
-    y_dim = y.shape[1]
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-    if generator is None:
-        generator = torch.Generator().manual_seed(int(seed))
-    z_x = torch.as_tensor(kmeans_inducing_points(x, min(num_inducing, n), kmeans_restarts, seed), dtype=x.dtype)
     z_lat = torch.randn((z_x.shape[0], latent_dim), dtype=x.dtype, generator=generator)
     z_run = torch.cat([z_x, z_lat], dim=1).to(x.device)
     # the layer inputs' principal directions use a prior draw of the latent column
@@ -897,9 +927,7 @@ def build_latent_deep_gp(
             kern = make_kernel(kernel, d_in, lengthscale=math.sqrt(d_in), dtype=x.dtype)
             kern = Sum(kern, White(d_in, variance=white_variance, dtype=x.dtype))
             if not learn_hidden_variance:
-                for name, param in kern.named_parameters():
-                    if name.endswith("raw_variance"):
-                        param.requires_grad_(False)
+                _freeze_variances(kern)
             gp = SparseVariationalGP(kern, z_run, hidden_width, None, hidden_q_var_init, learn_inducing)
             xc = x - x.mean(0)
             mixing = linear_mean_weight(xc, min(hidden_width, d)).mT  # [J', D] principal directions
@@ -915,15 +943,8 @@ def build_latent_deep_gp(
                         white_variance=None if last else white_variance, lengthscale=math.sqrt(d_in),
                         q_var_init=q_var_init if last else hidden_q_var_init, learn_inducing=learn_inducing)
         if not last and not learn_hidden_variance:
-            for name, param in layer.named_parameters():
-                if name.endswith("raw_variance"):
-                    param.requires_grad_(False)
+            _freeze_variances(layer)
         layers.append(layer.to(device=x.device, dtype=x.dtype))
         if not last:
             x_run, z_run = x_run @ weight, z_run @ weight
-    qz = AmortizedLatentEncoder(d, y_dim, latent_dim, generator=generator, dtype=x.dtype, skips=encoder_skips) \
-        if amortized \
-        else FreeLatent(n, latent_dim, dtype=x.dtype)
-    likelihood = GaussianLikelihood(noise=noise, num_outputs=y_dim)
-    model = LatentDeepGP(layers, qz, likelihood, num_importance=num_importance, gradient=gradient, objective=objective)
-    return model.to(device=x.device if device is None else device, dtype=x.dtype if dtype is None else dtype)
+    return layers
