@@ -1,0 +1,254 @@
+"""One training step of the CNF-DGP Table III deep GP on 256 Fashion-MNIST images: median time and profile.
+
+The model is the one `flowgp bench images --models dgp4 --skip conv --preset paper` fits
+(`flowgp.bench.images.make_classifier`): 4 layers, 100 inducing inputs per layer, robust max over 10 classes,
+the convolutional skip-layer connection (three 784-wide hidden layers whose GPs share one kernel), DSVI. A step
+is what the training loop does per batch: the minibatch bound (N = 60 000), its backward and the fused Adam
+update. Run from the repository root:
+
+    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/perf/image_dgp_step.py --dtypes float64,float32 \
+        --steps 20 --profile --reference-rev <git revision>
+
+Images: Fashion-MNIST's training images where `flowgp.data.images.load_images` finds them (e.g. after
+`apt-get install dataset-fashion-mnist`), else random 28 x 28 images (`--data synthetic`; the step's cost does
+not depend on the pixels). The model is built from a pool of `--pool` images (k-means of the inducing inputs as
+the bench does) and every step draws its batch from that pool with a seeded generator.
+
+`--reference-rev REV` (or `--reference-src DIR`, a `src` folder) times another version of flowgp in the same run:
+each version runs in its own worker process built identically (same data, seed and model), and the parent lets
+them step in turn, `--chunk` steps at a time, so that the load of a shared machine falls on both alike. It also
+prints both versions' bound and gradient norm at the initial parameters on the same batch and draws.
+
+Prints one JSON object per (version, dtype): median / quartiles of the step time over `--steps` timed steps (after
+`--warmup` untimed ones), and with `--profile` torch.profiler's top operators (self CPU time) over a few steps.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+REPO = HERE.parents[2]
+
+
+# ----- the worker: one flowgp version, one dtype -----------------------------------------------------------------
+def _images(source: str, pool: int, seed: int):
+    import numpy as np
+
+    if source in ("auto", "fashion-mnist"):
+        from flowgp.data.images import load_images
+
+        try:
+            data = load_images("fashion-mnist", verify=False)
+            rows = np.random.default_rng(seed).permutation(len(data.y_train))[:pool]
+            return data.x_train[rows], data.y_train[rows], "fashion-mnist"
+        except (FileNotFoundError, ValueError):
+            if source == "fashion-mnist":
+                raise
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, (pool, 784)).astype(np.float64), rng.integers(0, 10, pool), "synthetic"
+
+
+class Worker:
+    """The Table III model of one flowgp version and dtype, its Adam and a seeded batch stream."""
+
+    def __init__(self, dtype: str, source: str, pool: int, batch: int, seed: int):
+        import numpy as np
+        import torch
+
+        from flowgp.bench.images import make_classifier
+        from flowgp.build import build
+        from flowgp.training.loop import default_optimizer
+
+        x, y, self.data = _images(source, pool, seed)
+        est = make_classifier("dgp4", "conv", (1, 28, 28), "paper", 60000, seed)
+        est.set_params(dtype=dtype)
+        est.classes_ = np.arange(10)
+        xt = est.fit_input_scaling(x)
+        self.x, self.y = xt, torch.as_tensor(y, dtype=torch.long)
+        self.model = build(est.config(), xt, self.y, dtype=est.torch_dtype(), device="cpu",
+                           generator=torch.Generator().manual_seed(seed))
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = default_optimizer(self.params, 0.01)
+        self.batch, self.num_data = batch, 60000
+        self.rows = torch.Generator().manual_seed(seed + 1)
+        self.draws = torch.Generator().manual_seed(seed + 2)
+        self.torch = torch
+
+    def step(self) -> float:
+        idx = self.torch.randint(0, self.x.shape[0], (self.batch,), generator=self.rows)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = -self.model.elbo(self.x[idx], self.y[idx], num_data=self.num_data, generator=self.draws)
+        value = loss.item()
+        loss.backward()
+        self.optimizer.step()
+        return value
+
+    def timed(self, count: int) -> list[float]:
+        times = []
+        for _ in range(count):
+            start = time.perf_counter()
+            self.step()
+            times.append(time.perf_counter() - start)
+        return times
+
+    def check(self) -> dict:
+        """The bound and its gradient's norm at the current parameters on a fixed batch and fixed draws."""
+        torch = self.torch
+        idx = torch.arange(self.batch)
+        for p in self.params:
+            p.grad = None
+        bound = self.model.elbo(self.x[idx], self.y[idx], num_data=self.num_data,
+                                generator=torch.Generator().manual_seed(123))
+        bound.backward()
+        norm = float(torch.sqrt(sum((p.grad.double() ** 2).sum() for p in self.params if p.grad is not None)))
+        for p in self.params:
+            p.grad = None
+        return {"bound": float(bound), "grad_norm": norm}
+
+    def profile(self, count: int, rows: int) -> str:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            for _ in range(count):
+                self.step()
+        return prof.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit=rows)
+
+
+def worker_main(args) -> None:
+    """Serve commands on stdin, one JSON line each: {"steps": k}, {"check": 1}, {"profile": k}, {"quit": 1}."""
+    w = Worker(args.dtype, args.data, args.pool, args.batch, args.seed)
+    print(json.dumps({"ready": True, "data": w.data, "parameters": sum(p.numel() for p in w.params)}), flush=True)
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if "steps" in cmd:
+            out = {"times": w.timed(int(cmd["steps"]))}
+        elif "check" in cmd:
+            out = w.check()
+        elif "profile" in cmd:
+            out = {"table": w.profile(int(cmd["profile"]), args.profile_rows)}
+        else:
+            break
+        print(json.dumps(out), flush=True)
+
+
+# ----- the parent: workers per version, interleaved ---------------------------------------------------------------
+def _reference_src(rev: str, into: Path) -> Path:
+    """`git archive REV src` of this repository, unpacked into `into`; returns its src folder."""
+    archive = into / "ref.tar"
+    subprocess.run(["git", "-C", str(REPO), "archive", "-o", str(archive), rev, "src"], check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    return into / "src"
+
+
+class Client:
+    def __init__(self, name: str, src: Path, dtype: str, args):
+        env = dict(os.environ, PYTHONPATH=str(src))
+        cmd = [sys.executable, str(HERE), "--worker", "--dtype", dtype, "--data", args.data, "--pool", str(args.pool),
+               "--batch", str(args.batch), "--seed", str(args.seed), "--profile-rows", str(args.profile_rows)]
+        self.name, self.dtype = name, dtype
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                                     cwd=str(REPO))
+        self.info = self._read()
+        self.times: list[float] = []
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker {self.name} ({self.dtype}) exited with {self.proc.wait()}")
+        return json.loads(line)
+
+    def ask(self, **cmd) -> dict:
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait()
+
+
+def _summary(times: list[float]) -> dict:
+    q = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
+    return {"median_s": round(statistics.median(times), 4), "q1_s": round(q[0], 4), "q3_s": round(q[2], 4),
+            "steps": len(times)}
+
+
+def parent_main(args) -> None:
+    versions = [("current", REPO / "src")]
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.reference_rev:
+            versions.append((f"reference {args.reference_rev}", _reference_src(args.reference_rev, Path(tmp))))
+        elif args.reference_src:
+            versions.append((f"reference {args.reference_src}", Path(args.reference_src).resolve()))
+        for dtype in args.dtypes.split(","):
+            clients = [Client(name, src, dtype, args) for name, src in versions]
+            try:
+                _run_dtype(clients, args)
+            finally:
+                for c in clients:
+                    c.close()
+
+
+def _run_dtype(clients, args) -> None:
+    checks = {c.name: c.ask(check=1) for c in clients}
+    for c in clients:
+        c.ask(steps=args.warmup)
+    done = 0
+    while done < args.steps:
+        k = min(args.chunk, args.steps - done)
+        for c in clients:  # in turn: both see the same load
+            c.times += c.ask(steps=k)["times"]
+        done += k
+    for c in clients:
+        row = {"version": c.name, "dtype": c.dtype, "data": c.info["data"], "batch": args.batch,
+               "parameters": c.info["parameters"], **checks[c.name], **_summary(c.times)}
+        print(json.dumps(row), flush=True)
+    if len(clients) == 2:
+        a, b = (checks[c.name] for c in clients)
+        print(json.dumps({"dtype": clients[0].dtype, "bound_difference": a["bound"] - b["bound"],
+                          "relative": abs(a["bound"] - b["bound"]) / abs(b["bound"]),
+                          "grad_norm_relative": abs(a["grad_norm"] - b["grad_norm"]) / b["grad_norm"],
+                          "speedup_median": statistics.median(clients[1].times) / statistics.median(clients[0].times)}),
+              flush=True)
+    if args.profile:
+        for c in clients:
+            print(f"\n=== profile: {c.name}, {c.dtype}, {args.profile} steps (self CPU time) ===")
+            print(c.ask(profile=args.profile)["table"], flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dtypes", default="float64,float32")
+    p.add_argument("--steps", type=int, default=20, help="timed steps per version and dtype")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--chunk", type=int, default=2, help="steps a version takes before the other one's turn")
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--pool", type=int, default=2048, help="images the model is built from and batches drawn from")
+    p.add_argument("--data", default="auto", choices=("auto", "fashion-mnist", "synthetic"))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", type=int, default=0, help="profile this many steps per version and dtype (0: none)")
+    p.add_argument("--profile-rows", type=int, default=25)
+    p.add_argument("--reference-rev", default=None, help="a git revision of this repository to time alongside")
+    p.add_argument("--reference-src", default=None, help="or the src folder of another flowgp checkout")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--dtype", default="float64", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        worker_main(args)
+    else:
+        parent_main(args)
+
+
+if __name__ == "__main__":
+    main()
