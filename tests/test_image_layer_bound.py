@@ -12,6 +12,7 @@ import torch
 
 from flowgp.build import DeepGPConfig, build
 from flowgp.models.deep_gp import layer_noise
+from flowgp.gp.variational import gaussian_kl_whitened, whitened_marginal_terms
 from flowgp.numerics.linalg import robust_cholesky
 
 
@@ -67,3 +68,74 @@ def test_the_image_deep_gp_bound_is_the_plain_dsvi_formula(rows):
     for p, g, e in zip(params, fast, slow):
         torch.testing.assert_close(g, e, rtol=1e-7, atol=1e-9 * max(1.0, float(e.abs().max())))
 
+
+
+def _shared_inputs(dtype, outputs=4, m=6, n=15, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    z, x = torch.randn(m, 3, generator=gen, dtype=torch.float64), torch.randn(n, 3, generator=gen, dtype=torch.float64)
+    kzz = torch.exp(-0.5 * torch.cdist(z, z).square()) + 1e-6 * torch.eye(m, dtype=torch.float64)
+    kzx = torch.exp(-0.5 * torch.cdist(z, x).square()).unsqueeze(0)  # [1, M, N]: one kernel for every output
+    q_mu = torch.randn(outputs, m, generator=gen, dtype=torch.float64)
+    r = torch.randn(outputs, m, m, generator=gen, dtype=torch.float64).tril()
+    return [t.to(dtype) for t in (kzz, kzx, q_mu, r)]
+
+
+def _plain_terms(kzz, kzx, q_mu, r):
+    a = torch.linalg.solve_triangular(torch.linalg.cholesky(kzz), kzx, upper=False)
+    return (q_mu.unsqueeze(-1) * a).sum(-2), (r.mT @ a).square().sum(-2) - a.square().sum(-2)
+
+
+def test_outputs_sharing_one_projection_give_the_plain_terms_and_gradients():
+    kzz, kzx, q_mu, r = (t.requires_grad_() for t in _shared_inputs(torch.float64))
+
+    def fast(kzz, kzx, q_mu, r):
+        return whitened_marginal_terms(torch.linalg.cholesky(kzz.detach()), kzx, q_mu, r, kzz)
+
+    for got, want in zip(fast(kzz, kzx, q_mu, r), _plain_terms(kzz, kzx, q_mu, r)):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    sym = lambda k, *rest: fast(0.5 * (k + k.mT), *rest)  # K_ZZ's gradient is taken for symmetric changes
+    assert torch.autograd.gradcheck(sym, (kzz, kzx, q_mu, r))
+    # R read through a lower-triangular mask from a stored factor (the layers' q_sqrt): R's gradient, masked
+    mask = torch.ones(r.shape[-1], r.shape[-1], dtype=r.dtype).tril()
+    stored = (r.detach() + torch.triu(torch.ones_like(r), 1)).requires_grad_()
+    masked = whitened_marginal_terms(torch.linalg.cholesky(kzz.detach()), kzx, q_mu, stored, kzz, mask)
+    plain = _plain_terms(kzz, kzx, q_mu, r)
+    for got, want in zip(masked, plain):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    g_got = torch.autograd.grad(masked[1].sum() + masked[0].square().sum(), stored)[0]
+    g_want = torch.autograd.grad(plain[1].sum() + plain[0].square().sum(), r)[0]
+    torch.testing.assert_close(g_got, g_want * mask, rtol=1e-12, atol=1e-12)
+    # and with the gradient through the factor instead of K_ZZ, and for an unused output
+    chol = torch.linalg.cholesky(kzz.detach()).requires_grad_()
+    assert torch.autograd.gradcheck(lambda c, *rest: whitened_marginal_terms(c, *rest)[1], (chol, kzx, q_mu, r))
+    assert torch.autograd.gradcheck(lambda c, *rest: whitened_marginal_terms(c, *rest)[0], (chol, kzx, q_mu, r))
+
+
+def test_the_shared_projection_terms_hold_single_precision():
+    inputs64 = _shared_inputs(torch.float64, outputs=50, m=20, n=64)
+    kzz, kzx, q_mu, r = _shared_inputs(torch.float32, outputs=50, m=20, n=64)
+    got = whitened_marginal_terms(torch.linalg.cholesky(kzz), kzx, q_mu, r)
+    want = _plain_terms(*inputs64)
+    for g, w in zip(got, want):
+        assert g.dtype == torch.float32
+        assert float((g.double() - w).abs().max()) <= 1e-5 * float(w.abs().max())
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_the_whitened_kl_and_its_gradient_are_autograds_of_the_plain_formula(dtype):
+    gen = torch.Generator().manual_seed(0)
+    r = (0.7 * torch.randn(7, 9, 9, generator=gen, dtype=torch.float64).tril()).to(dtype).requires_grad_()
+    mu = torch.randn(7, 9, generator=gen, dtype=torch.float64).to(dtype).requires_grad_()
+    diag = torch.diagonal(r, dim1=-2, dim2=-1)
+    plain = 0.5 * (r.square().sum((-2, -1)) + mu.square().sum(-1) - 9 - diag.square().log().sum(-1)).sum()
+    eps = torch.finfo(dtype).eps
+    stored = (r.detach() + torch.triu(torch.ones_like(r), 1)).requires_grad_()  # R read through the mask
+    mask = torch.ones(9, 9, dtype=dtype).tril()
+    wants = torch.autograd.grad(1.37 * plain, [r, mu])
+    for kl, wrt in ((gaussian_kl_whitened(mu, r), r), (gaussian_kl_whitened(mu, stored, mask), stored)):
+        assert abs(kl.item() - plain.item()) <= 20 * eps * abs(plain.item())
+        for got, want in zip(torch.autograd.grad(1.37 * kl, [wrt, mu]), wants):
+            torch.testing.assert_close(got, want * (mask if wrt is stored and got.dim() == 3 else 1),
+                                       rtol=20 * eps, atol=20 * eps)
+    assert torch.autograd.gradcheck(gaussian_kl_whitened, (mu.detach().double().requires_grad_(),
+                                                           r.detach().double().requires_grad_()))

@@ -17,10 +17,11 @@ the bench does) and every step draws its batch from that pool with a seeded gene
 `--reference-rev REV` (or `--reference-src DIR`, a `src` folder) times another version of flowgp in the same run:
 each version runs in its own worker process built identically (same data, seed and model), and the parent lets
 them step in turn, `--chunk` steps at a time, so that the load of a shared machine falls on both alike. It also
-prints both versions' bound and gradient norm at the initial parameters on the same batch and draws.
+prints both versions' bound and gradient norm at the same (perturbed initial) parameters, batch and draws.
 
-Prints one JSON object per (version, dtype): median / quartiles of the step time over `--steps` timed steps (after
-`--warmup` untimed ones), and with `--profile` torch.profiler's top operators (self CPU time) over a few steps.
+Prints one JSON object per (version, dtype): median / quartiles of the step's wall time over `--steps` timed steps
+(after `--warmup` untimed ones) and the median of its CPU time (less sensitive to other processes on a shared machine,
+which stretch the wall time), and with `--profile` torch.profiler's top operators (self CPU time) over a few steps.
 """
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ REPO = HERE.parents[2]
 def _images(source: str, pool: int, seed: int):
     import numpy as np
 
+    if source.endswith(".npz"):  # the parent's pool, so that every version trains on the same images
+        with np.load(source) as saved:
+            return saved["x"], saved["y"], str(saved["data"])
     if source in ("auto", "fashion-mnist"):
         from flowgp.data.images import load_images
 
@@ -92,23 +96,30 @@ class Worker:
         self.optimizer.step()
         return value
 
-    def timed(self, count: int) -> list[float]:
-        times = []
+    def timed(self, count: int) -> tuple[list[float], list[float]]:
+        """Wall and CPU seconds (this process, all threads) of `count` steps."""
+        wall, cpu = [], []
         for _ in range(count):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             self.step()
-            times.append(time.perf_counter() - start)
-        return times
+            wall.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - start_cpu)
+        return wall, cpu
 
     def check(self) -> dict:
-        """The bound and its gradient's norm at the current parameters on a fixed batch and fixed draws."""
+        """The bound and its gradient's norm on a fixed batch and fixed draws, at the initial parameters moved by a
+        seeded perturbation (away from the prior, where the bound depends on the data and every parameter)."""
         torch = self.torch
         idx = torch.arange(self.batch)
-        for p in self.params:
-            p.grad = None
+        gen = torch.Generator().manual_seed(99)
+        with torch.no_grad():
+            for p in self.params:
+                p.add_((0.01 * torch.randn(p.shape, generator=gen, dtype=torch.float64)).to(p.dtype))
+                p.grad = None
         bound = self.model.elbo(self.x[idx], self.y[idx], num_data=self.num_data,
                                 generator=torch.Generator().manual_seed(123))
         bound.backward()
+        bound = bound.detach()
         norm = float(torch.sqrt(sum((p.grad.double() ** 2).sum() for p in self.params if p.grad is not None)))
         for p in self.params:
             p.grad = None
@@ -130,7 +141,8 @@ def worker_main(args) -> None:
     for line in sys.stdin:
         cmd = json.loads(line)
         if "steps" in cmd:
-            out = {"times": w.timed(int(cmd["steps"]))}
+            wall, cpu = w.timed(int(cmd["steps"]))
+            out = {"times": wall, "cpu": cpu}
         elif "check" in cmd:
             out = w.check()
         elif "profile" in cmd:
@@ -160,6 +172,7 @@ class Client:
                                      cwd=str(REPO))
         self.info = self._read()
         self.times: list[float] = []
+        self.cpu: list[float] = []
 
     def _read(self) -> dict:
         line = self.proc.stdout.readline()
@@ -191,6 +204,11 @@ def parent_main(args) -> None:
             versions.append((f"reference {args.reference_rev}", _reference_src(args.reference_rev, Path(tmp))))
         elif args.reference_src:
             versions.append((f"reference {args.reference_src}", Path(args.reference_src).resolve()))
+        import numpy as np
+
+        x, y, data = _images(args.data, args.pool, args.seed)
+        args.data = str(Path(tmp) / "pool.npz")
+        np.savez(args.data, x=x, y=y, data=data)
         for dtype in args.dtypes.split(","):
             clients = [Client(name, src, dtype, args) for name, src in versions]
             try:
@@ -208,18 +226,22 @@ def _run_dtype(clients, args) -> None:
     while done < args.steps:
         k = min(args.chunk, args.steps - done)
         for c in clients:  # in turn: both see the same load
-            c.times += c.ask(steps=k)["times"]
+            out = c.ask(steps=k)
+            c.times += out["times"]
+            c.cpu += out["cpu"]
         done += k
     for c in clients:
         row = {"version": c.name, "dtype": c.dtype, "data": c.info["data"], "batch": args.batch,
-               "parameters": c.info["parameters"], **checks[c.name], **_summary(c.times)}
+               "parameters": c.info["parameters"], **checks[c.name], **_summary(c.times),
+               "cpu_median_s": round(statistics.median(c.cpu), 4)}
         print(json.dumps(row), flush=True)
     if len(clients) == 2:
         a, b = (checks[c.name] for c in clients)
         print(json.dumps({"dtype": clients[0].dtype, "bound_difference": a["bound"] - b["bound"],
                           "relative": abs(a["bound"] - b["bound"]) / abs(b["bound"]),
                           "grad_norm_relative": abs(a["grad_norm"] - b["grad_norm"]) / b["grad_norm"],
-                          "speedup_median": statistics.median(clients[1].times) / statistics.median(clients[0].times)}),
+                          "speedup_median": statistics.median(clients[1].times) / statistics.median(clients[0].times),
+                          "speedup_cpu_median": statistics.median(clients[1].cpu) / statistics.median(clients[0].cpu)}),
               flush=True)
     if args.profile:
         for c in clients:
@@ -235,7 +257,7 @@ def main():
     p.add_argument("--chunk", type=int, default=2, help="steps a version takes before the other one's turn")
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--pool", type=int, default=2048, help="images the model is built from and batches drawn from")
-    p.add_argument("--data", default="auto", choices=("auto", "fashion-mnist", "synthetic"))
+    p.add_argument("--data", default="auto", help="auto, fashion-mnist or synthetic")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", type=int, default=0, help="profile this many steps per version and dtype (0: none)")
     p.add_argument("--profile-rows", type=int, default=25)
