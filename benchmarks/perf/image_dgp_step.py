@@ -1,13 +1,13 @@
 """One training step of the CNF-DGP Table III deep GP on 256 Fashion-MNIST images: median time and profile.
 
 The model is the one `flowgp bench images --models dgp4 --skip conv --preset paper` fits
-(`flowgp.bench.images.make_classifier`): 4 layers, 100 inducing inputs per layer, robust max over 10 classes,
-the convolutional skip-layer connection (three 784-wide hidden layers whose GPs share one kernel), DSVI. A step
-is what the training loop does per batch: the minibatch bound (N = 60 000), its backward and the fused Adam
-update. Run from the repository root:
+(`flowgp.bench.images.make_classifier`; `--model cnf-dgp4` for the flow posterior's): 4 layers, 100 inducing
+inputs per layer, robust max over 10 classes, the convolutional skip-layer connection (three 784-wide hidden
+layers whose GPs share one kernel), DSVI. A step is what the training loop does per batch: the minibatch bound
+(N = 60 000), its backward and the fused Adam update. Run from the repository root:
 
     OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/perf/image_dgp_step.py --dtypes float64,float32 \
-        --steps 20 --profile --reference-rev <git revision>
+        --steps 20 --profile 2 --reference-rev <git revision>
 
 Images: Fashion-MNIST's training images where `flowgp.data.images.load_images` finds them (e.g. after
 `apt-get install dataset-fashion-mnist`), else random 28 x 28 images (`--data synthetic`; the step's cost does
@@ -17,7 +17,8 @@ the bench does) and every step draws its batch from that pool with a seeded gene
 `--reference-rev REV` (or `--reference-src DIR`, a `src` folder) times another version of flowgp in the same run:
 each version runs in its own worker process built identically (same data, seed and model), and the parent lets
 them step in turn, `--chunk` steps at a time, so that the load of a shared machine falls on both alike. It also
-prints both versions' bound and gradient norm at the same (perturbed initial) parameters, batch and draws.
+prints both versions' bound, gradient norm and largest gradient difference at the same (perturbed initial)
+parameters, batch and draws.
 
 Prints one JSON object per (version, dtype): median / quartiles of the step's wall time over `--steps` timed steps
 (after `--warmup` untimed ones) and the median of its CPU time (less sensitive to other processes on a shared machine,
@@ -64,7 +65,7 @@ def _images(source: str, pool: int, seed: int):
 class Worker:
     """The Table III model of one flowgp version and dtype, its Adam and a seeded batch stream."""
 
-    def __init__(self, dtype: str, source: str, pool: int, batch: int, seed: int):
+    def __init__(self, dtype: str, source: str, pool: int, batch: int, seed: int, model: str = "dgp4"):
         import numpy as np
         import torch
 
@@ -73,7 +74,7 @@ class Worker:
         from flowgp.training.loop import default_optimizer
 
         x, y, self.data = _images(source, pool, seed)
-        est = make_classifier("dgp4", "conv", (1, 28, 28), "paper", 60000, seed)
+        est = make_classifier(model, "conv", (1, 28, 28), "paper", 60000, seed)
         est.set_params(dtype=dtype)
         est.classes_ = np.arange(10)
         xt = est.fit_input_scaling(x)
@@ -106,9 +107,10 @@ class Worker:
             cpu.append(time.process_time() - start_cpu)
         return wall, cpu
 
-    def check(self) -> dict:
+    def check(self, path: str | None = None) -> dict:
         """The bound and its gradient's norm on a fixed batch and fixed draws, at the initial parameters moved by a
-        seeded perturbation (away from the prior, where the bound depends on the data and every parameter)."""
+        seeded perturbation (away from the prior, where the bound depends on the data and every parameter); the
+        gradients go to `path` (torch.save) when given."""
         torch = self.torch
         idx = torch.arange(self.batch)
         gen = torch.Generator().manual_seed(99)
@@ -121,6 +123,9 @@ class Worker:
         bound.backward()
         bound = bound.detach()
         norm = float(torch.sqrt(sum((p.grad.double() ** 2).sum() for p in self.params if p.grad is not None)))
+        if path:
+            named = {n: p.grad.double() for n, p in self.model.named_parameters() if p.grad is not None}
+            torch.save(named, path)
         for p in self.params:
             p.grad = None
         return {"bound": float(bound), "grad_norm": norm}
@@ -136,7 +141,7 @@ class Worker:
 
 def worker_main(args) -> None:
     """Serve commands on stdin, one JSON line each: {"steps": k}, {"check": 1}, {"profile": k}, {"quit": 1}."""
-    w = Worker(args.dtype, args.data, args.pool, args.batch, args.seed)
+    w = Worker(args.dtype, args.data, args.pool, args.batch, args.seed, args.model)
     print(json.dumps({"ready": True, "data": w.data, "parameters": sum(p.numel() for p in w.params)}), flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -144,7 +149,7 @@ def worker_main(args) -> None:
             wall, cpu = w.timed(int(cmd["steps"]))
             out = {"times": wall, "cpu": cpu}
         elif "check" in cmd:
-            out = w.check()
+            out = w.check(cmd.get("path"))
         elif "profile" in cmd:
             out = {"table": w.profile(int(cmd["profile"]), args.profile_rows)}
         else:
@@ -166,7 +171,8 @@ class Client:
     def __init__(self, name: str, src: Path, dtype: str, args):
         env = dict(os.environ, PYTHONPATH=str(src))
         cmd = [sys.executable, str(HERE), "--worker", "--dtype", dtype, "--data", args.data, "--pool", str(args.pool),
-               "--batch", str(args.batch), "--seed", str(args.seed), "--profile-rows", str(args.profile_rows)]
+               "--batch", str(args.batch), "--seed", str(args.seed), "--profile-rows", str(args.profile_rows),
+               "--model", args.model]
         self.name, self.dtype = name, dtype
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                                      cwd=str(REPO))
@@ -207,7 +213,7 @@ def parent_main(args) -> None:
         import numpy as np
 
         x, y, data = _images(args.data, args.pool, args.seed)
-        args.data = str(Path(tmp) / "pool.npz")
+        args.data, args.tmp = str(Path(tmp) / "pool.npz"), tmp
         np.savez(args.data, x=x, y=y, data=data)
         for dtype in args.dtypes.split(","):
             clients = [Client(name, src, dtype, args) for name, src in versions]
@@ -218,8 +224,20 @@ def parent_main(args) -> None:
                     c.close()
 
 
+def _gradient_difference(paths) -> dict:
+    """The largest difference of the two versions' gradients, relative to the larger one's largest entry, over
+    the parameters: the worst one and its name."""
+    import torch
+
+    first, second = (torch.load(p, weights_only=True) for p in paths)
+    worst = max(((float((first[n] - second[n]).abs().max() / second[n].abs().max().clamp_min(1e-300)), n)
+                 for n in second), default=(0.0, None))
+    return {"gradient_max_relative_difference": worst[0], "worst_parameter": worst[1]}
+
+
 def _run_dtype(clients, args) -> None:
-    checks = {c.name: c.ask(check=1) for c in clients}
+    paths = [str(Path(args.tmp) / f"grad{i}.pt") for i in range(len(clients))]
+    checks = {c.name: c.ask(check=1, path=path) for c, path in zip(clients, paths)}
     for c in clients:
         c.ask(steps=args.warmup)
     done = 0
@@ -241,7 +259,8 @@ def _run_dtype(clients, args) -> None:
                           "relative": abs(a["bound"] - b["bound"]) / abs(b["bound"]),
                           "grad_norm_relative": abs(a["grad_norm"] - b["grad_norm"]) / b["grad_norm"],
                           "speedup_median": statistics.median(clients[1].times) / statistics.median(clients[0].times),
-                          "speedup_cpu_median": statistics.median(clients[1].cpu) / statistics.median(clients[0].cpu)}),
+                          "speedup_cpu_median": statistics.median(clients[1].cpu) / statistics.median(clients[0].cpu),
+                          **_gradient_difference(paths)}),
               flush=True)
     if args.profile:
         for c in clients:
@@ -259,6 +278,7 @@ def main():
     p.add_argument("--pool", type=int, default=2048, help="images the model is built from and batches drawn from")
     p.add_argument("--data", default="auto", help="auto, fashion-mnist or synthetic")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", default="dgp4", help="a `flowgp bench images` model: dgp4 (DSVI), cnf-dgp4, sgp")
     p.add_argument("--profile", type=int, default=0, help="profile this many steps per version and dtype (0: none)")
     p.add_argument("--profile-rows", type=int, default=25)
     p.add_argument("--reference-rev", default=None, help="a git revision of this repository to time alongside")

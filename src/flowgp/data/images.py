@@ -147,9 +147,10 @@ def _find_folder(name: str, data_dir) -> Path:
     looked = ", ".join(str(f) for f in folders) or "nowhere (no data folder exists)"
     install = f"install them with `{INSTALL_COMMANDS[name]}`, or " if name in INSTALL_COMMANDS else ""
     target = folders[0] if folders else Path("<data dir>") / "images" / name
-    raise FileNotFoundError(f"{name}: the image files were not found; looked in {looked}; {install}put "
-                            f"{_file_list(name)} from {_SOURCES[name]} into {target} (the data folder is --data-dir, "
-                            "$FLOWGP_DATA or ../shared/data)")
+    first = next(iter(_MD5[name])) if name != "cifar10" else "cifar-10-python.tar.gz"
+    raise FileNotFoundError(f"{name}: {first} is missing (looked in {looked}); {install}put {_file_list(name)} "
+                            f"from {_SOURCES[name]} into {target} (the data folder is --data-dir, $FLOWGP_DATA or "
+                            "../shared/data)")
 
 
 def _file_list(name: str) -> str:
