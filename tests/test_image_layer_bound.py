@@ -139,3 +139,11 @@ def test_the_whitened_kl_and_its_gradient_are_autograds_of_the_plain_formula(dty
                                        rtol=20 * eps, atol=20 * eps)
     assert torch.autograd.gradcheck(gaussian_kl_whitened, (mu.detach().double().requires_grad_(),
                                                            r.detach().double().requires_grad_()))
+
+
+def test_shared_projection_terms_without_gradients_match_in_column_blocks():
+    kzz, kzx, q_mu, r = _shared_inputs(torch.float64, outputs=3, m=5, n=2500)  # more points than one block
+    with torch.no_grad():
+        got = whitened_marginal_terms(torch.linalg.cholesky(kzz), kzx, q_mu, r)
+    for g, w in zip(got, _plain_terms(kzz, kzx, q_mu, r)):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)

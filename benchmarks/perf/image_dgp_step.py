@@ -65,7 +65,8 @@ def _images(source: str, pool: int, seed: int):
 class Worker:
     """The Table III model of one flowgp version and dtype, its Adam and a seeded batch stream."""
 
-    def __init__(self, dtype: str, source: str, pool: int, batch: int, seed: int, model: str = "dgp4"):
+    def __init__(self, dtype: str, source: str, pool: int, batch: int, seed: int, model: str = "dgp4",
+                 skip: str = "conv"):
         import numpy as np
         import torch
 
@@ -74,7 +75,7 @@ class Worker:
         from flowgp.training.loop import default_optimizer
 
         x, y, self.data = _images(source, pool, seed)
-        est = make_classifier(model, "conv", (1, 28, 28), "paper", 60000, seed)
+        est = make_classifier(model, skip, (1, 28, 28), "paper", 60000, seed)
         est.set_params(dtype=dtype)
         est.classes_ = np.arange(10)
         xt = est.fit_input_scaling(x)
@@ -141,7 +142,7 @@ class Worker:
 
 def worker_main(args) -> None:
     """Serve commands on stdin, one JSON line each: {"steps": k}, {"check": 1}, {"profile": k}, {"quit": 1}."""
-    w = Worker(args.dtype, args.data, args.pool, args.batch, args.seed, args.model)
+    w = Worker(args.dtype, args.data, args.pool, args.batch, args.seed, args.model, args.skip)
     print(json.dumps({"ready": True, "data": w.data, "parameters": sum(p.numel() for p in w.params)}), flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -172,7 +173,7 @@ class Client:
         env = dict(os.environ, PYTHONPATH=str(src))
         cmd = [sys.executable, str(HERE), "--worker", "--dtype", dtype, "--data", args.data, "--pool", str(args.pool),
                "--batch", str(args.batch), "--seed", str(args.seed), "--profile-rows", str(args.profile_rows),
-               "--model", args.model]
+               "--model", args.model, "--skip", args.skip]
         self.name, self.dtype = name, dtype
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                                      cwd=str(REPO))
@@ -249,7 +250,8 @@ def _run_dtype(clients, args) -> None:
             c.cpu += out["cpu"]
         done += k
     for c in clients:
-        row = {"version": c.name, "dtype": c.dtype, "data": c.info["data"], "batch": args.batch,
+        row = {"version": c.name, "model": args.model, "skip": args.skip, "dtype": c.dtype, "data": c.info["data"],
+               "batch": args.batch,
                "parameters": c.info["parameters"], **checks[c.name], **_summary(c.times),
                "cpu_median_s": round(statistics.median(c.cpu), 4)}
         print(json.dumps(row), flush=True)
@@ -279,6 +281,7 @@ def main():
     p.add_argument("--data", default="auto", help="auto, fashion-mnist or synthetic")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default="dgp4", help="a `flowgp bench images` model: dgp4 (DSVI), cnf-dgp4, sgp")
+    p.add_argument("--skip", default="conv", help="the hidden layers' skip: conv (CSC), dense or linear")
     p.add_argument("--profile", type=int, default=0, help="profile this many steps per version and dtype (0: none)")
     p.add_argument("--profile-rows", type=int, default=25)
     p.add_argument("--reference-rev", default=None, help="a git revision of this repository to time alongside")

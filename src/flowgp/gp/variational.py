@@ -320,9 +320,16 @@ class _SharedProjectionMarginalTerms(torch.autograd.Function):
             block = _masked(r[part], mask)
             torch.index_select((block @ block.mT).reshape(-1, m * m), 1, upper, out=packed[part])
         packed.sub_(diagonal.to(a.dtype)).mul_(torch.where(diagonal, 1.0, 2.0).to(a.dtype))
+        mean = q_mu @ a
+        if not any(ctx.needs_input_grad):
+            # no backward (predictions): the [P, N] outer products in column blocks, whatever N = S·rows is
+            quad = a.new_empty(num_outputs, a.shape[-1])
+            for cols_block in torch.split(torch.arange(a.shape[-1], device=a.device), _PACKED_COLUMNS):
+                block = a[:, cols_block]
+                quad[:, cols_block] = packed @ (block[rows] * block[cols])
+            return mean, quad
         v = a[rows] * a[cols]  # [P, N]
         quad = packed @ v
-        mean = q_mu @ a
         ctx.save_for_backward(chol_inv, a, q_mu, r, packed, v, chol, mask)
         ctx.kzx_shape = kzx.shape
         return mean, quad
@@ -366,6 +373,10 @@ def _shared_factor_gradient(r, mask, g_quad, v):
         dense = (twice[part] @ v.mT).index_select(1, pair).reshape(-1, m, m)  # 2 C̄ of the chunk
         torch.bmm(dense, _masked(r[part], mask), out=grad[part])
     return grad if mask is None else grad.mul_(mask)
+
+
+#: points per block of the packed outer products when no gradient is needed (a [P, block] temporary)
+_PACKED_COLUMNS = 1024
 
 
 def _shares_projection(chol: torch.Tensor, kzx: torch.Tensor, q_mu: torch.Tensor) -> bool:
