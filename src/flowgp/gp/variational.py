@@ -312,7 +312,7 @@ class _SharedProjectionMarginalTerms(torch.autograd.Function):
         record_inputs(ctx, chol, kzx, q_mu, r, kzz)
         num_outputs, m = r.shape[0], r.shape[-1]
         chol_inv = lower_inverse(chol)
-        a = chol_inv @ kzx.reshape(m, -1)  # [M, N]
+        a = _without_negligible(chol_inv @ kzx.reshape(m, -1))  # [M, N]
         rows, cols, upper, _ = _packed_pairs(m, a.device)
         diagonal = rows == cols
         packed = a.new_empty(num_outputs, rows.shape[0])  # C's pairs, weighted, [L, P]
@@ -338,8 +338,8 @@ class _SharedProjectionMarginalTerms(torch.autograd.Function):
     def backward(ctx, g_mean, g_quad):
         chol_inv, a, q_mu, r, packed, v, chol, mask = ctx.saved_tensors
         zeros = None if g_mean is not None and g_quad is not None else a.new_zeros(q_mu.shape[0], a.shape[-1])
-        g_mean = zeros if g_mean is None else g_mean
-        g_quad = zeros if g_quad is None else g_quad
+        g_mean = zeros if g_mean is None else _without_negligible(g_mean)
+        g_quad = zeros if g_quad is None else _without_negligible(g_quad)
         need_chol, need_kzx, need_mu, need_r, need_kzz = (needed_inputs(ctx) + (False,) * 2)[:5]
         grad_kzx = grad_mu = grad_r = None
         if need_r:
@@ -377,6 +377,14 @@ def _shared_factor_gradient(r, mask, g_quad, v):
 
 #: points per block of the packed outer products when no gradient is needed (a [P, block] temporary)
 _PACKED_COLUMNS = 1024
+
+
+def _without_negligible(x: torch.Tensor) -> torch.Tensor:
+    """x with entries below eps·max|x| (eps: x's machine epsilon) set to 0: a change at the rounding level of the
+    sums they enter, which keeps their products clear of the subnormal range (see
+    `flowgp.gp.kernels.exp_without_subnormals`: far points' projections a ~ 1e-30 made a_i a_j subnormal)."""
+    scale = x.abs().amax() * torch.finfo(x.dtype).eps
+    return x.masked_fill(x.abs() < scale, 0.0)
 
 
 def _shares_projection(chol: torch.Tensor, kzx: torch.Tensor, q_mu: torch.Tensor) -> bool:
