@@ -79,3 +79,29 @@ def test_the_flow_classifier_keeps_the_dsvi_fit_as_its_base():
             p.zero_()  # every flow parameter is 0 at the identity: q(U) is the base
     np.testing.assert_allclose(fits["cnf-dgp2"].predict_proba(x[:50]), fits["dgp2"].predict_proba(x[:50]),
                                rtol=1e-10, atol=1e-12)
+
+
+def test_steps_and_dtype_are_recorded_and_keyed(tmp_path):
+    done = _bench(tmp_path, "--models", "sgp", "--steps", "3", "--dtype", "float32")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in (tmp_path / "images.jsonl").read_text().splitlines()]
+    assert [(r["steps"], r["dtype"], r["device"], r["epochs"]) for r in rows] == [(3, "float32", "cpu", 1)]
+    est = make_classifier("dgp4", "conv", (1, 28, 28), "paper", 60000, 0, steps=4700, dtype="float32")
+    assert est.epochs == round(4700 * 256 / 60000) and est.dtype == "float32"
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU: no error to check")
+def test_device_cuda_without_a_gpu_is_an_error_before_any_work(tmp_path):
+    done = _bench(tmp_path, "--models", "sgp", "--device", "cuda")
+    assert done.returncode != 0
+    assert "--device cuda" in done.stderr and "no CUDA device" in done.stderr
+    assert not (tmp_path / "images.jsonl").exists()
+
+
+def test_device_cuda_runs_on_the_gpu(tmp_path):
+    if not __import__("torch").cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    done = _bench(tmp_path, "--models", "sgp,dgp2", "--steps", "3", "--device", "cuda")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in (tmp_path / "images.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(r["device"] == "cuda" and 0 <= r["accuracy"] <= 1 for r in rows)

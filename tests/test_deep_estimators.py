@@ -104,3 +104,20 @@ def test_bench_model_table_entries():
     assert isinstance(make_estimator("dgp3", get_preset("tiny"), 20, 0, 100, task="classification"), DeepGPClassifier)
     with pytest.raises(TypeError, match="options"):
         make_estimator("dgp2", get_preset("tiny"), 20, 0, 100, flow="sal")
+
+
+def test_deep_fits_checkpoint_at_least_every_thousand_steps(monkeypatch, tmp_path):
+    """100 epochs between checkpoints, or fewer where an epoch has many steps (Fashion-MNIST: 235 of 256 images),
+    so that a killed fit keeps most of its work."""
+    import flowgp.estimators.deep as deep
+
+    assert deep.checkpoint_epochs(60000, 256) == 5 and deep.checkpoint_epochs(1347, 256) == 100
+    assert deep.checkpoint_epochs(40, None) == 100 and deep.checkpoint_epochs(40, 2) == 50
+    seen = []
+    original = deep.train
+    monkeypatch.setattr(deep, "train", lambda *a, **kw: seen.append(kw["checkpoint_every"]) or original(*a, **kw))
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(40, 3)), rng.integers(0, 2, 40)
+    deep.DeepGPClassifier(layers=2, num_inducing=4, batch_size=2, epochs=1, verbose=False, kmeans_restarts=1,
+                          checkpoint=str(tmp_path / "fit.pt")).fit(x, y)
+    assert seen == [50]

@@ -2,6 +2,7 @@
 import gzip
 import hashlib
 import pickle
+import zlib
 
 import numpy as np
 import pytest
@@ -100,3 +101,84 @@ def test_digits_is_the_embedded_set():
     split = load_images("digits")
     assert split.x_train.shape == (1347, 64) and split.x_test.shape == (450, 64) and split.image_shape == (1, 8, 8)
     assert set(np.unique(split.y_train)) == set(range(10))
+
+
+def _gzip_member(data: bytes, flags: int, stamp: int, name: bytes = b"") -> bytes:
+    """A gzip file written by hand: header (flags, time stamp, XFL 0, OS 3, optional name), raw deflate, trailer."""
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+    body = deflate.compress(data) + deflate.flush()
+    header = bytes([0x1F, 0x8B, 8, flags]) + stamp.to_bytes(4, "little") + bytes([0, 3]) + name
+    return header + body + zlib.crc32(data).to_bytes(4, "little") + len(data).to_bytes(4, "little")
+
+
+def _packaged_fashion_mnist(folder, monkeypatch, n_train=6, n_test=4):
+    """Fashion-MNIST-shaped files as a system package stores them: the published compressed data behind a
+    header without the file name and with another time stamp; the 'published' sums are those of the originals."""
+    rng = np.random.default_rng(2)
+    folder.mkdir(parents=True)
+    arrays = {"train-images-idx3-ubyte": rng.integers(0, 256, (n_train, 28, 28)),
+              "train-labels-idx1-ubyte": rng.integers(0, 10, n_train),
+              "t10k-images-idx3-ubyte": rng.integers(0, 256, (n_test, 28, 28)),
+              "t10k-labels-idx1-ubyte": rng.integers(0, 10, n_test)}
+    sums, stamps = {}, {}
+    for i, (stem, array) in enumerate(arrays.items()):
+        data = _idx(array)
+        stamps[f"{stem}.gz"] = 1504176606 + i
+        published = _gzip_member(data, 0x08, stamps[f"{stem}.gz"], stem.encode() + b"\x00")
+        assert gzip.decompress(published) == data
+        sums[f"{stem}.gz"] = hashlib.md5(published).hexdigest()
+        (folder / f"{stem}.gz").write_bytes(_gzip_member(data, 0x00, 1591347949))  # rewritten header
+    monkeypatch.setitem(image_data.IMAGE_DATASETS, "fashion-mnist", ((1, 28, 28), n_train, n_test))
+    monkeypatch.setitem(image_data._MD5, "fashion-mnist", sums)
+    monkeypatch.setitem(image_data._GZIP_HEADER_TIME, "fashion-mnist", stamps)
+    monkeypatch.setitem(image_data.SYSTEM_FOLDERS, "fashion-mnist", folder)
+    return arrays
+
+
+def test_a_packaged_set_is_found_in_its_system_folder_and_checked_against_the_published_sums(tmp_path, monkeypatch):
+    system = tmp_path / "usr" / "share" / "datasets" / "fashion-mnist"
+    arrays = _packaged_fashion_mnist(system, monkeypatch)
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    split = load_images("fashion-mnist", data_dir)
+    assert str(system) in split.info
+    np.testing.assert_array_equal(split.x_train, arrays["train-images-idx3-ubyte"].reshape(6, 784))
+    np.testing.assert_array_equal(split.y_test, arrays["t10k-labels-idx1-ubyte"])
+    # without a data folder at all the system folder is still searched
+    monkeypatch.setenv("FLOWGP_DATA", str(tmp_path / "nowhere"))
+    assert load_images("fashion-mnist").x_test.shape == (4, 784)
+    # a changed byte of the compressed data is refused although the header is the packaged one
+    path = system / "t10k-labels-idx1-ubyte.gz"
+    raw = bytearray(path.read_bytes())
+    raw[12] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="t10k-labels-idx1-ubyte.gz has MD5"):
+        load_images("fashion-mnist", data_dir)
+
+
+def test_the_data_folder_comes_first_and_a_missing_set_says_where_it_looked(tmp_path, monkeypatch):
+    _packaged_fashion_mnist(tmp_path / "system", monkeypatch)
+    own = tmp_path / "data" / "images" / "fashion-mnist"
+    own.mkdir(parents=True)
+    assert load_images("fashion-mnist", tmp_path / "data").x_train.shape == (6, 784)  # empty: the system folder
+    labels = "t10k-labels-idx1-ubyte.gz"
+    (own / labels).write_bytes((tmp_path / "system" / labels).read_bytes())
+    with pytest.raises(FileNotFoundError, match="train-images-idx3-ubyte.gz is missing; .*apt-get install"):
+        load_images("fashion-mnist", tmp_path / "data")  # the first folder holding any file is the one read
+    for f in [*(tmp_path / "system").iterdir(), own / labels]:
+        f.unlink()
+    with pytest.raises(FileNotFoundError) as err:
+        load_images("fashion-mnist", tmp_path / "data")
+    message = str(err.value)
+    assert str(own) in message and str(tmp_path / "system") in message
+    assert "apt-get install dataset-fashion-mnist" in message
+
+
+def test_the_real_fashion_mnist_files_when_installed(tmp_path):
+    folder = image_data.SYSTEM_FOLDERS["fashion-mnist"]
+    if not (folder / "train-images-idx3-ubyte.gz").is_file():
+        pytest.skip(f"Fashion-MNIST is not installed in {folder} (apt-get install dataset-fashion-mnist)")
+    split = load_images("fashion-mnist", tmp_path)  # an empty data folder: the system package's files, verified
+    assert split.x_train.shape == (60000, 784) and split.x_test.shape == (10000, 784)
+    assert np.bincount(split.y_train).tolist() == [6000] * 10 and np.bincount(split.y_test).tolist() == [1000] * 10
+    assert split.x_train.min() == 0 and split.x_train.max() == 255

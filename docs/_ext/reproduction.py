@@ -268,7 +268,7 @@ PAPERS: dict[str, list[Item]] = {
              "invertibility, log-determinants and inverses are tested."),
         Item("Fig. 7 left and appendix Table 4 (left): air quality, RMSE",
              "flowgp bench airquality --preset quick --seeds 0-1 --noise-schemes 0,0.6 --jobs 2 "
-             "--out docs/results/applications-quick",
+             "--out docs/results/tgp/applications-quick",
              "1 000 epochs (200 at 100 % inducing points) against the paper's 10 000; 5 folds × 2 seeds, both "
              "noise schemes",
              "RMSE mean ± std over 5 folds × 2 seeds (Table 4)",
@@ -277,10 +277,10 @@ PAPERS: dict[str, list[Item]] = {
              "dates: another series, so levels do not compare), **10× fewer epochs** (fold 0 at 10 %: 200 epochs "
              "gave RMSE 6.1-6.6, 1 000 epochs 5.1-5.8), and at 100 % inducing points only 200 epochs, so those "
              "fits are under-fitted and show no \"more inducing points help\" trend.",
-             lambda: paper_comparison_table(["applications-quick"], {"airquality"}), ("applications-quick",)),
+             lambda: paper_comparison_table(["tgp/applications-quick"], {"airquality"}), ("tgp/applications-quick",)),
         Item("Fig. 7 right and appendix Tables 2 and 4 (right): rainfall, RMSE",
              "flowgp bench rainfall --preset quick --seeds 0-1 --noise-schemes 0,0.6 --jobs 2 "
-             "--out docs/results/applications-quick",
+             "--out docs/results/tgp/applications-quick",
              "1 000 epochs against 20 000, at 25 % inducing points (the paper does not state its M)",
              "RMSE mean ± std over 5 folds × 2 seeds at M = N (Table 4, right); Table 2 averages every flow",
              "Our fits use 25 % of the points as inducing points, so the gap is in units of the paper's fold "
@@ -288,10 +288,10 @@ PAPERS: dict[str, list[Item]] = {
              "(about 50 against 73): the paper reports that flow failing on this set, ours starts from the data "
              "initialisation of appendix eq. 30. Our v-WGP with softplus is worse by about one std. As in the "
              "paper, no model beats the plain GP in RMSE beyond the fold-to-fold spread.",
-             lambda: rainfall_table("applications-quick"), ("applications-quick",)),
+             lambda: rainfall_table("tgp/applications-quick"), ("tgp/applications-quick",)),
         Item("Fig. 8 and appendix B.6.3: UCI, SVGP against PE-TGP and BA-TGP",
              "flowgp bench uci --preset quick --splits 0-9 --inducing 100 --models svgp,tgp,pe-tgp,ba-tgp "
-             "--jobs 2 --out docs/results/uci-quick", QUICK_UCI,
+             "--jobs 2 --out docs/results/tgp/uci-quick", QUICK_UCI,
              "NLL and RMSE means on concrete and boston at M = 100 (appendix B.6.3; no spread given)",
              "The gap uses our standard error only (the paper gives none), which overstates it. **boston**: our "
              "models are worse by 1-3 se: a tenth of the budget, no per-set flow or architecture selection on "
@@ -300,24 +300,24 @@ PAPERS: dict[str, list[Item]] = {
              "dropout average restores 0.93, which is the paper's argument for the Bayesian flow. **concrete**: our "
              "PE-TGP and BA-TGP are better than the paper's; we did not find why the paper's PE-TGP is worse than "
              "its SVGP there.",
-             lambda: paper_comparison_table(["uci-quick"], {"concrete", "boston"}), ("uci-quick",)),
+             lambda: paper_comparison_table(["tgp/uci-quick"], {"concrete", "boston"}), ("tgp/uci-quick",)),
         Item("Fig. 8, Fig. 9 and appendix Figs. 5-7: NLL across the UCI sets and the ranking",
-             "flowgp bench report docs/results/uci-quick --out docs/results/report", QUICK_UCI,
+             "flowgp bench report docs/results/tgp/uci-quick --out docs/results/tgp/report-quick", QUICK_UCI,
              "plots only (the ranking: BA-TGP best, then PE-TGP, TGP, SVGP)",
              "Same ordering of the mean ranks as the paper's. On power and wine-red every model is within "
              "0.01 nats (these sets are close to homoscedastic Gaussian once standardised). The paper's varying "
              "numbers of inducing points and its two larger sets (Fig. 10) are not run.",
-             lambda: uci_rank_table("uci-quick", ["svgp", "tgp", "pe-tgp", "ba-tgp"]), ("uci-quick",)),
+             lambda: uci_rank_table("tgp/uci-quick", ["svgp", "tgp", "pe-tgp", "ba-tgp"]), ("tgp/uci-quick",)),
         Item("Fig. 11: training and prediction time, TGP against a 3-layer deep GP (energy)",
              "flowgp bench timing --dataset energy --models svgp,tgp,dgp3 --epochs 200 --repeats 5 "
-             "--out docs/results/timing",
+             "--out docs/results/tgp/fig11-timing",
              "200 full-batch epochs, medians of 5 interleaved repeats (the paper: 100 runs of 1 200 epochs)",
              "a plot: the TGP trains and predicts far faster than the deep GP",
              "Same conclusion. Absolute times are of a shared 2-core CPU; the ratios are what compares.",
-             lambda: timing_table("timing"), ("timing",)),
+             lambda: timing_table("tgp/fig11-timing"), ("tgp/fig11-timing",)),
         Item("Fig. 12: TGP against deep GPs (NLL, 9 sets)",
              "flowgp bench uci --preset quick --splits 0-9 --inducing 100 --models svgp,dgp2,dgp3,dgp4,cnf-dgp2,"
-             "cnf-dgp3,cnf-dgp4 --out docs/results/dgp-uci-quick", QUICK_UCI,
+             "cnf-dgp3,cnf-dgp4 --out docs/results/cnf-dgp/fig3-uci-quick", QUICK_UCI,
              "a plot",
              "Test log-likelihood (higher is better), all from the quick preset on the same ten splits. The deep GPs "
              "are ahead of the TGP where composition helps most (kin8nm, energy); the BA-TGP is within about two "
@@ -325,8 +325,8 @@ PAPERS: dict[str, list[Item]] = {
              "and kin8nm. So at this budget the paper's claim (a TGP ranks with 3-layer deep GPs) holds for the "
              "BA-TGP on four of six sets. The deep GPs were run on six of the paper's nine sets (the shared data "
              "hold seven UCI sets; yacht was not run for the deep GPs).",
-             lambda: dgp_uci_table(("uci-quick", "dgp-uci-quick"), ["svgp", "tgp", "ba-tgp", "dgp2", "dgp3", "dgp4"]),
-             ("uci-quick", "dgp-uci-quick")),
+             lambda: dgp_uci_table(("tgp/uci-quick", "cnf-dgp/fig3-uci-quick"), ["svgp", "tgp", "ba-tgp", "dgp2", "dgp3", "dgp4"]),
+             ("tgp/uci-quick", "cnf-dgp/fig3-uci-quick")),
         Item("Fig. 13 and appendix Fig. 8: classification",
              "python benchmarks/classification.py --splits 3 --multiclass-splits 1 --epochs 300 "
              "--num-inducing 50 --batch-size 512 --flow sal --fix-variance-epochs 30 --max-train 2000 "
@@ -336,7 +336,7 @@ PAPERS: dict[str, list[Item]] = {
              "Not comparable in level (a small fraction of the budget, no architecture or dropout search). "
              "PE-TGP's point-estimate network is over-confident (NLL 14-62 on the small sets); the MC-dropout "
              "average (BA-TGP) removes most of that, the paper's own finding.",
-             lambda: classification_table("classification.jsonl"), ("classification.jsonl",)),
+             lambda: classification_table("tgp/classification.jsonl"), ("tgp/classification.jsonl",)),
         Item("Figs. 5, 6 (main) and 9, 10 (appendix): maps, fits and the learned warpings", None, "—", "figures",
              "Not reproduced as figures. The learned input-dependent warpings of appendix Fig. 9 are returned "
              "by ``TGPRegressor.warping_functions`` (:doc:`/auto_examples/plot_04_input_dependent_flow`)."),
@@ -344,59 +344,59 @@ PAPERS: dict[str, list[Item]] = {
     CNF: [
         Item("Table I: training ELBO on boston, 2-5 layers",
              "flowgp bench uci --preset quick --datasets boston --splits 0 --inducing 100 --models "
-             "dgp2,dgp3,dgp4,dgp5,cnf-dgp2,cnf-dgp3,cnf-dgp4,cnf-dgp5 --out docs/results/cnf-dgp-v3/boston-table1",
+             "dgp2,dgp3,dgp4,dgp5,cnf-dgp2,cnf-dgp3,cnf-dgp4,cnf-dgp5 --out docs/results/cnf-dgp/flow-vs-dsvi-uci/boston-table1",
              "split 0, quick budget", "mean ELBOs over 10 runs (NF and IPVI)",
              "Not comparable in level: the paper does not state its normalisation (we report the ELBO for "
              "standardised targets) and IPVI is not implemented (DSVI stands in). Compare orderings: in the "
              "paper the ELBO rises with depth and NF is above IPVI; ours falls with depth at this budget (deeper "
              "models are further from convergence), and CNF is above DSVI at every depth, by construction of the "
              "``cnf`` posterior (it keeps the flow only where it raises the bound).",
-             lambda: cnf_table_i("cnf-dgp-v3/boston-table1"), ("cnf-dgp-v3/boston-table1",)),
+             lambda: cnf_table_i("cnf-dgp/flow-vs-dsvi-uci/boston-table1"), ("cnf-dgp/flow-vs-dsvi-uci/boston-table1",)),
         Item("Fig. 3: test log-likelihood on the UCI sets, DSVI and NF deep GPs",
              "flowgp bench uci --preset quick --splits 0-9 --inducing 100 --models svgp,dgp2,dgp3,dgp4,cnf-dgp2,"
-             "cnf-dgp3,cnf-dgp4 --out docs/results/cnf-dgp-v3", QUICK_UCI, "a plot (NF best on average)",
+             "cnf-dgp3,cnf-dgp4 --out docs/results/cnf-dgp/flow-vs-dsvi-uci", QUICK_UCI, "a plot (NF best on average)",
              "The current ``cnf`` posterior (DSVI's Gaussian plus a learned flow correction, kept only where it raises "
              "the training bound) against DSVI on the same splits: differences of a few thousandths of a nat, "
              "within about two standard errors almost everywhere. The paper's NF gains over DSVI are not "
              "reproduced at this budget; its exact design (``posterior=\"cnf-paper\"``) trailed DSVI here, "
              "and the measured causes (samples of U per step, the base network) are in "
-             "``docs/results/cnf-dgp-ablation`` and ``docs/results/cnf-dgp-v3``.",
-             lambda: cnf_vs_dsvi_table(("cnf-dgp-v3", "cnf-dgp-v3/L3", "cnf-dgp-v3/L4")),
-             ("cnf-dgp-v3", "cnf-dgp-v3/L3", "cnf-dgp-v3/L4")),
+             "``docs/results/cnf-dgp/paper-design-ablation`` and ``docs/results/cnf-dgp/flow-vs-dsvi-uci``.",
+             lambda: cnf_vs_dsvi_table(("cnf-dgp/flow-vs-dsvi-uci", "cnf-dgp/flow-vs-dsvi-uci/L3", "cnf-dgp/flow-vs-dsvi-uci/L4")),
+             ("cnf-dgp/flow-vs-dsvi-uci", "cnf-dgp/flow-vs-dsvi-uci/L3", "cnf-dgp/flow-vs-dsvi-uci/L4")),
         Item("Table II: time per step on the airline data", None, "—", "seconds per step of a 5-layer model",
              "Not reproduced: the airline data are not available here. Step times against GPyTorch's deep GP are "
-             "in ``docs/results/dgp_step_time.json`` and ``docs/results/gpu``."),
+             "in ``docs/results/perf/step-time/dgp_step_time_2026-11-25.json`` and ``docs/results/perf/gpu``."),
         Item("Table III: image classification (MNIST, Fashion-MNIST, CIFAR-10)",
              "flowgp bench images --datasets mnist,fashion-mnist,cifar10 --models sgp,dgp4,cnf-dgp4 --skip conv "
              "--out runs/images", "—", "accuracy (%) of SGP and 4-layer DGPs",
              "Not reproduced: no package on the index ships the three data sets, so no row exists (the loaders are "
              "tested on synthetic files). The same models run on scikit-learn's 8×8 digits in "
-             "``docs/results/images``; that table is not comparable with Table III."),
+             "``docs/results/cnf-dgp/table3-images``; that table is not comparable with Table III."),
     ],
     DREG: [
         Item("Table 1 and Fig. 4: test log-likelihood of a 2-layer latent DGP, REG against DREG",
              "flowgp bench uci --preset reference --datasets wine-red --splits 0-19 --models ldgp2-reg,ldgp2-dreg "
-             "--out docs/results/ldgp-uci-reference",
+             "--out docs/results/ldgp/table1-uci",
              "``--preset reference``: the supplement's protocol (K = 5, batch 512) for 10 000 iterations "
              "(3 334 epochs of wine-red, 589 of power), against 300 000", "test log-likelihood (standardised targets), 20 splits",
              "**wine-red**: above the paper's level at 3 % of its budget; REG and DREG tie (the paper's own "
              "per-split scores give a difference of +0.043 ± 0.239, also a tie). **power**: below the paper: "
              "the fits are still improving at 3 % of the budget (learning curves in "
-             "``docs/results/ldgp-uci-reference``).",
+             "``docs/results/ldgp/table1-uci``).",
              lambda: dreg_table_1(LDGP_FOLDERS), LDGP_FOLDERS),
         Item("Figs. 1-3 and 8-9: signal-to-noise ratio of the q(z) gradient against K",
              "flowgp bench snr --dataset demo --layers 1,2,3,4 --num-importance 1,2,5,10,20,50 --gradient reg,dreg "
-             "--out docs/results/snr", "models trained 2 500 iterations; Q = 200 gradient draws at 10 points",
+             "--out docs/results/ldgp/fig3-snr", "models trained 2 500 iterations; Q = 200 gradient draws at 10 points",
              "plots: REG's SNR falls with K, DREG's rises",
              "Same behaviour at every depth. With Q = 200 draws at 10 points single entries are noisy; DREG dips "
              "from K = 1 to K = 2 at depths 2-4 (at K = 1 DREG is the path-derivative estimator).",
-             lambda: snr_table("snr/snr.jsonl"), ("snr/snr.jsonl",)),
+             lambda: snr_table("ldgp/fig3-snr/snr.jsonl"), ("ldgp/fig3-snr/snr.jsonl",)),
         Item("Figs. 5 and 7: multimodal predictions on the demo data",
              "python benchmarks/latent_dgp_demo.py --out docs/results --iterations 3000 --test-samples 2000",
              "3 000 iterations", "figures",
              "Reproduced qualitatively: the latent DGP's samples follow both branches "
              "(:doc:`/auto_examples/plot_07_latent_dgp_multimodal`).",
-             lambda: latent_demo_table("latent_dgp_demo.json"), ("latent_dgp_demo.json",)),
+             lambda: latent_demo_table("ldgp/demo/latent_dgp_demo.json"), ("ldgp/demo/latent_dgp_demo.json",)),
     ],
     AMO: [
         Item("Figs. 6-9: joint predictions on the wind-turbine data (GP, MO-GP, DGP, AMO-GP)", None, "—", "figures",
@@ -405,10 +405,10 @@ PAPERS: dict[str, list[Item]] = {
              "artificial gap experiment below and the London PM2.5 sites (``docs/results/amogp``)."),
         Item("Artificial gap experiment (no published numbers)",
              "flowgp bench amogp --experiment artificial --artificial-seeds 3 --epochs 300 --baseline-epochs 1000 "
-             "--out docs/results/amogp/artificial", "300 epochs (AMO-GP), 1 000 (baselines), 3 seeds",
+             "--out docs/results/amogp/artificial-gap", "300 epochs (AMO-GP), 1 000 (baselines), 3 seeds",
              "—", "AMO-GP fills the gap from the other outputs; the MO-GP without alignments transfers the "
              "misaligned shape and is confidently wrong.",
-             lambda: amogp_table("amogp/artificial"), ("amogp/artificial",)),
+             lambda: amogp_table("amogp/artificial-gap"), ("amogp/artificial-gap",)),
     ],
 }
 

@@ -32,7 +32,7 @@ print(f"test log density per point: latent DGP {np.mean(lpd):.3f}, "
 # Each input on the grid gets 20 draws from the predictive distribution: the latent DGP's fall on both
 # branches, the SVGP's form one band between them.
 grid = np.linspace(-2.0, 2.0, 100)[:, None]
-draws = ldgp.sample_y(grid, 20, seed=0)  # [20, 100]
+draws = ldgp.sample_y(grid, 20, random_state=0).T  # [20 draws, 100 grid points]
 lower, upper = svgp.predict_interval(grid, 0.95)
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
 axes[0].plot(x[:, 0], y, ".", color="grey", ms=2, label="training points")

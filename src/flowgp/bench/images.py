@@ -8,7 +8,10 @@ width min(D, 16)). Rows report test accuracy, NLL and ECE (15 bins), and seconds
 
 Presets (the paper states only L = 4, M = 100 and the robust max): `paper` 20 000 steps of 256 images, 100
 prediction samples; `quick` 2 000 steps; `tiny` 20 steps on at most 500 training images (a smoke test).
-`--max-train N` trains on a seeded subset of N images (a reduced CPU budget; rows record it). Data:
+`--max-train N` trains on a seeded subset of N images and `--steps N` takes N training steps instead of the
+preset's (reduced CPU budgets; rows record both); `--dtype float32` trains in single precision (half the memory,
+and on CPUs less than half the step time: `benchmarks/perf/image_dgp_step.py`); `--device cuda` runs on a GPU
+(an error before any work where torch sees none). Data:
 `flowgp.data.images` (MNIST, Fashion-MNIST, CIFAR-10 from --data-dir / $FLOWGP_DATA; `digits` embedded).
 """
 from __future__ import annotations
@@ -22,7 +25,9 @@ from .runner import add_checkpoint_argument, parse_int_list, parse_name_list, ru
 NAME = "images"
 HELP = "image classification of CNF-DGP §IV-B (Table III): SGP, DGP and CNF-DGP with the conv skip"
 
-KEY_FIELDS = ("dataset", "model", "skip", "seed", "preset", "max_train")
+KEY_FIELDS = ("dataset", "model", "skip", "seed", "preset", "max_train", "steps", "dtype")
+#: the values of key fields added later, in rows written before them
+KEY_DEFAULTS = {"steps": None, "dtype": "float64"}
 
 #: preset -> (steps, batch size, inducing points, prediction samples, training-row cap)
 PRESETS = {"paper": (20000, 256, 100, 100, None), "quick": (2000, 256, 100, 20, None),
@@ -43,18 +48,22 @@ def parse_model(name: str) -> tuple[int, str]:
     return layers, "cnf" if name.startswith("cnf") else "gaussian"
 
 
-def make_classifier(model: str, skip: str, image_shape, preset: str, n_train: int, seed: int):
+def make_classifier(model: str, skip: str, image_shape, preset: str, n_train: int, seed: int, *,
+                    steps: int | None = None, dtype: str = "float64", device: str = "cpu"):
+    """The bench's DeepGPClassifier for `model` under `preset` (`steps`: that many training steps instead of the
+    preset's, rounded to whole epochs)."""
     from ..estimators.deep import DeepGPClassifier
 
     layers, posterior = parse_model(model)
-    steps, batch, m, samples, _ = PRESETS[preset]
+    preset_steps, batch, m, samples, _ = PRESETS[preset]
+    steps = preset_steps if steps is None else steps
     batch = min(batch, n_train)
     epochs = max(1, int(round(steps * batch / n_train)))
     return DeepGPClassifier(
         layers=layers, posterior=posterior, likelihood="robustmax", num_inducing=min(m, n_train),
         skip=skip if layers > 1 else "linear", image_shape=tuple(image_shape), batch_size=batch, epochs=epochs,
         lr=0.01, seed=seed, num_samples_predict=samples, kmeans_restarts=1 if preset == "tiny" else 3,
-        verbose=False)  # cnf: DSVI's own gradient for its base (the default), so λ* = 0 is the dgpL fit itself
+        dtype=dtype, device=device, verbose=False)  # cnf: DSVI's own gradient for its base (the default), so λ* = 0 is the dgpL fit itself
 
 
 def _work(job: dict) -> dict:
@@ -68,9 +77,11 @@ def _work(job: dict) -> dict:
     if cap and cap < len(y):
         rows = np.random.default_rng(job["seed"]).permutation(len(y))[:cap]
         x, y = x[rows], y[rows]
-    est = make_classifier(job["model"], job["skip"], data.image_shape, job["preset"], len(y), job["seed"])
+    est = make_classifier(job["model"], job["skip"], data.image_shape, job["preset"], len(y), job["seed"],
+                          steps=job["steps"], dtype=job["dtype"], device=job["device"])
     row = {k: job[k] for k in KEY_FIELDS}
     row.update(n_train=len(y), n_test=len(data.y_test), layers=int(est.layers), posterior=est.posterior,
+               device=job["device"],
                num_inducing=int(est.num_inducing), epochs=int(est.epochs), batch_size=int(est.batch_size),
                **fit_and_score(est, Split(x, y, data.x_test, data.y_test), task="classification",
                                checkpoint=job.get("checkpoint")))
@@ -86,6 +97,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--preset", default="quick", choices=sorted(PRESETS))
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--max-train", type=int, default=None, help="train on a seeded subset of this many images")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="training steps instead of the preset's (rounded to whole epochs; rows record it)")
+    parser.add_argument("--dtype", default="float64", choices=("float64", "float32"))
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N) where torch sees a GPU")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--out", default="bench-results/images")
@@ -105,6 +120,9 @@ def build_jobs(args) -> list[dict]:
     skips = parse_name_list(args.skip, known=("conv", "dense", "linear"), what="skip")
     if args.max_train is not None and args.max_train < 2:
         raise ValueError(f"--max-train must be at least 2, got {args.max_train}")
+    if args.steps is not None and args.steps < 1:
+        raise ValueError(f"--steps must be a positive number of training steps, got {args.steps}")
+    _check_device(args.device)
     for name in datasets:
         load_images(name, args.data_dir, verify=False)  # fail fast, with where to put which file
     jobs = []
@@ -113,10 +131,26 @@ def build_jobs(args) -> list[dict]:
             for model in models:
                 for skip in (skips if model != "sgp" else ["none"]):
                     jobs.append({"dataset": name, "model": model, "skip": skip, "seed": seed, "preset": args.preset,
-                                 "max_train": args.max_train, "data_dir": args.data_dir})
+                                 "max_train": args.max_train, "steps": args.steps, "dtype": args.dtype,
+                                 "device": args.device, "data_dir": args.data_dir})
     return jobs
+
+
+def _check_device(device: str) -> None:
+    """`--device` as torch names it, and present: a missing GPU is an error before any data is read or fit run."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"--device must be cpu or cuda (cuda:N), got {device!r}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: torch sees no CUDA device on this machine (torch.cuda.is_available() "
+                         "is False); run where a GPU is present or use --device cpu")
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be cpu or cuda (cuda:N), got {device!r}")
 
 
 def run(args) -> int:
     # `bench report` tabulates regression suites; image rows are read from images.jsonl directly
-    return run_suite(args, build_jobs(args), _work, KEY_FIELDS, "images", report_hint=False)
+    return run_suite(args, build_jobs(args), _work, KEY_FIELDS, "images", report_hint=False, key_defaults=KEY_DEFAULTS)

@@ -8,10 +8,19 @@ package ships them inside its wheel; torchvision, keras and the `mnist` package 
     <data dir>/images/fashion-mnist/   the same four names (Zalando's Fashion-MNIST files)
     <data dir>/images/cifar10/         cifar-10-python.tar.gz, or its folder cifar-10-batches-py/
 
-where <data dir> is `data_dir`, $FLOWGP_DATA or ../shared/data (`flowgp.data.tables.resolve_data_dir`). The IDX files
-may also be stored decompressed (without .gz). Every file is checked: the distributed archives and the CIFAR
-batches by their published MD5 sums, decompressed IDX files by their header (magic number and shape); a
-missing or different file is a one-line error saying which file to put where.
+where <data dir> is `data_dir`, $FLOWGP_DATA or ../shared/data (`flowgp.data.tables.resolve_data_dir`). Where a
+system package installs a set, its folder is searched next (`SYSTEM_FOLDERS`): Debian and Ubuntu ship
+Fashion-MNIST's four files (`apt-get install dataset-fashion-mnist`, into /usr/share/datasets/fashion-mnist/).
+The first folder holding any of a set's files is read. The IDX files may also be stored decompressed (without
+.gz). Every file is checked: the distributed archives and the CIFAR batches by their published MD5 sums,
+decompressed IDX files by their header (magic number and shape); a missing or different file is a one-line
+error saying where it looked and which file to put where.
+
+Debian's package stores Zalando's compressed data unchanged but rewrites each file's 10-byte gzip header
+(its packaging drops the stored file name and replaces the time stamp), so its files' own MD5 sums differ from
+the published ones. For those files the published header - the name and the time stamp Zalando's files carry,
+`_GZIP_HEADER_TIME` - is put back in front of the compressed data and the result is checked against the
+published sum: the check is as strict as for the downloaded files.
 
 Images come back as float64 rows flattened in (C, H, W) order with pixel values 0-255 (CIFAR's python batches
 store each image channel by channel, already that order), labels as int64, and the image shape - what `DeepGPClassifier(skip="conv", image_shape=...)`
@@ -32,7 +41,7 @@ import numpy as np
 
 from .tables import Split, resolve_data_dir
 
-__all__ = ["IMAGE_DATASETS", "ImageSplit", "load_images"]
+__all__ = ["IMAGE_DATASETS", "ImageSplit", "load_images", "image_folders", "SYSTEM_FOLDERS", "INSTALL_COMMANDS"]
 
 _MNIST_FILES = {"train_x": "train-images-idx3-ubyte", "train_y": "train-labels-idx1-ubyte",
                 "test_x": "t10k-images-idx3-ubyte", "test_y": "t10k-labels-idx1-ubyte"}
@@ -51,6 +60,16 @@ _MD5 = {
                 "data_batch_3": "54ebc095f3ab1f0389bbae665268c751", "data_batch_4": "634d18415352ddfa80567beed471001a",
                 "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb", "test_batch": "40351d587109b95175f43aff81a1287e"},
 }
+#: the time stamps (gzip MTIME) in the headers of the published Fashion-MNIST .gz files (2017-08-31 10:50 UTC):
+#: with the file's name and OS 3 (Unix) they rebuild the published header where a package rewrote it
+_GZIP_HEADER_TIME = {
+    "fashion-mnist": {"train-images-idx3-ubyte.gz": 1504176606, "train-labels-idx1-ubyte.gz": 1504176606,
+                      "t10k-images-idx3-ubyte.gz": 1504176627, "t10k-labels-idx1-ubyte.gz": 1504176627},
+}
+#: folders where system packages install a set, searched after <data dir>/images/<name>/
+SYSTEM_FOLDERS = {"fashion-mnist": Path("/usr/share/datasets/fashion-mnist")}
+#: the command that installs a set's files into its SYSTEM_FOLDERS entry
+INSTALL_COMMANDS = {"fashion-mnist": "apt-get install dataset-fashion-mnist (Debian, Ubuntu)"}
 _SOURCES = {"mnist": "http://yann.lecun.com/exdb/mnist/ (or a mirror such as ossci-datasets.s3.amazonaws.com/mnist/)",
             "fashion-mnist": "https://github.com/zalandoresearch/fashion-mnist (data/fashion/)",
             "cifar10": "https://www.cs.toronto.edu/~kriz/cifar.html (the 'CIFAR-10 python version')"}
@@ -82,7 +101,7 @@ def load_images(name: str, data_dir=None, *, verify: bool = True) -> ImageSplit:
     shape, n_train, n_test = IMAGE_DATASETS[name]
     if name == "digits":
         return _digits(shape)
-    folder = resolve_data_dir(data_dir) / "images" / name
+    folder = _find_folder(name, data_dir)
     if name == "cifar10":
         split = _cifar10(folder, verify)
     else:
@@ -98,6 +117,46 @@ def load_images(name: str, data_dir=None, *, verify: bool = True) -> ImageSplit:
     return split
 
 
+def image_folders(name: str, data_dir=None) -> list[Path]:
+    """The folders `load_images` searches for set `name`, in order: <data dir>/images/<name>/ (left out when the
+    data folder does not exist, unless `data_dir` names it), then the set's `SYSTEM_FOLDERS` entry if any."""
+    try:
+        folders = [resolve_data_dir(data_dir) / "images" / name]
+    except FileNotFoundError:
+        if data_dir is not None:
+            raise
+        folders = []
+    if name in SYSTEM_FOLDERS:
+        folders.append(SYSTEM_FOLDERS[name])
+    return folders
+
+
+def _expected_files(name: str) -> list[str]:
+    if name == "cifar10":
+        return ["cifar-10-python.tar.gz", "cifar-10-batches-py"]
+    return [f"{stem}{ext}" for stem in _MNIST_FILES.values() for ext in (".gz", "")]
+
+
+def _find_folder(name: str, data_dir) -> Path:
+    """The first of `image_folders` that holds any of the set's files; a FileNotFoundError naming every folder
+    searched, where the files come from and how to install them, when none does."""
+    folders = image_folders(name, data_dir)
+    for folder in folders:
+        if any((folder / f).exists() for f in _expected_files(name)):
+            return folder
+    looked = ", ".join(str(f) for f in folders) or "nowhere (no data folder exists)"
+    install = f"install them with `{INSTALL_COMMANDS[name]}`, or " if name in INSTALL_COMMANDS else ""
+    target = folders[0] if folders else Path("<data dir>") / "images" / name
+    first = next(iter(_MD5[name])) if name != "cifar10" else "cifar-10-python.tar.gz"
+    raise FileNotFoundError(f"{name}: {first} is missing (looked in {looked}); {install}put {_file_list(name)} "
+                            f"from {_SOURCES[name]} into {target} (the data folder is --data-dir, $FLOWGP_DATA or "
+                            "../shared/data)")
+
+
+def _file_list(name: str) -> str:
+    return ", ".join(_MD5[name]) if name != "cifar10" else "cifar-10-python.tar.gz (or cifar-10-batches-py/)"
+
+
 def _digits(shape) -> ImageSplit:
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
@@ -110,9 +169,23 @@ def _digits(shape) -> ImageSplit:
 
 
 def _missing(name: str, folder: Path, what: str) -> FileNotFoundError:
-    files = ", ".join(_MD5[name]) if name != "cifar10" else "cifar-10-python.tar.gz (or cifar-10-batches-py/)"
-    return FileNotFoundError(f"{name}: {what} is missing; put {files} from {_SOURCES[name]} into {folder} "
-                             "(the data folder is --data-dir, $FLOWGP_DATA or ../shared/data)")
+    install = f" (or `{INSTALL_COMMANDS[name]}`)" if name in INSTALL_COMMANDS else ""
+    return FileNotFoundError(f"{name}: {what} is missing; put {_file_list(name)} from {_SOURCES[name]} into {folder}"
+                             f"{install} (the data folder is --data-dir, $FLOWGP_DATA or ../shared/data)")
+
+
+def _published_sum_matches(raw: bytes, name: str, filename: str) -> bool:
+    """Whether `raw` is the published file: its MD5 is the published one, or it is the published compressed data
+    behind a rewritten 10-byte gzip header (no name, another time stamp: Debian's package) and putting the
+    published header back gives the published MD5."""
+    published = _MD5[name][filename]
+    if _md5(raw) == published:
+        return True
+    stamp = _GZIP_HEADER_TIME.get(name, {}).get(filename)
+    if stamp is None or len(raw) < 10 or raw[:4] != b"\x1f\x8b\x08\x00":
+        return False  # not a gzip file whose header has no optional fields
+    header = b"\x1f\x8b\x08\x08" + stamp.to_bytes(4, "little") + b"\x00\x03" + filename[:-3].encode() + b"\x00"
+    return _md5(header + raw[10:]) == published
 
 
 def _md5(data: bytes) -> str:
@@ -125,7 +198,7 @@ def _read_idx(folder: Path, stem: str, name: str, verify: bool) -> np.ndarray:
     path = packed if packed.is_file() else plain
     if path is packed:
         raw = packed.read_bytes()
-        if verify and _md5(raw) != _MD5[name][packed.name]:
+        if verify and not _published_sum_matches(raw, name, packed.name):
             raise ValueError(f"{name}: {packed} has MD5 {_md5(raw)}, not the published {_MD5[name][packed.name]}; "
                              "the file is damaged or another data set's; download it again")
         try:

@@ -20,6 +20,9 @@ from ..numerics.needed_gradients import needed_inputs, record_inputs
 #: below N = ratio·M points the square-root form of the marginal terms (no S = R Rᵀ) is cheaper
 SQUARE_ROOT_FORM_RATIO = 1.5
 
+#: bytes of one chunk of outputs' [M, M] matrices in the many-output forms (`_output_chunks`)
+OUTPUT_CHUNK_BYTES = 16 * 2 ** 20
+
 __all__ = ["SparseVariationalGP", "WhitenedGaussian", "Marginals", "gaussian_kl_whitened", "gram_minus_identity"]
 
 
@@ -28,13 +31,68 @@ class Marginals(NamedTuple):
     var: torch.Tensor  # [..., N, L] (or [..., L, N, N] covariance when full_cov=True)
 
 
-def gaussian_kl_whitened(q_mu: torch.Tensor, q_sqrt: torch.Tensor) -> torch.Tensor:
-    """KL[N(m, R Rᵀ) || N(0, I)] summed over the leading batch: ½ Σ (tr S + mᵀm - M - log|S|)."""
+def _output_chunks(num_outputs: int, size: int, itemsize: int) -> list[slice]:
+    """Slices of the outputs whose [size, size] matrices take at most OUTPUT_CHUNK_BYTES together.
+
+    Where L outputs each carry an [M, M] matrix (image layers: L = 784, M = 100: 63 MB in float64), a temporary
+    of all of them is a fresh allocation that glibc's malloc serves by mmap (above its 32 MiB threshold) and the
+    kernel zero-fills page by page: 40-60 ms of page faults per buffer on this project's CPUs, more than the
+    arithmetic. Temporaries of a chunk stay below the threshold and are reused from the heap.
+    """
+    step = max(1, OUTPUT_CHUNK_BYTES // max(1, size * size * itemsize))
+    return [slice(i, min(i + step, num_outputs)) for i in range(0, num_outputs, step)]
+
+
+def _masked(q_sqrt: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    return q_sqrt if mask is None else q_sqrt * mask
+
+
+def gaussian_kl_whitened(q_mu: torch.Tensor, q_sqrt: torch.Tensor, tril_mask: torch.Tensor | None = None
+                         ) -> torch.Tensor:
+    """KL[N(m, R Rᵀ) || N(0, I)] summed over the leading batch: ½ Σ (tr S + mᵀm - M - log|S|) (TGP appendix
+    eq. 9). `tril_mask`: R is q_sqrt ⊙ tril_mask (the stored factor and its lower-triangular mask)."""
     num_inducing = q_mu.shape[-1]
-    diag = torch.diagonal(q_sqrt, dim1=-2, dim2=-1)
-    trace = q_sqrt.square().sum((-2, -1))
-    logdet = diag.square().log().sum(-1)
+    trace, logdet = _CovarianceTerms.apply(q_sqrt, tril_mask)
     return 0.5 * (trace + q_mu.square().sum(-1) - num_inducing - logdet).sum()
+
+
+class _CovarianceTerms(torch.autograd.Function):
+    """(tr S, log|S|) = (Σ R², Σ log R_ii²) of S = R Rᵀ, R = q_sqrt (⊙ mask), with q_sqrt's gradient
+    2 ḡ_tr R + diag(2 ḡ_log / R_ii) written into one [L, M, M] buffer, its temporaries in chunks of outputs
+    (`_output_chunks`): autograd spends a buffer on R, on R², on each gradient term, on the diagonal's zero-filled
+    gradient and on the mask's backward, six passes over [L, M, M] tensors that at image layers' L = 784 outputs
+    cost as much as their matrix products. Leading axes beyond [L, M, M] are folded into L."""
+
+    @staticmethod
+    def forward(ctx, q_sqrt, mask=None):
+        m = q_sqrt.shape[-1]
+        flat = q_sqrt.reshape(-1, m, m)
+        trace = q_sqrt.new_empty(flat.shape[0])
+        for part in _output_chunks(flat.shape[0], m, q_sqrt.element_size()):
+            r = _masked(flat[part], mask).reshape(-1, 1, m * m)
+            trace[part] = (r @ r.mT).reshape(-1)  # Σ R² as a dot product: no R² buffer
+        squared = torch.diagonal(q_sqrt, dim1=-2, dim2=-1).square()  # the mask's diagonal is 1
+        ctx.save_for_backward(q_sqrt, mask, squared)
+        return trace.reshape(q_sqrt.shape[:-2]), squared.log().sum(-1)
+
+    @staticmethod
+    def backward(ctx, g_trace, g_logdet):
+        q_sqrt, mask, squared = ctx.saved_tensors
+        m = q_sqrt.shape[-1]
+        if g_trace is None:
+            grad = torch.zeros_like(q_sqrt)
+        else:
+            grad = torch.empty_like(q_sqrt)
+            flat, out, scale = q_sqrt.reshape(-1, m, m), grad.view(-1, m, m), (2 * g_trace).reshape(-1, 1, 1)
+            for part in _output_chunks(flat.shape[0], m, q_sqrt.element_size()):
+                if mask is None:
+                    torch.mul(flat[part], scale[part], out=out[part])
+                else:
+                    torch.mul(flat[part], mask, out=out[part]).mul_(scale[part])
+        if g_logdet is not None:  # d log R_ii² / d R_ii = 2 / R_ii, on the diagonal
+            diag = torch.diagonal(q_sqrt, dim1=-2, dim2=-1)
+            torch.diagonal(grad, dim1=-2, dim2=-1).add_((g_logdet[..., None] / squared) * (2 * diag))
+        return grad, None
 
 
 def _output_grads(g_mean, g_quad, p):
@@ -221,24 +279,143 @@ class _SquareRootMarginalTerms(torch.autograd.Function):
         return (grad_chol, grad_kzx, grad_mu, grad_r, grad_kzz)[:len(ctx.needs_input_grad)]
 
 
+def _packed_pairs(m: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The M(M+1)/2 index pairs i <= j: rows i, columns j, the flat positions i·M + j, and for each of the M²
+    positions (i, j) of a symmetric matrix the pair that holds it."""
+    rows, cols = torch.triu_indices(m, m, device=device)
+    pair = torch.empty(m, m, dtype=torch.long, device=device)
+    number = torch.arange(rows.shape[0], device=device)
+    pair[rows, cols] = number
+    pair[cols, rows] = number
+    return rows, cols, rows * m + cols, pair.reshape(-1)
+
+
+class _SharedProjectionMarginalTerms(torch.autograd.Function):
+    """(mᵀA, diag(Aᵀ (R_l R_lᵀ - I) A)) for L outputs that share one projection A = Lz⁻¹ K_ZX (one kernel and one
+    set of inducing inputs: image layers' C·H·W GPs), as one GEMM over the packed outer products of A's columns.
+
+    With v_n = (a_in a_jn) over the pairs i <= j (P = M(M+1)/2 of them) and c_l the pairs of C_l = S_l - I,
+    weighted 2 off the diagonal, quad_ln = c_lᵀ v_n, so quad = [L, P] x [P, N], and its gradients are GEMMs too:
+        C̄_l = Σ_n ḡ_ln a_n a_nᵀ = (ḡ Vᵀ) unpacked,   R̄_l = 2 C̄_l R_l,   ∂/∂v_n = Σ_l ḡ_ln c_l = (cᵀ ḡ)_n,
+    from which Ā takes a_jn per pair (index sums). That is about L·M²·N multiply-adds per pass where the
+    per-output forms spend 2·L·M²·N, in one large GEMM instead of L small ones, with no [L, M, N] temporary and
+    S_l formed once (M³ per output); the [M, M] work runs in chunks of outputs (`_output_chunks`). It works in
+    the whitened space (A), so its rounding does not grow with K_ZZ's condition number: float32 keeps it.
+
+    chol: Lz [M, M]; kzx: [M, N] or [1, M, N]; q_mu: [L, M]; r: R [L, M, M], or with `mask` the stored factor
+    of which R = r ⊙ mask (masked chunk by chunk, never as a whole); kzz as in `_WhitenedMarginalTerms`.
+    Returns mean and quad, each [L, N].
+    """
+
+    @staticmethod
+    def forward(ctx, chol, kzx, q_mu, r, kzz=None, mask=None):
+        record_inputs(ctx, chol, kzx, q_mu, r, kzz)
+        num_outputs, m = r.shape[0], r.shape[-1]
+        chol_inv = lower_inverse(chol)
+        a = _without_negligible(chol_inv @ kzx.reshape(m, -1))  # [M, N]
+        rows, cols, upper, _ = _packed_pairs(m, a.device)
+        diagonal = rows == cols
+        packed = a.new_empty(num_outputs, rows.shape[0])  # C's pairs, weighted, [L, P]
+        for part in _output_chunks(num_outputs, m, r.element_size()):
+            block = _masked(r[part], mask)
+            torch.index_select((block @ block.mT).reshape(-1, m * m), 1, upper, out=packed[part])
+        packed.sub_(diagonal.to(a.dtype)).mul_(torch.where(diagonal, 1.0, 2.0).to(a.dtype))
+        mean = q_mu @ a
+        if not any(ctx.needs_input_grad):
+            # no backward (predictions): the [P, N] outer products in column blocks, whatever N = S·rows is
+            quad = a.new_empty(num_outputs, a.shape[-1])
+            for cols_block in torch.split(torch.arange(a.shape[-1], device=a.device), _PACKED_COLUMNS):
+                block = a[:, cols_block]
+                quad[:, cols_block] = packed @ (block[rows] * block[cols])
+            return mean, quad
+        v = a[rows] * a[cols]  # [P, N]
+        quad = packed @ v
+        ctx.save_for_backward(chol_inv, a, q_mu, r, packed, v, chol, mask)
+        ctx.kzx_shape = kzx.shape
+        return mean, quad
+
+    @staticmethod
+    def backward(ctx, g_mean, g_quad):
+        chol_inv, a, q_mu, r, packed, v, chol, mask = ctx.saved_tensors
+        zeros = None if g_mean is not None and g_quad is not None else a.new_zeros(q_mu.shape[0], a.shape[-1])
+        g_mean = zeros if g_mean is None else _without_negligible(g_mean)
+        g_quad = zeros if g_quad is None else _without_negligible(g_quad)
+        need_chol, need_kzx, need_mu, need_r, need_kzz = (needed_inputs(ctx) + (False,) * 2)[:5]
+        grad_kzx = grad_mu = grad_r = None
+        if need_r:
+            grad_r = _shared_factor_gradient(r, mask, g_quad, v)
+        if need_mu:
+            grad_mu = g_mean @ a.mT
+        grad_chol, grad_kzz = None, None
+        if need_kzx or need_chol or need_kzz:
+            rows, cols, _, _ = _packed_pairs(a.shape[0], a.device)
+            per_pair = packed.mT @ g_quad  # [P, N]
+            grad_a = q_mu.mT @ g_mean  # [M, N]
+            grad_a.index_add_(0, rows, per_pair * a[cols]).index_add_(0, cols, per_pair * a[rows])
+            if need_kzx:
+                grad_kzx = (chol_inv.mT @ grad_a).reshape(ctx.kzx_shape)
+            if need_chol or need_kzz:
+                abar_at = grad_a @ a.mT  # Ā Aᵀ = -Lzᵀ L̄z
+                if need_kzz:
+                    grad_kzz = -cholesky_gradient_to_matrix(chol_inv, abar_at, chol)
+                else:
+                    grad_chol = -(chol_inv.mT @ abar_at).tril()
+        return (grad_chol, grad_kzx, grad_mu, grad_r, grad_kzz, None)[:len(ctx.needs_input_grad)]
+
+
+def _shared_factor_gradient(r, mask, g_quad, v):
+    """R̄ = 2 C̄ R with C̄_l = Σ_n ḡ_ln a_n a_nᵀ from its pairs ḡ Vᵀ, chunk by chunk of outputs (masked like R)."""
+    m = r.shape[-1]
+    _, _, _, pair = _packed_pairs(m, r.device)
+    grad = torch.empty_like(r)
+    twice = 2.0 * g_quad
+    for part in _output_chunks(r.shape[0], m, r.element_size()):
+        dense = (twice[part] @ v.mT).index_select(1, pair).reshape(-1, m, m)  # 2 C̄ of the chunk
+        torch.bmm(dense, _masked(r[part], mask), out=grad[part])
+    return grad if mask is None else grad.mul_(mask)
+
+
+#: points per block of the packed outer products when no gradient is needed (a [P, block] temporary)
+_PACKED_COLUMNS = 1024
+
+
+def _without_negligible(x: torch.Tensor) -> torch.Tensor:
+    """x with entries below eps·max|x| (eps: x's machine epsilon) set to 0: a change at the rounding level of the
+    sums they enter, which keeps their products clear of the subnormal range (see
+    `flowgp.gp.kernels.exp_without_subnormals`: far points' projections a ~ 1e-30 made a_i a_j subnormal)."""
+    scale = x.abs().amax() * torch.finfo(x.dtype).eps
+    return x.masked_fill(x.abs() < scale, 0.0)
+
+
+def _shares_projection(chol: torch.Tensor, kzx: torch.Tensor, q_mu: torch.Tensor) -> bool:
+    """Whether several outputs share one K_ZZ and one K_ZX (no sample axes): `_SharedProjectionMarginalTerms`."""
+    return chol.dim() == 2 and q_mu.shape[0] > 1 and (kzx.dim() == 2 or (kzx.dim() == 3 and kzx.shape[0] == 1))
+
+
 def whitened_marginal_terms(chol: torch.Tensor, kzx: torch.Tensor, q_mu: torch.Tensor, r: torch.Tensor,
-                            kzz: torch.Tensor | None = None):
+                            kzz: torch.Tensor | None = None, tril_mask: torch.Tensor | None = None):
     """(mᵀA, diag(Aᵀ (R Rᵀ - I) A)) with A = Lz⁻¹ K_ZX: the whitened marginal mean and covariance correction
     (TGP appendix eq. 12), with a hand-written backward.
 
     chol: Lz [Lb, M, M] or [M, M]; kzx: [..., Lb, M, N]; q_mu: m [L, M]; r: R [L, M, M] (S = R Rᵀ).
     kzz: K_ZZ, when `chol` is its (detached) factor: the gradient then goes to K_ZZ without the Cholesky's
-    own backward. Returns mean and quad, each [..., L, N].
+    own backward. tril_mask: R is r ⊙ tril_mask (r the stored factor, `WhitenedGaussian.q_sqrt`). Returns mean
+    and quad, each [..., L, N].
 
-    Three evaluations of the same terms, chosen by cost: for N < SQUARE_ROOT_FORM_RATIO·M (a minibatch no
+    Four evaluations of the same terms, chosen by cost: for N < SQUARE_ROOT_FORM_RATIO·M (a minibatch no
     larger than the inducing set) the square-root form, which never forms S (no [M, M] x [M, M] products);
-    otherwise S - I is formed once (M³) to save [M, N] products: in float64 through B = Lz⁻ᵀ (S - I) Lz⁻¹
-    (half the [M, N] products), in lower precisions through A, whose rounding error does not grow with
-    K_ZZ's condition number squared.
+    otherwise S - I is formed once (M³) to save [M, N] products: for several outputs sharing one K_ZZ and
+    K_ZX, as one GEMM over packed outer products of A's columns (`_SharedProjectionMarginalTerms`); else in
+    float64 through B = Lz⁻ᵀ (S - I) Lz⁻¹ (half the [M, N] products), in lower precisions through A, whose
+    rounding error does not grow with K_ZZ's condition number squared.
     """
     if kzz is not None and chol.requires_grad:
         raise ValueError("with kzz given, chol must be its detached factor (the gradient goes to kzz)")
     num_points, num_inducing = kzx.shape[-1], kzx.shape[-2]
+    if num_points >= SQUARE_ROOT_FORM_RATIO * num_inducing and _shares_projection(chol, kzx, q_mu):
+        return _SharedProjectionMarginalTerms.apply(chol, kzx, q_mu, r, kzz, tril_mask)
+    if tril_mask is not None:
+        r = r * tril_mask
     if num_points < SQUARE_ROOT_FORM_RATIO * num_inducing:
         return _SquareRootMarginalTerms.apply(chol, kzx, q_mu, r, kzz)
     c = gram_minus_identity(r)
@@ -279,7 +456,7 @@ class WhitenedGaussian(nn.Module):
 
     def kl_divergence(self) -> torch.Tensor:
         """KL[q(v) || N(0, I)] summed over the L outputs (appendix eq. 9)."""
-        return gaussian_kl_whitened(self.q_mu, self.q_sqrt_tril())
+        return gaussian_kl_whitened(self.q_mu, self.q_sqrt, self._tril_mask)
 
     def sample_whitened(self, num_samples: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """Draws v = m + R ε of the whitened inducing outputs, [num_samples, L, M]."""
@@ -380,8 +557,7 @@ class SparseVariationalGP(WhitenedGaussian):
 
     def marginals(self, x: torch.Tensor, full_cov: bool = False) -> Marginals:
         """q(f(x)) = ∫ p(f | u) q(u) du (appendix eq. 12): mean/var [..., N, L] (cov [..., L, N, N])."""
-        r = self.q_sqrt_tril()
-        num_inducing = r.shape[-1]
+        num_inducing = self.q_sqrt.shape[-1]
         if not full_cov and (x.shape[-2] >= 2 * num_inducing or torch.is_grad_enabled()):
             # training steps (and N >= 2M): one fused solve / mean / quadratic form with a hand-written
             # backward, which beats autograd of the plain formula at any N (no triangular solves in the
@@ -390,10 +566,12 @@ class SparseVariationalGP(WhitenedGaussian):
             # The factor is taken without autograd: the fused terms send the gradient to K_ZZ directly.
             kzz, factored, kzx = self._kernel_blocks(x)  # [Lb, M, M] or [M, M] (twice); [..., Lb, M, N]
             chol = robust_cholesky(factored, jitter=self.jitter, memory=self.jitter_memory)
-            mean, quad = whitened_marginal_terms(chol, kzx, self.q_mu, r, kzz)  # [..., L, N]
+            # [..., L, N]; R = q_sqrt ⊙ mask, masked inside (where that saves a pass over [L, M, M])
+            mean, quad = whitened_marginal_terms(chol, kzx, self.q_mu, self.q_sqrt, kzz, self._tril_mask)
             var = self.kernel.diag(x.unsqueeze(-3)) + quad
             out = Marginals(mean.transpose(-1, -2), var.transpose(-1, -2).clamp_min(1e-12))
         else:
+            r = self.q_sqrt_tril()
             a, _ = self.projection(x)  # [..., Lb, M, N]
             mean = (self.q_mu.unsqueeze(-2) @ a).squeeze(-2).transpose(-1, -2)  # [..., N, L]
             if full_cov:
