@@ -184,9 +184,8 @@ def cnf_vs_dsvi_table(folders, depths=(2, 3, 4)):
     return header, table
 
 
-#: the folders holding the reference-protocol rows (splits were run in batches, each batch its own folder)
-LDGP_FOLDERS = tuple(f"ldgp-uci-reference{sub}" for sub in ("", "/splits-5-19", "/splits-14-19", "/dreg-cond",
-                                                            "/dreg-cond-b", "/power", "/power-b", "/power-c"))
+#: the folder holding the reference-protocol rows (the batches the splits were run in are merged into its uci.jsonl)
+LDGP_FOLDERS = ("ldgp/table1-uci",)
 
 #: DGP-IWVI/DREG Table 1: test log-likelihood (standardised targets), REG and DREG, 2-layer latent DGP
 DREG_TABLE_1 = {"wine-red": (0.568, 0.611), "power": (0.211, 0.208)}
