@@ -456,8 +456,9 @@ def command_check(args):
     with torch.no_grad():
         # GPyTorch sets q(u) to the prior at its first call in training mode unless told it is set already
         model.variational_strategy.variational_params_initialized.fill_(1)
-        model.variational_strategy._variational_distribution.variational_mean.copy_(gp.q_mu[0])
-        model.variational_strategy._variational_distribution.chol_variational_covar.copy_(gp.q_sqrt_tril()[0])
+        q = {name.rsplit(".", 1)[-1]: p for name, p in model.named_parameters()}
+        q["variational_mean"].copy_(gp.q_mu[0])
+        q["chol_variational_covar"].copy_(gp.q_sqrt_tril()[0])
         model.covar_module.outputscale = gp.kernel.variance.reshape(())
         model.covar_module.base_kernel.lengthscale = gp.kernel.base.lengthscale.reshape(1, -1)
         likelihood.noise = est.model_.likelihood.noise.reshape(1)
