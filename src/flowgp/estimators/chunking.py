@@ -11,10 +11,16 @@ from typing import Callable, Sequence
 
 import torch
 
-__all__ = ["PREDICT_MEMORY_BYTES", "chunk_rows", "map_row_chunks", "inducing_row_elements"]
+__all__ = ["PREDICT_MEMORY_BYTES", "FAST_CHUNK_ROWS", "chunk_rows", "map_row_chunks", "inducing_row_elements"]
 
 #: default working-memory budget of one prediction call (bytes); an estimator's `predict_memory` overrides it
 PREDICT_MEMORY_BYTES = 256 * 2**20
+
+#: most rows per chunk whatever the memory budget: past about 10 000 rows a chunk's [rows, M] kernel matrices
+#: leave the CPU's caches and every row costs more (SVGP, M = 100, one thread: 200 000 rows predicted in 0.21 s of
+#: CPU time in chunks of 5 000-10 000 rows, 0.38 s in the 19 784-row chunks the 256 MB budget allowed;
+#: benchmarks/perf/estimator_overhead.py)
+FAST_CHUNK_ROWS = 8192
 
 #: temporaries per estimated element (kernel matrices, their squares and exponentials, broadcast copies)
 _TEMPORARIES = 4
@@ -22,12 +28,13 @@ _TEMPORARIES = 4
 
 def chunk_rows(row_elements: int, itemsize: int = 8, budget: int | None = None) -> int:
     """Rows per chunk such that rows × row_elements × itemsize × (a few temporaries) stays within `budget` bytes
-    (default PREDICT_MEMORY_BYTES); at least one row."""
+    (default PREDICT_MEMORY_BYTES), and at most FAST_CHUNK_ROWS (larger chunks are slower per row); at least one
+    row."""
     budget = PREDICT_MEMORY_BYTES if budget is None else budget
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
         raise ValueError(f"the prediction memory budget must be a positive number of bytes, got {budget!r}")
     per_row = max(1, int(row_elements)) * max(1, int(itemsize)) * _TEMPORARIES
-    return max(1, budget // per_row)
+    return max(1, min(budget // per_row, FAST_CHUNK_ROWS))
 
 
 def inducing_row_elements(model) -> int:
