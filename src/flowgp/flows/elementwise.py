@@ -460,7 +460,7 @@ class Tanh(Flow):
         >>> from flowgp.flows import Tanh
         >>> g = Tanh(a=2.0, d=1.0)  # onto (d - a, d + a) = (-1, 3)
         >>> with torch.no_grad():
-    ...     [float(v) for v in g.codomain_bounds()]
+        ...     [float(v) for v in g.codomain_bounds()]
         [-1.0, 3.0]
     """
 
