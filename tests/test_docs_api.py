@@ -150,8 +150,10 @@ def documented_parameters(doc: str, fields: bool = False) -> list[str] | None:
 def _own_constructor(cls) -> bool:
     """Whether a class's constructor is flowgp's (a warning class or a protocol takes Python's)."""
     for klass in cls.__mro__:
-        if "__init__" in vars(klass) or "__new__" in vars(klass):
-            return klass.__module__.startswith("flowgp")
+        function = vars(klass).get("__init__") or vars(klass).get("__new__")
+        if function is not None:
+            function = getattr(function, "__func__", function)
+            return (getattr(function, "__module__", None) or klass.__module__).startswith(("flowgp", "namedtuple"))
     return False
 
 

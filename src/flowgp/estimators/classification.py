@@ -393,15 +393,14 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
     Args:
         flow: a spec string or a Flow, as above (one flow per latent GP).
         flow_init: "identity" (default), "random" or "none".
-        num_inducing, kernel, lengthscale, period, kmeans_restarts, learn_inducing, likelihood,
-            fix_variance_epochs: the sparse GP classifier, as in :class:`flowgp.SVGPClassifier`.
+        num_inducing, kernel, lengthscale, period, kmeans_restarts, learn_inducing: as in `SVGPClassifier`.
+        likelihood, fix_variance_epochs: as in :class:`flowgp.SVGPClassifier`.
         batch_size, epochs, lr, seed, dtype, device, verbose, checkpoint, compile: training, as in
             :class:`flowgp.SVGPClassifier`.
         quadrature_points, mc_samples, predict_samples: the expectations' nodes and samples, as in
             :class:`flowgp.SVGPClassifier`.
-        input_dependent, hidden, activation, dropout, bayesian, mc_samples_train, mc_samples_predict,
-            prior_precision, flow_init_epochs: the input-dependent flow, as above and in
-            :class:`flowgp.TGPRegressor`.
+        input_dependent, hidden, activation, dropout, bayesian: the input-dependent flow, as above.
+        mc_samples_train, mc_samples_predict, prior_precision, flow_init_epochs: as above and in `TGPRegressor`.
         robust: True (default): the SVGP classifier first, then the flow from its state, the best full-data
             bound kept (`fit`); False: the plain fit from `flow_init`; or a `RobustFit`.
 

@@ -287,8 +287,8 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
             over all pixels.
         image_shape: (C, H, W) of the images in X's rows, for skip="conv" / "dense" (None: X is not images).
         num_inducing: M inducing points per layer, shared by all layers.
-        kernel, lengthscale, period, noise, kmeans_restarts, learn_inducing, quadrature_points,
-            predict_quadrature_points: as in :class:`flowgp.SVGPRegressor`.
+        kernel, lengthscale, period, noise, kmeans_restarts, learn_inducing: as in :class:`flowgp.SVGPRegressor`.
+        quadrature_points, predict_quadrature_points: as in :class:`flowgp.SVGPRegressor`.
         batch_size, epochs, lr, seed, dtype, device, fix_noise_fraction, verbose, checkpoint, compile: training,
             as in :class:`flowgp.SVGPRegressor`.
 
@@ -403,12 +403,12 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
     Labels may be any sortable values, mapped to 0..C-1 through `classes_`.
 
     Args:
-        layers, posterior, num_samples_train, num_samples_predict, hidden_width, flow_steps, flow_base,
-            flow_elementwise, dsvi_warmup, skip, image_shape, draws, base_gradient, flow_selection, flow_lr_scale,
-            flow_rows: the deep GP and its posterior, as in :class:`flowgp.DeepGPRegressor`.
+        layers, posterior, num_samples_train, num_samples_predict, hidden_width: as in `DeepGPRegressor`.
+        flow_steps, flow_base, flow_elementwise, dsvi_warmup, draws, base_gradient: as in `DeepGPRegressor`.
+        flow_selection, flow_lr_scale, flow_rows, skip, image_shape: as in :class:`flowgp.DeepGPRegressor`.
         likelihood: "robustmax" (default) or "softmax" for more than two classes (two classes: the probit).
-        num_inducing, kernel, lengthscale, period, kmeans_restarts, learn_inducing, quadrature_points,
-            predict_quadrature_points: as in :class:`flowgp.DeepGPRegressor`.
+        num_inducing, kernel, lengthscale, period, kmeans_restarts, learn_inducing: as in `DeepGPRegressor`.
+        quadrature_points, predict_quadrature_points: as in :class:`flowgp.DeepGPRegressor`.
         batch_size, epochs, lr, seed, dtype, device, verbose, checkpoint, compile: training, as in
             :class:`flowgp.SVGPRegressor`.
 

@@ -924,6 +924,42 @@ def build_deep_gp(
     Randomness (the flow posterior's networks) comes from `generator` (a CPU generator), by default
     `torch.Generator().manual_seed(seed)`; torch's and NumPy's global RNGs are never touched. The model is
     built in x's dtype and moved to `dtype` / `device` at the end (default: x's).
+
+    Args:
+        x: the training inputs [N, D] (k-means and the PCA projections use them).
+        y_dim: outputs of the last layer.
+        num_layers: L, the number of GP layers.
+        num_inducing: M, inducing inputs per layer.
+        kernel: kernel name of every layer.
+        hidden_width: GPs per hidden layer (None: the rule above).
+        likelihood: the last layer's likelihood (None: GaussianLikelihood(num_outputs=y_dim)).
+        posterior, flow_base, draws, base_gradient, flow_elementwise: as above.
+        lengthscale, variance, period: initial kernel hyperparameters.
+        white_variance: variance of the hidden layers' White kernel term.
+        q_var_init: initial whitened variational variance S = value·I.
+        num_samples: S, samples per data point in each bound evaluation in training.
+        kmeans_restarts, seed: the k-means of the inducing inputs (and `generator`'s default seed).
+        inducing_points: initial Z [M, D] instead of k-means.
+        learn_inducing: train the inducing inputs.
+        flow_steps: steps of the flow posteriors.
+        flow_nonlinear: add the element-wise sinh-arcsinh after each linear step of a flow posterior.
+        quadrature_points, predict_quadrature_points: Gauss-Hermite points in training and prediction.
+        generator: as above.
+        dtype, device: as above.
+        skip, image_shape: as above.
+        flow_rows: with base_gradient "dsvi", rows of each batch on which the flow's change of the bound is
+            estimated (`DeepGP`).
+
+    See Also:
+        :class:`flowgp.models.DeepGP`, :class:`flowgp.DeepGPRegressor` (which calls it).
+
+    Examples:
+        >>> import torch
+        >>> from flowgp.models import build_deep_gp
+        >>> x = torch.randn(40, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+        >>> model = build_deep_gp(x, y_dim=1, num_layers=2, num_inducing=8)
+        >>> len(model.layers)
+        2
     """
     x = as_inputs(x)
     num_layers = _positive_int(num_layers, "num_layers")
