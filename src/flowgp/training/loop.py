@@ -61,7 +61,16 @@ __all__ = ["train", "default_optimizer", "EarlyStop", "BestParameters", "step_lr
 
 def step_lr(step_size: int, gamma: float):
     """Schedule factory for `train(schedule=...)`: multiply every step size by `gamma` every `step_size` steps
-    (torch.optim.lr_scheduler.StepLR; the DGP-IWVI supplement E.2 uses 0.98 every 1000 iterations)."""
+    (torch.optim.lr_scheduler.StepLR; the DGP-IWVI supplement E.2 uses 0.98 every 1000 iterations).
+
+    Args:
+        step_size: steps between two reductions.
+        gamma: the factor of each reduction.
+
+    Examples:
+        >>> from flowgp.training import step_lr
+        >>> schedule = step_lr(1000, 0.98)  # then train(model, x, y, schedule=schedule)
+    """
     if isinstance(step_size, bool) or int(step_size) != step_size or step_size < 1:
         raise ValueError(f"step_size must be a positive integer, got {step_size!r}")
     if not gamma > 0:
