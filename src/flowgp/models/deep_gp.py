@@ -133,6 +133,9 @@ class GPLayer(nn.Module):
             (e.g. the convolutional skip `ConvSkip` of image layers).
         shared_kernel: one set of kernel hyperparameters for all D_out GPs (kernel batch shape ()), so K_ZX is
             computed once per layer instead of D_out times: what makes image-wide layers (D_out = C·H·W) cheap.
+
+    See Also:
+        :class:`flowgp.models.DeepGP`, :func:`flowgp.models.build_deep_gp`.
     """
 
     def __init__(
@@ -360,6 +363,9 @@ class DeepGP(TrainsItsBound, nn.Module):
             None: every row. Evaluation without gradients always uses every row.
         quadrature_points: Gauss-Hermite points for non-Gaussian likelihood expectations.
         predict_quadrature_points: points for predictive densities under non-Gaussian likelihoods.
+
+    See Also:
+        :func:`flowgp.models.build_deep_gp` (built and initialised, with an example), :class:`flowgp.DeepGPRegressor`.
     """
 
     def __init__(

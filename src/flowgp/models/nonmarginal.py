@@ -29,6 +29,9 @@ class NonMarginalFlow(nn.Module):
     cond_mean [S, N, L] = E[f₀,n | u₀] (the per-point summary of u₀ the GP conditional provides) and the
     inputs x [N, D]; it returns f_K [S, N, L]. The map on u₀ itself is left implicit because appendix
     eq. 16 discards u_K.
+
+    See Also:
+        :class:`flowgp.models.NonMarginalTGP`, :class:`flowgp.models.InducingModulatedFlow`.
     """
 
     def forward(self, f, u, cond_mean, x=None):
