@@ -4,6 +4,7 @@ standing for its own __all__), the __all__ of every package of flowgp, and the m
 """
 import ast
 import dataclasses
+import doctest
 import re
 import inspect
 import sys
@@ -237,3 +238,20 @@ def test_parameter_check_sees_missing_and_stale_names():
         """
     assert signature_parameters(f) == ["a", "b", "c"]
     assert documented_parameters(inspect.getdoc(f)) == ["a", "d"]
+
+
+def _examples():
+    return sorted(name for name, obj in _callables().items() if ">>>" in (inspect.getdoc(obj) or ""))
+
+
+@pytest.mark.parametrize("name", _examples())
+def test_the_docstring_examples_run(name):
+    # the examples of the API reference are doctests: each runs as written and prints what it shows
+    obj = public_api.public_api()[name]
+    finder, runner = doctest.DocTestFinder(recurse=False), doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    tests = [t for t in finder.find(obj, name, globs={}) if t.examples]
+    assert tests, f"{name}: no doctest found"
+    for test in tests:
+        runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0, f"{name}: {result.failed} of {result.attempted} examples failed (output above)"
