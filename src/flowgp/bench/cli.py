@@ -32,7 +32,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
     shown; neither are defaults of positional arguments.
 
     See Also:
-        :class:`argparse.HelpFormatter` (its base, and its arguments).
+        ``argparse.HelpFormatter`` (its base, whose arguments it takes); :func:`flowgp.bench.cli.add_bench_parser`.
     """
 
     def _get_help_string(self, action):

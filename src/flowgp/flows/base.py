@@ -71,7 +71,7 @@ PARAMETER_DTYPE = torch.float64
 class ParamSpec(NamedTuple):
     """One scalar parameter of a flow: constrained value = constraint(raw) (identity when None).
 
-    Attributes:
+    Args:
         name: the parameter's name (a keyword of the flow's constructor and a key of `Flow.params`).
         constraint: a :class:`flowgp.numerics.constraints.Positive` (value = softplus of the raw value, above its
             lower bound) or None (unconstrained: value = raw).

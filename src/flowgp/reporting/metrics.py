@@ -68,7 +68,7 @@ def r2(y_true, y_pred) -> float:
         y_pred: predictions of the same shape.
 
     See Also:
-        :func:`sklearn.metrics.r2_score` (the same value).
+        ``sklearn.metrics.r2_score`` (the same value); :func:`flowgp.reporting.metrics.rmse`.
     """
     y_true, y_pred = _arrays(y_true, y_pred)
     ss_res = ((y_true - y_pred) ** 2).sum(0)

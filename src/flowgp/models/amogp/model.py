@@ -54,7 +54,7 @@ _INDUCING_LS = Positive(lower=1e-6)  # smoothing lengthscales of the latent indu
 class Posterior(NamedTuple):
     """Kernel-space q(u) of G inducing sets (`InducingSet.bound_posterior`), each batched over G.
 
-    Attributes:
+    Args:
         alpha: [G, M], α = K⁻¹ m_u.
         cov: [G, M, M], C = K⁻¹ S_u K⁻¹.
         delta: [G, M, M], Δ = C - K⁻¹.
