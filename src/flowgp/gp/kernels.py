@@ -859,11 +859,6 @@ def make_kernel(
         variance: initial amplitude σ² of every additive term; default 1.
         period: initial period of every periodic factor; default 1.
         dtype: dtype of the parameters; default float64.
-
-    Examples:
-        >>> from flowgp import make_kernel
-        >>> make_kernel("rbf+linear", input_dim=3).spec
-        'rbf+linear'
     """
     if not isinstance(name, str):
         raise TypeError(f"kernel name must be a string, got {type(name).__name__}")

@@ -365,7 +365,15 @@ class DeepGP(TrainsItsBound, nn.Module):
         predict_quadrature_points: points for predictive densities under non-Gaussian likelihoods.
 
     See Also:
-        :func:`flowgp.models.build_deep_gp` (built and initialised, with an example), :class:`flowgp.DeepGPRegressor`.
+        :func:`flowgp.models.build_deep_gp` (built and initialised), :class:`flowgp.DeepGPRegressor`.
+
+    Examples:
+        >>> import torch
+        >>> from flowgp.models import build_deep_gp
+        >>> x = torch.randn(40, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+        >>> model = build_deep_gp(x, y_dim=1, num_layers=2, num_inducing=8)
+        >>> len(model.layers)
+        2
     """
 
     def __init__(
@@ -932,40 +940,18 @@ def build_deep_gp(
     built in x's dtype and moved to `dtype` / `device` at the end (default: x's).
 
     Args:
-        x: the training inputs [N, D] (k-means and the PCA projections use them).
-        y_dim: outputs of the last layer.
-        num_layers: L, the number of GP layers.
-        num_inducing: M, inducing inputs per layer.
-        kernel: kernel name of every layer.
-        hidden_width: GPs per hidden layer (None: the rule above).
+        x, y_dim, num_layers, num_inducing: training inputs [N, D], outputs of the last layer, layers L, M.
+        kernel, lengthscale, variance, period: every layer's kernel name and initial hyperparameters.
+        hidden_width, white_variance, skip, image_shape: the hidden layers, as above (White's variance).
         likelihood: the last layer's likelihood (None: GaussianLikelihood(num_outputs=y_dim)).
-        posterior, flow_base, draws, base_gradient, flow_elementwise: as above.
-        lengthscale, variance, period: initial kernel hyperparameters.
-        white_variance: variance of the hidden layers' White kernel term.
-        q_var_init: initial whitened variational variance S = value·I.
-        num_samples: S, samples per data point in each bound evaluation in training.
-        kmeans_restarts, seed: the k-means of the inducing inputs (and `generator`'s default seed).
-        inducing_points: initial Z [M, D] instead of k-means.
-        learn_inducing: train the inducing inputs.
-        flow_steps: steps of the flow posteriors.
-        flow_nonlinear: add the element-wise sinh-arcsinh after each linear step of a flow posterior.
-        quadrature_points, predict_quadrature_points: Gauss-Hermite points in training and prediction.
-        generator: as above.
-        dtype, device: as above.
-        skip, image_shape: as above.
-        flow_rows: with base_gradient "dsvi", rows of each batch on which the flow's change of the bound is
-            estimated (`DeepGP`).
+        posterior, flow_base, draws, base_gradient, flow_elementwise, generator, dtype, device: as above.
+        q_var_init, num_samples: initial whitened S = value·I; samples per point in each training bound.
+        kmeans_restarts, seed, inducing_points, learn_inducing: Z from k-means (or given), trained or not.
+        flow_steps, flow_nonlinear: flow posteriors' steps, each with a sinh-arcsinh step when nonlinear.
+        quadrature_points, predict_quadrature_points, flow_rows: as in :class:`flowgp.models.DeepGP`.
 
     See Also:
-        :class:`flowgp.models.DeepGP`, :class:`flowgp.DeepGPRegressor` (which calls it).
-
-    Examples:
-        >>> import torch
-        >>> from flowgp.models import build_deep_gp
-        >>> x = torch.randn(40, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-        >>> model = build_deep_gp(x, y_dim=1, num_layers=2, num_inducing=8)
-        >>> len(model.layers)
-        2
+        :class:`flowgp.models.DeepGP` (an example), :class:`flowgp.DeepGPRegressor` (which calls it).
     """
     x = as_inputs(x)
     num_layers = _positive_int(num_layers, "num_layers")

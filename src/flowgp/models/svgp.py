@@ -43,6 +43,10 @@ class SVGP(TrainsItsBound, nn.Module):
         >>> model = SVGP(make_kernel("rbf", input_dim=1), inducing_points=x[::5].clone())
         >>> float(model.elbo(x, torch.sin(x)).detach()) < 0
         True
+        >>> from flowgp.training import train
+        >>> history = train(model, x, torch.sin(x), epochs=50, verbose=False)
+        >>> len(history), history[-1] < history[0]
+        (50, True)
     """
 
     def __init__(

@@ -126,16 +126,13 @@ def train(
     Args:
         model: a flowgp.models.protocol.TrainableModel (its training_objective is called with num_data,
             generator, batch_rows, indices and the sampler's extra arrays by keyword), or any module with `loss=`.
-        x, y: data tensors (wrapped in ArrayBatches(x, y, batch_size, seed=seed)), or x a sampler from
-            flowgp.training.batches (then y and batch_size must be None).
-        batch_size: rows per step with tensors x, y (None: the full batch).
-        epochs: the budget in passes over the data, unless `steps` is given: then the budget is `steps` steps.
-        steps: a budget in optimiser steps instead of epochs (the history then has one entry per step).
+        x, y, batch_size: data tensors (wrapped in ArrayBatches(x, y, batch_size, seed=seed); batch_size None: the
+            full batch), or x a sampler from flowgp.training.batches (then y and batch_size must be None).
+        epochs, steps: the budget in passes over the data, or in optimiser steps when `steps` is given.
         lr: step size of the default optimiser (Adam) or of an optimiser class.
         fix_noise_fraction: the likelihood noise is frozen for this fraction of the steps (TGP appendix B.5).
         seed: seeds the sampler's generator (seed) and the model's Monte Carlo generator (seed + 1).
-        checkpoint_every: epochs (or steps, with `steps`) between two checkpoint writes.
-        checkpoint_path: resume from this file when it exists, write it every `checkpoint_every` epochs (or
+        checkpoint_path, checkpoint_every: resume from this file when it exists, write it every `checkpoint_every` epochs (or
             steps) and at the end. A checkpoint written with another data size, batch size, budget or
             optimiser set is refused (ValueError naming the difference), except as `extend_budget` allows;
             so is one written by another run (`flowgp.training.checkpoint.FingerprintMismatch`, a ValueError naming
@@ -187,19 +184,7 @@ def train(
         steps divided by N), with `loss` the loss itself; one entry per epoch, or per step with `steps`.
 
     See Also:
-        :class:`flowgp.training.EarlyStop`, :class:`flowgp.training.natural_gradients.NaturalGradient`,
-        :func:`flowgp.training.step_lr`.
-
-    Examples:
-        >>> import torch
-        >>> from flowgp import SVGP, make_kernel
-        >>> from flowgp.training import train
-        >>> x = torch.linspace(-3, 3, 100, dtype=torch.float64)[:, None]
-        >>> y = torch.sin(x)
-        >>> model = SVGP(make_kernel("rbf", input_dim=1), inducing_points=x[::10].clone())
-        >>> history = train(model, x, y, epochs=50, verbose=False)
-        >>> len(history), history[-1] < history[0]
-        (50, True)
+        :class:`flowgp.SVGP` (an example), :class:`flowgp.training.EarlyStop`, :func:`flowgp.training.step_lr`.
     """
     config = RunConfig.from_arguments(
         x, y, epochs, batch_size, lr, fix_noise_fraction, seed, verbose, checkpoint_path, checkpoint_every, desc,
