@@ -142,7 +142,8 @@ def documented_parameters(doc: str, fields: bool = False) -> list[str] | None:
                     entry_indent = indent
                 if indent == entry_indent:
                     match = (_NUMPY_ENTRY if numpy else _ENTRY).match(line.strip())
-                    assert match, f"not a parameter entry: {line.strip()!r}"
+                    assert match, (f"not a parameter entry: {line.strip()!r} (an entry is 'name: text' or "
+                                   "'a, b: text', its names on one line)")
                     names += [n.strip().lstrip("*") for n in match.group(1).split(",")]
             i += 1
     return names if found else None
