@@ -3,6 +3,9 @@ docstring. The public API is defined in docs/_ext/public_api.py: flowgp.__all__ 
 standing for its own __all__), the __all__ of every package of flowgp, and the modules the user guide imports from.
 """
 import ast
+import dataclasses
+import doctest
+import re
 import inspect
 import sys
 import zlib
@@ -97,3 +100,159 @@ def test_documented_names_reads_currentmodule_and_tilde(tmp_path):
     (tmp_path / "a.rst").write_text(".. currentmodule:: flowgp.flows\n\n.. autosummary::\n   :toctree: generated\n\n"
                                     "   Log\n   ~flowgp.flows.Exp\n\nText after.\n")
     assert public_api.documented_names(tmp_path) == ["flowgp.flows.Log", "flowgp.flows.Exp"]
+
+
+# ----- parameters and examples of every public callable ----------------------------------------------------------
+# A callable's docstring documents its parameters in a napoleon section: Google style ("Args:" / "Parameters:" /
+# "Keyword Args:" / "Other Parameters:", one "name: text" or "name (remark): text" entry per line at the section's
+# first indent, several names of one meaning as "a, b: text") or numpydoc style ("Parameters" underlined, entries
+# "name : type"). The names must be exactly the signature's (a class's: its constructor's).
+_GOOGLE_HEADER = re.compile(r"^(\s*)(Args|Arguments|Parameters|Keyword Args|Keyword Arguments|Other Parameters)"
+                            r"(?: \(.+\))?:\s*$")
+_NUMPY_HEADERS = ("Parameters", "Other Parameters")
+_ENTRY = re.compile(r"^(\*{0,2}\w+(?:\s*,\s*\*{0,2}\w+)*)\s*(?:\([^)]*\))?\s*:(?:\s|$)")
+_NUMPY_ENTRY = re.compile(r"^(\*{0,2}\w+(?:\s*,\s*\*{0,2}\w+)*)\s*(?::|$)")
+_ANY_SECTION = re.compile(r"^\s*[A-Z][A-Za-z ]+(?: \(.+\))?:\s*$")
+
+
+def documented_parameters(doc: str, fields: bool = False) -> list[str] | None:
+    """The parameter names a docstring's parameter sections document (None: it has no such section); with
+    `fields` (a dataclass or named tuple, whose parameters are its fields) an "Attributes:" section counts too."""
+    lines, names, found = doc.splitlines(), [], False
+    i = 0
+    while i < len(lines):
+        header = _GOOGLE_HEADER.match(lines[i]) or (fields and re.match(r"^(\s*)Attributes:\s*$", lines[i]))
+        numpy = (lines[i].strip() in _NUMPY_HEADERS and i + 1 < len(lines)
+                 and set(lines[i + 1].strip()) == {"-"})
+        if not header and not numpy:
+            i += 1
+            continue
+        found = True
+        base = len(lines[i]) - len(lines[i].lstrip())
+        i += 2 if numpy else 1
+        entry_indent = None
+        while i < len(lines):
+            line = lines[i]
+            indent = len(line) - len(line.lstrip())
+            if line.strip():
+                if (not numpy and indent <= base) or (numpy and indent <= base and (
+                        i + 1 < len(lines) and set(lines[i + 1].strip()) == {"-"} or _ANY_SECTION.match(line))):
+                    break
+                if entry_indent is None:
+                    entry_indent = indent
+                if indent == entry_indent:
+                    match = (_NUMPY_ENTRY if numpy else _ENTRY).match(line.strip())
+                    assert match, (f"not a parameter entry: {line.strip()!r} (an entry is 'name: text' or "
+                                   "'a, b: text', its names on one line)")
+                    names += [n.strip().lstrip("*") for n in match.group(1).split(",")]
+            i += 1
+    return names if found else None
+
+
+def _own_constructor(cls) -> bool:
+    """Whether a class's constructor is flowgp's (a warning class or a protocol takes Python's)."""
+    for klass in cls.__mro__:
+        function = vars(klass).get("__init__") or vars(klass).get("__new__")
+        if function is not None:
+            function = getattr(function, "__func__", function)
+            return (getattr(function, "__module__", None) or klass.__module__).startswith(("flowgp", "namedtuple"))
+    return False
+
+
+def _has_fields(obj) -> bool:
+    return inspect.isclass(obj) and (dataclasses.is_dataclass(obj) or hasattr(obj, "_fields"))
+
+
+def signature_parameters(obj) -> list[str]:
+    if inspect.isclass(obj) and not _own_constructor(obj):
+        return []
+    try:
+        signature = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in signature.parameters.values() if p.name not in ("self", "cls")]
+
+
+_REFERENCE = re.compile(r":(?:py:)?(?:func|class|meth|mod|obj|attr|data|exc):`[^`]+`")
+
+
+def has_example_or_reference(doc: str) -> bool:
+    """An "Examples:" section with a doctest, or a "See Also:" section / reST role naming another object."""
+    examples = re.search(r"^\s*Examples?:\s*$", doc, re.M) and ">>>" in doc
+    see_also = re.search(r"^\s*See Also:?\s*$", doc, re.M)
+    return bool(examples or see_also or _REFERENCE.search(doc))
+
+
+def _callables():
+    return {name: obj for name, obj in public_api.public_api().items()
+            if inspect.isclass(obj) or inspect.isroutine(obj)}
+
+
+def test_every_public_callable_documents_exactly_its_parameters():
+    problems = []
+    for name, obj in _callables().items():
+        expected = signature_parameters(obj)
+        try:
+            documented = documented_parameters(inspect.getdoc(obj) or "", fields=_has_fields(obj))
+        except AssertionError as error:
+            problems.append(f"{name}: {error}")
+            continue
+        if not expected:
+            continue
+        if documented is None:
+            problems.append(f"{name}: no parameters section (needs {expected})")
+            continue
+        missing = [p for p in expected if p not in documented]
+        stale = [p for p in documented if p not in expected]
+        twice = sorted({p for p in documented if documented.count(p) > 1})
+        if missing or stale or twice:
+            problems.append(f"{name}: undocumented {missing}, not parameters {stale}, documented twice {twice}")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_public_callable_has_an_example_or_a_reference():
+    lacking = [name for name, obj in _callables().items() if not has_example_or_reference(inspect.getdoc(obj) or "")]
+    assert not lacking, f"docstrings without an Examples section or a See Also / :role: reference: {lacking}"
+
+
+def test_documented_parameters_reads_google_and_numpy_sections():
+    google = ("Summary.\n\nArgs:\n    a: first.\n        more about a: still a.\n    b, c (meaning): two.\n"
+              "    **rest: the others.\nReturns:\n    x: not a parameter.\n")
+    assert documented_parameters(google) == ["a", "b", "c", "rest"]
+    numpy = "Summary.\n\nParameters\n----------\na : int\n    first.\nb\n    second.\n\nReturns\n-------\nint\n"
+    assert documented_parameters(numpy) == ["a", "b"]
+    assert documented_parameters("Summary only.") is None
+    assert documented_parameters("S.\n\nAttributes:\n    a: x.\n") is None
+    assert documented_parameters("S.\n\nAttributes:\n    a: x.\n", fields=True) == ["a"]
+    assert has_example_or_reference("S.\n\nSee Also:\n    :func:`flowgp.make_flow`\n")
+    assert has_example_or_reference("S.\n\nExamples:\n    >>> 1 + 1\n    2\n")
+    assert not has_example_or_reference("S.\n\nArgs:\n    a: `flowgp.make_flow`.\n")
+
+
+def test_parameter_check_sees_missing_and_stale_names():
+    def f(a, b, *, c=1):
+        """F.
+
+        Args:
+            a: one.
+            d: gone.
+        """
+    assert signature_parameters(f) == ["a", "b", "c"]
+    assert documented_parameters(inspect.getdoc(f)) == ["a", "d"]
+
+
+def _examples():
+    return sorted(name for name, obj in _callables().items() if ">>>" in (inspect.getdoc(obj) or ""))
+
+
+@pytest.mark.parametrize("name", _examples())
+def test_the_docstring_examples_run(name):
+    # the examples of the API reference are doctests: each runs as written and prints what it shows
+    obj = public_api.public_api()[name]
+    finder, runner = doctest.DocTestFinder(recurse=False), doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    tests = [t for t in finder.find(obj, name, globs={}) if t.examples]
+    assert tests, f"{name}: no doctest found"
+    for test in tests:
+        runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0, f"{name}: {result.failed} of {result.attempted} examples failed (output above)"

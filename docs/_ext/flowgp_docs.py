@@ -230,11 +230,13 @@ def prepare_docstring(app, what, name, obj, options, lines) -> None:
         inherited = getattr(type(obj), "__doc__", None)
         if isinstance(inherited, str) and not isinstance(obj, type) and "\n".join(lines).strip() == inherited.strip():
             lines[:] = []  # a constant without its own comment shows its type's docstring (dict(), tuple())
-    in_literal_block = False
+    in_literal_block = in_doctest = False
     for i, line in enumerate(lines):
         if in_literal_block and line.strip() and not line.startswith((" ", "\t")):
             in_literal_block = False
-        if not in_literal_block:
+        # a doctest block (">>>" to the next blank line: the example and its output) is shown as written
+        in_doctest = line.lstrip().startswith(">>>") or (in_doctest and bool(line.strip()))
+        if not in_literal_block and not in_doctest:
             lines[i] = _escape_outside_literals(_CODE.sub(_code, line))
         if line.rstrip().endswith("::"):
             in_literal_block = True

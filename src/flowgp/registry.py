@@ -22,7 +22,14 @@ def _key(name: str) -> str:
 
 
 class Registry:
-    """A case-insensitive map from names (and aliases) to classes or factories of one kind of object."""
+    """A case-insensitive map from names (and aliases) to classes or factories of one kind of object.
+
+    Args:
+        kind: what the registry holds ("flow", "kernel", ...), used in its error messages.
+
+    See Also:
+        :data:`flowgp.registry.FLOWS`, :data:`flowgp.registry.KERNELS` (the registries flowgp resolves names in).
+    """
 
     def __init__(self, kind: str):
         self.kind = kind

@@ -29,7 +29,11 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
     unless its help already says what the default is; descriptions and epilogs keep their line breaks.
 
     Defaults of None (an option that is off, or whose default the help explains) and False (a flag) are not
-    shown; neither are defaults of positional arguments."""
+    shown; neither are defaults of positional arguments.
+
+    See Also:
+        ``argparse.HelpFormatter`` (its base, whose arguments it takes); :func:`flowgp.bench.cli.add_bench_parser`.
+    """
 
     def _get_help_string(self, action):
         text = (action.help or "").strip()
@@ -85,7 +89,11 @@ def _subcommands():
 
 
 def subcommand_summaries() -> list[tuple[str, str]]:
-    """(name, one-line help) of every `flowgp bench` subcommand, in the order of `_SUBCOMMAND_MODULES`."""
+    """(name, one-line help) of every `flowgp bench` subcommand, in the order of `_SUBCOMMAND_MODULES`.
+
+    See Also:
+        :func:`flowgp.bench.cli.add_bench_parser`.
+    """
     return [(name, help_text) for name, help_text, _, _ in _subcommands()]
 
 
@@ -96,7 +104,14 @@ BENCH_DESCRIPTION = ("Resumable benchmark suite of the papers' experiments: one 
 
 def add_bench_parser(parser: argparse.ArgumentParser) -> None:
     """Fill `parser` (the `flowgp bench` parser) with one sub-parser per subcommand; its description lists them
-    all, generated from the same list, so it cannot leave one out."""
+    all, generated from the same list, so it cannot leave one out.
+
+    Args:
+        parser: an argparse.ArgumentParser to fill (in place).
+
+    See Also:
+        :func:`flowgp.bench.cli.subcommand_summaries`.
+    """
     entries = list(_subcommands())
     width = max((len(name) for name, *_ in entries), default=0)
     listing = "\n".join(f"  {name:<{width}}  {help_text}" for name, help_text, _, _ in entries)
@@ -134,7 +149,14 @@ def run_bench(args) -> int:
     interrupted fit resumes from its checkpoint: rerunning the same command continues).
 
     Every subcommand's `--out` is a folder; it is checked here, before any work (a file there would
-    otherwise surface only when the first row is written), and so is that it is none of the files read."""
+    otherwise surface only when the first row is written), and so is that it is none of the files read.
+
+    Args:
+        args: the argparse.Namespace a parser filled by `add_bench_parser` returned.
+
+    See Also:
+        :func:`flowgp.bench.cli.main`.
+    """
     from .results import OutputLocked, check_output_folder
 
     label = f"flowgp bench {args.bench_command}"
@@ -156,7 +178,14 @@ def run_bench(args) -> int:
 
 
 def main(argv=None) -> int:
-    """`flowgp bench` on its own (the same as `flowgp bench ...`); returns the exit status."""
+    """`flowgp bench` on its own (the same as `flowgp bench ...`); returns the exit status.
+
+    Args:
+        argv: the arguments after ``bench`` (None: sys.argv[1:]).
+
+    See Also:
+        :func:`flowgp.cli.main` (the whole command line).
+    """
     parser = argparse.ArgumentParser(prog="flowgp bench", formatter_class=HelpFormatter, epilog=EPILOG)
     add_bench_parser(parser)
     return run_bench(parser.parse_args(argv))

@@ -43,6 +43,15 @@ class NamedModel:
     into the estimator's shared arguments, budget(preset, num_inducing, seed, num_data, task) -> dict (None:
     derived from the estimator class, see `budget_rule`); meta: anything else a front end needs (the AMO-GP
     bench's training protocol "minibatch").
+
+    Args:
+        name: the entry's name ("tgp", "dgp3", ...).
+        regressor, classifier: as above.
+        fixed, defaults, budget, meta: as above.
+        description: one line for `flowgp bench --model` listings.
+
+    See Also:
+        :func:`flowgp.bench.models.make_estimator`, :data:`flowgp.registry.MODELS`.
     """
 
     name: str
@@ -87,12 +96,26 @@ def main_class(entry):
 
 
 def is_multi_output(entry) -> bool:
-    """Whether the entry's estimator needs an output index (fit(X, y, output)): not a CSV or UCI model."""
+    """Whether the entry's estimator needs an output index (fit(X, y, output)): not a CSV or UCI model.
+
+    Args:
+        entry: a :class:`flowgp.bench.models.NamedModel` (an entry of `flowgp.registry.MODELS`).
+
+    See Also:
+        :class:`flowgp.AlignedMultiOutputGPRegressor`.
+    """
     return "output" in inspect.signature(main_class(entry).fit).parameters
 
 
 def deep_gp_depth(entry) -> int | None:
-    """The number of layers of a deep GP (DSVI or CNF posterior) whose name fixes it, else None."""
+    """The number of layers of a deep GP (DSVI or CNF posterior) whose name fixes it, else None.
+
+    Args:
+        entry: a :class:`flowgp.bench.models.NamedModel` (an entry of `flowgp.registry.MODELS`).
+
+    See Also:
+        :class:`flowgp.DeepGPRegressor` (``layers``).
+    """
     from ..estimators import DeepGPClassifier, DeepGPRegressor
 
     return entry.fixed.get("layers") if issubclass(main_class(entry), (DeepGPRegressor, DeepGPClassifier)) else None
@@ -154,7 +177,14 @@ def _budget_latent(preset, num_inducing, seed, num_data, task):
 
 def budget_rule(entry):
     """The bench's budget rule of an entry: its own `budget`, else the rule of its estimator class (None:
-    not a `flowgp bench uci` model)."""
+    not a `flowgp bench uci` model).
+
+    Args:
+        entry: a :class:`flowgp.bench.models.NamedModel` (an entry of `flowgp.registry.MODELS`).
+
+    See Also:
+        :func:`flowgp.bench.models.make_estimator`.
+    """
     from ..estimators import DeepGPClassifier, DeepGPRegressor, LatentDeepGPRegressor
 
     own = getattr(entry, "budget", None)
@@ -246,12 +276,24 @@ for _entry in _builtins():
 
 # ----- the bench's view of the table --------------------------------------------------------------------------
 def model_names() -> list[str]:
-    """Names `make_estimator` builds (entries with a bench budget rule), in registration order."""
+    """Names `make_estimator` builds (entries with a bench budget rule), in registration order.
+
+    See Also:
+        :func:`flowgp.bench.models.make_estimator`.
+    """
     return [n for n in MODELS.names() if budget_rule(MODELS.get(n)) is not None]
 
 
 def supports_task(name: str, task: str) -> bool:
-    """Whether the bench model `name` handles `task` ("regression" or "classification")."""
+    """Whether the bench model `name` handles `task` ("regression" or "classification").
+
+    Args:
+        name: a bench model's name.
+        task: "regression" or "classification".
+
+    See Also:
+        :func:`flowgp.bench.models.model_names`.
+    """
     return name in model_names() and task in MODELS.get(name).tasks
 
 
@@ -261,6 +303,22 @@ def make_estimator(name: str, preset, num_inducing: int, seed: int, num_data: in
 
     `options` are the entry's model-specific options (e.g. `flow`, `flow_init` for tgp); any other keyword is
     a TypeError naming the ones it takes.
+
+    Args:
+        name: a name of :func:`flowgp.bench.models.model_names`.
+        preset: a :class:`flowgp.bench.presets.Preset`.
+        num_inducing: M.
+        seed: the estimator's seed.
+        num_data: N, the size of the training set.
+        task: "regression" (default) or "classification".
+        **options: as above.
+
+    Examples:
+        >>> from flowgp.bench.models import make_estimator
+        >>> from flowgp.bench.presets import get_preset
+        >>> est = make_estimator("tgp", get_preset("tiny"), num_inducing=10, seed=0, num_data=100)
+        >>> type(est).__name__, est.num_inducing
+        ('TGPRegressor', 10)
     """
     if name not in model_names():
         raise ValueError(f"unknown model '{name}'; choose from {', '.join(model_names())}")

@@ -37,6 +37,27 @@ __all__ = ["Preset", "PRESETS", "get_preset", "APPLICATION_PRESETS", "get_applic
 
 @dataclass(frozen=True)
 class Preset:
+    """A training budget and the shared estimator settings of a benchmark run (`get_preset`).
+
+    Attributes:
+        name: the preset's name ("paper", "quick", "tiny", or an application's).
+        epochs: a fixed number of epochs (full passes), or None to use `steps`.
+        steps: a fixed number of optimiser steps (converted to epochs per data set).
+        batch_size: minibatch size (None: full batch).
+        lr, noise, lengthscale, kmeans_restarts: the estimators' arguments of those names.
+        quadrature_points, predict_quadrature_points, fix_noise_fraction: the estimators' arguments of those names.
+        large_m: with more inducing points than this, train for `large_m_epochs` epochs instead (their steps cost
+            about (M/200)³ more).
+        large_m_epochs: see `large_m`.
+        protocol: "standard", or "reference" (the DGP-IWVI authors' splits and latent-DGP structure).
+        num_importance: latent deep GPs' importance samples K (None: the model's default, 5).
+
+    Examples:
+        >>> from flowgp.bench.presets import get_preset
+        >>> get_preset("quick", epochs=50).epochs
+        50
+    """
+
     name: str
     epochs: int | None = None          # fixed number of epochs (full passes), or None to use `steps`
     steps: int | None = None           # fixed number of optimiser steps (converted to epochs per dataset)
@@ -124,13 +145,27 @@ def _replace(table: dict, name: str, what: str, overrides: dict, cleared_by_epoc
 
 
 def get_preset(name: str, **overrides) -> Preset:
-    """The UCI preset `name` ('paper', 'quick', 'tiny'); `overrides` replace fields (e.g. epochs=50)."""
+    """The UCI preset `name` ('paper', 'quick', 'tiny'); `overrides` replace fields (e.g. epochs=50).
+
+    Args:
+        name: "paper", "quick" or "tiny".
+        **overrides: fields of :class:`flowgp.bench.presets.Preset` to replace.
+
+    See Also:
+        :class:`flowgp.bench.presets.Preset` (an example).
+    """
     return _replace(PRESETS, name, "", overrides, cleared_by_epochs="steps")
 
 
 def get_application_preset(application: str, name: str, **overrides) -> Preset:
     """The preset `name` of an appendix B.5 application ('airquality', 'rainfall'); `overrides` as get_preset
-    (an explicit epoch count applies to every M)."""
+    (an explicit epoch count applies to every M).
+
+    Args:
+        application: "airquality" or "rainfall".
+        name: the preset's name within it.
+        **overrides: as in :func:`flowgp.bench.presets.get_preset`.
+    """
     table = APPLICATION_PRESETS.get(application)
     if table is None:
         raise ValueError(f"unknown application '{application}'; choose one of {sorted(APPLICATION_PRESETS)}")

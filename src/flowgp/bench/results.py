@@ -41,11 +41,22 @@ __all__ = ["ResultStore", "read_rows", "read_row_files", "OutputLocked", "check_
 
 
 class OutputLocked(RuntimeError):
-    """Another process holds the output file's lock (`ResultStore(..., wait=False)`)."""
+    """Another process holds the output file's lock (`ResultStore(..., wait=False)`).
+
+    See Also:
+        :class:`flowgp.bench.results.ResultStore`.
+    """
 
 
 def lock_path(path) -> Path:
-    """The lock file of a result file: `<file>.lock` beside it (never matched by `*.jsonl`)."""
+    """The lock file of a result file: `<file>.lock` beside it (never matched by `*.jsonl`).
+
+    Args:
+        path: the result file.
+
+    See Also:
+        :class:`flowgp.bench.results.ResultStore`.
+    """
     path = Path(path)
     return path.with_name(path.name + ".lock")
 
@@ -53,7 +64,15 @@ def lock_path(path) -> Path:
 def check_output_folder(path, option: str = "--out") -> Path:
     """`path` as a folder that exists or can be created and written; ValueError naming `option` otherwise.
 
-    Run before any work, so that `--out FILE` (a file where a folder is expected) fails at once."""
+    Run before any work, so that `--out FILE` (a file where a folder is expected) fails at once.
+
+    Args:
+        path: the folder.
+        option: the option's name for the message.
+
+    See Also:
+        :class:`flowgp.bench.results.ResultStore`.
+    """
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{option} {path} is a file, but a folder is expected (results are written inside it); "
@@ -160,7 +179,14 @@ def _key_value(value):
 
 
 def read_rows(path) -> list[dict]:
-    """Every valid row of a JSON-lines file (torn or malformed lines are skipped); [] for a missing file."""
+    """Every valid row of a JSON-lines file (torn or malformed lines are skipped); [] for a missing file.
+
+    Args:
+        path: the JSON-lines file.
+
+    See Also:
+        :class:`flowgp.bench.results.ResultStore` (an example).
+    """
     path = Path(path)
     if not path.exists():
         return []
@@ -184,7 +210,14 @@ def read_rows(path) -> list[dict]:
 
 def read_row_files(paths) -> list[dict]:
     """The rows of several JSON-lines files read as one, in order (`read_rows` each); a file that does not exist
-    is an error (FileNotFoundError naming it), not an empty result: these are a command's inputs."""
+    is an error (FileNotFoundError naming it), not an empty result: these are a command's inputs.
+
+    Args:
+        paths: the JSON-lines files, in order.
+
+    See Also:
+        :func:`flowgp.bench.results.read_rows`.
+    """
     rows = []
     for path in paths:
         if not Path(path).is_file():
@@ -196,7 +229,23 @@ class ResultStore:
     """JSON-lines file of result rows, keyed by `key_fields` (see the module docstring for the guarantees).
 
     Holds the file's exclusive lock until `close()` (also a context manager); `wait=False` raises
-    `OutputLocked` when another process writes the file, `wait=True` blocks until it is done."""
+    `OutputLocked` when another process writes the file, `wait=True` blocks until it is done.
+
+    Args:
+        path: the JSON-lines file (created with its folder when missing).
+        key_fields: the names of the fields that identify a row (a non-empty sequence).
+        wait: as above.
+        key_defaults: {field: value} for key fields that rows written before the field existed lack.
+
+    Examples:
+        >>> import os, tempfile
+        >>> from flowgp.bench.results import ResultStore, read_rows
+        >>> path = os.path.join(tempfile.mkdtemp(), "rows.jsonl")
+        >>> with ResultStore(path, key_fields=("dataset", "split")) as store:
+        ...     store.append({"dataset": "boston", "split": 0, "nll": 2.5})
+        >>> read_rows(path)
+        [{'dataset': 'boston', 'nll': 2.5, 'split': 0}]
+    """
 
     def __init__(self, path, key_fields, wait: bool = False, key_defaults=None):
         if isinstance(key_fields, str) or not key_fields:

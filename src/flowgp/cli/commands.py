@@ -160,6 +160,18 @@ def demo(out: str = "flowgp-demo", as_json: bool = False, epochs: int = 1000, se
     with the best training ELBO is kept (test data are never used for the choice). One line per fit goes to
     `progress` (True: stderr; a file; None or False: silence) so that a long run is seen to move. `threads`: torch threads during
     the fits (None: leave torch's setting), restored afterwards.
+
+    Args:
+        out: the folder to write results.json and demo.png to (created; it must not be a file).
+        as_json: print the result rows as JSON instead of a table.
+        epochs: training epochs of every fit.
+        seed: seed of the data and of every fit.
+        periods: the initial periods tried per model (the best training ELBO kept).
+        threads: as above.
+        progress: as above.
+
+    See Also:
+        :func:`flowgp.data.tables.make_tanh_sine` (the data), the gallery's first example.
     """
     from ..data.tables import make_tanh_sine, tanh_sine
     from ..reporting.plotting import demo_figure
@@ -425,7 +437,14 @@ def _predict(args) -> None:
 
 def main(argv=None) -> int:
     """Run the command line `argv` (default: sys.argv[1:]); returns the exit code (`flowgp.cli.exit_codes`): 0
-    success, 1 any other failure, 2 usage error, 75 busy, 130 interrupted (one line on stderr, no traceback)."""
+    success, 1 any other failure, 2 usage error, 75 busy, 130 interrupted (one line on stderr, no traceback).
+
+    Args:
+        argv: the arguments, without the program name (None: sys.argv[1:]).
+
+    See Also:
+        :func:`flowgp.cli.demo` (the ``demo`` command), :func:`flowgp.bench.cli.main` (the ``bench`` command).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     # what the line of an interruption needs, filled in as the command line is understood
     context = {"label": "flowgp", "checkpoint": None, "silent": False}

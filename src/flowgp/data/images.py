@@ -86,7 +86,17 @@ IMAGE_DATASETS = {
 @dataclass
 class ImageSplit(Split):
     """A `flowgp.data.tables.Split` of images: float64 rows [N, C·H·W] in (C, H, W) order, int64 labels, and the image
-    shape (C, H, W)."""
+    shape (C, H, W).
+
+    Attributes:
+        x_train, y_train: training images [N, C·H·W] and labels [N].
+        x_test, y_test: test images and labels.
+        info: where the split came from.
+        image_shape: (C, H, W).
+
+    See Also:
+        :func:`flowgp.data.images.load_images`, :class:`flowgp.DeepGPClassifier` (``image_shape=``).
+    """
 
     image_shape: tuple = ()
 
@@ -95,6 +105,14 @@ def load_images(name: str, data_dir=None, *, verify: bool = True) -> ImageSplit:
     """The standard train/test split of image set `name` ("digits", "mnist", "fashion-mnist", "cifar10").
 
     `verify`: check the published MD5 sums (reading the files once more; the IDX headers are always checked).
+
+    Args:
+        name: the set's name.
+        data_dir: the data folder (None: `resolve_data_dir`'s choice).
+        verify: as above.
+
+    See Also:
+        :func:`flowgp.data.images.image_folders` (where the files are looked for).
     """
     if name not in IMAGE_DATASETS:
         raise ValueError(f"unknown image dataset {name!r}; choose one of {sorted(IMAGE_DATASETS)}")
@@ -119,7 +137,15 @@ def load_images(name: str, data_dir=None, *, verify: bool = True) -> ImageSplit:
 
 def image_folders(name: str, data_dir=None) -> list[Path]:
     """The folders `load_images` searches for set `name`, in order: <data dir>/images/<name>/ (left out when the
-    data folder does not exist, unless `data_dir` names it), then the set's `SYSTEM_FOLDERS` entry if any."""
+    data folder does not exist, unless `data_dir` names it), then the set's `SYSTEM_FOLDERS` entry if any.
+
+    Args:
+        name: the set's name.
+        data_dir: the data folder (None: `resolve_data_dir`'s choice).
+
+    See Also:
+        :func:`flowgp.data.images.load_images`.
+    """
     try:
         folders = [resolve_data_dir(data_dir) / "images" / name]
     except FileNotFoundError:

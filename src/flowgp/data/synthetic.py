@@ -20,6 +20,18 @@ def make_multimodal_demo(num_points: int = 2000, seed: int = 0, x_range=(-2.0, 2
     `noise="exp"` takes the noise term 0.2·e^ε literally as printed (log-normal, skewed upwards);
     `noise="gaussian"` reads it as 0.2·ε. Returns (x [N, 1], y [N], mode [N] with 0 for f₁ and 1 for f₂),
     float64 / int64 arrays; the same seed gives the same data.
+
+    Args:
+        num_points: N.
+        seed: seed of the draws.
+        x_range: (low, high) of the inputs.
+        noise: "exp" (default) or "gaussian", as above.
+
+    Examples:
+        >>> from flowgp.data.synthetic import make_multimodal_demo
+        >>> x, y, mode = make_multimodal_demo(num_points=100, seed=0)
+        >>> x.shape, y.shape, sorted(set(mode.tolist()))
+        ((100, 1), (100,), [0, 1])
     """
     if isinstance(num_points, bool) or not isinstance(num_points, (int, np.integer)) or num_points < 1:
         raise ValueError(f"num_points must be a positive integer, got {num_points!r}")

@@ -23,6 +23,17 @@ def make_tanh_sine(num_points: int = 150, noise_std: float = 0.05, seed: int = 0
 
     y = tanh(4 sin(2π x)) + ε on x ∈ [0, 2]: the steep tanh makes flat plateaus a plain GP cannot fit.
     Returns (x [N, 1], y [N]) as float64 arrays.
+
+    Args:
+        num_points: N, evenly spaced on [0, 2].
+        noise_std: the standard deviation of ε.
+        seed: seed of the noise.
+
+    Examples:
+        >>> from flowgp.data.tables import make_tanh_sine
+        >>> x, y = make_tanh_sine(num_points=150, seed=0)
+        >>> x.shape, y.shape
+        ((150, 1), (150,))
     """
     rng = np.random.default_rng(seed)
     x = np.linspace(0.0, 2.0, num_points)
@@ -31,7 +42,14 @@ def make_tanh_sine(num_points: int = 150, noise_std: float = 0.05, seed: int = 0
 
 
 def tanh_sine(x):
-    """The noise-free function of `make_tanh_sine`: f(x) = tanh(4 sin(2π x))."""
+    """The noise-free function of `make_tanh_sine`: f(x) = tanh(4 sin(2π x)).
+
+    Args:
+        x: inputs (an array or a number).
+
+    See Also:
+        :func:`flowgp.data.tables.make_tanh_sine`.
+    """
     return np.tanh(4.0 * np.sin(2.0 * np.pi * np.asarray(x, dtype=float)))
 
 
@@ -68,6 +86,14 @@ def load_csv(path, target: str | None, features: list[str] | None = None):
     handled). Raises FileNotFoundError for a missing file and ValueError naming the column or row for a missing
     target, unknown feature, a target also listed as a feature, duplicate column names in the header or the
     feature list, text in a numeric column, a missing value, or a row of the wrong width.
+
+    Args:
+        path: the CSV file.
+        target: the name of the target column (None: no target).
+        features: the feature columns' names (None: every column but the target).
+
+    See Also:
+        :class:`flowgp.SVGPRegressor` (``fit`` also streams a CSV path directly).
     """
     path = Path(path)
     header = csv_columns(path, label=path.name)
@@ -106,7 +132,16 @@ AIR_QUALITY_FILE = "air_quality/london_n_kensington_pm25_2019-03-15_2019-04-15.c
 
 @dataclass
 class Split:
-    """One train/test partition in raw (unstandardised) units; `info` says where it came from."""
+    """One train/test partition in raw (unstandardised) units; `info` says where it came from.
+
+    Attributes:
+        x_train, y_train: the training inputs [N, D] and targets [N].
+        x_test, y_test: the test inputs and targets.
+        info: where the split came from.
+
+    See Also:
+        :func:`flowgp.data.tables.uci_split`, :func:`flowgp.data.tables.standardize`.
+    """
 
     x_train: np.ndarray
     y_train: np.ndarray
@@ -116,7 +151,14 @@ class Split:
 
 
 def resolve_data_dir(data_dir=None) -> Path:
-    """The data folder: `data_dir` if given, else $FLOWGP_DATA, else ../shared/data relative to the CWD."""
+    """The data folder: `data_dir` if given, else $FLOWGP_DATA, else ../shared/data relative to the CWD.
+
+    Args:
+        data_dir: a folder, or None.
+
+    See Also:
+        :func:`flowgp.data.tables.load_uci` (and the other loaders that take ``data_dir``).
+    """
     if data_dir is not None:
         path, origin = Path(data_dir), "--data-dir"
     elif os.environ.get("FLOWGP_DATA"):
@@ -150,7 +192,15 @@ def _uci_dir(name: str, data_dir) -> Path:
 
 
 def load_uci(name: str, data_dir=None):
-    """A UCI regression set from uci/<name>/ (data.txt + index_features/index_target): (X [N, D], y [N])."""
+    """A UCI regression set from uci/<name>/ (data.txt + index_features/index_target): (X [N, D], y [N]).
+
+    Args:
+        name: the set's name (one of `UCI_DATASETS`, e.g. "boston").
+        data_dir: the data folder (None: `resolve_data_dir`'s choice).
+
+    See Also:
+        :func:`flowgp.data.tables.uci_split` (the standard splits).
+    """
     folder = _uci_dir(name, data_dir)
     path = folder / "data.txt"
     if not path.is_file():
@@ -172,7 +222,15 @@ def load_uci(name: str, data_dir=None):
 
 
 def uci_num_splits(name: str, data_dir=None) -> int:
-    """The number of standard train/test splits shipped with the UCI set `name` (its n_splits.txt)."""
+    """The number of standard train/test splits shipped with the UCI set `name` (its n_splits.txt).
+
+    Args:
+        name: the set's name.
+        data_dir: the data folder (None: `resolve_data_dir`'s choice).
+
+    See Also:
+        :func:`flowgp.data.tables.uci_split`.
+    """
     path = _uci_dir(name, data_dir) / "n_splits.txt"
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing; it should hold the number of standard splits")
@@ -183,7 +241,16 @@ def uci_num_splits(name: str, data_dir=None) -> int:
 
 
 def uci_split(name: str, split: int, data_dir=None) -> Split:
-    """The shipped standard 90/10 split number `split` of a UCI set (index_train_<i> / index_test_<i>)."""
+    """The shipped standard 90/10 split number `split` of a UCI set (index_train_<i> / index_test_<i>).
+
+    Args:
+        name: the set's name.
+        split: the split's number, 0 ≤ split < `uci_num_splits(name)`.
+        data_dir: the data folder (None: `resolve_data_dir`'s choice).
+
+    See Also:
+        :func:`flowgp.data.tables.load_uci`, :func:`flowgp.data.tables.standardize`.
+    """
     x, y = load_uci(name, data_dir)
     n_splits = uci_num_splits(name, data_dir)
     if not 0 <= split < n_splits:
@@ -221,6 +288,14 @@ def load_classification(name: str, data_dir=None, part: str = "train"):
 
     Labels are the sorted distinct target values mapped to 0..K-1 (for avila over train and test together,
     so both parts share one coding).
+
+    Args:
+        name: the set's name (a key of `CLASSIFICATION_DATASETS`).
+        data_dir: the data folder (None: `resolve_data_dir`'s choice).
+        part: "train" or "test" (avila only).
+
+    See Also:
+        :func:`flowgp.data.tables.classification_split`.
     """
     if name not in CLASSIFICATION_DATASETS:
         raise ValueError(f"unknown classification set '{name}'; choose one of {sorted(CLASSIFICATION_DATASETS)}")
@@ -250,7 +325,18 @@ def load_classification(name: str, data_dir=None, part: str = "train"):
 
 def classification_split(name: str, split: int = 0, data_dir=None, test_fraction: float = 0.1, seed: int = 0) -> Split:
     """Avila: the official train/test files (split must be 0). Others: a stratified random split whose
-    random state is (seed, split), so split i is the same on every machine."""
+    random state is (seed, split), so split i is the same on every machine.
+
+    Args:
+        name: the set's name.
+        split: the split's number.
+        data_dir: the data folder (None: `resolve_data_dir`'s choice).
+        test_fraction: the share of rows in the test part of a random split.
+        seed: with `split`, the random state of a random split.
+
+    See Also:
+        :func:`flowgp.data.tables.load_classification`.
+    """
     if name == "avila":
         if split != 0:
             raise ValueError("avila has one official train/test split; use split 0")
@@ -268,7 +354,14 @@ def classification_split(name: str, split: int = 0, data_dir=None, test_fraction
 
 
 def load_rainfall(data_dir=None):
-    """SIC97 Swiss rainfall: (X [467, 2] = (x_km, y_km), rainfall [467] (1/10 mm, > 0), is_train100 [467] bool)."""
+    """SIC97 Swiss rainfall: (X [467, 2] = (x_km, y_km), rainfall [467] (1/10 mm, > 0), is_train100 [467] bool).
+
+    Args:
+        data_dir: the data folder (None: `resolve_data_dir`'s choice).
+
+    See Also:
+        :func:`flowgp.data.tables.rainfall_official_split`.
+    """
     path = resolve_data_dir(data_dir) / RAINFALL_FILE
     head = csv_columns(path, label=path.name)
     need = ["x_km", "y_km", "rainfall", "split"]
@@ -283,13 +376,27 @@ def load_rainfall(data_dir=None):
 
 
 def rainfall_official_split(data_dir=None) -> Split:
-    """The official SIC97 split: 100 training stations, 367 test stations."""
+    """The official SIC97 split: 100 training stations, 367 test stations.
+
+    Args:
+        data_dir: the data folder (None: `resolve_data_dir`'s choice).
+
+    See Also:
+        :func:`flowgp.data.tables.load_rainfall`.
+    """
     x, y, is_train = load_rainfall(data_dir)
     return Split(x[is_train], y[is_train], x[~is_train], y[~is_train], "sic97 official train100/test367")
 
 
 def load_air_quality(data_dir=None):
-    """London N. Kensington PM2.5, 15 Mar - 15 Apr 2019: (X [744, 1] = hours_since_start, pm25 [744] > 0)."""
+    """London N. Kensington PM2.5, 15 Mar - 15 Apr 2019: (X [744, 1] = hours_since_start, pm25 [744] > 0).
+
+    Args:
+        data_dir: the data folder (None: `resolve_data_dir`'s choice).
+
+    See Also:
+        :class:`flowgp.AlignedMultiOutputGPRegressor` (the London air-quality experiments).
+    """
     path = resolve_data_dir(data_dir) / AIR_QUALITY_FILE
     x, y, _ = load_csv(path, "pm25", ["hours_since_start"])
     if not np.all(np.isfinite(y)):
@@ -298,7 +405,19 @@ def load_air_quality(data_dir=None):
 
 
 def cv_splits(n: int, k: int = 5, seed: int = 0):
-    """Shuffled k-fold cross-validation: list of k (train_idx, test_idx) over range(n), seeded."""
+    """Shuffled k-fold cross-validation: list of k (train_idx, test_idx) over range(n), seeded.
+
+    Args:
+        n: the number of rows.
+        k: the number of folds.
+        seed: seed of the shuffle.
+
+    Examples:
+        >>> from flowgp.data.tables import cv_splits
+        >>> folds = cv_splits(10, k=5, seed=0)
+        >>> len(folds), sorted(i for _, test in folds for i in test) == list(range(10))
+        (5, True)
+    """
     if k < 2 or k > n:
         raise ValueError(f"k must be in 2..n={n}, got {k}")
     perm = np.random.default_rng(seed).permutation(n)
@@ -310,6 +429,17 @@ def standardize(train: np.ndarray, *others: np.ndarray):
     """Scale columns by the TRAINING split's mean and std only (no test statistics leak in).
 
     Returns (train_std, *others_std, mean, std); constant columns keep std 1.
+
+    Args:
+        train: the training array [N, D] (or [N]).
+        *others: further arrays scaled with the training statistics (e.g. the test inputs).
+
+    Examples:
+        >>> import numpy as np
+        >>> from flowgp.data.tables import standardize
+        >>> train_std, test_std, mean, std = standardize(np.array([[1.0], [3.0]]), np.array([[5.0]]))
+        >>> test_std.tolist(), mean.tolist(), std.tolist()
+        ([[3.0]], [2.0], [1.0])
     """
     train = np.asarray(train, dtype=float)
     mean = train.mean(0)

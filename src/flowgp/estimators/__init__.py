@@ -19,5 +19,22 @@ __all__ = ["SVGPRegressor", "TGPRegressor", "WarpedGPRegressor", "SVGPClassifier
 
 
 def load(path, device=None):
-    """Load any flowgp estimator saved with `.save(path)` (weights_only: no code is executed)."""
+    """Load any flowgp estimator saved with `.save(path)` (weights_only: no code is executed).
+
+    Args:
+        path: the file `save` wrote.
+        device: where to put the model; None keeps the device it was saved from where this machine has it (see
+            `Estimator.load`).
+
+    Examples:
+        >>> import os, tempfile
+        >>> import numpy as np
+        >>> import flowgp
+        >>> X = np.linspace(0, 1, 30)[:, None]
+        >>> est = flowgp.SVGPRegressor(num_inducing=5, epochs=5, verbose=False).fit(X, np.sin(6 * X[:, 0]))
+        >>> path = os.path.join(tempfile.mkdtemp(), "model.pt")
+        >>> _ = est.save(path)  # returns the path
+        >>> np.allclose(flowgp.load(path).predict(X), est.predict(X))
+        True
+    """
     return Estimator.load(path, device=device)

@@ -119,6 +119,9 @@ class Estimator:
     fit fixed in `seed_`) and keeps the names of its columns (`flowgp.estimators.features`: `feature_names_in_`
     from a named table in memory, checked by every method given X; a streamed table's columns), which the saved
     file records.
+
+    See Also:
+        :func:`flowgp.load`, :class:`flowgp.SVGPRegressor` (an estimator built on it).
     """
 
     OBJECT_PARAMS = ("kernel", "flow")

@@ -170,14 +170,20 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
     Args:
         num_inducing: M, inducing inputs initialised by k-means (best of `kmeans_restarts`).
         kernel: kernel spec, e.g. "rbf", "matern32" (one kernel per latent GP for multiclass problems).
-        batch_size: minibatch size (None: full batch). epochs: passes over the data. lr: Adam step.
+        batch_size: minibatch size (None: full batch).
+        epochs: the training budget in passes over the data.
+        lr: Adam's step size.
         seed: controls k-means, flow initialisation, Monte Carlo draws and minibatch order; as for
             SVGPRegressor (an int, None or a NumPy Generator; the seed a fit used is `seed_`).
-        dtype: "float64" (default) or "float32". device: "cpu" or "cuda".
+        dtype: "float64" (default) or "float32".
+        device: "cpu" (default), "cuda" or a torch.device.
         lengthscale, period: initial kernel hyperparameters (standardised inputs).
         likelihood: "softmax" (default) or "robustmax" for more than two classes; binary uses the probit.
+        kmeans_restarts: k-means runs from different starts for the inducing inputs; the best is kept.
+        learn_inducing: train the inducing inputs Z (True) or keep them at their k-means positions.
         fix_variance_epochs: hold the variational covariance fixed for this many epochs first (appendix B.6).
-        quadrature_points: Gauss-Hermite points of the binary ELL; mc_samples: MC samples of the multiclass ELL.
+        quadrature_points: Gauss-Hermite points of the binary ELL.
+        mc_samples: Monte Carlo samples of the multiclass ELL.
         predict_samples: MC samples of the multiclass predictive probabilities.
         verbose: progress bar: "auto" (default: only in an interactive terminal, never inside scikit-learn's
             meta-estimators or joblib workers; `flowgp.reporting.progress.show_progress`), True or False.
@@ -186,6 +192,19 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
         checkpoint: a file path: training saves its state there (the variance-fixed stage next to it, with
             the suffix ".stage1") and a later `fit` with the same path continues where it stopped (only the
             same fit: see SVGPRegressor).
+
+    See Also:
+        :class:`flowgp.TGPClassifier` (warped latents), :class:`flowgp.DeepGPClassifier`.
+
+    Examples:
+        >>> import numpy as np
+        >>> from flowgp import SVGPClassifier
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(200, 2))
+        >>> y = np.where(X[:, 0] + X[:, 1] > 0, "yes", "no")
+        >>> est = SVGPClassifier(num_inducing=10, epochs=50, verbose=False).fit(X, y)
+        >>> est.classes_.tolist(), est.predict_proba(X[:2]).shape
+        (['no', 'yes'], (2, 2))
     """
 
     def __init__(self, num_inducing: int = DEFAULTS.num_inducing, kernel: str | Kernel = "rbf", batch_size: int | None = None,
@@ -370,6 +389,23 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
     appendix eq. 20) or "vb" (mean-field q(W), needs dropout=0). `mc_samples_train` W draws per ELBO
     evaluation (binary; the softmax pairs one W draw with each latent draw). The networks are fitted to the
     initial flow parameters for `flow_init_epochs` epochs (appendix B.4). `prior_precision` is λ of p_λ(W).
+
+    Args:
+        flow: a spec string or a Flow, as above (one flow per latent GP).
+        flow_init: "identity" (default), "random" or "none".
+        num_inducing, kernel, lengthscale, period, kmeans_restarts, learn_inducing: as in `SVGPClassifier`.
+        likelihood, fix_variance_epochs: as in :class:`flowgp.SVGPClassifier`.
+        batch_size, epochs, lr, seed, dtype, device, verbose, checkpoint, compile: training, as in
+            :class:`flowgp.SVGPClassifier`.
+        quadrature_points, mc_samples, predict_samples: the expectations' nodes and samples, as in
+            :class:`flowgp.SVGPClassifier`.
+        input_dependent, hidden, activation, dropout, bayesian: the input-dependent flow, as above.
+        mc_samples_train, mc_samples_predict, prior_precision, flow_init_epochs: as above and in `TGPRegressor`.
+        robust: True (default): the SVGP classifier first, then the flow from its state, the best full-data
+            bound kept (`fit`); False: the plain fit from `flow_init`; or a `RobustFit`.
+
+    See Also:
+        :class:`flowgp.SVGPClassifier`, :class:`flowgp.TGPRegressor` (the same flows in regression).
     """
 
     _FLOW_INITS = ("identity", "random", "none")

@@ -250,8 +250,9 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
             trained as DSVI plus a learned correction and kept at the strength that maximises the training
             bound), "cnf-paper" (the CNF paper's design, shared draws) or
             "flow-layerwise" (ablation).
-        num_samples_train: S samples per ELBO evaluation (flow posteriors: S draws of U per data point);
-            num_samples_predict: S for prediction (paper: 100).
+        num_samples_train: S samples per ELBO evaluation (flow posteriors: S draws of U per data point).
+        num_samples_predict: S for prediction (paper: 100).
+        hidden_width: GPs per hidden layer (None: max(min(D, 16), 1)).
         flow_steps: 1×1-convolution (or dense) steps of the flow posteriors, each with a sinh-arcsinh step.
         flow_base: the "cnf-paper" base π(V): "network" (φ_ℓ(Z_ℓ), CNF-DGP eq. 9) or "free" (ablation).
         flow_elementwise: "entry" or "channel": parameter sharing of the "cnf" posterior's sinh-arcsinh steps.
@@ -284,7 +285,25 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
             (`flowgp.models.image_skip.ConvSkip`); or "dense", the same with a trainable fully connected skip
             (the design the convolution replaces). With `image_shape` inputs are scaled by one mean and scale
             over all pixels.
-        Other arguments as SVGPRegressor (num_inducing = M per layer, shared by all layers).
+        image_shape: (C, H, W) of the images in X's rows, for skip="conv" / "dense" (None: X is not images).
+        num_inducing: M inducing points per layer, shared by all layers.
+        kernel, lengthscale, period, noise, kmeans_restarts, learn_inducing: as in :class:`flowgp.SVGPRegressor`.
+        quadrature_points, predict_quadrature_points: as in :class:`flowgp.SVGPRegressor`.
+        batch_size, epochs, lr, seed, dtype, device, fix_noise_fraction, verbose, checkpoint, compile: training,
+            as in :class:`flowgp.SVGPRegressor`.
+
+    See Also:
+        :class:`flowgp.models.DeepGP` (the model), :class:`flowgp.DeepGPClassifier`.
+
+    Examples:
+        >>> import numpy as np
+        >>> from flowgp import DeepGPRegressor
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.uniform(-2, 2, (100, 2))
+        >>> y = np.tanh(3 * X[:, 0]) + 0.05 * rng.standard_normal(100)
+        >>> est = DeepGPRegressor(layers=2, num_inducing=10, epochs=5, verbose=False).fit(X, y)
+        >>> est.predict(X[:3]).shape
+        (3,)
     """
 
     def __init__(self, layers: int = 3, posterior: str = "gaussian", num_samples_train: int = 1,
@@ -381,8 +400,20 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
 class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMixin, BaseEstimator):
     """Deep GP classification: probit (Bernoulli) for two classes, robust max (CNF-DGP §IV-B) or softmax otherwise.
 
-    Labels may be any sortable values, mapped to 0..C-1 through `classes_`. Arguments as DeepGPRegressor,
-    plus `likelihood` ("robustmax" or "softmax") for more than two classes.
+    Labels may be any sortable values, mapped to 0..C-1 through `classes_`.
+
+    Args:
+        layers, posterior, num_samples_train, num_samples_predict, hidden_width: as in `DeepGPRegressor`.
+        flow_steps, flow_base, flow_elementwise, dsvi_warmup, draws, base_gradient: as in `DeepGPRegressor`.
+        flow_selection, flow_lr_scale, flow_rows, skip, image_shape: as in :class:`flowgp.DeepGPRegressor`.
+        likelihood: "robustmax" (default) or "softmax" for more than two classes (two classes: the probit).
+        num_inducing, kernel, lengthscale, period, kmeans_restarts, learn_inducing: as in `DeepGPRegressor`.
+        quadrature_points, predict_quadrature_points: as in :class:`flowgp.DeepGPRegressor`.
+        batch_size, epochs, lr, seed, dtype, device, verbose, checkpoint, compile: training, as in
+            :class:`flowgp.SVGPRegressor`.
+
+    See Also:
+        :class:`flowgp.DeepGPRegressor`, :class:`flowgp.SVGPClassifier`.
     """
 
     def __init__(self, layers: int = 3, posterior: str = "gaussian", num_samples_train: int = 1,

@@ -44,17 +44,25 @@ class LatentDeepGPRegressor(SVGPRegressor):
 
     Args:
         layers: number of GP layers (hidden layers have `hidden_width` GPs with a fixed PCA linear mean).
-        latent_dim: dimension of z. num_importance: K importance samples per point.
+        latent_dim: dimension of z.
+        num_importance: K importance samples per point.
         gradient: q(z)'s gradient estimator: "dreg" (doubly reparameterised, eq. D.23 through each slot's
             conditional given the other importance samples' hidden values; unbiased), "reg" (eq. C.17), or the
             ablations "dreg-eps" and "dreg-d23"; `flowgp.models.latent.model.GRADIENT_ESTIMATORS`.
         amortized: q(z_n) from the E.2 encoder network of (x_n, y_n) (True) or free per-point parameters.
         natgrad: natural-gradient steps on the last layer's q(u) (step `natgrad_lr`), Adam for the rest.
-        epochs: passes over the data (iterations = epochs × ceil(N / batch_size)); lr: Adam step (E.2: 0.005),
-            decayed by `lr_decay` every 1000 iterations.
+        natgrad_lr: the natural-gradient step size γ.
+        hidden_width: GPs per hidden layer.
+        num_inducing: M inducing points per layer (E.2: 128).
+        kernel: kernel name of every layer (a string such as "rbf").
+        batch_size: minibatch size (None: full batch).
+        epochs: passes over the data (iterations = epochs × ceil(N / batch_size)).
+        lr: Adam's step size (E.2: 0.005), decayed by `lr_decay` every 1000 iterations.
+        lr_decay: the factor of that decay.
+        seed, dtype, device, kmeans_restarts, learn_inducing, verbose: as in :class:`flowgp.SVGPRegressor`.
         num_samples_predict: samples of z ~ p(z) for predictions and test log-likelihoods (E.3: 10000, the
             default), drawn in chunks of bounded memory.
-        noise: initial likelihood variance (E.2: 0.01). Other arguments as SVGPRegressor.
+        noise: initial likelihood variance (E.2: 0.01).
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
             documents; it pays off in long fits with small M (benchmarks/perf/step_time.py).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
@@ -64,8 +72,9 @@ class LatentDeepGPRegressor(SVGPRegressor):
             True)`): train longer without starting again. Otherwise such a file is refused.
         hidden_layer: "pca" (hidden_width GPs with a fixed PCA mean) or "concat" (supplement E.2: a fixed
             projection of hidden_width GPs added to the observed inputs, `ConcatProjectionLayer`).
-        q_var_init / hidden_q_var_init: initial whitened S = value·I of the last / hidden layers (None: q_var_init;
-            the reference run script: 1 and 1e-10). learn_hidden_variance: train the hidden kernels' variances.
+        q_var_init, hidden_q_var_init: initial whitened S = value·I of the last / hidden layers (hidden None:
+            q_var_init; the reference run script: 1 and 1e-10).
+        learn_hidden_variance: train the hidden kernels' variances.
         encoder_skips: the q(z) network's skips, "dense" or "residual" (the DREG authors' code;
             `flowgp.models.latent.encoders.AmortizedLatentEncoder`).
         objective: what training maximises. "bound" (the default): L_K with the hidden layers drawn jointly over
@@ -74,6 +83,17 @@ class LatentDeepGPRegressor(SVGPRegressor):
             on log p(y): measured 0.9-1.5 nats above the valid bound on a 3-point problem and 0.43-0.60 nats per
             training point above it on power fits trained on it (docs/results/ldgp/table1-uci). `elbo` is
             always the bound; `training_objective` gives the value of the objective trained.
+
+    See Also:
+        :class:`flowgp.models.latent.LatentDeepGP` (the model), :class:`flowgp.DeepGPRegressor` (without z).
+
+    Examples:
+        >>> from flowgp import LatentDeepGPRegressor
+        >>> from flowgp.data.synthetic import make_multimodal_demo
+        >>> X, y, mode = make_multimodal_demo(num_points=200, seed=0)
+        >>> est = LatentDeepGPRegressor(num_inducing=10, epochs=5, num_samples_predict=50, verbose=False)
+        >>> est.fit(X, y).sample_y(X[:4], n_samples=3).shape
+        (4, 3)
     """
 
     def __init__(self, layers: int = 2, latent_dim: int = 1, num_importance: int = 5, gradient: str = "dreg",

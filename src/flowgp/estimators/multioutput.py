@@ -43,7 +43,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         num_inducing: inducing points of the shared CP layer per inducing set (per latent process with
             cp_inducing="latent", per output with "output"); None (default): 20 per output's worth, i.e.
             20·D/R per latent (20 per output).
-        num_inducing_alignment / num_inducing_warping: inducing points per alignment / warping GP.
+        num_inducing_alignment, num_inducing_warping: inducing points per alignment / warping GP.
         latent_processes: R white-noise latents shared by the outputs.
         alignment, warping: "gp" or "identity"; both "identity" is the MO-GP (CP kernel alone), warping
             "identity" alone the aligned-only ablation.
@@ -51,6 +51,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         batch_size: rows per step; "auto" (default) trains on the full batch when there are at most
             `full_batch_max` rows (the step then follows the exact bound, which the minibatch noise otherwise
             keeps the extra layers from reaching), else in minibatches of 256; None: always the full batch.
+        full_batch_max: the most rows trained on as one full batch with batch_size="auto".
         epochs, lr, seed, dtype, device, verbose: training (Adam on the bound; a progress bar with verbose="auto"
             only in an interactive terminal, never inside scikit-learn's meta-estimators).
         natural_gradient: γ (default 0.5) or None (Adam on everything): natural-gradient steps of size γ
@@ -60,10 +61,13 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             that is nearly conjugate in q(u), as the CP layer's is given its inputs; the alignments' q(u) reach
             the bound only through the CP layer's Ψ-statistics, and steps on them made the London fits erratic
             (docs/results/amogp/README.md, "Natural gradients on the CP layer only").
+        natural_gradient_layers: "latent" (default) or "all", as above.
         tol, patience: plateau stop: training ends when the best per-point -ELBO improved by less than
             tol·|best| over the last `patience` epochs (default 1e-4 over 50; tol=None: run all epochs).
-        noise: initial σ²_y (standardised units). lengthscale: initial CP auto-covariance lengthscale
-            (standardised inputs). alignment_variance/lengthscale, warping_variance/lengthscale: SE inits.
+        noise: initial σ²_y (standardised units).
+        lengthscale: initial CP auto-covariance lengthscale (standardised inputs).
+        alignment_variance, alignment_lengthscale, warping_variance, warping_lengthscale: initial variance and
+            lengthscale of the SE kernels of the alignment and warping GPs.
         alignment_noise, latent_noise: initial σ²_a, σ²_f (standardised units). σ²_a starts at 1e-5, an
             almost deterministic alignment: it is input noise to the CP layer, and 1e-3 (the default before) is
             0.6 of a 7-hour lengthscale over a 3-week window, which blurred the CP layer before the alignments
@@ -96,6 +100,20 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             documents; it pays off in long fits with small M (benchmarks/perf/step_time.py).
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped (only the same fit: see SVGPRegressor).
+
+    See Also:
+        :class:`flowgp.models.amogp.AMOGP` (the model and its bound).
+
+    Examples:
+        >>> import numpy as np
+        >>> from flowgp import AlignedMultiOutputGPRegressor
+        >>> t = np.linspace(0, 1, 60)
+        >>> X = np.concatenate([t, t])[:, None]
+        >>> output = np.repeat([0, 1], 60)  # which output each row belongs to
+        >>> y = np.sin(6 * (X[:, 0] - 0.1 * output))  # the second output shifted
+        >>> est = AlignedMultiOutputGPRegressor(epochs=5, verbose=False).fit(X, y, output)
+        >>> est.predict(t[:3, None], np.zeros(3, dtype=int)).shape
+        (3,)
     """
 
     def __init__(self, num_inducing: int | None = None, num_inducing_alignment: int = 10,

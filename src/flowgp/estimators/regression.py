@@ -70,16 +70,22 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
 
     Args:
         num_inducing: M, inducing inputs initialised by k-means (best of `kmeans_restarts`).
-        kernel: kernel spec, e.g. "rbf", "matern32", "periodic", "rbf+linear" (see flowgp.gp.kernels).
-        batch_size: minibatch size (None: full batch). epochs: passes over the data. lr: Adam step.
+        kernel: kernel spec, e.g. "rbf", "matern32", "periodic", "rbf+linear" (`flowgp.make_kernel`), or a Kernel.
+        batch_size: minibatch size (None: full batch).
+        epochs: the training budget in passes over the data.
+        lr: Adam's step size.
         seed: controls k-means, flow initialisation and minibatch order (fits are reproducible): an int in
             [0, 2**32 - 1], None (a fresh seed for every fit) or a NumPy Generator / RandomState (scikit-learn's
             `random_state`); the integer seed a fit used is `seed_`, and `save()` records it.
-        dtype: "float64" (default) or "float32". device: "cpu" or "cuda".
+        dtype: "float64" (default) or "float32".
+        device: "cpu" (default), "cuda" or a torch.device.
         noise: initial Gaussian noise variance (standardised units; appendix B.6 uses 0.05).
         lengthscale, period: initial kernel hyperparameters (standardised inputs).
         fix_noise_fraction: hold the noise fixed for this fraction of iterations (appendix B.5).
-        quadrature_points / predict_quadrature_points: Gauss-Hermite points in training / prediction.
+        kmeans_restarts: k-means runs from different starts for the inducing inputs; the best is kept.
+        learn_inducing: train the inducing inputs Z (True) or keep them at their k-means positions.
+        quadrature_points, predict_quadrature_points: Gauss-Hermite points in training / prediction (used where a
+            likelihood has no closed form: the flow estimators' expectations over f₀).
         verbose: progress bar: "auto" (default: only in an interactive terminal, never inside scikit-learn's
             meta-estimators or joblib workers; `flowgp.reporting.progress.show_progress`), True or False.
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
@@ -93,6 +99,20 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             Gaussian likelihood; with many inducing points Adam alone is slow to fit q(u): at M = 595 on the
             air-quality folds 1 500 Adam epochs end 0.2-0.3 nats per point below 750 epochs with γ = 1
             (docs/results/tgp/robust-fit/README.md, section 7).
+
+    See Also:
+        :class:`flowgp.TGPRegressor` (a flow on the GP's output), :meth:`flowgp.estimators.Estimator.summary`.
+
+    Examples:
+        >>> import numpy as np
+        >>> from flowgp import SVGPRegressor
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.uniform(-3, 3, (200, 1))
+        >>> y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(200)
+        >>> est = SVGPRegressor(num_inducing=10, epochs=100, verbose=False).fit(X, y)
+        >>> est.predict(X[:3]).shape
+        (3,)
+        >>> lower, upper = est.predict_interval(X[:3], level=0.95)
     """
 
     def __init__(self, num_inducing: int = DEFAULTS.num_inducing, kernel: str | Kernel = "rbf", batch_size: int | None = None,
@@ -552,26 +572,54 @@ class _FlowRegressor(SVGPRegressor):
 class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
     """Transformed GP regression (paper §3-4): a sparse GP prior warped by the marginal flow `flow`.
 
-    `flow` is a spec string ("sal", "sal+softplus", "tanh", "identity", ...) or a Flow object (a copy of it is
-    trained; a user's own Flow subclass works as well as a built-in one);
-    `flow_init` is "identity" (appendix B.3), "data" (B.2, eq. 30), "random" or "none".
+    The likelihood is p(y | f₀) = N(y; G(f₀), σ²) with G the flow (paper eq. 2 for "sal"); its bound and
+    predictive are integrals over q(f₀) by Gauss-Hermite quadrature (appendix eq. 14 and 19).
     flow="identity" gives exactly the SVGPRegressor.
 
-    Input-dependent flows (paper §3.2-3.3, §4.4): with `input_dependent=True` the non-affine stages of the
-    flow (for "sal" the sinh-arcsinh, as in appendix B.6; `input_dependent="all"` for every stage) take
-    their parameters from a network θ(x) = NN(x, W) with hidden layers `hidden`, `activation` ("relu" or
-    "tanh") and `dropout`. `bayesian` chooses the treatment of W: "point" (PE-TGP: standard dropout in
-    training, one deterministic pass in prediction), "mc_dropout" (BA-TGP: same training, predictions
-    average `mc_samples_predict` dropout draws, appendix eq. 20) or "vb" (mean-field Gaussian q(W),
-    reparameterised, with -KL[q(W)||p(W)] in the ELBO; needs dropout=0). `mc_samples_train` draws of W
-    enter every ELBO evaluation in training. `prior_precision` is λ of p_λ(W) = N(0, λ⁻¹I) (None: 1e-5,
-    the weight decay of appendix B.6, or 1 for "vb" as in B.6.3). After the usual flow initialisation
-    the networks are fitted to output those parameters (appendix B.4) for `flow_init_epochs` epochs.
+    Args:
+        flow: a spec string ("sal", "sal+softplus", "tanh", "identity", ... : `flowgp.make_flow`) or a Flow
+            object (a copy of it is trained; a user's own Flow subclass works as well as a built-in one).
+        flow_init: "identity" (appendix B.3), "data" (B.2, eq. 30), "random" or "none"; not used with the
+            robust fit's warm start (the flow then starts at the map that reproduces the SVGP).
+        num_inducing, kernel, lengthscale, period, noise, kmeans_restarts, learn_inducing: the sparse GP and its
+            initial hyperparameters, as in :class:`flowgp.SVGPRegressor`.
+        batch_size, epochs, lr, fix_noise_fraction, seed, dtype, device, verbose, checkpoint, compile: training,
+            as in :class:`flowgp.SVGPRegressor`.
+        quadrature_points, predict_quadrature_points: Gauss-Hermite points over f₀ in training (appendix eq. 14)
+            and in prediction (eq. 19).
+        input_dependent: False (default); True (= "nonlinear"): the non-affine stages of the flow (for "sal" the
+            sinh-arcsinh, as in appendix B.6) take their parameters from a network θ(x) = NN(x, W) (paper
+            §3.2-3.3, §4.4); "all": every stage.
+        hidden: the network's hidden layer widths (an int or a tuple).
+        activation: "relu" or "tanh".
+        dropout: the network's dropout rate (0 for bayesian="vb").
+        bayesian: the treatment of W: "point" (PE-TGP: dropout in training, one deterministic pass in
+            prediction), "mc_dropout" (BA-TGP: same training, predictions average `mc_samples_predict` dropout
+            draws, appendix eq. 20) or "vb" (mean-field Gaussian q(W), reparameterised, with -KL[q(W)||p(W)] in
+            the ELBO; needs dropout=0).
+        mc_samples_train: draws of W in every ELBO evaluation in training.
+        mc_samples_predict: draws of W averaged in prediction.
+        prior_precision: λ of p_λ(W) = N(0, λ⁻¹I) (None: 1e-5, the weight decay of appendix B.6, or 1 for "vb"
+            as in B.6.3).
+        flow_init_epochs: epochs fitting the networks to output the initial flow's parameters (appendix B.4).
+        robust: True (default): fit as `RobustFit` describes (SVGP warm start for half of `epochs`, flow
+            refinement, natural gradients on q(u), plateau stop, best full-data bound kept, a
+            `BoundBelowSVGPWarning` if the result still ends below the SVGP's bound); False: the plain fit from
+            `flow_init`; or a `RobustFit` with other settings.
 
-    `robust` (default True): fit as `RobustFit` describes (SVGP warm start for half of `epochs`, flow
-    refinement, natural gradients on q(u), plateau stop, best full-data bound kept, a `BoundBelowSVGPWarning`
-    if the result still ends below the SVGP's bound); False: the plain fit from `flow_init`; or a `RobustFit`.
-    With the warm start `flow_init` is not used (the flow starts at the map that reproduces the SVGP).
+    See Also:
+        :class:`flowgp.WarpedGPRegressor` (the flow on the targets instead), :func:`flowgp.make_flow`.
+
+    Examples:
+        >>> import numpy as np
+        >>> from flowgp import TGPRegressor
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.uniform(0, 5, (200, 1))
+        >>> y = np.exp(np.sin(X[:, 0]) + 0.2 * rng.standard_normal(200))  # positive, skewed
+        >>> est = TGPRegressor(flow="sal+softplus", num_inducing=10, epochs=60, verbose=False).fit(X, y)
+        >>> lower, upper = est.predict_interval(X[:5], level=0.95)  # of y: the noise is added after G
+        >>> bool((lower < upper).all())
+        True
     """
 
     _data_direction = "generative"
@@ -637,9 +685,33 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
 class WarpedGPRegressor(_FlowRegressor):
     """Variational warped GP, v-WGP (paper §4.3): a sparse GP on T(y) with `flow` = T warping the targets.
 
-    Targets must lie in T's domain (y > 0 for "log", "boxcox" keeps all reals); `flow_init="data"` fits T
-    so that T(y) is close to N(0, 1) (appendix B.2 in the normalizing direction). `robust` as in
-    TGPRegressor (the warm start sets T so that T(y) is the SVGP's standardised target).
+    Targets must lie in T's domain (y > 0 for "log", "boxcox" keeps all reals).
+
+    Args:
+        flow: the warping T: a spec string ("sal", "log", "boxcox", ... : `flowgp.make_flow`) or a Flow onto
+            the whole real line.
+        flow_init: "identity", "data" (fits T so that T(y) is close to N(0, 1): appendix B.2 in the normalizing
+            direction), "random" or "none"; not used with the robust fit's warm start.
+        num_inducing, kernel, lengthscale, period, noise, kmeans_restarts, learn_inducing: the sparse GP on T(y),
+            as in :class:`flowgp.SVGPRegressor`.
+        batch_size, epochs, lr, fix_noise_fraction, seed, dtype, device, verbose, checkpoint, compile: training,
+            as in :class:`flowgp.SVGPRegressor`.
+        quadrature_points, predict_quadrature_points: Gauss-Hermite points in training and prediction.
+        robust: as in :class:`flowgp.TGPRegressor` (the warm start sets T so that T(y) is the SVGP's standardised
+            target).
+
+    See Also:
+        :class:`flowgp.TGPRegressor` (the flow on the GP's output), :func:`flowgp.make_flow`.
+
+    Examples:
+        >>> import numpy as np
+        >>> from flowgp import WarpedGPRegressor
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.uniform(0, 5, (200, 1))
+        >>> y = np.exp(np.sin(X[:, 0]) + 0.2 * rng.standard_normal(200))
+        >>> est = WarpedGPRegressor(flow="log", num_inducing=10, epochs=60, verbose=False).fit(X, y)
+        >>> bool((est.predict(X[:5]) > 0).all())
+        True
     """
 
     _data_direction = "normalizing"

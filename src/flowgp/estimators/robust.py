@@ -20,51 +20,64 @@ __all__ = ["RobustFit", "DEFAULT_ROBUST_FIT", "BestState", "BoundBelowSVGPWarnin
 
 
 class BoundBelowSVGPWarning(UserWarning):
-    """A flow-warped GP's fitted training bound ended below the bound of the SVGP it contains."""
+    """A flow-warped GP's fitted training bound ended below the bound of the SVGP it contains.
+
+    See Also:
+        :class:`flowgp.estimators.RobustFit` (the fit that avoids it; ``tolerance`` sets the check's slack).
+    """
 
 
 @dataclass(frozen=True)
 class RobustFit:
     """How a flow estimator fits so that its training bound does not end below the SVGP's (`robust=`).
 
-    warm_start: fit an SVGP with the same settings first and start the flow model exactly at it
-        (`flowgp.training.initialisation.warm_start_from_svgp`: inducing inputs, kernel, q(u), noise; flow at the
-        map that makes it that SVGP). False: the flow model starts from `flow_init` as without `robust`.
-    refine_flow: at the warm start, maximise the bound over the flow and the noise alone (GP held) by L-BFGS
-        on the full data before the joint training (this is what moves a positive flow, which can only
-        approximate the shifted identity, above the SVGP's bound), anchored at its start by a negligible
-        quadratic term so that a flat direction of the flow family has one answer (`regression.REFINE_ANCHOR`).
-        WarpedGPRegressor refines only after an inexact warm start: its bound's Jacobian term is unbounded on
-        tied targets (see its `_refine_after`).
-    natural_gradient: γ of natural-gradient steps on q(u) (Salimbeni et al. 2018) in the flow model's
-        training, Adam on the rest; None: Adam on everything. Adam on q(u) lags behind a changing warp and
-        makes the bound oscillate by ~0.1 per point between epochs; γ = 0.1 keeps q(u) with it (ablation in
-        docs/results/tgp/robust-fit).
-    svgp_natural_gradient: γ for q(u) in the SVGP stage of a full-batch fit; the Gaussian likelihood is
-        conjugate, so γ = 1 puts q(u) at its optimum for the current hyperparameters at every step (None: Adam).
-    svgp_natural_gradient_minibatch: γ of that stage when the fit runs in minibatches. γ = 1 on a minibatch
-        estimate jumps q(u) to each batch's optimum: on the UCI quick preset (1 500 steps of 512 rows) the
-        stage then ended below an Adam SVGP and the TGP below the SVGP on power (10/10 splits) and energy (3/10);
-        with γ = 0.1 the TGP ends above it on every power and energy split measured
-        (benchmarks/studies/tgp_minibatch_variants.py; docs/results/tgp/robust-fit/README.md §8).
-    flow_lr: the flow model's Adam step as a multiple of `lr` (from the warm start a smaller step keeps the
-        bound from oscillating: at lr = 0.01 it jumps by up to 0.5 per point between epochs on air quality).
-    svgp_epochs: the share of the robust fit's epochs spent on the SVGP stage. Regressors: a share of `epochs`,
-        the flow model trains for the rest (at least one epoch), so a robust fit takes the same number of steps
-        as a plain one (natural gradients make the SVGP stage converge in its share). TGPClassifier: its
-        likelihoods are not conjugate, so an SVGP stage shorter than the SVGP classifier's own fit ends below it
-        and leaves the flow model's GP under-trained (breast_cancer, 100 epochs: 131/143 test points against
-        the SVGPClassifier's 135/143); its SVGP stage is therefore that fit itself, all `epochs`, and the flow
-        model trains for `classifier_flow_epochs(epochs)` more (`epochs` again at the default 0.5).
-    plateau: (window, rel_tol) of `flowgp.training.loop.EarlyStop` for the flow model's training: stop once the
-        bound improved by less than rel_tol·|bound| over `window` epochs (its epochs stay the maximum); None:
-        all of them. The SVGP stage always runs all of its epochs.
-    restarts: flow initialisations ("identity", "data", "random") trained from scratch besides the warm
-        start (without it: besides `flow_init`), the state with the best training bound kept (never chosen
-        on test data).
-    keep_best: keep the state with the best full-data bound seen (full batch: every step; minibatches: once
-        per epoch), not the last one.
-    tolerance: per-point slack of the final check against the SVGP's bound (the warning).
+    Args:
+        warm_start: fit an SVGP with the same settings first and start the flow model exactly at it
+            (`flowgp.training.initialisation.warm_start_from_svgp`: inducing inputs, kernel, q(u), noise; flow at the
+            map that makes it that SVGP). False: the flow model starts from `flow_init` as without `robust`.
+        refine_flow: at the warm start, maximise the bound over the flow and the noise alone (GP held) by L-BFGS
+            on the full data before the joint training (this is what moves a positive flow, which can only
+            approximate the shifted identity, above the SVGP's bound), anchored at its start by a negligible
+            quadratic term so that a flat direction of the flow family has one answer (`regression.REFINE_ANCHOR`).
+            WarpedGPRegressor refines only after an inexact warm start: its bound's Jacobian term is unbounded on
+            tied targets (see its `_refine_after`).
+        natural_gradient: γ of natural-gradient steps on q(u) (Salimbeni et al. 2018) in the flow model's
+            training, Adam on the rest; None: Adam on everything. Adam on q(u) lags behind a changing warp and
+            makes the bound oscillate by ~0.1 per point between epochs; γ = 0.1 keeps q(u) with it (ablation in
+            docs/results/tgp/robust-fit).
+        svgp_natural_gradient: γ for q(u) in the SVGP stage of a full-batch fit; the Gaussian likelihood is
+            conjugate, so γ = 1 puts q(u) at its optimum for the current hyperparameters at every step (None: Adam).
+        svgp_natural_gradient_minibatch: γ of that stage when the fit runs in minibatches. γ = 1 on a minibatch
+            estimate jumps q(u) to each batch's optimum: on the UCI quick preset (1 500 steps of 512 rows) the
+            stage then ended below an Adam SVGP and the TGP below the SVGP on power (10/10 splits) and energy (3/10);
+            with γ = 0.1 the TGP ends above it on every power and energy split measured
+            (benchmarks/studies/tgp_minibatch_variants.py; docs/results/tgp/robust-fit/README.md §8).
+        flow_lr: the flow model's Adam step as a multiple of `lr` (from the warm start a smaller step keeps the
+            bound from oscillating: at lr = 0.01 it jumps by up to 0.5 per point between epochs on air quality).
+        svgp_epochs: the share of the robust fit's epochs spent on the SVGP stage. Regressors: a share of `epochs`,
+            the flow model trains for the rest (at least one epoch), so a robust fit takes the same number of steps
+            as a plain one (natural gradients make the SVGP stage converge in its share). TGPClassifier: its
+            likelihoods are not conjugate, so an SVGP stage shorter than the SVGP classifier's own fit ends below it
+            and leaves the flow model's GP under-trained (breast_cancer, 100 epochs: 131/143 test points against
+            the SVGPClassifier's 135/143); its SVGP stage is therefore that fit itself, all `epochs`, and the flow
+            model trains for `classifier_flow_epochs(epochs)` more (`epochs` again at the default 0.5).
+        plateau: (window, rel_tol) of `flowgp.training.loop.EarlyStop` for the flow model's training: stop once the
+            bound improved by less than rel_tol·|bound| over `window` epochs (its epochs stay the maximum); None:
+            all of them. The SVGP stage always runs all of its epochs.
+        restarts: flow initialisations ("identity", "data", "random") trained from scratch besides the warm
+            start (without it: besides `flow_init`), the state with the best training bound kept (never chosen
+            on test data).
+        keep_best: keep the state with the best full-data bound seen (full batch: every step; minibatches: once
+            per epoch), not the last one.
+        tolerance: per-point slack of the final check against the SVGP's bound (the warning).
+
+    See Also:
+        :class:`flowgp.TGPRegressor` (``robust=``), :class:`flowgp.estimators.BoundBelowSVGPWarning`.
+
+    Examples:
+        >>> from flowgp import TGPRegressor
+        >>> from flowgp.estimators import RobustFit
+        >>> est = TGPRegressor(robust=RobustFit(restarts=("data",), plateau=None))
     """
 
     warm_start: bool = True

@@ -69,7 +69,19 @@ PARAMETER_DTYPE = torch.float64
 
 
 class ParamSpec(NamedTuple):
-    """One scalar parameter of a flow: constrained value = constraint(raw) (identity when None)."""
+    """One scalar parameter of a flow: constrained value = constraint(raw) (identity when None).
+
+    Args:
+        name: the parameter's name (a keyword of the flow's constructor and a key of `Flow.params`).
+        constraint: a :class:`flowgp.numerics.constraints.Positive` (value = softplus of the raw value, above its
+            lower bound) or None (unconstrained: value = raw).
+        default: the constrained value a new flow starts from.
+
+    Examples:
+        >>> from flowgp.flows import SAL
+        >>> [(s.name, s.default) for s in SAL.param_specs]
+        [('a', 0.0), ('b', 1.0), ('c', 0.0), ('d', 1.0)]
+    """
 
     name: str
     constraint: Optional[Positive]
@@ -90,6 +102,12 @@ def asinh(x: Tensor) -> Tensor:
     x²/(1 + sqrt(1 + x²)) is formed as |x| / (u + sqrt(u² + 1)) with u = 1/|x|, so that no square overflows
     (x = 0 gives 0/inf = 0, |x| = inf gives inf); above half the dtype's largest value, where |x| + x²/(...) ≈ 2|x|
     would overflow, log1p(|x|/2) + log 4 is used. Other devices use `torch.asinh` (fast there).
+
+    Args:
+        x: a tensor of any shape and floating dtype.
+
+    See Also:
+        :class:`flowgp.flows.SinhArcsinh`, :class:`flowgp.flows.SAL` (its users).
     """
     if x.device.type != "cpu":
         return torch.asinh(x)
@@ -185,6 +203,10 @@ class Flow(nn.Module):
     Parameters are built in float64 (`PARAMETER_DTYPE`); use `.to(dtype)` for another precision.
     Every public method takes `sampling=None`, a `WeightSampling` that input-dependent stages read
     (how many network weight draws, stochastic or not, from which generator); plain flows ignore it.
+
+    See Also:
+        :func:`flowgp.make_flow` (flows by name), :class:`flowgp.flows.Compose` (stacking flows),
+        :func:`flowgp.flows.monotone_inverse` (the numerical inverse).
     """
 
     name: str = "flow"
@@ -503,7 +525,15 @@ def _full_line(low, high) -> bool:
 
 class FlowOfFlows(Flow):
     """Base of flows built from child flows `self.flows`: domain, codomain and the nested parameter
-    dicts keyed by the child's index (subclasses: `Compose`, `LinearCombination`)."""
+    dicts keyed by the child's index (subclasses: `Compose`, `LinearCombination`).
+
+    Args:
+        param_shape: as :class:`flowgp.flows.Flow` (subclasses set it from their children).
+        **initial: as :class:`flowgp.flows.Flow`; a flow of flows declares no parameters of its own.
+
+    See Also:
+        :class:`flowgp.flows.Compose`, :class:`flowgp.flows.LinearCombination`.
+    """
 
     @property
     def domain(self) -> str:
@@ -540,6 +570,16 @@ class Compose(FlowOfFlows):
 
     log|G'| is the sum of the stages' log-derivatives at their own inputs; the inverse applies the
     stages' inverses in reverse order. Nested compositions are flattened.
+
+    Args:
+        flows: the stages, Flow instances in the order they are applied (at least one).
+
+    Examples:
+        >>> import torch
+        >>> from flowgp.flows import Compose, SAL, Softplus
+        >>> g = Compose([SAL(), Softplus()])  # the same as make_flow("sal+softplus")
+        >>> g.spec
+        'sal+softplus'
     """
 
     def __init__(self, flows: Iterable[Flow]):
@@ -654,5 +694,12 @@ class Compose(FlowOfFlows):
 
 
 def compose(*flows: Flow) -> Compose:
-    """Composition applying the flows in the given order (same as `flows[0] >> flows[1] >> ...`)."""
+    """Composition applying the flows in the given order (same as `flows[0] >> flows[1] >> ...`).
+
+    Args:
+        *flows: the stages, Flow instances in the order they are applied.
+
+    See Also:
+        :class:`flowgp.flows.Compose`.
+    """
     return Compose(flows)

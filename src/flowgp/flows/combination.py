@@ -38,6 +38,13 @@ class LinearCombination(FlowOfFlows):
     log G' = logsumexp_i(log b_i + log G_i'(f)); the inverse is numerical. With
     coefficients=False the sum is Σ_i G_i(f) (the terms carry their own scales). All terms must
     share one domain. Coefficients start at a_i = 0, b_i = 1/I (the mean of the terms).
+
+    Args:
+        flows: the terms G_i, Flow instances sharing one domain (at least one).
+        coefficients: True (default): learn a_i, b_i as above; False: the plain sum Σ_i G_i(f).
+
+    See Also:
+        :class:`flowgp.flows.ArcsinhCombination` (eq. 26 itself).
     """
 
     def __init__(self, flows: Iterable[Flow], coefficients: bool = True):
@@ -141,6 +148,13 @@ class ArcsinhCombination(LinearCombination):
     Each term is an `Arcsinh` flow A·arcsinh(B(f + C)) + D with (A, B, C, D) = (b_i, 1/d_i, -c_i, a_i).
     Defaults: c_i = linspace(-2, 2, I) so that the terms differ, d_i = 2, b_i = 2/I, a_i = 0, i.e.
     close to the identity for |f| ≲ 1 with logarithmic tails.
+
+    Args:
+        num_terms: I, the number of arcsinh terms (a positive integer; the spec "lincomb5" has I = 5).
+        param_shape: shape of every parameter of every term; default ().
+
+    See Also:
+        :func:`flowgp.make_flow` (spec "lincomb<I>").
     """
 
     def __init__(self, num_terms: int = 3, param_shape=()):

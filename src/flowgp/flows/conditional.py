@@ -75,6 +75,10 @@ class InputDependentFlow(Flow):
             sinh-arcsinh with a shared affine map). None: every parameter.
 
     The network is built in the dtype and on the device of `base`.
+
+    See Also:
+        :func:`flowgp.flows.make_input_dependent` (wraps the right stages of a flow), :class:`flowgp.TGPRegressor`
+        (``input_dependent=True``).
     """
 
     name = "input_dependent"
@@ -249,7 +253,14 @@ class InputDependentFlow(Flow):
 
 # ---------------------------------------------------------------------- helpers over whole flows
 def input_dependent_flows(flow: Flow) -> list:
-    """Every InputDependentFlow inside `flow` (itself included)."""
+    """Every InputDependentFlow inside `flow` (itself included).
+
+    Args:
+        flow: any Flow.
+
+    See Also:
+        :func:`flowgp.flows.make_input_dependent`, :func:`flowgp.flows.static_flow`.
+    """
     return [m for m in flow.modules() if isinstance(m, InputDependentFlow)]
 
 
@@ -262,6 +273,21 @@ def make_input_dependent(flow: Flow, input_dim: int, which: str = "nonlinear",
     dependency and the affine map stays shared); which="all": every parameter of every stage.
     generator: torch.Generator for the networks' initial weights (drawn in stage order).
     network_kwargs: hidden, activation, dropout, bayesian, prior_precision.
+
+    Args:
+        flow: a plain Flow or a :class:`flowgp.flows.Compose` of plain flows.
+        input_dim: D, the number of input features the networks read.
+        which: "nonlinear" (default) or "all", as above.
+        generator: as above.
+        **network_kwargs: hidden, activation, dropout, bayesian, prior_precision of every network
+            (:class:`flowgp.flows.InputDependentFlow`).
+
+    Examples:
+        >>> from flowgp import make_flow
+        >>> from flowgp.flows import make_input_dependent, input_dependent_flows
+        >>> g = make_input_dependent(make_flow("sal+softplus"), input_dim=3, hidden=(8,))
+        >>> len(input_dependent_flows(g))  # the SAL's (a, b) follow x, softplus has no parameters
+        1
     """
     if which not in ("nonlinear", "all"):
         raise ValueError(f"which must be 'nonlinear' or 'all', got {which!r}")
@@ -292,7 +318,14 @@ def make_input_dependent(flow: Flow, input_dim: int, which: str = "nonlinear",
 
 
 def static_flow(flow: Flow) -> Flow:
-    """`flow` with every input-dependent stage replaced by its base (modules shared, nothing copied)."""
+    """`flow` with every input-dependent stage replaced by its base (modules shared, nothing copied).
+
+    Args:
+        flow: a Flow, input-dependent at its top level or in the stages of a composition.
+
+    See Also:
+        :func:`flowgp.flows.make_input_dependent` (the reverse).
+    """
     if isinstance(flow, InputDependentFlow):
         return flow.base
     if isinstance(flow, Compose):

@@ -22,7 +22,18 @@ _POS = Positive()
 
 
 class Identity(Flow):
-    """G(f) = f."""
+    """G(f) = f.
+
+    Args:
+        param_shape: shape the flow reports (it has no parameters of its own); default ().
+        **initial: none: this flow has no parameters, and any name given is a TypeError.
+
+    Examples:
+        >>> import torch
+        >>> from flowgp.flows import Identity
+        >>> Identity()(torch.tensor([-1.0, 2.0], dtype=torch.float64))
+        tensor([-1.,  2.], dtype=torch.float64)
+    """
 
     name = "identity"
 
@@ -44,7 +55,15 @@ class Identity(Flow):
 
 
 class Log(Flow):
-    """G(f) = log f on f > 0 (Table 1 "Log"); inverse exp."""
+    """G(f) = log f on f > 0 (Table 1 "Log"); inverse exp.
+
+    Args:
+        param_shape: shape the flow reports (it has no parameters of its own); default ().
+        **initial: none: this flow has no parameters, and any name given is a TypeError.
+
+    See Also:
+        :func:`flowgp.make_flow` builds it from a spec string; :class:`flowgp.flows.Flow` gives the methods.
+    """
 
     name = "log"
     domain = "positive"
@@ -60,7 +79,15 @@ class Log(Flow):
 
 
 class Exp(Flow):
-    """G(f) = exp f onto (0, inf) (Table 1 "Exp"); inverse log."""
+    """G(f) = exp f onto (0, inf) (Table 1 "Exp"); inverse log.
+
+    Args:
+        param_shape: shape the flow reports (it has no parameters of its own); default ().
+        **initial: none: this flow has no parameters, and any name given is a TypeError.
+
+    See Also:
+        :func:`flowgp.make_flow` builds it from a spec string; :class:`flowgp.flows.Flow` gives the methods.
+    """
 
     name = "exp"
     codomain = "positive"
@@ -76,7 +103,20 @@ class Exp(Flow):
 
 
 class Softplus(Flow):
-    """G(f) = log(1 + exp f) onto (0, inf) (Table 1 "Softplus"); inverse log(exp y - 1)."""
+    """G(f) = log(1 + exp f) onto (0, inf) (Table 1 "Softplus"); inverse log(exp y - 1).
+
+    Args:
+        param_shape: shape the flow reports (it has no parameters of its own); default ().
+        **initial: none: this flow has no parameters, and any name given is a TypeError.
+
+    Examples:
+        >>> import torch
+        >>> from flowgp.flows import Softplus
+        >>> g = Softplus()
+        >>> y = g(torch.tensor([-2.0, 0.0, 2.0], dtype=torch.float64))
+        >>> bool((y > 0).all()), torch.allclose(g.inverse(y), torch.tensor([-2.0, 0.0, 2.0], dtype=torch.float64))
+        (True, True)
+    """
 
     name = "softplus"
     codomain = "positive"
@@ -95,7 +135,15 @@ class Softplus(Flow):
 
 
 class Sinh(Flow):
-    """G(f) = sinh f (Table 1 "Sinh"); inverse arcsinh."""
+    """G(f) = sinh f (Table 1 "Sinh"); inverse arcsinh.
+
+    Args:
+        param_shape: shape the flow reports (it has no parameters of its own); default ().
+        **initial: none: this flow has no parameters, and any name given is a TypeError.
+
+    See Also:
+        :func:`flowgp.make_flow` builds it from a spec string; :class:`flowgp.flows.Flow` gives the methods.
+    """
 
     name = "sinh"
 
@@ -113,6 +161,14 @@ class Arcsinh(Flow):
     """G(f) = a·arcsinh(b(f + c)) + d, a, b > 0 (Table 1 "Arcsinh"); inverse sinh((y - d)/a)/b - c.
 
     Defaults a = b = 1, c = d = 0: slope 1 at the origin.
+
+    Args:
+        param_shape: shape of every parameter, e.g. (L,) for one value per output; default () (shared scalars).
+        **initial: initial constrained values of a, b, c, d (floats or tensors broadcastable to `param_shape`);
+            missing ones take the defaults above.
+
+    See Also:
+        :func:`flowgp.make_flow` builds it from a spec string; :class:`flowgp.flows.Flow` gives the methods.
     """
 
     name = "arcsinh"
@@ -130,7 +186,19 @@ class Arcsinh(Flow):
 
 
 class Affine(Flow):
-    """G(f) = a + b·f, b > 0 (Table 1 "Affine (L)"); inverse (y - a)/b. Defaults a = 0, b = 1 (identity)."""
+    """G(f) = a + b·f, b > 0 (Table 1 "Affine (L)"); inverse (y - a)/b. Defaults a = 0, b = 1 (identity).
+
+    Args:
+        param_shape: shape of every parameter, e.g. (L,) for one value per output; default () (shared scalars).
+        **initial: initial constrained values of a, b (floats or tensors broadcastable to `param_shape`);
+            missing ones take the defaults above.
+
+    Examples:
+        >>> import torch
+        >>> from flowgp.flows import Affine
+        >>> Affine(a=1.0, b=2.0)(torch.tensor([0.0, 1.0], dtype=torch.float64)).detach()
+        tensor([1., 3.], dtype=torch.float64)
+    """
 
     name = "affine"
     param_specs = (ParamSpec("a", None, 0.0), ParamSpec("b", _POS, 1.0))
@@ -188,6 +256,14 @@ class SinhArcsinh(Flow):
     """G(f) = sinh(b·arcsinh(f) - a), b > 0 (Table 1 "Sinh-Arcsinh", inner part of eq. 2).
 
     Inverse sinh((arcsinh(y) + a)/b). Defaults a = 0, b = 1 (identity).
+
+    Args:
+        param_shape: shape of every parameter, e.g. (L,) for one value per output; default () (shared scalars).
+        **initial: initial constrained values of a, b (floats or tensors broadcastable to `param_shape`);
+            missing ones take the defaults above.
+
+    See Also:
+        :func:`flowgp.make_flow` builds it from a spec string; :class:`flowgp.flows.Flow` gives the methods.
     """
 
     name = "sinharcsinh"
@@ -215,6 +291,21 @@ class SAL(Flow):
     (docs/results/perf/step-time, 2026-11-29). `output_affine` names its final affine map's shift and scale (c, d): the
     data initialisation puts a target shift and scale there, and `make_input_dependent(which="nonlinear")` leaves
     them shared while the sinh-arcsinh's (a, b) follow the inputs (appendix B.6).
+
+    Args:
+        param_shape: shape of every parameter, e.g. (L,) for one value per output; default () (shared scalars).
+        **initial: initial constrained values of a, b, c, d (floats or tensors broadcastable to `param_shape`);
+            missing ones take the defaults above.
+
+    Examples:
+        >>> import torch
+        >>> from flowgp.flows import SAL
+        >>> g = SAL(b=2.0)
+        >>> f = torch.tensor([0.0, 1.0], dtype=torch.float64)
+        >>> g(f).detach()
+        tensor([0.0000, 2.8284], dtype=torch.float64)
+        >>> torch.allclose(g.inverse(g(f)), f)
+        True
     """
 
     name = "sal"
@@ -252,6 +343,14 @@ class BoxCox(Flow):
 
     Inverse sgn(λy + 1)|λy + 1|^{1/λ}. Default λ = 1, i.e. G(f) = f - 1. G' = |f|^{λ-1} vanishes
     or blows up at f = 0 only.
+
+    Args:
+        param_shape: shape of every parameter, e.g. (L,) for one value per output; default () (shared scalars).
+        **initial: initial constrained values of lam (floats or tensors broadcastable to `param_shape`);
+            missing ones take the defaults above.
+
+    See Also:
+        :func:`flowgp.make_flow` builds it from a spec string; :class:`flowgp.flows.Flow` gives the methods.
     """
 
     name = "boxcox"
@@ -273,6 +372,14 @@ class InverseBoxCox(Flow):
     """G(f) = sgn(λf + 1)|λf + 1|^{1/λ}, λ > 0: Table 1's BoxCox inverse used as the forward map.
 
     Inverse (sgn(y)|y|^λ - 1)/λ. Default λ = 1, i.e. G(f) = f + 1.
+
+    Args:
+        param_shape: shape of every parameter, e.g. (L,) for one value per output; default () (shared scalars).
+        **initial: initial constrained values of lam (floats or tensors broadcastable to `param_shape`);
+            missing ones take the defaults above.
+
+    See Also:
+        :func:`flowgp.make_flow` builds it from a spec string; :class:`flowgp.flows.Flow` gives the methods.
     """
 
     name = "inverseboxcox"
@@ -311,6 +418,14 @@ class TukeyGH(Flow):
     Increasing for every g because (exp(g f) - 1)/g has the sign of f; at g = 0 it is the limit
     f·exp(h f²/2). No closed-form inverse: the numerical one is used. Defaults g = 0.01, h = 0.01
     (close to the identity).
+
+    Args:
+        param_shape: shape of every parameter, e.g. (L,) for one value per output; default () (shared scalars).
+        **initial: initial constrained values of g, h (floats or tensors broadcastable to `param_shape`);
+            missing ones take the defaults above.
+
+    See Also:
+        :func:`flowgp.make_flow` builds it from a spec string; :class:`flowgp.flows.Flow` gives the methods.
     """
 
     name = "tukey"
@@ -334,6 +449,19 @@ class Tanh(Flow):
     """G(f) = a·tanh(b(f + c)) + d, a, b > 0 (Table 1 "TanH"), onto (d - a, d + a).
 
     Inverse atanh((y - d)/a)/b - c. Defaults a = b = 1, c = d = 0.
+
+    Args:
+        param_shape: shape of every parameter, e.g. (L,) for one value per output; default () (shared scalars).
+        **initial: initial constrained values of a, b, c, d (floats or tensors broadcastable to `param_shape`);
+            missing ones take the defaults above.
+
+    Examples:
+        >>> import torch
+        >>> from flowgp.flows import Tanh
+        >>> g = Tanh(a=2.0, d=1.0)  # onto (d - a, d + a) = (-1, 3)
+        >>> with torch.no_grad():
+        ...     [float(v) for v in g.codomain_bounds()]
+        [-1.0, 3.0]
     """
 
     name = "tanh"

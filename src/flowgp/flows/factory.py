@@ -137,6 +137,13 @@ def make_flow(spec, param_shape=()) -> Flow:
     Raises:
         ValueError: unknown names or malformed specs (the message lists the valid names).
         TypeError: spec neither a string nor a Flow.
+
+    Examples:
+        >>> from flowgp import make_flow
+        >>> make_flow("sal+softplus").codomain
+        'positive'
+        >>> make_flow("sal", param_shape=(3,)).param_shape
+        torch.Size([3])
     """
     if isinstance(spec, Flow):
         return spec

@@ -119,6 +119,17 @@ def monotone_inverse(
     Raises:
         RuntimeError: when some finite target cannot be bracketed or the iteration does not
             converge (e.g. y outside G's range), instead of returning garbage.
+
+    Other Parameters:
+        max_iter: the most Newton-bisection iterations.
+        polish_steps: Newton steps from the converged point that bring it to full precision.
+
+    Examples:
+        >>> import torch
+        >>> from flowgp.flows import monotone_inverse
+        >>> y = torch.tensor([1.0, 8.0], dtype=torch.float64)
+        >>> monotone_inverse(lambda x: x ** 3 + x, lambda x: torch.log(3 * x ** 2 + 1), y)
+        tensor([0.6823, 1.8338], dtype=torch.float64)
     """
     if domain not in ("real", "positive"):
         raise ValueError(f"domain must be 'real' or 'positive', got {domain!r}")

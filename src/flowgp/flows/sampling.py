@@ -30,6 +30,9 @@ class WeightSampling:
         batch_rows: (offset, B) when the rows are rows offset.. of a global batch of B split over processes:
             per-row dropout masks are drawn for all B rows and sliced, so a row's mask does not depend on the
             split (flowgp.training.distributed); None: the rows are the whole batch.
+
+    See Also:
+        :class:`flowgp.flows.InputDependentFlow` (its reader).
     """
 
     num_samples: int = 1

@@ -84,7 +84,17 @@ def _encode(value, where: str):
 
 
 def flow_to_record(flow: Flow) -> dict:
-    """The weights_only-safe record {"class", "args", "kwargs", "state"} of `flow` (module docstring)."""
+    """The weights_only-safe record {"class", "args", "kwargs", "state"} of `flow` (module docstring).
+
+    Args:
+        flow: a Flow built through its constructor (a user's subclass included).
+
+    Examples:
+        >>> from flowgp import make_flow
+        >>> from flowgp.flows import flow_from_record, flow_to_record
+        >>> flow_from_record(flow_to_record(make_flow("sal+softplus"))).spec
+        'sal+softplus'
+    """
     if not isinstance(flow, Flow):
         raise TypeError(f"flow must be a flowgp Flow, got {type(flow).__name__}")
     args, kwargs = flow.constructor_arguments()
@@ -164,5 +174,11 @@ def flow_from_record(record: dict) -> Flow:
         TypeError: the class is not a flowgp Flow subclass (nothing else is ever built).
         ImportError: the class cannot be imported here.
         ValueError: the record is malformed.
+
+    Args:
+        record: a dict written by :func:`flowgp.flows.flow_to_record`.
+
+    See Also:
+        :func:`flowgp.flows.flow_to_record`.
     """
     return _build(record, Flow)

@@ -150,6 +150,11 @@ class Kernel(nn.Module):
     Subclasses implement ``_forward(x1, x2)`` (x2 None means x2 = x1) and ``_diag(x)``; the base class
     validates the inputs first. ``spec`` is a short string naming the covariance shape (Scale amplitudes
     are implicit), understood by :func:`make_kernel`.
+
+    Args:
+        input_dim: D, the number of input features the kernel accepts (None: any).
+        batch_shape: leading shape of independent kernels; default ().
+        dtype: dtype of the parameters; default float64.
     """
 
     spec: str = "kernel"
@@ -352,7 +357,25 @@ class _Stationary(Kernel):
 
 
 class RBF(_Stationary):
-    """Squared exponential: k(x,x') = exp(-½ Σ_d (x_d-x'_d)²/ℓ_d²), R&W eq. 4.9 (wrap in Scale for σ²)."""
+    """Squared exponential: k(x,x') = exp(-½ Σ_d (x_d-x'_d)²/ℓ_d²), R&W eq. 4.9 (wrap in Scale for σ²).
+
+    Args:
+        input_dim: D, the number of input features (required with ``ard=True``).
+        ard: one lengthscale per input feature (default) or one shared lengthscale.
+        lengthscale: initial ℓ (a float or a tensor broadcastable to batch_shape + (1, D)), in the units of the
+            inputs; default 1.
+        batch_shape: leading shape of independent kernels (e.g. (L,) for one kernel per output); default ().
+        dtype: dtype of the parameters; default float64.
+
+    Examples:
+        >>> import torch
+        >>> from flowgp.gp.kernels import RBF
+        >>> k = RBF(input_dim=1, lengthscale=2.0)
+        >>> x = torch.tensor([[0.0], [2.0]], dtype=torch.float64)
+        >>> k(x).detach()  # exp(-1/2) off the diagonal
+        tensor([[1.0000, 0.6065],
+                [0.6065, 1.0000]], dtype=torch.float64)
+    """
 
     spec = "rbf"
 
@@ -393,7 +416,19 @@ class RBF(_Stationary):
 
 
 class Matern12(_Stationary):
-    """Matérn ν=1/2 (exponential): k(r) = exp(-r), r² = Σ_d (x_d-x'_d)²/ℓ_d², R&W eq. 4.18."""
+    """Matérn ν=1/2 (exponential): k(r) = exp(-r), r² = Σ_d (x_d-x'_d)²/ℓ_d², R&W eq. 4.18.
+
+    Args:
+        input_dim: D, the number of input features (required with ``ard=True``).
+        ard: one lengthscale per input feature (default) or one shared lengthscale.
+        lengthscale: initial ℓ (a float or a tensor broadcastable to batch_shape + (1, D)), in the units of the
+            inputs; default 1.
+        batch_shape: leading shape of independent kernels (e.g. (L,) for one kernel per output); default ().
+        dtype: dtype of the parameters; default float64.
+
+    See Also:
+        :func:`flowgp.make_kernel` (by name: "matern12"), :class:`flowgp.gp.kernels.Scale` (an amplitude).
+    """
 
     spec = "matern12"
 
@@ -402,7 +437,19 @@ class Matern12(_Stationary):
 
 
 class Matern32(_Stationary):
-    """Matérn ν=3/2: k(r) = (1 + √3 r) exp(-√3 r), r² = Σ_d (x_d-x'_d)²/ℓ_d², R&W eq. 4.17."""
+    """Matérn ν=3/2: k(r) = (1 + √3 r) exp(-√3 r), r² = Σ_d (x_d-x'_d)²/ℓ_d², R&W eq. 4.17.
+
+    Args:
+        input_dim: D, the number of input features (required with ``ard=True``).
+        ard: one lengthscale per input feature (default) or one shared lengthscale.
+        lengthscale: initial ℓ (a float or a tensor broadcastable to batch_shape + (1, D)), in the units of the
+            inputs; default 1.
+        batch_shape: leading shape of independent kernels (e.g. (L,) for one kernel per output); default ().
+        dtype: dtype of the parameters; default float64.
+
+    See Also:
+        :func:`flowgp.make_kernel` (by name: "matern32"), :class:`flowgp.gp.kernels.Scale` (an amplitude).
+    """
 
     spec = "matern32"
 
@@ -412,7 +459,19 @@ class Matern32(_Stationary):
 
 
 class Matern52(_Stationary):
-    """Matérn ν=5/2: k(r) = (1 + √5 r + 5r²/3) exp(-√5 r), r² = Σ_d (x_d-x'_d)²/ℓ_d², R&W eq. 4.17."""
+    """Matérn ν=5/2: k(r) = (1 + √5 r + 5r²/3) exp(-√5 r), r² = Σ_d (x_d-x'_d)²/ℓ_d², R&W eq. 4.17.
+
+    Args:
+        input_dim: D, the number of input features (required with ``ard=True``).
+        ard: one lengthscale per input feature (default) or one shared lengthscale.
+        lengthscale: initial ℓ (a float or a tensor broadcastable to batch_shape + (1, D)), in the units of the
+            inputs; default 1.
+        batch_shape: leading shape of independent kernels (e.g. (L,) for one kernel per output); default ().
+        dtype: dtype of the parameters; default float64.
+
+    See Also:
+        :func:`flowgp.make_kernel` (by name: "matern52"), :class:`flowgp.gp.kernels.Scale` (an amplitude).
+    """
 
     spec = "matern52"
 
@@ -426,6 +485,17 @@ class Periodic(_Stationary):
 
     Evaluated without an [N, M, D] tensor via 2 sin²(Δ/2) = 1 - cos u cos v - sin u sin v (u = 2πx/p),
     so the exponent is Σ_d w_d - [w cos u, w sin u]·[cos v, sin v] with w = 1/ℓ²: one matmul.
+
+    Args:
+        input_dim: D, the number of input features (required with ``ard=True``).
+        ard: one lengthscale and period per input feature (default) or one of each shared.
+        lengthscale: initial ℓ (float or tensor broadcastable to batch_shape + (1, D)); default 1.
+        period: initial period p, in the units of the inputs; default 1.
+        batch_shape: leading shape of independent kernels; default ().
+        dtype: dtype of the parameters; default float64.
+
+    See Also:
+        :func:`flowgp.make_kernel` (by name: "periodic", e.g. "periodic*rbf").
     """
 
     spec = "periodic"
@@ -487,7 +557,17 @@ class _VarianceKernel(Kernel):
 
 
 class Linear(_VarianceKernel):
-    """Linear (dot product): k(x,x') = σ² x·x', R&W eq. 4.28 with Σ_p = σ² I."""
+    """Linear (dot product): k(x,x') = σ² x·x', R&W eq. 4.28 with Σ_p = σ² I.
+
+    Args:
+        input_dim: D, the number of input features (None: any).
+        variance: initial σ²; default 1.
+        batch_shape: leading shape of independent kernels; default ().
+        dtype: dtype of the parameters; default float64.
+
+    See Also:
+        :func:`flowgp.make_kernel` (by name: "linear", e.g. "rbf+linear").
+    """
 
     spec = "linear"
     cross_matches_self = True
@@ -507,7 +587,17 @@ class Linear(_VarianceKernel):
 
 
 class White(_VarianceKernel):
-    """White noise: k(x,x') = σ² δ(x, x'), nonzero only on the diagonal of K(x, x) (x2=None) and in diag()."""
+    """White noise: k(x,x') = σ² δ(x, x'), nonzero only on the diagonal of K(x, x) (x2=None) and in diag().
+
+    Args:
+        input_dim: D, the number of input features (None: any).
+        variance: initial σ²; default 1.
+        batch_shape: leading shape of independent kernels; default ().
+        dtype: dtype of the parameters; default float64.
+
+    See Also:
+        :func:`flowgp.make_kernel` (by name: "white").
+    """
 
     spec = "white"
     cross_is_zero = True
@@ -537,7 +627,21 @@ def _common_input_dim(kernels: Iterable[Kernel]) -> int | None:
 
 
 class Scale(Kernel):
-    """Outputscale: k(x,x') = σ² k_base(x,x'); σ² has shape batch_shape + (1, 1)."""
+    """Outputscale: k(x,x') = σ² k_base(x,x'); σ² has shape batch_shape + (1, 1).
+
+    Args:
+        base: the Kernel to scale.
+        variance: initial σ² (float or tensor broadcastable to batch_shape + (1, 1)); default 1.
+        batch_shape: shape of σ²'s batch (None: the base kernel's).
+        dtype: dtype of σ² (None: that of the base kernel's parameters, else float64).
+
+    Examples:
+        >>> import torch
+        >>> from flowgp.gp.kernels import RBF, Scale
+        >>> k = Scale(RBF(input_dim=2), variance=3.0)
+        >>> k.diag(torch.zeros(4, 2, dtype=torch.float64)).detach()
+        tensor([3., 3., 3., 3.], dtype=torch.float64)
+    """
 
     variance = _positive_property("variance", "Outputscale σ², shape batch_shape + (1, 1).")
 
@@ -611,7 +715,14 @@ class _Combination(Kernel):
 
 
 class Sum(_Combination):
-    """Sum: k(x,x') = Σ_i k_i(x,x') (R&W §4.2.4); also ``k1 + k2``."""
+    """Sum: k(x,x') = Σ_i k_i(x,x') (R&W §4.2.4); also ``k1 + k2``.
+
+    Args:
+        *kernels: two or more Kernels (or one list of them); nested sums are flattened.
+
+    See Also:
+        :class:`flowgp.gp.kernels.Product`; :func:`flowgp.make_kernel` ("rbf+linear").
+    """
 
     @property
     def cross_is_zero(self) -> bool:
@@ -641,7 +752,14 @@ class Sum(_Combination):
 
 
 class Product(_Combination):
-    """Product: k(x,x') = Π_i k_i(x,x') (R&W §4.2.4); also ``k1 * k2``."""
+    """Product: k(x,x') = Π_i k_i(x,x') (R&W §4.2.4); also ``k1 * k2``.
+
+    Args:
+        *kernels: two or more Kernels (or one list of them); nested products are flattened.
+
+    See Also:
+        :class:`flowgp.gp.kernels.Sum`; :func:`flowgp.make_kernel` ("periodic*rbf").
+    """
 
     @staticmethod
     def _combine(a, b):
@@ -732,6 +850,15 @@ def make_kernel(
     lengthscales over ``input_dim`` features. Every additive term gets exactly one amplitude σ² =
     ``variance``: a term made only of stationary factors is wrapped in :class:`Scale`, while a term with
     a Linear or White factor uses that factor's own variance (avoiding unidentifiable duplicate scales).
+
+    Args:
+        name: the kernel's name; "+" adds and "*" multiplies terms (``*`` binds tighter).
+        input_dim: D, the number of input features (a positive int).
+        batch_shape: leading shape of independent kernels, e.g. (L,) for one kernel per output; default ().
+        lengthscale: initial lengthscale of every stationary factor; default 1.
+        variance: initial amplitude σ² of every additive term; default 1.
+        period: initial period of every periodic factor; default 1.
+        dtype: dtype of the parameters; default float64.
     """
     if not isinstance(name, str):
         raise TypeError(f"kernel name must be a string, got {type(name).__name__}")

@@ -38,6 +38,10 @@ class Likelihood(nn.Module):
     Optional pieces a subclass may add: `conditional_moments(f)` (E[y | f], Var[y | f]: enables the default
     predictive moments and quantiles), `cdf(y, f)` (P(Y <= y | f): enables predictive quantiles), closed
     forms of any expectation. `accepts_inputs` (False here) tells models whether to pass x.
+
+    See Also:
+        :class:`flowgp.GaussianLikelihood`, :class:`flowgp.gp.likelihoods.WarpedLikelihood`,
+        :class:`flowgp.gp.likelihoods.BernoulliLikelihood`.
     """
 
     #: whether the density depends on the inputs x (models pass x=, generator= only when True)
@@ -92,7 +96,21 @@ class Likelihood(nn.Module):
 
 
 class GaussianLikelihood(Likelihood):
-    """p(y | f) = N(y; f, σ²), σ² stored through a softplus with a floor (one noise per output)."""
+    """p(y | f) = N(y; f, σ²), σ² stored through a softplus with a floor (one noise per output).
+
+    Args:
+        noise: initial σ² of every output, in the units of the (standardised) targets; must exceed
+            `noise_floor`. Default 0.05 (TGP appendix B.6).
+        num_outputs: L, the number of outputs, each with its own σ².
+        noise_floor: lower bound of σ² (the softplus constraint's floor).
+        dtype: dtype of the parameter; default float64.
+        device: device of the parameter (None: torch's default).
+
+    Examples:
+        >>> from flowgp import GaussianLikelihood
+        >>> GaussianLikelihood(noise=0.1, num_outputs=2).noise.detach()
+        tensor([0.1000, 0.1000], dtype=torch.float64)
+    """
 
     def __init__(self, noise: float = DEFAULTS.noise, num_outputs: int = 1, noise_floor: float = 1e-6,
                  dtype: torch.dtype = torch.float64, device=None):
@@ -181,6 +199,9 @@ class BernoulliLikelihood(Likelihood):
 
     `f` and `y` broadcast element-wise (e.g. f [Q, N, 1], y [N, 1]). The ELL has no closed form and uses
     Gauss-Hermite quadrature (base class); the predictive p(y=1) = Φ(μ / sqrt(1 + σ²)) is exact.
+
+    See Also:
+        :class:`flowgp.SVGPClassifier`, :class:`flowgp.TGPClassifier` (binary targets use it).
     """
 
     def log_prob(self, y, f):
@@ -204,6 +225,12 @@ class SoftmaxLikelihood(Likelihood):
 
     `f` has shape [..., C] (classes last) and y [...] holds class indices; log_prob returns [...].
     Expectations under q(f) = Π_c N(μ_c, σ²_c) use reparameterised Monte Carlo (S samples, batched).
+
+    Args:
+        num_classes: C ≥ 2, the number of classes (one latent GP each).
+
+    See Also:
+        :class:`flowgp.gp.likelihoods.RobustMaxLikelihood`; :class:`flowgp.SVGPClassifier` (``likelihood=``).
     """
 
     def __init__(self, num_classes: int):
@@ -242,6 +269,13 @@ class RobustMaxLikelihood(Likelihood):
     With independent q(f_c) = N(μ_c, σ²_c), P(argmax f = y) = ∫ N(t; μ_y, σ²_y) Π_{c≠y} Φ((t - μ_c)/σ_c) dt,
     a one-dimensional integral done by Gauss-Hermite quadrature; then
     E[log p(y | f)] = P·log(1 - ε) + (1 - P)·log(ε / (C - 1)). `f` has shape [..., C], y [...].
+
+    Args:
+        num_classes: C ≥ 2, the number of classes (one latent GP each).
+        epsilon: ε in (0, 1 - 1/C), the probability mass given to the other classes; default 1e-3.
+
+    See Also:
+        :class:`flowgp.gp.likelihoods.SoftmaxLikelihood`; :class:`flowgp.SVGPClassifier` (``likelihood=``).
     """
 
     def __init__(self, num_classes: int, epsilon: float = 1e-3):
@@ -350,6 +384,9 @@ class WarpedLikelihood(Likelihood):
     flows) and `sampling` (an object with `num_samples` and `stochastic`, e.g. flowgp.flows.WeightSampling,
     or a (num_samples, stochastic) pair; None: the defaults above) and `generator` (the torch.Generator of
     the W draws when `sampling` does not carry one).
+
+    See Also:
+        :class:`flowgp.TGP` (the model that uses it), :func:`flowgp.make_flow` (the flows).
     """
 
     accepts_inputs = True

@@ -481,6 +481,9 @@ class SparseVariationalGP(WhitenedGaussian):
         learn_inducing: whether Z is trained.
         jitter: diagonal jitter for K_ZZ (None: dtype default), grown on Cholesky failure; the grown level
             is kept in `jitter_memory` (later factorisations start there; one warning per fit).
+
+    See Also:
+        :class:`flowgp.SVGP` (the model built on it), :class:`flowgp.models.GPLayer` (a deep GP's layer).
     """
 
     def __init__(

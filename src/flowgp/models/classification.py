@@ -72,6 +72,9 @@ class TGPClassification(TrainsItsBound, nn.Module):
             each of its `mc_samples` latent draws with one W draw).
         mc_samples_predict: draws of W in binary predictions (softmax: `predict_samples` paired draws).
         mean_function, q_var_init, learn_inducing, jitter: passed to SparseVariationalGP.
+
+    See Also:
+        :class:`flowgp.TGPClassifier`, :class:`flowgp.SVGPClassifier` (its estimators).
     """
 
     def __init__(

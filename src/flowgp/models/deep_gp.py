@@ -133,6 +133,9 @@ class GPLayer(nn.Module):
             (e.g. the convolutional skip `ConvSkip` of image layers).
         shared_kernel: one set of kernel hyperparameters for all D_out GPs (kernel batch shape ()), so K_ZX is
             computed once per layer instead of D_out times: what makes image-wide layers (D_out = C·H·W) cheap.
+
+    See Also:
+        :class:`flowgp.models.DeepGP`, :func:`flowgp.models.build_deep_gp`.
     """
 
     def __init__(
@@ -360,6 +363,17 @@ class DeepGP(TrainsItsBound, nn.Module):
             None: every row. Evaluation without gradients always uses every row.
         quadrature_points: Gauss-Hermite points for non-Gaussian likelihood expectations.
         predict_quadrature_points: points for predictive densities under non-Gaussian likelihoods.
+
+    See Also:
+        :func:`flowgp.models.build_deep_gp` (built and initialised), :class:`flowgp.DeepGPRegressor`.
+
+    Examples:
+        >>> import torch
+        >>> from flowgp.models import build_deep_gp
+        >>> x = torch.randn(40, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+        >>> model = build_deep_gp(x, y_dim=1, num_layers=2, num_inducing=8)
+        >>> len(model.layers)
+        2
     """
 
     def __init__(
@@ -924,6 +938,20 @@ def build_deep_gp(
     Randomness (the flow posterior's networks) comes from `generator` (a CPU generator), by default
     `torch.Generator().manual_seed(seed)`; torch's and NumPy's global RNGs are never touched. The model is
     built in x's dtype and moved to `dtype` / `device` at the end (default: x's).
+
+    Args:
+        x, y_dim, num_layers, num_inducing: training inputs [N, D], outputs of the last layer, layers L, M.
+        kernel, lengthscale, variance, period: every layer's kernel name and initial hyperparameters.
+        hidden_width, white_variance, skip, image_shape: the hidden layers, as above (White's variance).
+        likelihood: the last layer's likelihood (None: GaussianLikelihood(num_outputs=y_dim)).
+        posterior, flow_base, draws, base_gradient, flow_elementwise, generator, dtype, device: as above.
+        q_var_init, num_samples: initial whitened S = value·I; samples per point in each training bound.
+        kmeans_restarts, seed, inducing_points, learn_inducing: Z from k-means (or given), trained or not.
+        flow_steps, flow_nonlinear: flow posteriors' steps, each with a sinh-arcsinh step when nonlinear.
+        quadrature_points, predict_quadrature_points, flow_rows: as in :class:`flowgp.models.DeepGP`.
+
+    See Also:
+        :class:`flowgp.models.DeepGP` (an example), :class:`flowgp.DeepGPRegressor` (which calls it).
     """
     x = as_inputs(x)
     num_layers = _positive_int(num_layers, "num_layers")

@@ -28,11 +28,16 @@ class GSP(SVGP):
     """Gaussian-posterior sparse model over a flow-transformed GP prior (appendix A.5.1); one output.
 
     Args (beyond SVGP's):
+        kernel, inducing_points: as in :class:`flowgp.SVGP`.
         flow: prior flow G (Flow or spec string); it must map the real line onto the real line, because
             Gaussian posterior draws are pushed through G⁻¹ (paper §4.2).
         mc_samples: joint draws (u_K, f_K) per ELBO evaluation.
         conditional_jitter: added to the diagonal of C = K_XX - Q_XX before its Cholesky.
         max_points: refuse data sets larger than this (the ELBO costs O(N³) time and O(N²) memory).
+        *args, **kw: SVGP's other arguments.
+
+    See Also:
+        :class:`flowgp.TGP` (the same prior with the TGP's posterior).
     """
 
     def __init__(self, kernel, inducing_points, flow: Flow | str = "sal", *args, mc_samples: int = 10,

@@ -29,6 +29,9 @@ class NonMarginalFlow(nn.Module):
     cond_mean [S, N, L] = E[f₀,n | u₀] (the per-point summary of u₀ the GP conditional provides) and the
     inputs x [N, D]; it returns f_K [S, N, L]. The map on u₀ itself is left implicit because appendix
     eq. 16 discards u_K.
+
+    See Also:
+        :class:`flowgp.models.NonMarginalTGP`, :class:`flowgp.models.InducingModulatedFlow`.
     """
 
     def forward(self, f, u, cond_mean, x=None):
@@ -39,7 +42,15 @@ class NonMarginalFlow(nn.Module):
 
 
 class MarginalFlowAdapter(NonMarginalFlow):
-    """A marginal flow seen as a non-marginal one that ignores u₀ (for checks against the analytic TGP)."""
+    """A marginal flow seen as a non-marginal one that ignores u₀ (for checks against the analytic TGP).
+
+    Args:
+        flow: a Flow or spec string (on the real line).
+        num_outputs: L, the flow's parameters get shape (L,) when built from a spec string.
+
+    See Also:
+        :class:`flowgp.models.NonMarginalTGP`.
+    """
 
     def __init__(self, flow: Flow | str, num_outputs: int = 1):
         super().__init__()
@@ -62,6 +73,15 @@ class InducingModulatedFlow(NonMarginalFlow):
     interpolant μ_n(u₀), followed by a marginal flow H (e.g. "sal"). Strictly increasing in f₀,n for
     fixed u₀ (scale exp(·) > 0), with inverse H⁻¹ then the affine inverse. With gains a = b = 0 it is
     exactly the marginal flow H (the reduction the tests check). Gains are per output, shape [L].
+
+    Args:
+        base: the marginal flow H, a Flow or spec string defined on all reals.
+        num_outputs: L.
+        shift_gain: initial a (every output).
+        log_scale_gain: initial b (every output).
+
+    See Also:
+        :class:`flowgp.models.NonMarginalTGP`.
     """
 
     def __init__(self, base: Flow | str = "identity", num_outputs: int = 1, shift_gain: float = 0.0,
@@ -95,9 +115,14 @@ class NonMarginalTGP(SVGP):
     """Sparse GP prior warped by a non-marginal flow G(f₀,n ; u₀), trained by the MC ELBO of appendix A.2.6.
 
     Args (beyond SVGP's):
+        kernel, inducing_points: as in :class:`flowgp.SVGP`.
         flow: a NonMarginalFlow; a marginal Flow or spec string is wrapped in MarginalFlowAdapter.
         mc_samples: S joint draws (u₀, f₀,n) per ELBO evaluation.
         predict_samples: draws of u₀ for predictions; each is integrated over f₀,n | u₀ by quadrature.
+        *args, **kw: SVGP's other arguments.
+
+    See Also:
+        :class:`flowgp.models.InducingModulatedFlow`, :class:`flowgp.models.MarginalFlowAdapter`.
     """
 
     def __init__(self, kernel, inducing_points, flow: NonMarginalFlow | Flow | str = "identity", *args,

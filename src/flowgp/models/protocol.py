@@ -27,7 +27,11 @@ __all__ = ["TrainableModel", "TrainsItsBound"]
 
 @runtime_checkable
 class TrainableModel(Protocol):
-    """A model `flowgp.training.loop.train` fits with its default objective (see the module doc)."""
+    """A model `flowgp.training.loop.train` fits with its default objective (see the module doc).
+
+    See Also:
+        :func:`flowgp.training.train`, :class:`flowgp.models.TrainsItsBound`.
+    """
 
     def elbo(self, x: torch.Tensor, y: torch.Tensor, *, num_data: Optional[int] = None,
              generator: Optional[torch.Generator] = None, batch_rows: Optional[tuple[int, int]] = None,
@@ -45,7 +49,11 @@ class TrainableModel(Protocol):
 
 
 class TrainsItsBound:
-    """Mixin for a model whose training objective is its bound: `training_objective` is `elbo`."""
+    """Mixin for a model whose training objective is its bound: `training_objective` is `elbo`.
+
+    See Also:
+        :class:`flowgp.models.TrainableModel`.
+    """
 
     def training_objective(self, x: torch.Tensor, y: torch.Tensor, *, num_data: Optional[int] = None,
                            generator: Optional[torch.Generator] = None,

@@ -31,6 +31,22 @@ class SVGP(TrainsItsBound, nn.Module):
         mean_function, q_var_init, learn_inducing, jitter: passed to SparseVariationalGP.
         quadrature_points: Gauss-Hermite points for non-closed-form expectations in training.
         predict_quadrature_points: points for predictive densities/moments (appendix A.4 uses ~100).
+
+    See Also:
+        :class:`flowgp.TGP` (the flow-warped model), :class:`flowgp.SVGPRegressor` (its estimator),
+        :func:`flowgp.training.train` (fitting it).
+
+    Examples:
+        >>> import torch
+        >>> from flowgp import SVGP, make_kernel
+        >>> x = torch.linspace(-3, 3, 50, dtype=torch.float64)[:, None]
+        >>> model = SVGP(make_kernel("rbf", input_dim=1), inducing_points=x[::5].clone())
+        >>> float(model.elbo(x, torch.sin(x)).detach()) < 0
+        True
+        >>> from flowgp.training import train
+        >>> history = train(model, x, torch.sin(x), epochs=50, verbose=False)
+        >>> len(history), history[-1] < history[0]
+        (50, True)
     """
 
     def __init__(

@@ -36,6 +36,7 @@ class TGP(SVGP):
     Equivalent to `SVGP(kernel, z, WarpedLikelihood(flow, likelihood, ...), ...)`.
 
     Args (beyond SVGP's):
+        kernel, inducing_points: as in :class:`flowgp.SVGP`.
         flow: a Flow or a spec string such as "sal+softplus"; its domain must be the real line.
         likelihood: the base likelihood p(y | f_K) (default GaussianLikelihood(num_outputs=L)).
         closed_form_affine: when G is affine, use the exact Gaussian expectations instead of quadrature
@@ -43,6 +44,19 @@ class TGP(SVGP):
         mc_samples_train: S, draws of W per ELBO evaluation in training for input-dependent flows (default 1).
         mc_samples_predict: S for predictions and evaluation (default 100; appendix eq. 20). Networks in
             "point" mode (PE-TGP) predict with one deterministic pass instead.
+        *args, **kw: SVGP's other arguments (num_outputs, mean_function, q_var_init, learn_inducing, jitter,
+            quadrature_points, predict_quadrature_points).
+
+    See Also:
+        :class:`flowgp.TGPRegressor` (its estimator), :func:`flowgp.make_flow`.
+
+    Examples:
+        >>> import torch
+        >>> from flowgp import TGP, make_kernel
+        >>> x = torch.linspace(-3, 3, 50, dtype=torch.float64)[:, None]
+        >>> model = TGP(make_kernel("rbf", input_dim=1), x[::5].clone(), flow="sal")
+        >>> model.flow.spec
+        'sal'
     """
 
     def __init__(self, kernel, inducing_points, flow: Flow | str = "identity", likelihood: Likelihood | None = None,

@@ -21,7 +21,14 @@ __all__ = ["WarpedGP"]
 class WarpedGP(SVGP):
     """SVGP with Gaussian likelihood on the warped targets T(y) (Snelson et al. 2003, sparsified).
 
-    Args (beyond SVGP's): flow T as a Flow or spec string; y must lie in T's domain (e.g. y > 0 for "log").
+    Args:
+        kernel, inducing_points: as in :class:`flowgp.SVGP`.
+        flow: the warping T, a Flow or spec string onto the real line; y must lie in T's domain (e.g. y > 0
+            for "log").
+        *args, **kw: SVGP's other arguments (likelihood, which must be a GaussianLikelihood, num_outputs, ...).
+
+    See Also:
+        :class:`flowgp.WarpedGPRegressor` (its estimator), :class:`flowgp.TGP`.
     """
 
     def __init__(self, kernel, inducing_points, flow: Flow | str = "identity", *args, **kw):

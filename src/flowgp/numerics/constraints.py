@@ -22,6 +22,14 @@ def softplus_positive(raw: torch.Tensor, lower=0.0, floor: float | None = None) 
 
     `lower` is a number or a tensor of bounds broadcasting against raw. No Python branch depends on a tensor's
     value, so a compiled step traces it once.
+
+    Args:
+        raw: the unconstrained tensor.
+        lower: the lower bound (a number or a tensor broadcasting against raw).
+        floor: a minimum applied after the softplus (None: none).
+
+    See Also:
+        :class:`flowgp.numerics.constraints.Positive`.
     """
     value = F.softplus(raw) + lower
     return value if floor is None else value.clamp_min(floor)
@@ -30,14 +38,36 @@ def softplus_positive(raw: torch.Tensor, lower=0.0, floor: float | None = None) 
 def inv_softplus(y):
     """Inverse of softplus, stable for large and tiny y: log(exp(y) - 1) = y + log(-expm1(-y)).
 
-    A Python number gives a Python float (computed in double precision), a tensor a tensor of its dtype."""
+    A Python number gives a Python float (computed in double precision), a tensor a tensor of its dtype.
+
+    Args:
+        y: positive values: a Python number or a tensor.
+
+    Examples:
+        >>> import math
+        >>> from flowgp.numerics.constraints import inv_softplus
+        >>> round(math.log1p(math.exp(inv_softplus(2.0))), 12)
+        2.0
+    """
     if isinstance(y, (int, float)):
         return y + math.log(-math.expm1(-y))
     return y + torch.log(-torch.expm1(-y))
 
 
 class Positive:
-    """x = lower + softplus(raw) (`softplus_positive`); `inverse` maps a constrained value back to its raw storage."""
+    """x = lower + softplus(raw) (`softplus_positive`); `inverse` maps a constrained value back to its raw storage.
+
+    Args:
+        lower: the lower bound of the constrained value; default 0.
+
+    Examples:
+        >>> import torch
+        >>> from flowgp.numerics.constraints import Positive
+        >>> c = Positive(lower=1e-6)
+        >>> x = torch.tensor([0.5, 2.0], dtype=torch.float64)
+        >>> torch.allclose(c(c.inverse(x)), x)
+        True
+    """
 
     name = "softplus"
 

@@ -38,7 +38,17 @@ __all__ = ["World", "current_world", "init_from_env", "shutdown", "local_slice",
 
 @dataclass(frozen=True)
 class World:
-    """The ranks a training run is split over: this process's `rank` in [0, size)."""
+    """The ranks a training run is split over: this process's `rank` in [0, size).
+
+    Args:
+        rank: this process's rank.
+        size: the number of processes.
+
+    Examples:
+        >>> from flowgp.training.distributed import World, local_slice
+        >>> local_slice(10, World(rank=1, size=3))  # rows 3, 4, 5 of a batch of 10
+        slice(3, 6, None)
+    """
 
     rank: int = 0
     size: int = 1
@@ -54,7 +64,11 @@ class World:
 
 
 def current_world() -> World:
-    """The default process group's rank and size, or World(0, 1) when torch.distributed is not initialised."""
+    """The default process group's rank and size, or World(0, 1) when torch.distributed is not initialised.
+
+    See Also:
+        :func:`flowgp.training.train` (``world=``), :func:`flowgp.training.distributed.launch`.
+    """
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return World(torch.distributed.get_rank(), torch.distributed.get_world_size())
     return World()
@@ -65,6 +79,12 @@ def init_from_env(device="cpu") -> World:
 
     Does nothing (returns World(0, 1)) when WORLD_SIZE is unset or 1; returns the current world when a group
     is already initialised. The backend is NCCL for a CUDA `device` (each rank on cuda:LOCAL_RANK), else gloo.
+
+    Args:
+        device: the training device ("cpu", "cuda", a torch.device): it picks the backend.
+
+    See Also:
+        :func:`flowgp.training.train` (``world=``), :func:`flowgp.training.distributed.launch`.
     """
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return current_world()
@@ -81,21 +101,41 @@ def init_from_env(device="cpu") -> World:
 
 
 def shutdown() -> None:
-    """Leave the process group (when one is initialised)."""
+    """Leave the process group (when one is initialised).
+
+    See Also:
+        :func:`flowgp.training.train` (``world=``), :func:`flowgp.training.distributed.launch`.
+    """
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
 
 
 def local_slice(global_rows: int, world: World) -> slice:
     """The positions [lo, hi) of a global batch of `global_rows` rows that `world.rank` evaluates: contiguous
-    near-equal parts, lo = ⌊rB/W⌋, so that the parts are the same whatever order the ranks run in."""
+    near-equal parts, lo = ⌊rB/W⌋, so that the parts are the same whatever order the ranks run in.
+
+    Args:
+        global_rows: B, the rows of the global batch.
+        world: the World.
+
+    See Also:
+        :class:`flowgp.training.distributed.World` (an example).
+    """
     lo = global_rows * world.rank // world.size
     hi = global_rows * (world.rank + 1) // world.size
     return slice(lo, hi)
 
 
 def all_reduce_sum(value: torch.Tensor, world: World) -> torch.Tensor:
-    """Σ over ranks of a tensor (a copy; the input is unchanged). Identity for a single process."""
+    """Σ over ranks of a tensor (a copy; the input is unchanged). Identity for a single process.
+
+    Args:
+        value: a tensor.
+        world: the World.
+
+    See Also:
+        :func:`flowgp.training.train` (``world=``), :func:`flowgp.training.distributed.launch`.
+    """
     if not world.distributed:
         return value
     out = value.detach().clone()
@@ -114,6 +154,14 @@ def all_reduce_gradients(params: Sequence[torch.Tensor], world: World,
     gradient is None on every rank keeps None (optimisers skip it, as in one process); one with a gradient on
     some ranks only (a rank with no rows in the batch) gets the sum, zeros standing in for the missing ones.
     Returns the summed loss (float64), or None when no `loss` was given; one process: the loss unchanged.
+
+    Args:
+        params: the parameters whose gradients are summed (in place).
+        world: the World.
+        loss: a scalar loss summed with them, or None.
+
+    See Also:
+        :func:`flowgp.training.train` (``world=``), :func:`flowgp.training.distributed.launch`.
     """
     if not world.distributed or not params:
         return None if loss is None else loss.detach().to(torch.float64)
@@ -135,7 +183,16 @@ def all_reduce_gradients(params: Sequence[torch.Tensor], world: World,
 
 @torch.no_grad()
 def broadcast_module(module: torch.nn.Module, world: World, src: int = 0) -> None:
-    """Copy rank `src`'s parameters and buffers to every rank (the start of a data-parallel run)."""
+    """Copy rank `src`'s parameters and buffers to every rank (the start of a data-parallel run).
+
+    Args:
+        module: the module to synchronise (in place).
+        world: the World.
+        src: the rank whose values are copied.
+
+    See Also:
+        :func:`flowgp.training.train` (``world=``), :func:`flowgp.training.distributed.launch`.
+    """
     if not world.distributed:
         return
     for t in list(module.parameters()) + list(module.buffers()):
@@ -143,7 +200,14 @@ def broadcast_module(module: torch.nn.Module, world: World, src: int = 0) -> Non
 
 
 def barrier(world: World) -> None:
-    """Wait for every rank (no-op for a single process)."""
+    """Wait for every rank (no-op for a single process).
+
+    Args:
+        world: the World.
+
+    See Also:
+        :func:`flowgp.training.train` (``world=``), :func:`flowgp.training.distributed.launch`.
+    """
     if world.distributed:
         torch.distributed.barrier()
 
@@ -160,7 +224,16 @@ def launch(args: Sequence[str], nproc: int, module: str = "flowgp") -> int:
     """Run `python -m <module> <args>` in `nproc` worker processes on this machine with torch's elastic
     launcher (what `torchrun --standalone --nproc-per-node nproc -m <module> <args>` does); returns 0 when every
     worker succeeded, 1 otherwise (the workers' own errors are on stderr); a Ctrl-C, which the launcher passes on
-    to the workers, is a KeyboardInterrupt once they have stopped."""
+    to the workers, is a KeyboardInterrupt once they have stopped.
+
+    Args:
+        args: the command line after the module name, e.g. ["fit", "data.csv", ...].
+        nproc: the number of worker processes.
+        module: the module run with ``python -m`` (default "flowgp", the command line).
+
+    See Also:
+        :func:`flowgp.training.distributed.init_from_env` (what each worker calls).
+    """
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch

@@ -18,6 +18,15 @@ class EarlyStop:
     After every `window` entries the run stops when the best (lowest) entry improved by at most
     rel_tol·(|best| + 1e-8) over the window (window=None: no plateau test); it also stops as soon as an entry
     is <= `abs_tol` (when given). Skipped steps (nonfinite="backoff") add no entry.
+
+    Args:
+        window: entries per plateau test (None: no plateau test).
+        rel_tol: the relative improvement over a window below which the run stops.
+        abs_tol: stop as soon as an entry is at most this (None: never).
+
+    Examples:
+        >>> from flowgp.training import EarlyStop, train
+        >>> stop = EarlyStop(window=50, rel_tol=1e-4)  # then train(model, x, y, early_stop=stop)
     """
 
     window: Optional[int] = 100
@@ -36,6 +45,9 @@ class BestParameters:
     """The lowest loss seen at an evaluated point and the trainable parameters there (`train(keep_best=...)`).
 
     Pass the same object to several `train` calls to keep the best point across them (e.g. L-BFGS then Adam).
+
+    See Also:
+        :func:`flowgp.training.train` (``keep_best=``).
     """
 
     def __init__(self):

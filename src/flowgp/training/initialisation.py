@@ -121,6 +121,19 @@ def init_identity(flow: Flow, low: float = -3.0, high: float = 3.0, num_points: 
     Stops early once the MSE stalls. For a flow on the positive half-line the grid starts at
     high/num_points instead of low ≤ 0. With param_shape (L,) every output is fitted. Returns the
     final MSE.
+
+    Args:
+        flow: the Flow to initialise (in place).
+        low, high: the grid's interval.
+        num_points: N, points of the grid.
+        steps: the most Adam steps.
+        lr: Adam's step size.
+
+    Examples:
+        >>> from flowgp import make_flow
+        >>> from flowgp.training.initialisation import init_identity
+        >>> init_identity(make_flow("sal")) < 1e-12  # SAL holds the identity exactly
+        True
     """
     _check_flow(flow)
     if not high > low:
@@ -185,6 +198,16 @@ def init_from_data(flow: Flow, y, steps: int = 2000, lr: float = 0.01, direction
     quantiles (no inverse needed) and is kept only if it helps; then L-BFGS, with guarded Adam
     (`steps`, `lr`) as fallback when L-BFGS stalls or leaves the region where the loss is defined.
     Returns the final mean negative log-likelihood.
+
+    Args:
+        flow: the Flow to initialise (in place).
+        y: the samples, [N] or [N, L] (a tensor or array).
+        steps: the most steps of the guarded Adam fallback.
+        lr: its step size.
+        direction: "generative" (default) or "normalizing", as above.
+
+    See Also:
+        :class:`flowgp.TGPRegressor` (``flow_init="data"``).
     """
     _check_flow(flow)
     if direction not in ("generative", "normalizing"):
@@ -263,7 +286,16 @@ def _quantile_warm_start(flow: Flow, y: Tensor, direction: str, steps: int, lr: 
 
 
 def init_random(flow: Flow, std: float = 0.5, generator: Optional[torch.Generator] = None) -> Flow:
-    """Perturb every raw parameter by N(0, std²) noise (the paper's random initialisation); returns flow."""
+    """Perturb every raw parameter by N(0, std²) noise (the paper's random initialisation); returns flow.
+
+    Args:
+        flow: the Flow to perturb (in place).
+        std: the standard deviation of the noise on the raw parameters.
+        generator: the torch.Generator of the noise (None: torch's global generator).
+
+    See Also:
+        :class:`flowgp.TGPRegressor` (``flow_init="random"``).
+    """
     _check_flow(flow)
     if not std >= 0:
         raise ValueError(f"std must be non-negative, got {std}")
@@ -287,6 +319,18 @@ def init_input_dependent(flow: Flow, x: Tensor, epochs: int = 100, batch_size: i
 
     `generator` orders the rows every epoch and, when the network takes one, draws its dropout masks / weights
     (default: a new generator seeded with 0).
+
+    Args:
+        flow: a flow with input-dependent stages (`flowgp.flows.make_input_dependent`).
+        x: the inputs [N, D] the networks read.
+        epochs: the most passes over x.
+        batch_size: rows per step.
+        lr: Adam's step size.
+        generator: as above.
+        tol: the mean squared error at which the fit stops.
+
+    See Also:
+        :class:`flowgp.flows.InputDependentFlow`.
     """
     stages = input_dependent_flows(flow)
     if not stages:
@@ -362,6 +406,18 @@ def init_affine(flow: Flow, shift: float = 0.0, scale: float = 1.0, low: float =
     targets were shifted and scaled differently: the flow starts at `init_identity`'s point; a flow whose
     other stages are then at the identity and which ends in an affine stage (SAL) takes β, α there exactly;
     any other flow is fitted by L-BFGS (then guarded Adam) on the grid. Returns the final mean squared error.
+
+    Args:
+        flow: the Flow to initialise (in place).
+        shift: β.
+        scale: α > 0.
+        low, high: the interval of the fit.
+        num_points: points of the grid.
+        steps: the most Adam steps of the fallback.
+        lr: Adam's step size.
+
+    See Also:
+        :func:`flowgp.training.initialisation.init_identity`, :func:`flowgp.training.initialisation.warm_start_from_svgp`.
     """
     _check_flow(flow)
     if not scale > 0:
@@ -401,6 +457,15 @@ def warm_start_from_svgp(model: nn.Module, svgp: nn.Module, shift: float = 0.0, 
     per point) wherever G is exactly affine. For a v-WGP (warping T of the targets) T is set to
     (t' - β)/α, so that T(t') = t, and the noise is σ². Returns the mean squared error of the flow's fit on
     the interval (0.0 when exact).
+
+    Args:
+        model: the TGP or WarpedGP to start (changed in place).
+        svgp: the fitted SVGP.
+        shift, scale: β and α as above.
+        low, high: the interval on which G is fitted to β + α·f.
+
+    See Also:
+        :class:`flowgp.estimators.RobustFit` (``warm_start``).
     """
     from ..gp.likelihoods import GaussianLikelihood, WarpedLikelihood
 

@@ -61,7 +61,16 @@ __all__ = ["train", "default_optimizer", "EarlyStop", "BestParameters", "step_lr
 
 def step_lr(step_size: int, gamma: float):
     """Schedule factory for `train(schedule=...)`: multiply every step size by `gamma` every `step_size` steps
-    (torch.optim.lr_scheduler.StepLR; the DGP-IWVI supplement E.2 uses 0.98 every 1000 iterations)."""
+    (torch.optim.lr_scheduler.StepLR; the DGP-IWVI supplement E.2 uses 0.98 every 1000 iterations).
+
+    Args:
+        step_size: steps between two reductions.
+        gamma: the factor of each reduction.
+
+    Examples:
+        >>> from flowgp.training import step_lr
+        >>> schedule = step_lr(1000, 0.98)  # then train(model, x, y, schedule=schedule)
+    """
     if isinstance(step_size, bool) or int(step_size) != step_size or step_size < 1:
         raise ValueError(f"step_size must be a positive integer, got {step_size!r}")
     if not gamma > 0:
@@ -117,13 +126,13 @@ def train(
     Args:
         model: a flowgp.models.protocol.TrainableModel (its training_objective is called with num_data,
             generator, batch_rows, indices and the sampler's extra arrays by keyword), or any module with `loss=`.
-        x, y: data tensors (wrapped in ArrayBatches(x, y, batch_size, seed=seed)), or x a sampler from
-            flowgp.training.batches (then y and batch_size must be None).
-        epochs: the budget in passes over the data, unless `steps` is given: then the budget is `steps` steps.
+        x, y, batch_size: data tensors (wrapped in ArrayBatches(x, y, batch_size, seed=seed); batch_size None: the
+            full batch), or x a sampler from flowgp.training.batches (then y and batch_size must be None).
+        epochs, steps: the budget in passes over the data, or in optimiser steps when `steps` is given.
         lr: step size of the default optimiser (Adam) or of an optimiser class.
         fix_noise_fraction: the likelihood noise is frozen for this fraction of the steps (TGP appendix B.5).
         seed: seeds the sampler's generator (seed) and the model's Monte Carlo generator (seed + 1).
-        checkpoint_path: resume from this file when it exists, write it every `checkpoint_every` epochs (or
+        checkpoint_path, checkpoint_every: resume from this file when it exists, write it every `checkpoint_every` epochs (or
             steps) and at the end. A checkpoint written with another data size, batch size, budget or
             optimiser set is refused (ValueError naming the difference), except as `extend_budget` allows;
             so is one written by another run (`flowgp.training.checkpoint.FingerprintMismatch`, a ValueError naming
@@ -173,6 +182,9 @@ def train(
     Returns:
         The history: with the default objective the mean negative ELBO per data point (mean over the epoch's
         steps divided by N), with `loss` the loss itself; one entry per epoch, or per step with `steps`.
+
+    See Also:
+        :class:`flowgp.SVGP` (an example), :class:`flowgp.training.EarlyStop`, :func:`flowgp.training.step_lr`.
     """
     config = RunConfig.from_arguments(
         x, y, epochs, batch_size, lr, fix_noise_fraction, seed, verbose, checkpoint_path, checkpoint_every, desc,

@@ -60,6 +60,15 @@ def natural_gradient_step(q_mu: Tensor, q_sqrt: Tensor, grad_mu: Tensor, grad_sq
     """One natural-gradient step of size `lr` on (m, R) from the loss gradients; returns (m_new, R_new, γ used).
 
     γ used is 0.0 (and m, R are returned unchanged) when no halving of `lr` keeps the precision positive definite.
+
+    Args:
+        q_mu: m, the whitened means [L, M].
+        q_sqrt: R [L, M, M], the lower-triangular factors of the covariances S = RRᵀ.
+        grad_mu, grad_sqrt: the gradients of the loss -ℒ with respect to m and R.
+        lr: γ, the step size on the natural parameters.
+
+    See Also:
+        :class:`flowgp.training.natural_gradients.NaturalGradient` (the optimiser that applies it).
     """
     m = q_mu
     r = q_sqrt.tril()
@@ -99,6 +108,9 @@ class NaturalGradient(torch.optim.Optimizer):
 
     Use it next to another optimiser that excludes these parameters (flowgp.training.loop.train does that with
     `natural_gradient=`); call `step()` after `loss.backward()`. Parameters without a gradient are left alone.
+
+    See Also:
+        :func:`flowgp.training.train` (``natural_gradient=``), :func:`flowgp.training.natural_gradients.natural_gradient_step`.
     """
 
     def __init__(self, params, lr: float = 0.1):

@@ -27,6 +27,13 @@ def default_optimizer(params, lr: float) -> torch.optim.Optimizer:
     Same update rule as the single-tensor `torch.optim.Adam` (equal to rounding); one kernel for all
     parameters instead of about ten per parameter, which matters at small M, where the whole step costs a
     few hundred microseconds and the per-parameter update was a fifth of it.
+
+    Args:
+        params: the parameters (or parameter groups) to optimise.
+        lr: Adam's step size.
+
+    See Also:
+        :func:`flowgp.training.train` (``optimizer=None`` uses it).
     """
     params = list(params)
     try:

@@ -52,7 +52,19 @@ _INDUCING_LS = Positive(lower=1e-6)  # smoothing lengthscales of the latent indu
 
 
 class Posterior(NamedTuple):
-    """Kernel-space q(u) of G inducing sets (`InducingSet.bound_posterior`), each batched over G."""
+    """Kernel-space q(u) of G inducing sets (`InducingSet.bound_posterior`), each batched over G.
+
+    Args:
+        alpha: [G, M], α = K⁻¹ m_u.
+        cov: [G, M, M], C = K⁻¹ S_u K⁻¹.
+        delta: [G, M, M], Δ = C - K⁻¹.
+        weight: [G, M, M], W = ααᵀ + C - K⁻¹.
+        kl: [], Σ_g KL[q(u_g) || p(u_g)] (None: counted in another layer's entry).
+        chol: [G, M, M], L with K_uu = LLᵀ (not differentiable).
+
+    See Also:
+        :class:`flowgp.models.amogp.InducingSet`.
+    """
     alpha: torch.Tensor  # [G, M]     α = K⁻¹ m_u
     cov: torch.Tensor  # [G, M, M]    C = K⁻¹ S_u K⁻¹
     delta: torch.Tensor  # [G, M, M]  Δ = C - K⁻¹
@@ -137,6 +149,14 @@ class InducingSet(WhitenedGaussian):
     q(v_g) = N(m_g, R_g R_gᵀ) of `flowgp.gp.variational.WhitenedGaussian` (KL[q(u) || p(u)] = KL[q(v) || N(0, I)]).
 
     The Ψ-statistics bound works in kernel space, so `posterior(K_uu)` also gives α = K⁻¹m_u, C = K⁻¹S_uK⁻¹, K⁻¹.
+
+    Args:
+        z: initial inducing inputs [G, M, Dx] (trained).
+        q_var_init: initial whitened S = q_var_init·I.
+        jitter: K_uu's diagonal jitter (None: the dtype default of robust_cholesky).
+
+    See Also:
+        :class:`flowgp.models.amogp.Posterior`, :class:`flowgp.models.amogp.AMOGP`.
     """
 
     def __init__(self, z: torch.Tensor, q_var_init: float, jitter: float | None = None):
@@ -293,17 +313,19 @@ class AMOGP(TrainsItsBound, nn.Module):
         z_latent: [D, M_f] initial inducing inputs of the CP layer, one set per output.
         z_warping: [D, M_g] initial inducing inputs of the warping GPs (ignored if warping=False).
         latent_processes: R white-noise latents of the CP layer.
-        alignment / warping: False fixes that layer to the identity (no GP, no noise): both False is the
+        alignment, warping: False fixes that layer to the identity (no GP, no noise): both False is the
             MO-GP (a sparse GP with the CP kernel), warping=False alone the aligned-only ablation.
         lengthscale, variance: initial CP auto-covariance lengthscale and variance per output.
-        alignment_variance/lengthscale, warping_variance/lengthscale: initial SE hyperparameters.
-        noise: σ²_y init; alignment_noise σ²_a, latent_noise σ²_f inits (only with the GP layers).
+        alignment_variance, alignment_lengthscale: initial SE hyperparameters of the alignment GPs.
+        warping_variance, warping_lengthscale: initial SE hyperparameters of the warping GPs.
+        noise: initial σ²_y.
+        alignment_noise, latent_noise: initial σ²_a and σ²_f (only with the GP layers).
         q_var_init: initial whitened S = q_var_init·I for every inducing set.
         jitter: diagonal jitter of the CP layer's K_uu (None: the dtype default of robust_cholesky).
         cp_inducing: where the CP layer's inducing variables live. "output" (the supplement's choice, §3.1: one
             set u_{f,d} per output, z_latent [D, M_f]); "latent": one set per latent process on a smoothed copy
             of the latent with a learned smoothing lengthscale (Álvarez et al. 2010, flowgp.models.amogp.convolution),
-            z_latent [R, M_f], num_outputs required. The prior is the same; only the variational family
+            z_latent [R, M_f], `num_outputs` required. The prior is the same; only the variational family
             differs. With one latent the outputs are smoothed copies of one process, so per-output sets are
             nearly linearly dependent (cond(K_uu) 1e17-1e19 on the London data, docs/results/amogp); the
             latent sets are not, and R·M_f of them cost (D/R)² less Ψ₂ work than D·M_f per-output ones.
@@ -312,6 +334,10 @@ class AMOGP(TrainsItsBound, nn.Module):
             midpoints, and the bound's Ψ₂ contraction is one [B, 2M-1] x [2M-1, M] product per latent
             (`flowgp.models.amogp.psi_grid`) instead of B·M² terms: a full-batch step costs about 0.7 of one with trained
             inducing inputs, for a slightly looser bound (docs/results/amogp, "Inducing inputs on a grid").
+        num_outputs: D, required with cp_inducing="latent" (else the rows of z_latent).
+
+    See Also:
+        :class:`flowgp.AlignedMultiOutputGPRegressor` (its estimator), :func:`flowgp.models.amogp.layer_curves`.
     """
 
     def __init__(self, z_alignment, z_latent, z_warping, latent_processes: int = 1, alignment: bool = True,
@@ -885,10 +911,17 @@ class AMOGP(TrainsItsBound, nn.Module):
 def layer_curves(model: AMOGP, x_grid) -> list:
     """The three layers and the prediction per output, as numbers for `flowgp.reporting.plotting.amogp_layers_figure`.
 
-    x_grid: 1-D array of inputs (model units). Returns one dict per output d with "alignment" (x, mean â_d(x),
+    Args:
+        model: a fitted AMOGP.
+        x_grid: 1-D array of inputs (model units).
+
+    Returns one dict per output d with "alignment" (x, mean â_d(x),
     var), "latent" (a, f̂_d(a), var) over the range of â_d ± 0.2, "warping" (f, ĝ_d(f) + b_d, var) over the
     range of f̂_d ± 0.5 (g_d(f) + b_d is the map from f to the mean of y) and "prediction" (x, mean, var of y),
     each a NumPy array [G].
+
+    See Also:
+        :class:`flowgp.models.amogp.AMOGP`.
     """
     import numpy as np
 

@@ -59,6 +59,19 @@ def latent_gradient_samples(model: LatentDeepGP, x: torch.Tensor, y: torch.Tenso
     `indices` are rows of (x, y) (the training set). wrt="parameters" gives gradients w.r.t. q(z)'s
     parameters (P = all encoder weights, or the point's own (μ_n, ρ_n) for free q(z)); wrt="moments" gives
     them w.r.t. (μ_n, σ_n) directly (P = 2Q).
+
+    Args:
+        model: a LatentDeepGP.
+        x, y: the training inputs and targets (tensors in the model's units).
+        indices: the rows B of (x, y) whose terms are differentiated.
+        num_importance: K of the bound.
+        gradient: the estimator, "reg" or "dreg" (or an ablation, `LatentDeepGP`).
+        repeats: Q, the independent estimates.
+        seed: seeds the draws.
+        wrt: "parameters" or "moments", as above.
+
+    See Also:
+        :func:`flowgp.models.latent.diagnostics.gradient_snr` (its summary).
     """
     _check_model(model)
     k = check_num_importance(num_importance)
@@ -103,6 +116,19 @@ def gradient_snr(model: LatentDeepGP, X, y, num_importance: int, gradient: str, 
     `LatentDeepGPRegressor` offers the same measurement in the data's units as its `gradient_snr` method). Parameters whose draws
     are all identical (std 0, e.g. weights fed by a constant input) are left out of the mean. Returns a float,
     or (float, dict with per-point SNRs and the chosen indices) with return_details.
+
+    Args:
+        model: a LatentDeepGP.
+        X, y: the training inputs and targets, as above.
+        num_importance: K of the bound.
+        gradient: the estimator, "reg" or "dreg" (or an ablation).
+        repeats: gradient draws per point.
+        points: the random training points averaged over.
+        seed: seeds the choice of points and the draws.
+        return_details: also return the per-point values.
+
+    See Also:
+        :class:`flowgp.LatentDeepGPRegressor` (its ``gradient_snr`` method, in the data's units).
     """
     _check_model(model)
     X = torch.as_tensor(X)

@@ -385,10 +385,15 @@ class LatentDeepGP(nn.Module):
         layers: deep-GP layers (first layer's input dimension D + latent_dim, last layer's output L).
         qz: q(z) module, `qz(x, y, indices) -> (mean [B, Q], std [B, Q])` (AmortizedLatentEncoder/FreeLatent).
         likelihood: Gaussian by default (the last layer's expectation is then in closed form).
-        num_importance: default K in `elbo`.  gradient: default estimator for q(z), "reg" or "dreg".
+        num_importance: default K in `elbo`.
+        gradient: default estimator for q(z), "reg" or "dreg" (or the ablations "dreg-eps", "dreg-d23").
         objective: what `training_objective` (and so `flowgp.training.loop.train`) maximises: "bound" (the default,
             `elbo`: L_K with joint draws) or "per-slot" (`per_slot_objective`: the DREG authors' published training
             objective, not a bound; see the module docstring). `elbo` is the bound whatever this says.
+
+    See Also:
+        :func:`flowgp.models.latent.build_latent_deep_gp` (built as in supplement E.2),
+        :class:`flowgp.LatentDeepGPRegressor` (its estimator).
     """
 
     def __init__(self, layers: Sequence[nn.Module], qz: nn.Module, likelihood: Likelihood | None = None,
@@ -853,6 +858,26 @@ def build_latent_deep_gp(
     Every draw (the latent columns and the encoder's Glorot initialisation) comes from `generator` (a CPU
     generator), by default `torch.Generator().manual_seed(seed)` (`seed` also seeds k-means); torch's and
     NumPy's global RNGs are never touched. The model is built in x's dtype and moved to `dtype` / `device` at the end (default: x's).
+
+    Args:
+        x, y: the training inputs [N, D] and targets [N] or [N, L].
+        num_layers: the number of GP layers.
+        latent_dim: dimension of z.
+        num_inducing: M inducing inputs per layer.
+        amortized: q(z) from the E.2 encoder network (True) or free per-point parameters.
+        hidden_width, white_variance, hidden_layer: the hidden layers, as above.
+        kernel: the kernel name ("rbf").
+        noise: initial likelihood variance.
+        num_importance: default K of the bound.
+        gradient: default estimator of q(z)'s gradient (`LatentDeepGP`).
+        q_var_init, hidden_q_var_init, learn_hidden_variance: as above.
+        kmeans_restarts: k-means runs for the inducing inputs; the best is kept.
+        learn_inducing: train the inducing inputs.
+        encoder_skips, objective: as above.
+        seed, generator, dtype, device: as above.
+
+    See Also:
+        :class:`flowgp.models.latent.LatentDeepGP`, :class:`flowgp.LatentDeepGPRegressor`.
     """
     from ...gp.inducing import initial_inducing_inputs
 
