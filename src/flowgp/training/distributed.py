@@ -18,6 +18,15 @@ instead so that closure optimisers (L-BFGS), natural-gradient steps and skipped 
 Processes are started by torch's launcher (`torchrun --nproc-per-node N -m flowgp fit ...`, or
 `flowgp fit --nproc N`, which calls `launch`); `init_from_env` joins the process group the launcher
 describes in the environment (gloo on CPU, NCCL on CUDA).
+
+Exact across world sizes (`World.parts`, environment FLOWGP_REDUCE_PARTS, `flowgp fit --reduce-parts P`): the
+sum above is rounded differently for each W (one rank sums B rows, two ranks sum B/2 rows each and add), a
+difference of ~1e-16 that chaotic stages amplify: the robust TGP fit's L-BFGS refinement walks a near-flat
+valley of the SAL flow for its whole evaluation budget, and 1e-13 between the start points became 0.4 in a flow
+parameter and 6e-4 (relative) in the predictions between W = 1 and 2. With P parts every global batch is cut
+into the same P parts (positions ⌊kB/P⌋, k = 0..P-1) whatever W is; each part's loss and gradients are computed
+on their own, gathered from the ranks (`ordered_sum`) and added in part order on every rank, so every W that
+divides P computes bitwise the same step (the same floating-point operations in the same order).
 """
 from __future__ import annotations
 
@@ -33,15 +42,35 @@ from typing import Optional, Sequence
 import torch
 
 __all__ = ["World", "current_world", "init_from_env", "shutdown", "local_slice", "all_reduce_gradients",
-           "all_reduce_sum", "broadcast_module", "barrier", "launch"]
+           "all_reduce_sum", "broadcast_module", "barrier", "launch", "PARTS_VARIABLE", "reduce_parts",
+           "flat_gradients", "ordered_sum", "set_gradients", "agree_to_stop"]
+
+#: the environment variable that fixes the number of parts of every global batch (see the module doc)
+PARTS_VARIABLE = "FLOWGP_REDUCE_PARTS"
 
 
 @dataclass(frozen=True)
 class World:
-    """The ranks a training run is split over: this process's `rank` in [0, size)."""
+    """The ranks a training run is split over: this process's `rank` in [0, size). `parts`: None (each rank's
+    share is one part, reduced by one all-reduce) or P, a multiple of `size`: every global batch is cut into P
+    fixed parts summed in a fixed order, so that all world sizes dividing P give bitwise the same run."""
 
     rank: int = 0
     size: int = 1
+    parts: Optional[int] = None
+
+    def __post_init__(self):
+        if self.parts is not None:
+            if isinstance(self.parts, bool) or not isinstance(self.parts, int) or self.parts < 1:
+                raise ValueError(f"parts must be None or a positive integer, got {self.parts!r}")
+            if self.parts % self.size:
+                raise ValueError(f"parts={self.parts} (--reduce-parts) must be a multiple of the world size "
+                                 f"{self.size}: choose a multiple of the number of processes")
+
+    @property
+    def local_parts(self) -> int:
+        """The parts of each global batch this rank evaluates (1 when `parts` is None)."""
+        return 1 if self.parts is None else self.parts // self.size
 
     @property
     def is_main(self) -> bool:
@@ -53,11 +82,23 @@ class World:
         return self.size > 1
 
 
+def reduce_parts() -> Optional[int]:
+    """The parts of every global batch the environment asks for (FLOWGP_REDUCE_PARTS; None when unset)."""
+    value = os.environ.get(PARTS_VARIABLE, "").strip()
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{PARTS_VARIABLE} must be a positive integer, got {value!r}") from None
+
+
 def current_world() -> World:
-    """The default process group's rank and size, or World(0, 1) when torch.distributed is not initialised."""
+    """The default process group's rank and size, or World(0, 1) when torch.distributed is not initialised;
+    `parts` from FLOWGP_REDUCE_PARTS."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return World(torch.distributed.get_rank(), torch.distributed.get_world_size())
-    return World()
+        return World(torch.distributed.get_rank(), torch.distributed.get_world_size(), reduce_parts())
+    return World(parts=reduce_parts())
 
 
 def init_from_env(device="cpu") -> World:
@@ -131,6 +172,55 @@ def all_reduce_gradients(params: Sequence[torch.Tensor], world: World,
             p.grad = flat[offset:offset + n].view_as(p).to(p.dtype).clone()
         offset += n
     return None if loss is None else flat[0]
+
+
+def flat_gradients(params: Sequence[torch.Tensor], loss: torch.Tensor) -> torch.Tensor:
+    """[loss, one presence flag per parameter, every .grad flattened] as one float64 vector (zeros for a
+    missing gradient): what `ordered_sum` adds and `set_gradients` unpacks."""
+    reference = params[0]
+    flags = torch.tensor([0.0 if p.grad is None else 1.0 for p in params], dtype=torch.float64,
+                         device=reference.device)
+    grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to(torch.float64) for p in params]
+    return torch.cat([loss.detach().reshape(1).to(torch.float64), flags] + grads)
+
+
+def ordered_sum(local: torch.Tensor, world: World) -> torch.Tensor:
+    """Σ_k v_k over the parts' vectors of all ranks, added one after another in part order on every rank.
+
+    `local` [world.local_parts, L]: this rank's parts (rank r holds parts r·P/W .. (r+1)·P/W - 1). The parts
+    are gathered (all_gather: rank order is part order) and summed left to right, ((v_0 + v_1) + v_2) + ..., so
+    the result has the same bits for every world size that divides P (an all-reduce would add in an order of
+    its own, which depends on W)."""
+    if world.distributed:
+        gathered = [torch.empty_like(local) for _ in range(world.size)]
+        torch.distributed.all_gather(gathered, local.contiguous())
+        local = torch.cat(gathered)
+    total = local[0].clone()
+    for v in local[1:]:
+        total += v
+    return total
+
+
+def set_gradients(params: Sequence[torch.Tensor], total: torch.Tensor) -> torch.Tensor:
+    """Unpack a `flat_gradients` vector (summed): each parameter's .grad (None where no part had one);
+    returns the loss (float64 scalar)."""
+    offset = 1 + len(params)
+    for p, present in zip(params, total[1:offset].tolist()):
+        n = p.numel()
+        p.grad = total[offset:offset + n].view_as(p).to(p.dtype).clone() if present > 0 else None
+        offset += n
+    return total[0]
+
+
+def agree_to_stop(stop: bool, world: World) -> bool:
+    """Whether any rank asks to stop (one tiny all-reduce: every rank gets the same answer at the same step)."""
+    if not world.distributed:
+        return stop
+    flag = torch.tensor([1.0 if stop else 0.0], dtype=torch.float64)
+    if torch.distributed.get_backend() == "nccl":
+        flag = flag.cuda()
+    torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+    return bool(flag.item() > 0)
 
 
 @torch.no_grad()

@@ -203,7 +203,7 @@ def _fit(model, config: RunConfig, x, y) -> list:
             best.restore(optimisers.tracked)
         return state.history
     stepper = Stepper(objective, optimisers, best, config.backoff, config.world, state.initial_lrs,
-                      config.steps_per_epoch)
+                      config.steps_per_epoch, generator)
     _loop(model, config, state, stepper, checkpoints, eager_objective, generator, scale)
     if best is not None:
         best.restore(optimisers.tracked)
