@@ -571,7 +571,7 @@ def _run(argv, context) -> int:
 
     args = _parser().parse_args(argv)
     if args.command == "bench":
-        return run_bench(args)
+        return run_bench(args, argv)
     context.update(label=f"flowgp {args.command}", checkpoint=getattr(args, "checkpoint", None),
                    silent=getattr(args, "launched_by_nproc", False))
     try:
