@@ -174,6 +174,10 @@ class Stepper:
                  generator: Optional[torch.Generator] = None):
         self.objective = objective
         self.generator = generator  # the objective's draws: rewound before each part of a batch (`world.parts`)
+        # data-parallel Ctrl-C: whether this rank asks to stop (set by the loop), and whether some rank has asked
+        # in a reduction so far (the same on every rank: the flags travel in the gradients' collective)
+        self.stop_requested = lambda: False
+        self.stop_agreed = False
         self.optimisers = optimisers
         self.tracked = optimisers.tracked
         self.best = best
@@ -288,7 +292,9 @@ class Stepper:
         mine = (local.detach() if local is not None else
                 torch.tensor(math.nan if error is not None else 0.0, dtype=reference.dtype,
                              device=reference.device)).reshape(())
-        total = all_reduce_gradients(tracked, self.world, loss=mine)
+        request = self._stop_flag()
+        total = all_reduce_gradients(tracked, self.world, loss=mine, extra=request)
+        self._heed(request)
         if not bool(torch.isfinite(total)):
             if error is not None and not self.backoff:
                 raise error
@@ -323,13 +329,27 @@ class Stepper:
             mine = (local.detach() if local is not None else
                     torch.tensor(math.nan if error is not None else 0.0, dtype=reference.dtype,
                                  device=reference.device))
-            vectors.append(flat_gradients(tracked, mine))
-        total = set_gradients(tracked, ordered_sum(torch.stack(vectors), world))
+            vectors.append(torch.cat([flat_gradients(tracked, mine), self._stop_flag().to(reference.device)]))
+        summed = ordered_sum(torch.stack(vectors), world)
+        total = set_gradients(tracked, summed)
+        if world.distributed:
+            self._heed(summed[-1:])
         if not bool(torch.isfinite(total)):
             if error is not None and not self.backoff:
                 raise error
             raise _NonFinite(total.item())
         return total.to(reference.dtype)
+
+    def _stop_flag(self) -> torch.Tensor:
+        return torch.tensor([1.0 if self.stop_requested() else 0.0], dtype=torch.float64)
+
+    def _heed(self, request: torch.Tensor) -> None:
+        """After a reduction: some rank asked to stop (`request` summed over ranks > 0): every rank stops after
+        this step; inside a step of many evaluations (L-BFGS) at once, all at this same evaluation."""
+        if float(request[0]) > 0:
+            self.stop_agreed = True
+            if self._evaluations > 1:
+                raise KeyboardInterrupt
 
     def _fail(self):
         if self._evaluations == 1:
