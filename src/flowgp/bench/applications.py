@@ -30,10 +30,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .runner import add_checkpoint_argument, parse_int_list, parse_name_list, run_suite
+from .runner import (ENGINE_KEY_DEFAULTS, add_checkpoint_argument, add_engine_arguments, engine_world_size,
+                     parse_int_list, parse_name_list, place_estimator, run_suite)
 
 KEY_FIELDS = ("dataset", "model", "flow", "flow_init", "inducing_fraction", "fix_noise_fraction", "seed", "fold",
-              "protocol", "preset")
+              "protocol", "preset", "device", "world_size")
+# rows written before `device` and `world_size` existed ran on the CPU in one process
+KEY_DEFAULTS = dict(ENGINE_KEY_DEFAULTS)
 
 # Flow configurations per application (appendix B.5.1 / B.5.2): "G-spec:init".
 PAPER_FLOWS = {
@@ -98,7 +101,8 @@ def _work(job: dict) -> dict:
         options = {"flow": job["flow"], "flow_init": job["flow_init"]}
     elif job["model"] == "wgp":
         options = {"flow": wgp_warp(job["flow"]), "flow_init": job["flow_init"]}
-    est = make_estimator(job["model"], preset, m, job["seed"], len(tr), **options)
+    est = place_estimator(make_estimator(job["model"], preset, m, job["seed"], len(tr), **options),
+                          job.get("device", "cpu"))
     row = {k: job[k] for k in KEY_FIELDS}
     row.update(num_inducing=m, epochs=int(est.epochs), n_train=len(tr), n_test=len(te),
                warp=options.get("flow", "none") if job["model"] == "wgp" else None,
@@ -130,6 +134,7 @@ def _add(parser, dataset: str) -> None:
     parser.add_argument("--wait", action="store_true",
                         help="if another run is writing the same output, wait for it (default: stop with a message)")
     add_checkpoint_argument(parser)
+    add_engine_arguments(parser)
 
 
 def build_jobs(args, dataset: str) -> list[dict]:
@@ -168,13 +173,14 @@ def build_jobs(args, dataset: str) -> list[dict]:
                                          "inducing_fraction": frac, "fix_noise_fraction": scheme, "seed": seed,
                                          "fold": fold, "protocol": protocol, "preset": preset,
                                          "data_dir": args.data_dir, "epochs_override": args.epochs,
-                                         "preset_name": args.preset})
+                                         "preset_name": args.preset, "device": args.device,
+                                         "world_size": engine_world_size(args)})
     return jobs
 
 
 def _runner(dataset: str):
     def run(args) -> int:
-        return run_suite(args, build_jobs(args, dataset), _work, KEY_FIELDS, dataset)
+        return run_suite(args, build_jobs(args, dataset), _work, KEY_FIELDS, dataset, key_defaults=KEY_DEFAULTS)
 
     return run
 

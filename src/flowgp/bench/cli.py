@@ -142,7 +142,7 @@ def _input_files(args) -> dict:
     return inputs
 
 
-def run_bench(args) -> int:
+def run_bench(args, argv=None) -> int:
     """Dispatch parsed `flowgp bench ...` arguments; bad input gives exit code 2 and a one-line message, an
     output that another run is writing exit code `EXIT_LOCKED` (75) and a one-line message naming its PID, an
     interruption (Ctrl-C) exit code 130 and one line saying what was saved (rows already written are kept, and an
@@ -150,9 +150,11 @@ def run_bench(args) -> int:
 
     Every subcommand's `--out` is a folder; it is checked here, before any work (a file there would
     otherwise surface only when the first row is written), and so is that it is none of the files read.
+    A subcommand with `--nproc N` > 1 runs `python -m flowgp <argv>` in N processes.
 
     Args:
         args: the argparse.Namespace a parser filled by `add_bench_parser` returned.
+        argv: the command line from "bench" on (what the N processes of `--nproc N` run).
 
     See Also:
         :func:`flowgp.bench.cli.main`.
@@ -164,6 +166,14 @@ def run_bench(args) -> int:
         if getattr(args, "out", None) is not None:
             check_distinct({"--out": args.out}, _input_files(args))
             check_output_folder(args.out, "--out")
+        if hasattr(args, "nproc"):  # a subcommand on the training engine: --device, --nproc
+            from .runner import check_engine, launch_engine
+
+            check_engine(args)
+            if args.nproc > 1:
+                if argv is None:
+                    raise ValueError("--nproc needs the command line: run it as `flowgp bench ...`")
+                return launch_engine(argv, args.nproc)
         return int(args.bench_run(args) or 0)
     except (ValueError, TypeError, FileNotFoundError, NotADirectoryError) as err:
         print(f"{label}: error: {err}", file=sys.stderr)
@@ -188,7 +198,8 @@ def main(argv=None) -> int:
     """
     parser = argparse.ArgumentParser(prog="flowgp bench", formatter_class=HelpFormatter, epilog=EPILOG)
     add_bench_parser(parser)
-    return run_bench(parser.parse_args(argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return run_bench(parser.parse_args(argv), ["bench", *argv])
 
 
 if __name__ == "__main__":

@@ -167,7 +167,7 @@ def row_identity(row) -> tuple | None:
     if _is_timing(row):
         kind, fields = "timing", timing.KEY_FIELDS
     elif _is_application(row):
-        kind, fields = "application", applications.KEY_FIELDS
+        kind, fields, defaults = "application", applications.KEY_FIELDS, applications.KEY_DEFAULTS
     elif _is_benchmark(row):
         kind, fields, defaults = "benchmark", uci.KEY_FIELDS + ("task",), uci.KEY_DEFAULTS
     else:

@@ -14,9 +14,16 @@ results, so a results folder holds rows only), `fit_and_score` hands it to an es
 once its scores are in, just before the row is written. A checkpoint that cannot be
 continued (written by other code or another budget, or damaged) is reported on stderr, removed, and the fit starts
 from the beginning; a failure of the fit itself keeps the checkpoint.
+
+Subcommands that take `--device` and `--nproc` (`add_engine_arguments`) run their fits where the library can:
+on a GPU, and data-parallel in N processes (`flowgp.training.distributed`): `flowgp bench uci --nproc 2` starts
+two copies of itself with torch's elastic launcher (`launch_engine`), every copy runs the same jobs in the same
+order, each fit split over both, and rank 0 alone writes the rows. Each row records `device` and `world_size`
+(key fields; rows written before they existed count as cpu and 1).
 """
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
 import os
@@ -31,7 +38,12 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["parse_int_list", "parse_name_list", "evaluate_regression", "evaluate_classification", "fit_and_score",
-           "add_checkpoint_argument", "state_folder", "checkpoint_file", "run_jobs", "run_suite", "limit_threads", "die_with_parent"]
+           "add_checkpoint_argument", "state_folder", "checkpoint_file", "run_jobs", "run_suite", "limit_threads", "die_with_parent",
+           "add_engine_arguments", "check_engine", "engine_world_size", "launch_engine", "ENGINE_KEY_DEFAULTS",
+           "place_estimator"]
+
+#: the engine's key fields' values in rows written before they existed
+ENGINE_KEY_DEFAULTS = {"device": "cpu", "world_size": 1}
 
 
 def parse_int_list(text: str, what: str = "value") -> list[int]:
@@ -111,6 +123,76 @@ def evaluate_classification(est, x_test, y_test) -> dict:
 
 #: where a run's in-flight fit states go by default: runs/bench/<name of its OUT folder>, under the current directory
 STATE_ROOT = Path("runs") / "bench"
+
+
+def add_engine_arguments(parser) -> None:
+    """--device and --nproc (and the hidden flag of the processes --nproc starts)."""
+    parser.add_argument("--device", default="cpu", help="where the fits run: cpu, or cuda (cuda:N) where torch "
+                                                        "sees a GPU")
+    parser.add_argument("--nproc", type=int, default=1,
+                        help="train every fit data-parallel in this many processes on this machine (torch's "
+                             "elastic launcher; with --device cuda one GPU per process); rows record it as "
+                             "world_size")
+    parser.add_argument("--launched-by-nproc", action="store_true", help=argparse.SUPPRESS)
+
+
+def engine_world_size(args) -> int:
+    """The processes each fit is split over: WORLD_SIZE under a launcher, else --nproc."""
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    return launched if launched > 1 else int(getattr(args, "nproc", 1))
+
+
+def check_engine(args) -> None:
+    """--device and --nproc checked before any work (ValueError naming the flag and the fix)."""
+    from ..estimators.validation import check_device
+
+    check_device(args.device, "--device")
+    nproc = args.nproc
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        raise ValueError(f"--nproc must be a positive integer, got {nproc!r}")
+    if nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ValueError("--nproc: this process is already one of several started by torchrun; drop --nproc")
+    if engine_world_size(args) > 1 and getattr(args, "jobs", 1) > 1:
+        raise ValueError("--jobs and --nproc cannot be combined: with --nproc every fit already uses the processes; "
+                         "pass --jobs 1")
+    if nproc > 1 and torch_device_type(args.device) == "cuda":
+        import torch
+
+        if torch.cuda.device_count() < nproc:
+            raise ValueError(f"--nproc {nproc} with --device cuda needs {nproc} GPUs, this machine has "
+                             f"{torch.cuda.device_count()}; use fewer processes or --device cpu")
+
+
+def torch_device_type(name: str) -> str:
+    import torch
+
+    return torch.device(name).type
+
+
+def launch_engine(argv, nproc: int) -> int:
+    """Run `python -m flowgp <argv>` (a bench command line) in `nproc` processes, --nproc left out."""
+    from ..training.distributed import launch
+
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            out.append(a)
+    return launch(out + ["--launched-by-nproc"], nproc)
+
+
+def place_estimator(est, device: str):
+    """`est` set to train on `device` (under a launcher a bare "cuda" is this process's GPU, cuda:LOCAL_RANK)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and device == "cuda":
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    if "device" in est.get_params():
+        est.set_params(device=device)
+    elif device != "cpu":
+        raise ValueError(f"{type(est).__name__} cannot run on --device {device}")
+    return est
 
 
 def add_checkpoint_argument(parser) -> None:
@@ -244,9 +326,15 @@ def fit_and_score(est, split, task: str = "regression", checkpoint: str | None =
     if isinstance(strength, dict):
         row["flow_strength"] = float(strength["selected"])
         row["flow_source"] = strength.get("source", "trained")
-    if checkpoint is not None:
+    if checkpoint is not None and _main_process():  # (in a data-parallel fit rank 0 owns the files)
         _remove_checkpoint(checkpoint)
     return row
+
+
+def _main_process() -> bool:
+    from ..training.distributed import current_world
+
+    return current_world().is_main
 
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -362,7 +450,7 @@ def run_jobs(jobs, work, store, jobs_n: int = 1, desc: str = "bench", verbose: b
     if verbose and skipped:
         print(f"{desc}: {skipped} of {len(jobs)} rows already in {store.path}, skipping them", file=sys.stderr)
     failures = 0
-    err_path = store.path.with_suffix(".errors.jsonl")
+    err_path = None if store.path is None else store.path.with_suffix(".errors.jsonl")
 
     def _record(job, row, err):
         nonlocal failures
@@ -370,6 +458,8 @@ def run_jobs(jobs, work, store, jobs_n: int = 1, desc: str = "bench", verbose: b
             store.append(row)
             return
         failures += 1
+        if err_path is None:  # a rank other than 0 of a data-parallel bench: rank 0 reports
+            return
         print(f"{desc}: job {json.dumps(job)} failed: {err.splitlines()[0]}", file=sys.stderr)
         with open(err_path, "a") as fh:
             fh.write(json.dumps({**job, "error": err}) + "\n")
@@ -403,6 +493,36 @@ def run_jobs(jobs, work, store, jobs_n: int = 1, desc: str = "bench", verbose: b
     return failures
 
 
+class _NoStore:
+    """The store of a rank other than 0: it writes nothing (rank 0 writes every row)."""
+
+    path = None
+
+    def is_done(self, job) -> bool:
+        return False
+
+    def append(self, row) -> None:
+        pass
+
+
+def _engine_world(args):
+    """The process group of a bench started by --nproc or torchrun (World(0, 1) otherwise)."""
+    from ..training.distributed import World, init_from_env
+
+    if not hasattr(args, "nproc"):
+        return World()
+    return init_from_env(args.device)
+
+
+def _broadcast(jobs):
+    """Rank 0's list of jobs, on every rank."""
+    import torch
+
+    box = [jobs]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def run_suite(args, jobs, work, key_fields, name: str, report_hint: bool = True, key_defaults=None) -> int:
     """What a resumable bench subcommand's `run` does with its jobs: `run_jobs` into `<args.out>/<name>.jsonl`
     (a ResultStore keyed by `key_fields` with `key_defaults`, waiting for another writer with `--wait`), then say
@@ -416,9 +536,21 @@ def run_suite(args, jobs, work, key_fields, name: str, report_hint: bool = True,
         folder = state_folder(args)
         for job in jobs:
             job.setdefault("checkpoint", checkpoint_file(folder, job, key_fields, key_defaults))
-    with ResultStore(Path(args.out) / f"{name}.jsonl", key_fields, wait=getattr(args, "wait", False),
-                     key_defaults=key_defaults) as store:
-        failures = run_jobs(jobs, work, store, args.jobs, desc=f"bench {name}", verbose=not args.quiet)
+    world = _engine_world(args)
+    try:
+        if not world.is_main:  # the jobs rank 0 has still to do, then this rank's share of each fit
+            failures = run_jobs(_broadcast(None), work, _NoStore(), 1, verbose=False)
+            return 1 if failures else 0
+        with ResultStore(Path(args.out) / f"{name}.jsonl", key_fields, wait=getattr(args, "wait", False),
+                         key_defaults=key_defaults) as store:
+            if world.distributed:
+                _broadcast([j for j in jobs if not store.is_done(j)])
+            failures = run_jobs(jobs, work, store, args.jobs, desc=f"bench {name}", verbose=not args.quiet)
+    finally:
+        if world.distributed:
+            from ..training.distributed import shutdown
+
+            shutdown()
     if not args.quiet:
         hint = f"; make tables with: flowgp bench report {args.out}" if report_hint else ""
         print(f"wrote {store.path} ({len(store)} rows){hint}", file=sys.stderr)

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .runner import add_checkpoint_argument, parse_int_list, parse_name_list, run_suite
+from .runner import (ENGINE_KEY_DEFAULTS, add_checkpoint_argument, add_engine_arguments, engine_world_size,
+                     parse_int_list, parse_name_list, place_estimator, run_suite)
 
 NAME = "uci"
 HELP = "UCI regression/classification benchmark over standard splits (resumable JSON lines)"
-KEY_FIELDS = ("dataset", "model", "num_inducing", "split", "preset", "seed", "row_order")
-# Rows written before `row_order` existed hold splits of the data file's own row order.
-KEY_DEFAULTS = {"row_order": "file"}
+KEY_FIELDS = ("dataset", "model", "num_inducing", "split", "preset", "seed", "row_order", "device", "world_size")
+# Rows written before `row_order` existed hold splits of the data file's own row order; rows written before
+# `device` and `world_size` existed ran on the CPU in one process.
+KEY_DEFAULTS = {"row_order": "file", **ENGINE_KEY_DEFAULTS}
 
 # The DGP-IWVI/DREG authors' downloads whose rows are not in the order of our uci/<name>/data.txt: the shipped
 # permutation (row i of their download is row order[i] of ours) and their download's first five rows, which the
@@ -65,6 +67,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--wait", action="store_true",
                         help="if another run is writing the same output, wait for it (default: stop with a message)")
     add_checkpoint_argument(parser)
+    add_engine_arguments(parser)
 
 
 def _dataset_task(name: str, data_dir=None) -> str:
@@ -190,7 +193,8 @@ def _work(job: dict) -> dict:
                        protocol=preset.protocol, row_order=job["row_order"])
     n = len(split.y_train)
     m = min(job["num_inducing"], n)
-    est = make_estimator(job["model"], preset, m, job["seed"], n, task=job["task"])
+    est = place_estimator(make_estimator(job["model"], preset, m, job["seed"], n, task=job["task"]),
+                          job.get("device", "cpu"))
     scores = fit_and_score(est, split, job["task"], checkpoint=job.get("checkpoint"))
     row = {k: job[k] for k in KEY_FIELDS}
     row.update(task=job["task"], epochs=int(est.epochs), batch_size=est.batch_size, n_train=n,
@@ -231,7 +235,8 @@ def build_jobs(args) -> list[dict]:
                                  "preset": args.preset if args.epochs is None else f"{args.preset}-e{args.epochs}",
                                  "seed": args.seed + split, "row_order": row_order, "task": task,
                                  "data_dir": args.data_dir,
-                                 "preset_name": args.preset,
+                                 "preset_name": args.preset, "device": args.device,
+                                 "world_size": engine_world_size(args),
                                  "epochs_override": args.epochs})
     return jobs
 

@@ -9,6 +9,7 @@ what was saved). No output may be an input (`flowgp.data.paths`): `--out` equal 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import os
@@ -346,6 +347,36 @@ def _fit(args, argv) -> int:
     if nproc > 1 and launched:
         raise ValueError("--nproc: this process is already one of several started by torchrun; drop --nproc")
     _check_data(args, nproc)
+    parts = args.reduce_parts
+    if parts is not None and (parts < 1 or parts % nproc or parts % int(os.environ.get("WORLD_SIZE", "1"))):
+        raise ValueError(f"--reduce-parts must be a positive multiple of the number of processes, got {parts}")
+    with _parts_in_environment(parts):
+        return _fit_processes(args, argv, nproc, launched, multi, entry, shared, options)
+
+
+@contextlib.contextmanager
+def _parts_in_environment(parts):
+    """FLOWGP_REDUCE_PARTS set to `parts` for the fit (and the processes it launches), then restored."""
+    from ..training import distributed
+
+    name = distributed.PARTS_VARIABLE
+    before = os.environ.get(name)
+    if parts is not None:
+        os.environ[name] = str(parts)
+    try:
+        yield
+    finally:
+        if parts is not None:
+            if before is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = before
+
+
+def _fit_processes(args, argv, nproc, launched, multi, entry, shared, options) -> int:
+    """The fit itself: `nproc` workers launched, or this process's share of it."""
+    from ..training import distributed
+
     if nproc > 1:
         # torch's elastic launcher starts nproc copies of this command (without --nproc); they find each other
         # through the environment it sets, as under torchrun
@@ -527,6 +558,10 @@ def _parser() -> argparse.ArgumentParser:
     p_fit.add_argument("--nproc", type=int, default=1,
                        help="train data-parallel in this many processes on this machine (torch's elastic "
                             "launcher; for several machines run `torchrun ... -m flowgp fit ...` instead)")
+    p_fit.add_argument("--reduce-parts", type=int, default=None, metavar="P",
+                       help="cut every global batch into P fixed parts summed in a fixed order: fits with any "
+                            "--nproc dividing P give bitwise the same model (default: one part per process, "
+                            "equal across --nproc up to rounding, which long L-BFGS refinements can amplify)")
     # set by --nproc for the processes it starts: the launching process alone reports an interruption
     p_fit.add_argument("--launched-by-nproc", action="store_true", help=argparse.SUPPRESS)
     p_pred = sub.add_parser("predict", help="predict a table (CSV, Parquet, .npy) with a saved model, in chunks",
@@ -555,7 +590,7 @@ def _run(argv, context) -> int:
 
     args = _parser().parse_args(argv)
     if args.command == "bench":
-        return run_bench(args)
+        return run_bench(args, argv)
     context.update(label=f"flowgp {args.command}", checkpoint=getattr(args, "checkpoint", None),
                    silent=getattr(args, "launched_by_nproc", False))
     try:

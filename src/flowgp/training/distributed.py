@@ -18,6 +18,15 @@ instead so that closure optimisers (L-BFGS), natural-gradient steps and skipped 
 Processes are started by torch's launcher (`torchrun --nproc-per-node N -m flowgp fit ...`, or
 `flowgp fit --nproc N`, which calls `launch`); `init_from_env` joins the process group the launcher
 describes in the environment (gloo on CPU, NCCL on CUDA).
+
+Exact across world sizes (`World.parts`, environment FLOWGP_REDUCE_PARTS, `flowgp fit --reduce-parts P`): the
+sum above is rounded differently for each W (one rank sums B rows, two ranks sum B/2 rows each and add), a
+difference of ~1e-16 that chaotic stages amplify: the robust TGP fit's L-BFGS refinement walks a near-flat
+valley of the SAL flow for its whole evaluation budget, and 1e-13 between the start points became 0.4 in a flow
+parameter and 6e-4 (relative) in the predictions between W = 1 and 2. With P parts every global batch is cut
+into the same P parts (positions ⌊kB/P⌋, k = 0..P-1) whatever W is; each part's loss and gradients are computed
+on their own, gathered from the ranks (`ordered_sum`) and added in part order on every rank, so every W that
+divides P computes bitwise the same step (the same floating-point operations in the same order).
 """
 from __future__ import annotations
 
@@ -33,16 +42,25 @@ from typing import Optional, Sequence
 import torch
 
 __all__ = ["World", "current_world", "init_from_env", "shutdown", "local_slice", "all_reduce_gradients",
-           "all_reduce_sum", "broadcast_module", "barrier", "launch"]
+           "all_reduce_sum", "broadcast_module", "barrier", "launch", "PARTS_VARIABLE", "reduce_parts",
+           "flat_gradients", "ordered_sum", "set_gradients"]
+
+#: the environment variable that fixes the number of parts of every global batch (see the module doc)
+PARTS_VARIABLE = "FLOWGP_REDUCE_PARTS"
 
 
 @dataclass(frozen=True)
 class World:
     """The ranks a training run is split over: this process's `rank` in [0, size).
 
+    `parts`: None (each rank's share is one part, reduced by one all-reduce) or P, a multiple of `size`: every
+    global batch is cut into P fixed parts summed in a fixed order, so that all world sizes dividing P give
+    bitwise the same run.
+
     Args:
         rank: this process's rank.
         size: the number of processes.
+        parts: None or the number P of fixed parts of every global batch.
 
     Examples:
         >>> from flowgp.training.distributed import World, local_slice
@@ -52,6 +70,20 @@ class World:
 
     rank: int = 0
     size: int = 1
+    parts: Optional[int] = None
+
+    def __post_init__(self):
+        if self.parts is not None:
+            if isinstance(self.parts, bool) or not isinstance(self.parts, int) or self.parts < 1:
+                raise ValueError(f"parts must be None or a positive integer, got {self.parts!r}")
+            if self.parts % self.size:
+                raise ValueError(f"parts={self.parts} (--reduce-parts) must be a multiple of the world size "
+                                 f"{self.size}: choose a multiple of the number of processes")
+
+    @property
+    def local_parts(self) -> int:
+        """The parts of each global batch this rank evaluates (1 when `parts` is None)."""
+        return 1 if self.parts is None else self.parts // self.size
 
     @property
     def is_main(self) -> bool:
@@ -63,15 +95,27 @@ class World:
         return self.size > 1
 
 
+def reduce_parts() -> Optional[int]:
+    """The parts of every global batch the environment asks for (FLOWGP_REDUCE_PARTS; None when unset)."""
+    value = os.environ.get(PARTS_VARIABLE, "").strip()
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{PARTS_VARIABLE} must be a positive integer, got {value!r}") from None
+
+
 def current_world() -> World:
-    """The default process group's rank and size, or World(0, 1) when torch.distributed is not initialised.
+    """The default process group's rank and size, or World(0, 1) when torch.distributed is not initialised;
+    `parts` from FLOWGP_REDUCE_PARTS.
 
     See Also:
         :func:`flowgp.training.train` (``world=``), :func:`flowgp.training.distributed.launch`.
     """
     if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return World(torch.distributed.get_rank(), torch.distributed.get_world_size())
-    return World()
+        return World(torch.distributed.get_rank(), torch.distributed.get_world_size(), reduce_parts())
+    return World(parts=reduce_parts())
 
 
 def init_from_env(device="cpu") -> World:
@@ -144,7 +188,7 @@ def all_reduce_sum(value: torch.Tensor, world: World) -> torch.Tensor:
 
 
 def all_reduce_gradients(params: Sequence[torch.Tensor], world: World,
-                         loss: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+                         loss: Optional[torch.Tensor] = None, extra: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
     """Sum every parameter's .grad over ranks, and `loss` (a scalar) with them, in ONE all-reduce.
 
     One collective per training step: on CPU (gloo) each costs 0.1-0.4 ms idle and, worse, a wait for the
@@ -159,6 +203,7 @@ def all_reduce_gradients(params: Sequence[torch.Tensor], world: World,
         params: the parameters whose gradients are summed (in place).
         world: the World.
         loss: a scalar loss summed with them, or None.
+        extra: a float64 vector summed along in the same collective (in place), e.g. the ranks' stop requests.
 
     See Also:
         :func:`flowgp.training.train` (``world=``), :func:`flowgp.training.distributed.launch`.
@@ -170,8 +215,11 @@ def all_reduce_gradients(params: Sequence[torch.Tensor], world: World,
     flags = torch.tensor([0.0 if p.grad is None else 1.0 for p in params], dtype=torch.float64,
                          device=reference.device)
     grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to(torch.float64) for p in params]
-    flat = torch.cat(head + [flags] + grads)
+    tail = [] if extra is None else [extra.to(device=reference.device, dtype=torch.float64)]
+    flat = torch.cat(head + [flags] + grads + tail)
     torch.distributed.all_reduce(flat, op=torch.distributed.ReduceOp.SUM)
+    if extra is not None:
+        extra.copy_(flat[flat.numel() - extra.numel():].to(extra.device))
     offset = len(head) + len(params)
     for p, present in zip(params, flat[len(head):offset].tolist()):
         n = p.numel()
@@ -179,6 +227,44 @@ def all_reduce_gradients(params: Sequence[torch.Tensor], world: World,
             p.grad = flat[offset:offset + n].view_as(p).to(p.dtype).clone()
         offset += n
     return None if loss is None else flat[0]
+
+
+def flat_gradients(params: Sequence[torch.Tensor], loss: torch.Tensor) -> torch.Tensor:
+    """[loss, one presence flag per parameter, every .grad flattened] as one float64 vector (zeros for a
+    missing gradient): what `ordered_sum` adds and `set_gradients` unpacks."""
+    reference = params[0]
+    flags = torch.tensor([0.0 if p.grad is None else 1.0 for p in params], dtype=torch.float64,
+                         device=reference.device)
+    grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to(torch.float64) for p in params]
+    return torch.cat([loss.detach().reshape(1).to(torch.float64), flags] + grads)
+
+
+def ordered_sum(local: torch.Tensor, world: World) -> torch.Tensor:
+    """Σ_k v_k over the parts' vectors of all ranks, added one after another in part order on every rank.
+
+    `local` [world.local_parts, L]: this rank's parts (rank r holds parts r·P/W .. (r+1)·P/W - 1). The parts
+    are gathered (all_gather: rank order is part order) and summed left to right, ((v_0 + v_1) + v_2) + ..., so
+    the result has the same bits for every world size that divides P (an all-reduce would add in an order of
+    its own, which depends on W)."""
+    if world.distributed:
+        gathered = [torch.empty_like(local) for _ in range(world.size)]
+        torch.distributed.all_gather(gathered, local.contiguous())
+        local = torch.cat(gathered)
+    total = local[0].clone()
+    for v in local[1:]:
+        total += v
+    return total
+
+
+def set_gradients(params: Sequence[torch.Tensor], total: torch.Tensor) -> torch.Tensor:
+    """Unpack a `flat_gradients` vector (summed): each parameter's .grad (None where no part had one);
+    returns the loss (float64 scalar)."""
+    offset = 1 + len(params)
+    for p, present in zip(params, total[1:offset].tolist()):
+        n = p.numel()
+        p.grad = total[offset:offset + n].view_as(p).to(p.dtype).clone() if present > 0 else None
+        offset += n
+    return total[0]
 
 
 @torch.no_grad()

@@ -1,6 +1,12 @@
 """Ctrl-C during `flowgp.training.loop.train`: while a checkpointed run is in the main thread, a first SIGINT is held
 until the current step is done (then the state is saved and the run stops); a second one interrupts at once,
-without saving. The interruption leaves `train` as a `TrainingInterrupted`."""
+without saving. The interruption leaves `train` as a `TrainingInterrupted`.
+
+A data-parallel run (`shared`) holds the first SIGINT whether or not it is checkpointed, and also at a step
+boundary: the launcher passes a Ctrl-C on to every rank, each at its own moment, and a rank leaving on its own
+would leave the others waiting in a collective (until torch's launcher kills them, ~30 s later). The ranks
+instead send their `requested` flag with the step's gradient reduction and stop together after the step in which
+any of them asked (`flowgp.training.stepper.Stepper.stop_agreed`), rank 0 saving one consistent checkpoint."""
 from __future__ import annotations
 
 import signal
@@ -27,14 +33,15 @@ class InterruptGuard:
     the main thread. The loop clears `boundary` when a step's state starts being torn and sets it when the
     step's bookkeeping is done; `requested` says a held Ctrl-C is waiting."""
 
-    def __init__(self, hold: bool):
+    def __init__(self, hold: bool, shared: bool = False):
         self.requested = False
         self.boundary = True
-        self._hold = hold and threading.current_thread() is threading.main_thread()
+        self.shared = shared
+        self._hold = (hold or shared) and threading.current_thread() is threading.main_thread()
         self._previous = None
 
     def _handler(self, signum, frame):
-        if self.requested or self.boundary:
+        if self.requested or (self.boundary and not self.shared):
             raise KeyboardInterrupt
         self.requested = True  # finish the step, save, then stop
 

@@ -215,7 +215,7 @@ def _fit(model, config: RunConfig, x, y) -> list:
             best.restore(optimisers.tracked)
         return state.history
     stepper = Stepper(objective, optimisers, best, config.backoff, config.world, state.initial_lrs,
-                      config.steps_per_epoch)
+                      config.steps_per_epoch, generator)
     _loop(model, config, state, stepper, checkpoints, eager_objective, generator, scale)
     if best is not None:
         best.restore(optimisers.tracked)
@@ -261,7 +261,8 @@ def _loop(model, config: RunConfig, state: RunState, stepper: Stepper, checkpoin
                          report, total, lambda step: step < config.frozen_steps < total and bool(noise_params),
                          CompiledObjective, compile_pays_off)
     halt = False
-    with InterruptGuard(config.path is not None) as guard:
+    with InterruptGuard(config.path is not None, shared=world.distributed) as guard:
+        stepper.stop_requested = lambda: guard.requested
         try:
             while state.step < total and not halt:
                 batches = iter(config.sampler)
@@ -298,7 +299,8 @@ def _loop(model, config: RunConfig, state: RunState, stepper: Stepper, checkpoin
                     units = state.step if unit == "steps" else (state.step // per_epoch if epoch_end else 0)
                     if units and units % config.checkpoint_every == 0 and state.step < total and not halt:
                         checkpoints.save(state, False)
-                    if guard.requested:
+                    # (ranks stop together, after the step in which one of them asked: see InterruptGuard)
+                    if stepper.stop_agreed if world.distributed else guard.requested:
                         raise KeyboardInterrupt
                     if halt or state.step >= total:
                         break

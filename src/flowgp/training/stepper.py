@@ -10,7 +10,7 @@ from typing import Optional
 import torch
 
 from .batches import Batch
-from .distributed import all_reduce_gradients
+from .distributed import all_reduce_gradients, flat_gradients, ordered_sum, set_gradients
 from ..models.protocol import TrainableModel
 from ..numerics.linalg import JitterMemory
 
@@ -149,6 +149,23 @@ class _SkipStep(Exception):
     pass
 
 
+def _cut(batch, world):
+    """This rank's share of a global batch cut into its parts: part k holds the global positions
+    [⌊kB/P⌋, ⌊(k+1)B/P⌋) (B the global batch's rows, P = world.parts), whatever the world size; rank r holds
+    parts r·P/W .. (r+1)·P/W - 1, whose union is its share [⌊rB/W⌋, ⌊(r+1)B/W⌋)."""
+    if world.parts == 1:
+        return [batch]
+    size, offset, count = int(batch.step_size), int(getattr(batch, "offset", 0)), world.local_parts
+    first = world.rank * count
+    out = []
+    for k in range(first, first + count):
+        lo, hi = size * k // world.parts - offset, size * (k + 1) // world.parts - offset
+        out.append(Batch(batch.x[lo:hi], None if batch.y is None else batch.y[lo:hi], batch.index[lo:hi],
+                         {name: value[lo:hi] for name, value in batch.extra.items()}, global_size=size,
+                         offset=offset + lo))
+    return out
+
+
 def _grads_finite(params) -> bool:
     return all(p.grad is None or bool(torch.all(torch.isfinite(p.grad))) for p in params)
 
@@ -160,8 +177,14 @@ class Stepper:
     point returns `penalty` with zero slope so the line search backs off. `objective` may be swapped between
     steps (compile="auto")."""
 
-    def __init__(self, objective, optimisers: Optimisers, best, backoff: bool, world, initial_lrs, per_epoch: int):
+    def __init__(self, objective, optimisers: Optimisers, best, backoff: bool, world, initial_lrs, per_epoch: int,
+                 generator: Optional[torch.Generator] = None):
         self.objective = objective
+        self.generator = generator  # the objective's draws: rewound before each part of a batch (`world.parts`)
+        # data-parallel Ctrl-C: whether this rank asks to stop (set by the loop), and whether some rank has asked
+        # in a reduction so far (the same on every rank: the flags travel in the gradients' collective)
+        self.stop_requested = lambda: False
+        self.stop_agreed = False
         self.optimisers = optimisers
         self.tracked = optimisers.tracked
         self.best = best
@@ -238,7 +261,10 @@ class Stepper:
     def _evaluate(self, batch):
         """(loss tensor, its value), the gradients accumulated; _NonFinite for a non-finite loss (or gradient in
         back-off mode)."""
-        if self.world.distributed:
+        if self.world.parts is not None:
+            value = self._parts_evaluation(batch)
+            v = value.item()
+        elif self.world.distributed:
             value = self._distributed_evaluation(batch)
             v = value.item()
         else:
@@ -273,12 +299,64 @@ class Stepper:
         mine = (local.detach() if local is not None else
                 torch.tensor(math.nan if error is not None else 0.0, dtype=reference.dtype,
                              device=reference.device)).reshape(())
-        total = all_reduce_gradients(tracked, self.world, loss=mine)
+        request = self._stop_flag()
+        total = all_reduce_gradients(tracked, self.world, loss=mine, extra=request)
+        self._heed(request)
         if not bool(torch.isfinite(total)):
             if error is not None and not self.backoff:
                 raise error
             raise _NonFinite(total.item())
         return total.to(reference.dtype)
+
+    def _parts_evaluation(self, batch):
+        """The global batch's loss and gradients as the sum of its `world.parts` fixed parts added in part
+        order (`flowgp.training.distributed.ordered_sum`): this rank evaluates its parts one by one, each from
+        the same generator state (a part draws the global batch's noise and keeps its rows, as a rank does), so
+        the step is bitwise the same for every world size dividing the number of parts. A part whose loss is
+        not finite (or raised) sends NaN, as `_distributed_evaluation` does."""
+        tracked, world = self.tracked, self.world
+        reference = tracked[0]
+        state = None if self.generator is None else self.generator.get_state()
+        vectors, error = [], None
+        for part in _cut(batch, world):
+            if state is not None:
+                self.generator.set_state(state)
+            for p in tracked:
+                p.grad = None
+            local = None
+            if len(part):
+                try:
+                    local = self.objective(part) * (len(part) / part.step_size)
+                    if bool(torch.isfinite(local)):
+                        local.backward()
+                except RuntimeError as err:
+                    error, local = err, None
+                    for p in tracked:
+                        p.grad = None
+            mine = (local.detach() if local is not None else
+                    torch.tensor(math.nan if error is not None else 0.0, dtype=reference.dtype,
+                                 device=reference.device))
+            vectors.append(torch.cat([flat_gradients(tracked, mine), self._stop_flag().to(reference.device)]))
+        summed = ordered_sum(torch.stack(vectors), world)
+        total = set_gradients(tracked, summed)
+        if world.distributed:
+            self._heed(summed[-1:])
+        if not bool(torch.isfinite(total)):
+            if error is not None and not self.backoff:
+                raise error
+            raise _NonFinite(total.item())
+        return total.to(reference.dtype)
+
+    def _stop_flag(self) -> torch.Tensor:
+        return torch.tensor([1.0 if self.stop_requested() else 0.0], dtype=torch.float64)
+
+    def _heed(self, request: torch.Tensor) -> None:
+        """After a reduction: some rank asked to stop (`request` summed over ranks > 0): every rank stops after
+        this step; inside a step of many evaluations (L-BFGS) at once, all at this same evaluation."""
+        if float(request[0]) > 0:
+            self.stop_agreed = True
+            if self._evaluations > 1:
+                raise KeyboardInterrupt
 
     def _fail(self):
         if self._evaluations == 1:
