@@ -96,7 +96,11 @@ class World:
 
 
 def reduce_parts() -> Optional[int]:
-    """The parts of every global batch the environment asks for (FLOWGP_REDUCE_PARTS; None when unset)."""
+    """The parts of every global batch the environment asks for (FLOWGP_REDUCE_PARTS; None when unset).
+
+    See Also:
+        :class:`flowgp.training.distributed.World` (``parts``).
+    """
     value = os.environ.get(PARTS_VARIABLE, "").strip()
     if not value:
         return None
@@ -231,7 +235,15 @@ def all_reduce_gradients(params: Sequence[torch.Tensor], world: World,
 
 def flat_gradients(params: Sequence[torch.Tensor], loss: torch.Tensor) -> torch.Tensor:
     """[loss, one presence flag per parameter, every .grad flattened] as one float64 vector (zeros for a
-    missing gradient): what `ordered_sum` adds and `set_gradients` unpacks."""
+    missing gradient): what `ordered_sum` adds and `set_gradients` unpacks.
+
+    Args:
+        params: the parameters, in a fixed order.
+        loss: the scalar loss of this part.
+
+    See Also:
+        :func:`flowgp.training.distributed.ordered_sum`, :func:`flowgp.training.distributed.set_gradients`.
+    """
     reference = params[0]
     flags = torch.tensor([0.0 if p.grad is None else 1.0 for p in params], dtype=torch.float64,
                          device=reference.device)
@@ -245,7 +257,15 @@ def ordered_sum(local: torch.Tensor, world: World) -> torch.Tensor:
     `local` [world.local_parts, L]: this rank's parts (rank r holds parts r·P/W .. (r+1)·P/W - 1). The parts
     are gathered (all_gather: rank order is part order) and summed left to right, ((v_0 + v_1) + v_2) + ..., so
     the result has the same bits for every world size that divides P (an all-reduce would add in an order of
-    its own, which depends on W)."""
+    its own, which depends on W).
+
+    Args:
+        local: [local parts, L] this rank's `flat_gradients` vectors.
+        world: the World (`parts` set).
+
+    See Also:
+        :func:`flowgp.training.distributed.flat_gradients`.
+    """
     if world.distributed:
         gathered = [torch.empty_like(local) for _ in range(world.size)]
         torch.distributed.all_gather(gathered, local.contiguous())
@@ -258,7 +278,15 @@ def ordered_sum(local: torch.Tensor, world: World) -> torch.Tensor:
 
 def set_gradients(params: Sequence[torch.Tensor], total: torch.Tensor) -> torch.Tensor:
     """Unpack a `flat_gradients` vector (summed): each parameter's .grad (None where no part had one);
-    returns the loss (float64 scalar)."""
+    returns the loss (float64 scalar).
+
+    Args:
+        params: the parameters, in the order `flat_gradients` used.
+        total: the summed vector (`ordered_sum`).
+
+    See Also:
+        :func:`flowgp.training.distributed.flat_gradients`.
+    """
     offset = 1 + len(params)
     for p, present in zip(params, total[1:offset].tolist()):
         n = p.numel()
