@@ -33,7 +33,7 @@ from typing import Optional, Sequence
 import torch
 
 __all__ = ["World", "current_world", "init_from_env", "shutdown", "local_slice", "all_reduce_gradients",
-           "all_reduce_sum", "broadcast_module", "barrier", "launch"]
+           "all_reduce_sum", "all_gather_objects", "broadcast_module", "barrier", "launch"]
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,15 @@ def all_reduce_gradients(params: Sequence[torch.Tensor], world: World,
             p.grad = flat[offset:offset + n].view_as(p).to(p.dtype).clone()
         offset += n
     return None if loss is None else flat[0]
+
+
+def all_gather_objects(obj, world: World) -> list:
+    """Every rank's `obj` (picklable), in rank order, on every rank; [obj] for a single process."""
+    if not world.distributed:
+        return [obj]
+    out = [None] * world.size
+    torch.distributed.all_gather_object(out, obj)
+    return out
 
 
 @torch.no_grad()
