@@ -26,7 +26,8 @@ from flowgp.cli.commands import main  # noqa: E402
 pytestmark = pytest.mark.slow
 
 N = 256
-FIT = ["--target", "y", "--epochs", "3", "--batch-size", "32", "--num-inducing", "8", "--seed", "0", "--quiet"]
+FIT = ["--target", "y", "--epochs", "30", "--batch-size", "64", "--num-inducing", "8", "--lr", "0.05", "--seed", "0",
+       "--quiet"]
 
 
 def _folder(tmp_path) -> Path:
