@@ -61,28 +61,67 @@ def model_for(source, inducing):
                  torch.as_tensor(y[:4000])[:, None], generator=torch.Generator().manual_seed(0))
 
 
-def epoch_time(path, batch, inducing, world):
-    """Seconds of one training epoch of this rank (after a warm-up epoch), and the model's parameter count."""
+def epoch_time(path, batch, inducing, world, repeats=3):
+    """Seconds of one training epoch of this rank (the fastest of `repeats`, after a warm-up epoch; the machine is
+    shared), the seconds of its reading and decoding, and the model's parameter count."""
     source = ParquetSource(path, "y")
     model = model_for(source, inducing)
     sampler = BlockBatches(source, batch, tensors, seed=1)
     train(model, x=sampler, epochs=1, lr=0.01, verbose=False, world=world)  # warm-up
-    start = time.perf_counter()
-    train(model, x=sampler, epochs=1, lr=0.01, verbose=False, world=world)
-    return time.perf_counter() - start, sum(p.numel() for p in model.parameters())
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        train(model, x=sampler, epochs=1, lr=0.01, verbose=False, world=world)
+        times.append(time.perf_counter() - start)
+    return min(times), sum(p.numel() for p in model.parameters())
 
 
-def allreduce_times(world, sizes, repeats=200):
+def allreduce_times(world, sizes, repeats=300):
+    """Median seconds of one all-reduce of `size` float64 values, per size (the median: the machine is shared)."""
     out = {}
     for size in sizes:
         t = torch.zeros(size, dtype=torch.float64)
         for _ in range(10):
             all_reduce_sum(t, world)
-        start = time.perf_counter()
+        times = []
         for _ in range(repeats):
+            start = time.perf_counter()
             all_reduce_sum(t, world)
-        out[size] = (time.perf_counter() - start) / repeats
+            times.append(time.perf_counter() - start)
+        out[size] = float(np.median(times))
     return out
+
+
+def calibrate(summary):
+    """The cost model's constants from the measurements (see docs/large-data-cost-model.md):
+    c_byte (s / byte read and decoded), c_row (s of compute per row of a step), and the all-reduce's latency alpha
+    (s per message) and bandwidth beta (bytes / s) from the two sizes measured between 2 processes, a ring
+    all-reduce of n float64 values between W processes costing 2 (W - 1) alpha + 2 (W - 1) / W * 8 n / beta."""
+    rows, steps = summary["rows"], summary["steps_per_epoch"]
+    c_byte = summary["read_seconds_per_byte"]
+    read = c_byte * summary["table_bytes"]
+    c_row = (summary["epoch_seconds"]["1"] - read) / rows
+    (n1, t1), (n2, t2) = sorted((int(k), v) for k, v in summary["allreduce_seconds"].items())
+    # W = 2: t = 2 alpha + 8 n / beta
+    inv_beta = max((t2 - t1) / (8 * (n2 - n1)), 0.0)
+    alpha = max((t1 - 8 * n1 * inv_beta) / 2, 0.0)
+    return {"c_byte": c_byte, "c_row": c_row, "bytes_per_row": summary["table_bytes"] / rows, "alpha": alpha,
+            "beta": 1 / inv_beta if inv_beta > 0 else float("inf"), "parameters": summary["parameters"],
+            "read_share_of_epoch_1": read / summary["epoch_seconds"]["1"], "steps_per_epoch": steps}
+
+
+def predict(constants, rows, nodes, local_batch, alpha=None, beta=None):
+    """Epoch seconds on `nodes` processes (one per node) at `rows` rows, each process taking `local_batch` rows a
+    step: reading and compute of N / W rows, plus one all-reduce of the parameter vector per step."""
+    alpha = constants["alpha"] if alpha is None else alpha
+    beta = constants["beta"] if beta is None else beta
+    w, n = nodes, constants["parameters"]
+    steps = -(-rows // (local_batch * w))
+    per_row = constants["c_row"] + constants["bytes_per_row"] * constants["c_byte"]
+    reduce = 2 * (w - 1) * alpha + 2 * (w - 1) / w * 8 * n / beta
+    return {"nodes": w, "rows": rows, "local_batch": local_batch, "steps": steps,
+            "compute_and_io_s": rows / w * per_row, "allreduce_s": steps * reduce,
+            "epoch_s": rows / w * per_row + steps * reduce}
 
 
 def _worker(rank, path, batch, inducing, init, out):
@@ -138,7 +177,15 @@ def main(argv=None):
     summary = {"rows": args.rows, "group_rows": args.group_rows, "batch": args.batch, "inducing": args.inducing,
                "parameters": params, "table_bytes": total, "read_seconds_per_byte": per_byte,
                "epoch_seconds": {"1": one, "2": two}, "allreduce_seconds": reduce,
-               "threads": 1, "cpu_count": os.cpu_count()}
+               "threads": 1, "cpu_count": os.cpu_count(), "load_average_1min": os.getloadavg()[0],
+               "steps_per_epoch": -(-args.rows // args.batch)}
+    constants = calibrate(summary)
+    summary["cost_model"] = constants
+    # a cluster network (assumed, not measured here): 25 us latency per message, 1.25 GB/s (10 GbE)
+    summary["predictions"] = [
+        {**predict(constants, 10 ** 8, w, args.batch, alpha=a, beta=b), "network": name}
+        for name, a, b in (("measured loopback", None, None), ("10 GbE (assumed)", 25e-6, 1.25e9))
+        for w in (1, 2, 8, 16, 32, 64)]
     import csv
 
     with open(out / "bytes_per_rank.csv", "w", newline="") as fh:
