@@ -8,9 +8,12 @@ gradient reduction. A sampler has `num_data` (N, for the N/B rescaling of the bo
 the rows the uninterrupted run would have used.
 
 Data parallelism (`flowgp.training.distributed`): `shard(rank, world_size)` makes a sampler yield, at every step, only
-rank's part (`flowgp.training.distributed.local_slice`) of the same global batch every rank draws from the same
-generator. The global batches, the sampler's state and hence its checkpoints do not depend on the world size:
-a run checkpointed with 2 processes resumes with 1 on exactly the same rows.
+rank's part of the global batch. `ArrayBatches`, and `BlockBatches` in exact mode (`shard_reads=False`): the part
+(`flowgp.training.distributed.local_slice`) of the same global batch every rank draws from the same generator, so
+the global batches do not depend on the world size and a run checkpointed with 2 processes resumes with 1 on
+exactly the same rows. `BlockBatches` with sharded reads (its default): each rank reads only the blocks dealt to
+it and the global batch is the union of the ranks' draws (the same law, other rows; see its doc). Either way the
+sampler's state does not depend on the world size, so a checkpoint resumes with any number of processes.
 """
 from __future__ import annotations
 
