@@ -21,6 +21,7 @@ def _bench_state_in_tmp(request):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA device (skipped without one)")
+    config.addinivalue_line("markers", "slow: takes more than 20 s (several processes; deselect with -m 'not slow')")
 
 
 @pytest.fixture

@@ -247,8 +247,9 @@ def test_demo_writes_json_rows_a_figure_and_one_progress_line_per_fit_on_stderr(
 
 
 def test_fit_nproc_2_saves_the_model_of_nproc_1(tmp_path, capsys):
-    """`flowgp fit --nproc 2` (two gloo workers started by torch's elastic launcher, each taking half
-    of every global batch) saves a model whose predictions agree with the one-process fit to 1e-6."""
+    """`flowgp fit --nproc 2 --no-shard-reads` (two gloo workers started by torch's elastic launcher, each reading
+    the whole table and taking half of every global batch: exact mode) saves a model whose predictions agree with
+    the one-process fit to 1e-6."""
     import torch
 
     import flowgp
@@ -261,7 +262,7 @@ def test_fit_nproc_2_saves_the_model_of_nproc_1(tmp_path, capsys):
     common = ["fit", "--data", str(csv), "--target", "target", "--model", "tgp", "--epochs", "2", "--batch-size",
               "16", "--num-inducing", "5", "--quiet"]
     assert main(common + ["--nproc", "1", "--out", str(tmp_path / "one.pt")]) == 0
-    assert main(common + ["--nproc", "2", "--out", str(tmp_path / "two.pt"),
+    assert main(common + ["--nproc", "2", "--no-shard-reads", "--out", str(tmp_path / "two.pt"),
                           "--checkpoint", str(tmp_path / "two.ckpt")]) == 0
     one, two = flowgp.load(tmp_path / "one.pt"), flowgp.load(tmp_path / "two.pt")
     grid = np.linspace(-2, 2, 9)[:, None].repeat(2, 1)

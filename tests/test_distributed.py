@@ -124,12 +124,13 @@ def _fit(kind, world=None, checkpoint=None, stop_at=None):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, history
 
 
-def _stream_fit(path):
-    """An estimator fitted on a .npy table streamed in blocks (flowgp.training.batches.BlockBatches)."""
+def _stream_fit(path, shard_reads=False):
+    """An estimator fitted on a .npy table streamed in blocks (flowgp.training.batches.BlockBatches); exact mode
+    (every rank reads every block) unless shard_reads."""
     from flowgp.estimators.regression import SVGPRegressor
 
     est = SVGPRegressor(num_inducing=6, epochs=4, batch_size=BATCH, lr=0.03, verbose=False, kmeans_restarts=1,
-                        seed=2).fit(path)
+                        seed=2).fit_stream(path, shard_reads=shard_reads)
     return {k: v.detach().clone() for k, v in est.model_.state_dict().items()}
 
 
@@ -139,6 +140,7 @@ def _worker(rank, size, init_file, out_dir):
     try:
         results = {kind: _fit(kind) for kind in KINDS}
         results["stream"] = _stream_fit(os.path.join(out_dir, "table.npy"))
+        results["stream-sharded"] = _stream_fit(os.path.join(out_dir, "table.npy"), shard_reads=True)
         results["interrupted"] = _fit("svgp", checkpoint=os.path.join(out_dir, "ckpt.pt"), stop_at=9)
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
@@ -201,6 +203,15 @@ def test_two_processes_stream_a_table_as_one_process(two_process_results):
     results, _, singles = two_process_results
     for rank in range(2):
         _assert_close(results[rank]["stream"], singles["stream"])
+
+
+def test_two_processes_with_sharded_reads_agree_and_train(two_process_results):
+    """Sharded reads: each rank reads its own blocks, yet the ranks take the same steps (one all-reduce per
+    step), so their parameters agree to rounding; the draws differ from one process's, the fit's law does not."""
+    results, _, singles = two_process_results
+    _assert_close(results[1]["stream-sharded"], results[0]["stream-sharded"], rtol=1e-12)
+    moved = max((results[0]["stream-sharded"][k] - singles["stream"][k]).abs().max().item() for k in singles["stream"])
+    assert moved > 0  # not the exact-mode run: the batches were others
 
 
 def test_resume_two_process_checkpoint_with_one_process(two_process_results):
@@ -271,8 +282,9 @@ def test_block_batches_visit_every_row_once_per_epoch_and_resume():
     fresh = BlockBatches(_ArraySource(x, x[:, 0] * 2), 6, _as_tensors, seed=99)
     fresh.load_state_dict(state)
     assert [b.index.tolist() for b in fresh] == second[3:]
-    # sharded: the ranks' parts concatenate to the single-process batches
-    parts = [[b.index.tolist() for b in BlockBatches(_ArraySource(x, x[:, 0]), 6, _as_tensors, seed=2).shard(r, 2)]
+    # sharded in exact mode: the ranks' parts concatenate to the single-process batches
+    parts = [[b.index.tolist() for b in BlockBatches(_ArraySource(x, x[:, 0]), 6, _as_tensors, seed=2,
+                                                      shard_reads=False).shard(r, 2)]
              for r in range(2)]
     assert [a + b for a, b in zip(*parts)] == first
 

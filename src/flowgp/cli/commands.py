@@ -390,10 +390,11 @@ def _fit_processes(args, argv, nproc, launched, multi, entry, shared, options) -
                          verbose=not args.quiet and world.is_main, **shared, **options)
         features = _table_features(args)
         if multi:
-            est.fit_stream(args.data, args.target, output=args.output, features=features)
+            est.fit_stream(args.data, args.target, output=args.output, features=features,
+                           shard_reads=args.shard_reads)
             names = est.feature_names_
         elif getattr(est, "supports_streaming", lambda: False)():
-            est.fit_stream(args.data, args.target, features=features)
+            est.fit_stream(args.data, args.target, features=features, shard_reads=args.shard_reads)
             names = est.feature_names_
         else:  # families without a streamed fit read the table into memory
             from ..data.sources import open_table
@@ -562,6 +563,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="cut every global batch into P fixed parts summed in a fixed order: fits with any "
                             "--nproc dividing P give bitwise the same model (default: one part per process, "
                             "equal across --nproc up to rounding, which long L-BFGS refinements can amplify)")
+    p_fit.add_argument("--no-shard-reads", dest="shard_reads", action="store_false",
+                       help="with several processes, let every process read the whole table each epoch and train "
+                            "exactly as one process would (for debugging); by default each reads only its share "
+                            "of the blocks (the same sampler law, 1/W of the reading)")
     # set by --nproc for the processes it starts: the launching process alone reports an interruption
     p_fit.add_argument("--launched-by-nproc", action="store_true", help=argparse.SUPPRESS)
     p_pred = sub.add_parser("predict", help="predict a table (CSV, Parquet, .npy) with a saved model, in chunks",

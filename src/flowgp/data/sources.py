@@ -31,6 +31,7 @@ from .csv import csv_blocks, csv_columns
 from .tables import select_columns
 
 __all__ = ["check_table", "table_writer", "ArraySource", "ParquetSource", "open_table", "is_table", "scan", "TableStats", "BLOCK_ROWS",
+           "PartialScan", "scan_blocks", "merge_scans",
            "write_table", "DataDigest", "data_digest"]
 
 #: rows per block of a memory-mapped array (the unit of the two-level shuffle and of sequential passes)
@@ -68,9 +69,14 @@ class ArraySource:
         self.blocks = [(a, min(a + block_rows, self.num_rows)) for a in range(0, self.num_rows, block_rows)]
         self.cleanup = cleanup
         self.contiguous_features = cols == list(range(cols[0], cols[-1] + 1)) if cols else True
+        #: bytes and rows read so far by `read` (whole rows of the array: what a slice of the file touches)
+        self.bytes_read = 0
+        self.rows_read = 0
 
     def read(self, start: int, stop: int):
         block = self.array[start:stop]
+        self.rows_read += block.shape[0]
+        self.bytes_read += block.shape[0] * block.shape[1] * block.dtype.itemsize
         if self.contiguous_features and self.feature_columns:
             x = np.array(block[:, self.feature_columns[0]:self.feature_columns[-1] + 1], dtype=np.float64)
         else:
@@ -112,6 +118,13 @@ def _to_matrix(table, columns) -> np.ndarray:
     return out
 
 
+def _chunk_bytes(row_group, columns) -> int:
+    """Compressed bytes of the column chunks of `columns` in a Parquet row group's metadata."""
+    wanted = set(columns)
+    return sum(row_group.column(j).total_compressed_size for j in range(row_group.num_columns)
+               if row_group.column(j).path_in_schema in wanted)
+
+
 class ParquetSource:
     """A Parquet file (or folder of files read as one dataset): row groups as blocks (see the module doc)."""
 
@@ -138,6 +151,12 @@ class ParquetSource:
                     offset += rows
         self.num_rows = offset
         self.columns = self.feature_names + ([target] if target is not None else [])
+        # the bytes of each row group's column chunks that `read` fetches (compressed, as stored in the file)
+        self.group_bytes = [_chunk_bytes(self.files[fi].metadata.row_group(gi), self.columns)
+                            for fi, gi in self.groups]
+        #: bytes of column chunks and rows of row groups read so far by `read` (a row group is read whole)
+        self.bytes_read = 0
+        self.rows_read = 0
 
     def _split(self, table):
         m = _to_matrix(table, self.columns)
@@ -148,10 +167,12 @@ class ParquetSource:
         import pyarrow as pa
 
         parts = []
-        for (a, b), (fi, gi) in zip(self.blocks, self.groups):
+        for (a, b), (fi, gi), size in zip(self.blocks, self.groups, self.group_bytes):
             if b <= start or a >= stop:
                 continue
             table = self.files[fi].read_row_group(gi, columns=self.columns)
+            self.bytes_read += size
+            self.rows_read += b - a
             parts.append(table.slice(max(start - a, 0), min(stop, b) - max(start, a)))
         return self._split(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
 
@@ -506,6 +527,138 @@ def scan(source, sample_size: int = 10000, seed: int = 0, chunk_rows: int = BLOC
                       None if group is None else group.result(), digest.hexdigest())
 
 
+def _moments(values: np.ndarray) -> tuple:
+    """(rows, mean, sum of squared deviations) of `values` [k, ...] along the rows."""
+    mean = values.mean(0)
+    return values.shape[0], mean, ((values - mean) ** 2).sum(0)
+
+
+def _combine(a: tuple, b: tuple) -> tuple:
+    """Chan, Golub & LeVeque's pairwise update of (count, mean, M2): the moments of the union of two sets."""
+    (na, ma, qa), (nb, mb, qb) = a, b
+    if not na:
+        return b
+    if not nb:
+        return a
+    total = na + nb
+    delta = mb - ma
+    return total, ma + delta * nb / total, qa + qb + delta ** 2 * na * nb / total
+
+
+@dataclass
+class PartialScan:
+    """What a pass over some of a source's blocks learns (`scan_blocks`); `merge_scans` combines the parts of
+    all the blocks into the `TableStats` of the whole table, whoever read which block.
+
+    `x` and `y`: (count, mean, M2) moments; `y_range`: (min, max); the sample: the rows with the `sample_size`
+    smallest keys among those read (`keys`, global row indices `rows`, their x and y); `labels`: the target's
+    distinct values (None: more than max_labels, or not collected); `groups`: per-group moments (or None);
+    `digests`: {block index: `DataDigest` hex of the block's rows}."""
+
+    x: tuple
+    y: tuple
+    y_range: tuple
+    keys: np.ndarray
+    rows: np.ndarray
+    sample_x: np.ndarray
+    sample_y: Optional[np.ndarray]
+    labels: Optional[set]
+    groups: Optional["_GroupMoments"]
+    digests: dict
+
+
+def _block_checked(x, y, first: int, name: str) -> None:
+    bad = ~np.isfinite(x).all(axis=1)
+    if y is not None:
+        bad |= ~np.isfinite(y)
+    if bad.any():
+        raise ValueError(f"{name}: row {first + int(np.argmax(bad))} holds NaN or inf (or an empty field); "
+                         "drop or impute those rows first")
+
+
+def _smallest(keys: np.ndarray, size: int) -> np.ndarray:
+    """Positions of the `size` smallest keys (all when fewer)."""
+    return np.arange(len(keys)) if len(keys) <= size else np.argpartition(keys, size - 1)[:size]
+
+
+def scan_blocks(source, blocks: Sequence[int], sample_size: int = 10000, seed: int = 0, name: str = "data",
+                max_labels: Optional[int] = None, group_feature: Optional[int] = None) -> PartialScan:
+    """One pass over the blocks `blocks` (indices into `source.blocks`) of a source: the part of the table's
+    statistics those rows give (`PartialScan`), merged with the other blocks' parts by `merge_scans`.
+
+    The uniform sample is a bottom-k sample (priority sampling without weights): every row gets a key u ~ U(0, 1)
+    drawn from a numpy Generator seeded with (seed, first row of its block), and the sample is the sample_size
+    rows with the smallest keys. The keys depend on the seed and the block layout only, not on which process
+    reads which block, so the merged sample is the same for any number of processes, and every subset of
+    sample_size rows is equally likely (the keys are i.i.d.)."""
+    x_mom = y_mom = (0, 0.0, 0.0)
+    y_range = (np.inf, -np.inf)
+    keys, rows, xs, ys = np.empty(0), np.empty(0, dtype=np.int64), [], []
+    labels = set() if max_labels is not None else None
+    group = _GroupMoments(group_feature, name) if group_feature is not None else None
+    digests = {}
+    for i in blocks:
+        start, stop = source.blocks[i]
+        x, y = source.read(start, stop)
+        if not x.shape[0]:
+            continue
+        _block_checked(x, y, start, name)
+        digests[int(i)] = DataDigest().update(x, y).hexdigest()
+        x_mom = _combine(x_mom, _moments(x))
+        if group is not None:
+            group.add(x, y, start)
+        if y is not None:
+            y_mom = _combine(y_mom, _moments(y))
+            y_range = (min(y_range[0], float(y.min())), max(y_range[1], float(y.max())))
+            if labels is not None:
+                labels.update(np.unique(y).tolist())
+                labels = labels if len(labels) <= max_labels else None
+        block_keys = np.random.default_rng([int(seed), int(start)]).random(x.shape[0])
+        keep = _smallest(block_keys, sample_size)
+        keys, rows = np.concatenate([keys, block_keys[keep]]), np.concatenate([rows, keep + start])
+        xs.append(x[keep]), ys.append(None if y is None else y[keep])
+        keep = _smallest(keys, sample_size)
+        keys, rows = keys[keep], rows[keep]
+        xs, ys = [np.concatenate(xs)[keep]], [None if y is None else np.concatenate(ys)[keep]]
+    width = len(source.feature_names)
+    sample_x = xs[0] if xs else np.empty((0, width))
+    sample_y = ys[0] if xs else (None if getattr(source, "target_name", None) is None else np.empty(0))
+    return PartialScan(x_mom, y_mom, y_range, keys, rows, sample_x, sample_y, labels, group, digests)
+
+
+def merge_scans(parts: Sequence[PartialScan], sample_size: int = 10000, name: str = "data",
+                max_labels: Optional[int] = None) -> TableStats:
+    """The `TableStats` of a table from the `PartialScan`s of a partition of its blocks (in any order): moments
+    combined pairwise (Chan et al.; equal to one pass up to rounding), the sample_size rows of smallest key (in
+    row order), the union of the labels, the groups' moments combined, and `digest` the SHA-256 of the blocks'
+    digests in block order (the same whoever read which block; not the digest of the rows as one array)."""
+    x_mom, y_mom, y_range = (0, 0.0, 0.0), (0, 0.0, 0.0), (np.inf, -np.inf)
+    labels, groups, digests = (set() if max_labels is not None else None), None, {}
+    for p in parts:
+        x_mom, y_mom = _combine(x_mom, p.x), _combine(y_mom, p.y)
+        y_range = (min(y_range[0], p.y_range[0]), max(y_range[1], p.y_range[1]))
+        labels = None if labels is None or p.labels is None else labels | p.labels
+        labels = None if labels is not None and len(labels) > max_labels else labels
+        groups = p.groups if groups is None else groups.merge(p.groups)
+        digests.update(p.digests)
+    count = int(x_mom[0])
+    if not count:
+        raise ValueError(f"{name}: the table holds no rows")
+    keys = np.concatenate([p.keys for p in parts])
+    keep = _smallest(keys, sample_size)
+    rows = np.concatenate([p.rows for p in parts])[keep]
+    order = np.argsort(rows, kind="stable")
+    sample_x = np.concatenate([p.sample_x for p in parts])[keep][order]
+    has_y = any(p.sample_y is not None for p in parts)
+    sample_y = np.concatenate([p.sample_y for p in parts if p.sample_y is not None])[keep][order] if has_y else None
+    summary = "blocks;" + ";".join(f"{i}:{digests[i]}" for i in sorted(digests))
+    values = None if labels is None else np.array(sorted(labels))
+    return TableStats(count, x_mom[1], np.sqrt(x_mom[2] / count), float(y_mom[1]),
+                      float(np.sqrt(y_mom[2] / count)) if y_mom[0] else 0.0, float(y_range[0]), float(y_range[1]),
+                      sample_x, sample_y, values, None if groups is None else groups.result(),
+                      hashlib.sha256(summary.encode()).hexdigest())
+
+
 class _GroupMoments:
     """Per-group row counts, target moments (pairwise combination, as `scan`) and feature ranges, chunk by chunk."""
 
@@ -551,12 +704,41 @@ class _GroupMoments:
         else:
             self.count[:size] += k
 
+    def merge(self, other: Optional["_GroupMoments"]) -> "_GroupMoments":
+        """A new set of group moments: those of self's rows and other's together (Chan et al.'s combination)."""
+        if other is None or other.x_min is None:
+            return self
+        if self.x_min is None:
+            return other
+        out = _GroupMoments(self.column, self.name)
+        size = max(len(self.count), len(other.count))
+        out._grow(size, self.x_min.shape[1])
+        for part in (self, other):
+            g = len(part.count)
+            total, mean, m2 = _combine_groups((out.count[:g], out.mean[:g], out.m2[:g]),
+                                              (part.count, part.mean, part.m2))
+            out.count[:g], out.mean[:g], out.m2[:g] = total, mean, m2
+            out.x_min[:g] = np.minimum(out.x_min[:g], part.x_min)
+            out.x_max[:g] = np.maximum(out.x_max[:g], part.x_max)
+        return out
+
     def result(self) -> dict:
         count = self.count
         with np.errstate(invalid="ignore", divide="ignore"):
             std = np.where(count > 0, np.sqrt(self.m2 / np.maximum(count, 1)), np.nan)
         return {"count": count.astype(np.int64), "y_mean": np.where(count > 0, self.mean, np.nan), "y_std": std,
                 "x_min": self.x_min, "x_max": self.x_max}
+
+
+def _combine_groups(a: tuple, b: tuple) -> tuple:
+    """`_combine` elementwise over groups (arrays of counts, means, M2), groups without rows left as they are."""
+    (na, ma, qa), (nb, mb, qb) = a, b
+    total = na + nb
+    with np.errstate(invalid="ignore", divide="ignore"):
+        delta = mb - ma
+        mean = np.where(total > 0, ma + delta * nb / np.maximum(total, 1), 0.0)
+        m2 = qa + qb + np.where(total > 0, delta ** 2 * na * nb / np.maximum(total, 1), 0.0)
+    return total, mean, m2
 
 
 class _TableWriter:

@@ -265,11 +265,12 @@ class Estimator:
         return False
 
     @fitting
-    def fit_stream(self, data, target=None, *, features=None, sample_size: int = 10000, callback=None):
+    def fit_stream(self, data, target=None, *, features=None, sample_size: int = 10000, callback=None,
+                   shard_reads: bool = True):
         """Fit on a table streamed in chunks: a path (.csv, .parquet, .npy), an iterator of (X, y) chunks or a
         flowgp.data.sources source; `target` names the target column (an index for .npy, default the last).
 
-        One streaming pass (`flowgp.data.sources.scan`) gives the standardisation of X and y and a uniform
+        One streaming pass (`flowgp.estimators.table_scan.scan_table`: a bottom-k sample, block digests) gives the standardisation of X and y and a uniform
         reservoir sample of at most `sample_size` rows, from which the model is built (k-means inducing inputs,
         flow initialisation); training then reads the table block by block (`flowgp.training.batches.BlockBatches`),
         so memory follows the batch size, the number of inducing points and `sample_size`, not the number
@@ -281,9 +282,17 @@ class Estimator:
         `classification.StreamedClassLabels`), `_stream_target_transform` and `_train_on_stream`.
         `callback(step, loss, model)` goes to the training loop of the estimators whose `_train_on_stream`
         takes one (those whose `fit` takes a callback); the others refuse it.
+
+        `shard_reads` (used only inside a process group of W > 1 processes): True (default), each process reads
+        only its share of the table's blocks, in the scan (statistics merged across processes,
+        `flowgp.estimators.table_scan`) and in every epoch (`flowgp.training.batches.BlockBatches`): the I/O
+        per process falls as 1/W and the sampler keeps one process's law (every row once per epoch, uniform
+        minibatches) but not its draws. False (exact mode, for debugging): every process reads every block and
+        the fit reproduces one process to rounding.
         """
         from ..training.batches import BlockBatches
-        from ..data.sources import open_table, scan
+        from ..data.sources import open_table
+        from .table_scan import scan_table
 
         if not self.supports_streaming():
             raise TypeError(f"{type(self).__name__} cannot be fitted on a streamed table yet; load the data as arrays")
@@ -295,9 +304,11 @@ class Estimator:
             if "callback" not in inspect.signature(self._train_on_stream).parameters:
                 raise TypeError(f"callback: {type(self).__name__}'s training takes no callback")
             train_options["callback"] = callback
+        if not isinstance(shard_reads, bool):
+            raise TypeError(f"shard_reads must be True or False, got {shard_reads!r}")
         source = open_table(data, target, features)
         try:
-            stats = scan(source, sample_size, seed=self.seed_, max_labels=self._stream_max_labels())
+            stats = scan_table(source, sample_size, self.seed_, shard_reads, max_labels=self._stream_max_labels())
             if stats.sample_y is None:
                 raise ValueError("target: the table has no target column; name it with target=")
             if stats.num_rows < 2:
@@ -316,7 +327,8 @@ class Estimator:
 
                 def transform(x, y):
                     return self.tensor((x - self.x_mean_) / self.x_std_), targets(y)
-                return BlockBatches(source, self.batch_size, transform, seed=self.seed_, device=self.device)
+                return BlockBatches(source, self.batch_size, transform, seed=self.seed_, device=self.device,
+                                    shard_reads=shard_reads)
 
             start = time.perf_counter()
             self._train_on_stream(xs, ys, stream, stats, **train_options)

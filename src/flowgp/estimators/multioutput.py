@@ -277,13 +277,15 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         self._train_model(make, sampler, len(yt))
         return self
 
-    def fit_stream(self, data, target=None, *, output=None, features=None, sample_size: int = 10000, callback=None):
+    def fit_stream(self, data, target=None, *, output=None, features=None, sample_size: int = 10000, callback=None,
+                   shard_reads: bool = True):
         """Fit on a table streamed in chunks: a path (.csv, .parquet, .npy) or an iterator of (X, y) chunks, with
         `target` the target column and two feature columns, the input and `output` (the series index 0..D-1:
         its name, or its index among the feature columns for .npy tables and chunk iterators); `features`
         picks the two from a wider table.
 
-        One streaming pass (`flowgp.data.sources.scan` with the output as group column) gives the input's
+        One streaming pass (`flowgp.estimators.table_scan.scan_table` with the output as group column; split over
+        the processes of a data-parallel run unless `shard_reads=False`, as in `Estimator.fit_stream`) gives the input's
         standardisation, each series' target mean and std and input range, and a uniform sample of at most
         `sample_size` rows; the model is built from those (CP inducing inputs over the input's range, each
         alignment GP's over its series' range) and trained on the whole table block by block
@@ -291,8 +293,11 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         `fit` (`batch_size="auto"`: the full table up to `full_batch_max` rows). The result is the fit of the
         same rows as arrays, up to the order in which minibatches visit them.
         """
+        if not isinstance(shard_reads, bool):
+            raise TypeError(f"shard_reads must be True or False, got {shard_reads!r}")
         from ..training.batches import BlockBatches
-        from ..data.sources import open_table, scan
+        from ..data.sources import open_table
+        from .table_scan import scan_table
 
         if callback is not None:
             raise TypeError(f"callback: {type(self).__name__}'s training takes no callback")
@@ -304,7 +309,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         try:
             names = list(source.feature_names)
             xcol, col = self._table_columns(names, output)
-            stats = scan(source, sample_size, seed=self.seed_, group_feature=col)
+            stats = scan_table(source, sample_size, self.seed_, shard_reads, group_feature=col)
             if stats.sample_y is None:
                 raise ValueError("target: the table has no target column; name it with target=")
             groups = stats.groups
@@ -337,7 +342,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                         self.tensor((y - self.y_mean_[o]) / self.y_std_[o]), {"output": self.tensor(o, torch.long)})
 
             sampler = BlockBatches(source, self.resolved_batch_size(stats.num_rows), transform, seed=self.seed_,
-                                   device=self.device)
+                                   device=self.device, shard_reads=shard_reads)
             start = time.perf_counter()
             self._train_model(make, sampler, stats.num_rows)
             self.train_seconds_ = time.perf_counter() - start

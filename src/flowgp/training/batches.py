@@ -8,9 +8,12 @@ gradient reduction. A sampler has `num_data` (N, for the N/B rescaling of the bo
 the rows the uninterrupted run would have used.
 
 Data parallelism (`flowgp.training.distributed`): `shard(rank, world_size)` makes a sampler yield, at every step, only
-rank's part (`flowgp.training.distributed.local_slice`) of the same global batch every rank draws from the same
-generator. The global batches, the sampler's state and hence its checkpoints do not depend on the world size:
-a run checkpointed with 2 processes resumes with 1 on exactly the same rows.
+rank's part of the global batch. `ArrayBatches`, and `BlockBatches` in exact mode (`shard_reads=False`): the part
+(`flowgp.training.distributed.local_slice`) of the same global batch every rank draws from the same generator, so
+the global batches do not depend on the world size and a run checkpointed with 2 processes resumes with 1 on
+exactly the same rows. `BlockBatches` with sharded reads (its default): each rank reads only the blocks dealt to
+it and the global batch is the union of the ranks' draws (the same law, other rows; see its doc). Either way the
+sampler's state does not depend on the world size, so a checkpoint resumes with any number of processes.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from typing import Iterator, Mapping, Optional
 import torch
 from torch import Tensor
 
-__all__ = ["Batch", "ArrayBatches", "BlockBatches"]
+__all__ = ["Batch", "ArrayBatches", "BlockBatches", "shard_pieces", "deal_pieces"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,32 @@ def check_shard(rank, world_size, batch_size: int) -> tuple[int, int]:
                          f"{batch_size}: every process needs rows of each batch; use batch_size >= {world_size} "
                          "or fewer processes")
     return rank, world_size
+
+
+def shard_pieces(blocks: list, num_rows: int, world_size: int) -> list:
+    """The units dealt to W ranks, per block: each block cut into equal pieces of at most ⌈N / 4W⌉ rows (a
+    block of the whole table would otherwise leave ranks without rows); one piece per block for one process."""
+    if world_size <= 1:
+        return [[(a, b)] for a, b in blocks]
+    cap = max(1, math.ceil(num_rows / (4 * world_size)))
+    pieces = []
+    for a, b in blocks:
+        k = math.ceil((b - a) / cap)
+        pieces.append([(a + (b - a) * j // k, a + (b - a) * (j + 1) // k) for j in range(k)])
+    return pieces
+
+
+def deal_pieces(pieces: list, world_size: int) -> tuple[list, list]:
+    """Deal `pieces` ((start, stop) row ranges, in order) to the rank holding the fewest rows so far (ties: the
+    lowest rank): ([the pieces of each rank, in order], [the rows of each rank]). Greedy balancing by rows: the
+    shares differ by at most one piece."""
+    shares: list = [[] for _ in range(world_size)]
+    loads = [0] * world_size
+    for a, b in pieces:
+        r = loads.index(min(loads))
+        shares[r].append((a, b))
+        loads[r] += b - a
+    return shares, loads
 
 
 def _rows(name: str, t, n: Optional[int]) -> Tensor:
@@ -246,16 +275,36 @@ class BlockBatches:
     of one batch into the model's tensors (the estimators standardise there); a transform returning
     (x, y, extra) also gives the batch named tensors of the same rows (`Batch.extra`, e.g. an output index).
 
-    Memory: one block, one batch and the block's permutation, whatever the number of rows. With
-    `shard(rank, world_size)` every rank reads every block (the order comes from the shared generator) but
-    transforms only its own part of each global batch.
+    Memory: one block, one batch and the block's permutation, whatever the number of rows.
+
+    Data parallelism, `shard(rank, world_size)` with W = world_size > 1:
+
+    - `shard_reads=True` (default): each rank reads only its share of the blocks. Every epoch the blocks are put
+      in an order drawn from the shared generator (the same on every rank) and dealt, in that order, to the rank
+      holding the fewest rows so far (the shares differ by at most one block; only when that leaves a rank fewer
+      rows than the epoch has steps are the blocks cut into pieces of at most ⌈N / 4W⌉ rows and the pieces
+      dealt, a cut block being then read by more than one rank); rank r, holding n_r rows, visits its pieces in
+      that order, each piece's rows
+      in a random order, and cuts that stream into the epoch's T = ⌈N / B⌉ steps, b_rt = ⌊(t+1) n_r / T⌋ -
+      ⌊t n_r / T⌋ rows at step t. The global batch of step t is the union of the ranks' parts (Σ_r b_rt ≈ N / T
+      rows, `Batch.global_size`). Preserved from one process: every row exactly once per epoch, T steps per
+      epoch, and every row equally likely to fall in each step (the block order is uniform and rows within a
+      piece are permuted uniformly), so the minibatch gradient stays unbiased. Not preserved: the very rows of
+      each batch (the law of the sampler is the same, its draws are not), and batches of equal size (B except
+      the last) become ⌈N / T⌉ or ⌊N / T⌋ spread evenly, still rescaled by N / B_t.
+    - `shard_reads=False` (exact mode, for debugging): every rank reads every block in the single-process
+      order and transforms only its slice of each global batch; the run reproduces one process to rounding.
 
     The state is the generator's state at the start of the epoch and the number of batches taken: loading it
-    redraws the epoch's orders and skips the blocks already consumed without reading them.
+    redraws the epoch's orders and skips the blocks already consumed without reading them. Neither depends on
+    W, so a checkpoint resumes with any number of processes: at an epoch boundary the next epochs are those of
+    a run with the new W from that point; in the middle of an epoch with another W (or another shard_reads)
+    the rest of that one epoch is the new schedule's rest, so some of its rows may be seen twice and others
+    not at all in that epoch (from the next epoch on, every row once again).
     """
 
     def __init__(self, source, batch_size: Optional[int], transform, *, generator: Optional[torch.Generator] = None,
-                 seed: int = 0, device=None):
+                 seed: int = 0, device=None, shard_reads: bool = True):
         for attr in ("num_rows", "blocks", "read"):
             if not hasattr(source, attr):
                 raise TypeError(f"source must have num_rows, blocks and read(start, stop) (a flowgp.data.sources "
@@ -274,11 +323,21 @@ class BlockBatches:
         self._device = torch.device("cpu") if device is None else torch.device(device)
         self.rank, self.world_size = 0, 1
         self.extra: dict = {}
+        if not isinstance(shard_reads, bool):
+            raise TypeError(f"shard_reads must be True or False, got {shard_reads!r}")
+        self.shard_reads = bool(shard_reads)
+        self.pieces = shard_pieces(self.blocks, n, 1)
 
     def shard(self, rank: int, world_size: int) -> "BlockBatches":
-        """Yield only `rank`'s part of every global batch; returns self."""
+        """Yield only `rank`'s part of every global batch (see the class doc for the two modes); returns self."""
         self.rank, self.world_size = check_shard(rank, world_size, self.batch_size)
+        self.pieces = shard_pieces(self.blocks, self.num_data, self.world_size)
         return self
+
+    @property
+    def sharded(self) -> bool:
+        """Whether this rank reads only its share of the blocks (shard_reads and more than one process)."""
+        return self.shard_reads and self.world_size > 1
 
     @property
     def num_data(self) -> int:
@@ -296,23 +355,30 @@ class BlockBatches:
     def position(self) -> int:
         return self._position
 
-    def _emit(self, xs, ys, idx, count: int) -> Batch:
-        """The batch of the first `count` pending rows (this rank's part of it)."""
+    def _emit(self, xs, ys, idx, count: int, global_size: Optional[int] = None, offset: int = 0) -> Batch:
+        """The batch of the first `count` pending rows: this rank's part of it (exact mode), or all of them as
+        this rank's part of a global batch of `global_size` rows starting at `offset` (sharded reads)."""
         import numpy as np
 
         x_all = np.concatenate(xs) if len(xs) > 1 else xs[0]
         y_all = np.concatenate(ys) if len(ys) > 1 else ys[0]
         i_all = np.concatenate(idx) if len(idx) > 1 else idx[0]
-        part = _part(count, self.rank, self.world_size) if self.world_size > 1 else slice(0, count)
+        if global_size is not None:
+            part = slice(0, count)
+        else:
+            part = _part(count, self.rank, self.world_size) if self.world_size > 1 else slice(0, count)
+            global_size, offset = (count if self.world_size > 1 else None), part.start
         x, y, *extra = self.transform(x_all[part], y_all[part])
         index = torch.as_tensor(i_all[part], dtype=torch.long, device=self._device)
         rest = (x_all[count:], y_all[count:], i_all[count:])
-        batch = Batch(x, y, index, extra[0] if extra else {}, global_size=count if self.world_size > 1 else None,
-                      offset=part.start)
+        batch = Batch(x, y, index, extra[0] if extra else {}, global_size=global_size, offset=offset)
         return batch, rest
 
     def __iter__(self) -> Iterator[Batch]:
         """The remaining batches of the current epoch (see the class doc)."""
+        if self.sharded:
+            yield from self._iter_sharded()
+            return
         skip_rows = self._position * self.batch_size
         g = self.generator
         g.set_state(self._epoch_start)
@@ -341,6 +407,59 @@ class BlockBatches:
             yield batch
         self._position = 0
         self._epoch_start = self.generator.get_state()
+
+    def epoch_plan(self) -> tuple[list, int, list]:
+        """The sharded schedule of the current epoch, the same on every rank: (the pieces of each rank in the
+        order it visits them, the seed of the pieces' row orders, b [W, T] the rows each rank gives each step).
+        Draws from the generator (set to the epoch's start state) one block order and one seed, whatever W."""
+        g = self.generator
+        g.set_state(self._epoch_start)
+        order = torch.randperm(len(self.blocks), generator=g).tolist()
+        row_seed = int(torch.randint(0, 2 ** 62, (1,), generator=g))
+        steps = self.steps_per_epoch
+        shares, loads = deal_pieces([self.blocks[i] for i in order], self.world_size)
+        if min(loads) < steps:  # too few blocks to go round: cut them (a cut block may be read by two ranks)
+            shares, loads = deal_pieces([p for i in order for p in self.pieces[i]], self.world_size)
+        if min(loads) < steps:
+            raise ValueError(f"a process holds {min(loads)} rows this epoch, fewer than the {steps} steps of an epoch: "
+                             "use a larger batch_size, fewer processes, or shard_reads=False")
+        t = torch.arange(steps + 1, dtype=torch.long)
+        counts = torch.diff(torch.tensor(loads, dtype=torch.long)[:, None] * t[None, :] // steps, dim=1)
+        return shares, row_seed, counts
+
+    def _iter_sharded(self) -> Iterator[Batch]:
+        """This rank's parts of the remaining global batches of the epoch (`epoch_plan`)."""
+        import numpy as np
+
+        shares, row_seed, counts = self.epoch_plan()
+        next_epoch = self.generator.get_state()
+        mine = counts[self.rank]
+        offsets = counts.cumsum(0) - counts  # rows of the ranks before this one at each step
+        totals = counts.sum(0)
+        step = self._position
+        skip_rows = int(mine[:step].sum())
+        xs, ys, idx, pending, seen = [], [], [], 0, 0
+        for start, stop in shares[self.rank]:
+            first, seen = seen, seen + (stop - start)
+            if seen <= skip_rows:
+                continue  # consumed before the checkpoint: not read
+            perm = np.random.default_rng([row_seed, start]).permutation(stop - start)
+            x, y = self.source.read(start, stop)
+            perm = perm[max(0, skip_rows - first):]
+            xs.append(x[perm]), ys.append(y[perm]), idx.append(perm + start)
+            pending += len(perm)
+            del x, y
+            while step < len(mine) and pending >= int(mine[step]):
+                count = int(mine[step])
+                batch, (rx, ry, ri) = self._emit(xs, ys, idx, count, global_size=int(totals[step]),
+                                                 offset=int(offsets[self.rank, step]))
+                xs, ys, idx, pending = [rx], [ry], [ri], pending - count
+                step += 1
+                self._position = step
+                yield batch
+        self._position = 0
+        self.generator.set_state(next_epoch)
+        self._epoch_start = next_epoch
 
     def state_dict(self) -> dict:
         return {"generator": self._epoch_start.clone(), "position": int(self._position),

@@ -42,7 +42,7 @@ from typing import Optional, Sequence
 import torch
 
 __all__ = ["World", "current_world", "init_from_env", "shutdown", "local_slice", "all_reduce_gradients",
-           "all_reduce_sum", "broadcast_module", "barrier", "launch", "PARTS_VARIABLE", "reduce_parts",
+           "all_reduce_sum", "all_gather_objects", "broadcast_module", "barrier", "launch", "PARTS_VARIABLE", "reduce_parts",
            "flat_gradients", "ordered_sum", "set_gradients"]
 
 #: the environment variable that fixes the number of parts of every global batch (see the module doc)
@@ -293,6 +293,23 @@ def set_gradients(params: Sequence[torch.Tensor], total: torch.Tensor) -> torch.
         p.grad = total[offset:offset + n].view_as(p).to(p.dtype).clone() if present > 0 else None
         offset += n
     return total[0]
+
+
+def all_gather_objects(obj, world: World) -> list:
+    """Every rank's `obj` (picklable), in rank order, on every rank; [obj] for a single process.
+
+    Args:
+        obj: any picklable object.
+        world: the World.
+
+    See Also:
+        :func:`flowgp.training.distributed.all_reduce_sum`.
+    """
+    if not world.distributed:
+        return [obj]
+    out = [None] * world.size
+    torch.distributed.all_gather_object(out, obj)
+    return out
 
 
 @torch.no_grad()
