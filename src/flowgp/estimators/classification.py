@@ -194,7 +194,8 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
                  likelihood: str = "softmax", fix_variance_epochs: int = 0, kmeans_restarts: int = DEFAULTS.kmeans_restarts,
                  learn_inducing: bool = True, quadrature_points: int = DEFAULTS.quadrature_points, mc_samples: int = 20,
                  predict_samples: int = 256, verbose: bool | str = "auto",
-                 checkpoint: str | os.PathLike | None = None, compile: bool | str = False) -> None:
+                 checkpoint: str | os.PathLike | None = None, compile: bool | str = False,
+                 threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     # ----- hooks the flow estimator overrides --------------------------------------------------------
@@ -384,7 +385,8 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
                  hidden: int | tuple[int, ...] = (50,), activation: str = "relu", dropout: float = 0.25,
                  bayesian: str = "mc_dropout", mc_samples_train: int = 1, mc_samples_predict: int = 100,
                  prior_precision: float | None = None, flow_init_epochs: int = 100, robust: bool | RobustFit = True,
-                 checkpoint: str | os.PathLike | None = None, compile: bool | str = False) -> None:
+                 checkpoint: str | os.PathLike | None = None, compile: bool | str = False,
+                 threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     def _input_dependence(self):

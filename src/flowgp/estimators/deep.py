@@ -299,7 +299,8 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
                  dsvi_warmup: float = 0.0, skip: str = "linear", image_shape: tuple[int, int, int] | None = None,
                  draws: str | None = None, compile: bool | str = False, base_gradient: str | None = None,
                  flow_selection: bool = True, flow_lr_scale: float = 0.1,
-                 flow_rows: int | None = FLOW_ROWS) -> None:
+                 flow_rows: int | None = FLOW_ROWS,
+                 threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     def _likelihood_name(self):
@@ -396,7 +397,8 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
                  flow_elementwise: str = "entry", dsvi_warmup: float = 0.0, skip: str = "linear",
                  image_shape: tuple[int, int, int] | None = None, draws: str | None = None,
                  compile: bool | str = False, base_gradient: str | None = None, flow_selection: bool = True,
-                 flow_lr_scale: float = 0.1, flow_rows: int | None = FLOW_ROWS) -> None:
+                 flow_lr_scale: float = 0.1, flow_rows: int | None = FLOW_ROWS,
+                 threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     def _likelihood_name(self):

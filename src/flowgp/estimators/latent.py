@@ -85,7 +85,8 @@ class LatentDeepGPRegressor(SVGPRegressor):
                  verbose: bool | str = "auto", checkpoint: str | os.PathLike | None = None,
                  hidden_layer: str = "pca", q_var_init: float = 1e-5, hidden_q_var_init: float | None = None,
                  learn_hidden_variance: bool = True, compile: bool | str = False, extend_checkpoint: bool = False,
-                 encoder_skips: str = "dense", objective: str = "bound") -> None:
+                 encoder_skips: str = "dense", objective: str = "bound",
+                 threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     # ----- checks and construction ---------------------------------------------------------------------

@@ -109,7 +109,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                  checkpoint: str | os.PathLike | None = None, natural_gradient: float | None = 0.5,
                  natural_gradient_layers: str = "latent", tol: float | None = 1e-4, patience: int = 50,
                  full_batch_max: int = 2048, cp_inducing: str = "latent", start_from_mogp: bool = False,
-                 compile: bool | str = False, cp_grid: bool | None = None) -> None:
+                 compile: bool | str = False, cp_grid: bool | None = None,
+                 threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     # ----- helpers -------------------------------------------------------------------------------------

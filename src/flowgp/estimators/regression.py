@@ -101,7 +101,8 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                  period: float = 1.0, fix_noise_fraction: float = 0.0, kmeans_restarts: int = DEFAULTS.kmeans_restarts,
                  learn_inducing: bool = True, quadrature_points: int = DEFAULTS.quadrature_points, predict_quadrature_points: int = DEFAULTS.predict_quadrature_points,
                  verbose: bool | str = "auto", checkpoint: str | os.PathLike | None = None,
-                 natural_gradient: float | None = None, compile: bool | str = False) -> None:
+                 natural_gradient: float | None = None, compile: bool | str = False,
+                 threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     #: working-memory budget (bytes) of one prediction call: rows are predicted in chunks that fit in it
@@ -358,7 +359,8 @@ class _FlowRegressor(SVGPRegressor):
                  kmeans_restarts: int = DEFAULTS.kmeans_restarts, learn_inducing: bool = True, quadrature_points: int = DEFAULTS.quadrature_points,
                  predict_quadrature_points: int = DEFAULTS.predict_quadrature_points, verbose: bool | str = "auto",
                  robust: bool | RobustFit = True, checkpoint: str | os.PathLike | None = None,
-                 compile: bool | str = False) -> None:
+                 compile: bool | str = False,
+                 threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     _FLOW_INITS = ("identity", "data", "random", "none")
@@ -587,7 +589,8 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
                  activation: str = "relu", dropout: float = 0.25, bayesian: str = "mc_dropout",
                  mc_samples_train: int = 1, mc_samples_predict: int = 100, prior_precision: float | None = None,
                  flow_init_epochs: int = 100, robust: bool | RobustFit = True,
-                 checkpoint: str | os.PathLike | None = None, compile: bool | str = False) -> None:
+                 checkpoint: str | os.PathLike | None = None, compile: bool | str = False,
+                 threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     def _target_positive(self) -> bool:
