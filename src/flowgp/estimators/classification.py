@@ -183,6 +183,10 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
             meta-estimators or joblib workers; `flowgp.reporting.progress.show_progress`), True or False.
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
             documents; it pays off in long fits with small M (benchmarks/perf/step_time.py).
+        threads: torch threads of `fit` and of every prediction, set for the call and restored after it: a
+            positive integer, or "auto" (default): one thread when a step is too small to gain from more
+            (`flowgp.training.threads.SMALL_STEP_WORK`), else the cores of this process shared with the other
+            processes of the job (scikit-learn's `n_jobs`, torchrun) less the cores other processes keep busy.
         checkpoint: a file path: training saves its state there (the variance-fixed stage next to it, with
             the suffix ".stage1") and a later `fit` with the same path continues where it stopped (only the
             same fit: see SVGPRegressor).
@@ -371,6 +375,7 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
     appendix eq. 20) or "vb" (mean-field q(W), needs dropout=0). `mc_samples_train` W draws per ELBO
     evaluation (binary; the softmax pairs one W draw with each latent draw). The networks are fitted to the
     initial flow parameters for `flow_init_epochs` epochs (appendix B.4). `prior_precision` is λ of p_λ(W).
+    `threads`: torch threads per call ("auto" or a positive integer), as in SVGPRegressor.
     """
 
     _FLOW_INITS = ("identity", "random", "none")

@@ -284,6 +284,8 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
             (`flowgp.models.image_skip.ConvSkip`); or "dense", the same with a trainable fully connected skip
             (the design the convolution replaces). With `image_shape` inputs are scaled by one mean and scale
             over all pixels.
+        threads: torch threads per call ("auto" or a positive integer), as in SVGPRegressor; "auto" sizes a step
+            as layers x (batch x M² + M³).
         Other arguments as SVGPRegressor (num_inducing = M per layer, shared by all layers).
     """
 
@@ -384,6 +386,7 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
 
     Labels may be any sortable values, mapped to 0..C-1 through `classes_`. Arguments as DeepGPRegressor,
     plus `likelihood` ("robustmax" or "softmax") for more than two classes.
+    `threads`: torch threads per call ("auto" or a positive integer), as in SVGPRegressor.
     """
 
     def __init__(self, layers: int = 3, posterior: str = "gaussian", num_samples_train: int = 1,

@@ -84,6 +84,10 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             meta-estimators or joblib workers; `flowgp.reporting.progress.show_progress`), True or False.
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
             documents; it pays off in long fits with small M (benchmarks/perf/step_time.py).
+        threads: torch threads of `fit` and of every prediction, set for the call and restored after it: a
+            positive integer, or "auto" (default): one thread when a step is too small to gain from more
+            (`flowgp.training.threads.SMALL_STEP_WORK`), else the cores of this process shared with the other
+            processes of the job (scikit-learn's `n_jobs`, torchrun) less the cores other processes keep busy.
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped (a finished fit is loaded back without training). Only the same fit
             resumes it (same data, parameters, class, flowgp version): a file written by another fit is a
@@ -574,6 +578,7 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
     refinement, natural gradients on q(u), plateau stop, best full-data bound kept, a `BoundBelowSVGPWarning`
     if the result still ends below the SVGP's bound); False: the plain fit from `flow_init`; or a `RobustFit`.
     With the warm start `flow_init` is not used (the flow starts at the map that reproduces the SVGP).
+    `threads`: torch threads per call ("auto" or a positive integer), as in SVGPRegressor.
     """
 
     _data_direction = "generative"
@@ -643,6 +648,7 @@ class WarpedGPRegressor(_FlowRegressor):
     Targets must lie in T's domain (y > 0 for "log", "boxcox" keeps all reals); `flow_init="data"` fits T
     so that T(y) is close to N(0, 1) (appendix B.2 in the normalizing direction). `robust` as in
     TGPRegressor (the warm start sets T so that T(y) is the SVGP's standardised target).
+    `threads`: torch threads per call ("auto" or a positive integer), as in SVGPRegressor.
     """
 
     _data_direction = "normalizing"
