@@ -254,6 +254,21 @@ def _check_device(name: str) -> None:
     check_device(name, "--device")
 
 
+def threads_argument(text: str):
+    """--threads: "auto" or a positive integer (an argparse type: anything else is the usage error, exit 2)."""
+    if text == "auto":
+        return text
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or 'auto', got {text!r}")
+    return int(text)
+
+
+#: --threads' help, shared by fit and predict
+THREADS_HELP = ("torch threads per process: a positive integer, or 'auto': one thread for small models, else this "
+                "process's share of the cores (divided among --nproc / torchrun processes) less the cores other "
+                "processes keep busy")
+
+
 def _table_features(args):
     return [f.strip() for f in args.features.split(",")] if args.features else None
 
@@ -317,6 +332,10 @@ def _fit(args, argv) -> int:
     if refused:
         raise ValueError(f"--model {args.model} does not take " + ", ".join("--" + k.replace("_", "-") for k in refused))
     shared = {k: v for k, v in shared.items() if v is not None}
+    if "threads" in accepted:
+        shared["threads"] = args.threads
+    elif args.threads != "auto":
+        raise ValueError(f"--model {args.model} does not take --threads")
     _check_output_path(args.out, "--out")
     check_distinct({"--out": args.out, "--out's metadata file": metadata_path(args.out),
                     "--checkpoint": args.checkpoint}, {"--data": args.data})
@@ -395,6 +414,8 @@ def _predict(args) -> None:
     if args.device is not None:
         _check_device(args.device)
     est = estimators.load(args.model, device=args.device)
+    if "threads" in est.get_params(deep=False):  # the threads of this machine, not those of the fit's
+        est.set_params(threads=args.threads)
     # the columns by name: as the model file records them; the .json beside it only for files written before
     # they were recorded there, and only when flowgp wrote it (a user's file of that name is not ours)
     meta_path = Path(str(args.model) + ".json")
@@ -508,6 +529,7 @@ def _parser() -> argparse.ArgumentParser:
     p_fit.add_argument("--nproc", type=int, default=1,
                        help="train data-parallel in this many processes on this machine (torch's elastic "
                             "launcher; for several machines run `torchrun ... -m flowgp fit ...` instead)")
+    p_fit.add_argument("--threads", type=threads_argument, default="auto", metavar="N|auto", help=THREADS_HELP)
     # set by --nproc for the processes it starts: the launching process alone reports an interruption
     p_fit.add_argument("--launched-by-nproc", action="store_true", help=argparse.SUPPRESS)
     p_pred = sub.add_parser("predict", help="predict a table (CSV, Parquet, .npy) with a saved model, in chunks",
@@ -519,6 +541,7 @@ def _parser() -> argparse.ArgumentParser:
     p_pred.add_argument("--out", default="predictions.csv", help="a .csv or .parquet file, written as rows are predicted")
     p_pred.add_argument("--chunk-rows", type=int, default=65536, help="rows predicted at once (bounds the memory)")
     p_pred.add_argument("--quiet", action="store_true", help="no progress bar")
+    p_pred.add_argument("--threads", type=threads_argument, default="auto", metavar="N|auto", help=THREADS_HELP)
     p_pred.add_argument("--device", default=None,
                         help="where to predict (cpu, cuda, cuda:1); default: the device the model was trained on, "
                              "or the CPU where that is CUDA and this machine has none")
