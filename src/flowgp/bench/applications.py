@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cli.options import add_threads_option
 from .runner import add_checkpoint_argument, parse_int_list, parse_name_list, run_suite
 
 KEY_FIELDS = ("dataset", "model", "flow", "flow_init", "inducing_fraction", "fix_noise_fraction", "seed", "fold",
@@ -98,7 +99,7 @@ def _work(job: dict) -> dict:
         options = {"flow": job["flow"], "flow_init": job["flow_init"]}
     elif job["model"] == "wgp":
         options = {"flow": wgp_warp(job["flow"]), "flow_init": job["flow_init"]}
-    est = make_estimator(job["model"], preset, m, job["seed"], len(tr), **options)
+    est = make_estimator(job["model"], preset, m, job["seed"], len(tr), threads=job.get("threads"), **options)
     row = {k: job[k] for k in KEY_FIELDS}
     row.update(num_inducing=m, epochs=int(est.epochs), n_train=len(tr), n_test=len(te),
                warp=options.get("flow", "none") if job["model"] == "wgp" else None,
@@ -124,6 +125,7 @@ def _add(parser, dataset: str) -> None:
     parser.add_argument("--preset", default="quick", choices=["paper", "quick", "tiny"])
     parser.add_argument("--epochs", type=int, default=None, help="override the preset's epochs")
     parser.add_argument("--jobs", type=int, default=1)
+    add_threads_option(parser)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--out", default=f"bench-results/{dataset}")
     parser.add_argument("--quiet", action="store_true")
@@ -168,7 +170,7 @@ def build_jobs(args, dataset: str) -> list[dict]:
                                          "inducing_fraction": frac, "fix_noise_fraction": scheme, "seed": seed,
                                          "fold": fold, "protocol": protocol, "preset": preset,
                                          "data_dir": args.data_dir, "epochs_override": args.epochs,
-                                         "preset_name": args.preset})
+                                         "preset_name": args.preset, "threads": getattr(args, "threads", None)})
     return jobs
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from .exit_codes import EPILOG, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, interrupted_line
+from .options import add_threads_option
 from ..gp.defaults import DEFAULTS
 from ..data.paths import METADATA_MARKER, check_distinct, check_metadata_file, is_metadata_file, metadata_path
 
@@ -252,21 +253,6 @@ def _check_device(name: str) -> None:
     from ..estimators.validation import check_device
 
     check_device(name, "--device")
-
-
-def threads_argument(text: str):
-    """--threads: "auto" or a positive integer (an argparse type: anything else is the usage error, exit 2)."""
-    if text == "auto":
-        return text
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer or 'auto', got {text!r}")
-    return int(text)
-
-
-#: --threads' help, shared by fit and predict
-THREADS_HELP = ("torch threads per process: a positive integer, or 'auto': one thread for small models, else this "
-                "process's share of the cores (divided among --nproc / torchrun processes) less the cores other "
-                "processes keep busy")
 
 
 def _table_features(args):
@@ -529,7 +515,7 @@ def _parser() -> argparse.ArgumentParser:
     p_fit.add_argument("--nproc", type=int, default=1,
                        help="train data-parallel in this many processes on this machine (torch's elastic "
                             "launcher; for several machines run `torchrun ... -m flowgp fit ...` instead)")
-    p_fit.add_argument("--threads", type=threads_argument, default="auto", metavar="N|auto", help=THREADS_HELP)
+    add_threads_option(p_fit)
     # set by --nproc for the processes it starts: the launching process alone reports an interruption
     p_fit.add_argument("--launched-by-nproc", action="store_true", help=argparse.SUPPRESS)
     p_pred = sub.add_parser("predict", help="predict a table (CSV, Parquet, .npy) with a saved model, in chunks",
@@ -541,7 +527,7 @@ def _parser() -> argparse.ArgumentParser:
     p_pred.add_argument("--out", default="predictions.csv", help="a .csv or .parquet file, written as rows are predicted")
     p_pred.add_argument("--chunk-rows", type=int, default=65536, help="rows predicted at once (bounds the memory)")
     p_pred.add_argument("--quiet", action="store_true", help="no progress bar")
-    p_pred.add_argument("--threads", type=threads_argument, default="auto", metavar="N|auto", help=THREADS_HELP)
+    add_threads_option(p_pred)
     p_pred.add_argument("--device", default=None,
                         help="where to predict (cpu, cuda, cuda:1); default: the device the model was trained on, "
                              "or the CPU where that is CUDA and this machine has none")
