@@ -9,7 +9,8 @@ once (`n_jobs`) or torchrun starts several processes per machine.
 `choose_threads("auto", work=...)` therefore takes
 
 - one thread when a step is too small to gain from more (`work` below `SMALL_STEP_WORK`: the per-step cost of a
-  sparse GP, batch x M² + M³ multiply-adds, under which two threads measured no faster than one), and otherwise
+  sparse GP, batch x M² + M³ multiply-adds, under which a second thread is not expected to repay its
+  synchronisation; see the constant for what was measured), and otherwise
 - the cores this process may run on (its CPU affinity), divided by the processes sharing them (torchrun's
   `LOCAL_WORLD_SIZE`, which `flowgp fit --nproc` sets too), less the cores other processes keep busy right now
   (`busy_cores`: the kernel's count of runnable tasks), and never more than an `OMP_NUM_THREADS` set in the
@@ -27,7 +28,8 @@ from contextlib import contextmanager
 
 import torch
 
-__all__ = ["SMALL_STEP_WORK", "available_cores", "busy_cores", "choose_threads", "check_threads", "thread_limit", "step_work"]
+__all__ = ["SMALL_STEP_WORK", "available_cores", "busy_cores", "choose_threads", "check_threads", "thread_limit",
+           "step_work"]
 
 #: multiply-adds per step (batch x M² + M³) below which "auto" takes one thread even with idle cores: at batch 512,
 #: M = 100 is 6e6, M = 300 is 7e7. Measured with `python -m benchmarks.perf.threads cutover` (SVGP step, float64,
