@@ -16,7 +16,8 @@ from flowgp.gp.likelihoods import GaussianLikelihood
 from flowgp.models import SVGP
 from flowgp.training import train
 
-SHARED = ("num_inducing", "quadrature_points", "predict_quadrature_points", "kmeans_restarts", "noise", "epochs", "lr")
+SHARED = ("num_inducing", "quadrature_points", "predict_quadrature_points", "kmeans_restarts", "noise", "epochs", "lr",
+          "threads")
 
 
 def _default(obj, name):

@@ -120,7 +120,10 @@ RENAMED_PARAMETERS = {("DeepGPRegressor", "warm_start"): "dsvi_warmup",
                       ("DeepGPClassifier", "warm_start"): "dsvi_warmup"}
 
 #: (class, parameter) -> the behaviour files saved before the parameter existed had, where its default differs
-#: (AMO-GP's CP inducing sets were per output until cp_inducing arrived with the latent form as default)
+#: (AMO-GP's CP inducing sets were per output until cp_inducing arrived with the latent form as default). A parameter
+#: whose default is right for older files needs no entry: the constructor's default applies to files of every
+#: version that lack it (`threads`, which decides how many torch threads run, not what the model computes: files
+#: saved before it load with threads="auto", without a warning)
 VALUE_BEFORE_PARAMETER = {("AlignedMultiOutputGPRegressor", "cp_inducing"): "output",
                           # AMO-GP files saved before the grid option trained their CP inducing inputs
                           ("AlignedMultiOutputGPRegressor", "cp_grid"): False,

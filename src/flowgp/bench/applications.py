@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cli.options import add_threads_option
 from .runner import (ENGINE_KEY_DEFAULTS, add_checkpoint_argument, add_engine_arguments, engine_world_size,
                      parse_int_list, parse_name_list, place_estimator, run_suite)
 
@@ -101,8 +102,8 @@ def _work(job: dict) -> dict:
         options = {"flow": job["flow"], "flow_init": job["flow_init"]}
     elif job["model"] == "wgp":
         options = {"flow": wgp_warp(job["flow"]), "flow_init": job["flow_init"]}
-    est = place_estimator(make_estimator(job["model"], preset, m, job["seed"], len(tr), **options),
-                          job.get("device", "cpu"))
+    est = make_estimator(job["model"], preset, m, job["seed"], len(tr), threads=job.get("threads"), **options)
+    est = place_estimator(est, job.get("device", "cpu"))
     row = {k: job[k] for k in KEY_FIELDS}
     row.update(num_inducing=m, epochs=int(est.epochs), n_train=len(tr), n_test=len(te),
                warp=options.get("flow", "none") if job["model"] == "wgp" else None,
@@ -128,6 +129,7 @@ def _add(parser, dataset: str) -> None:
     parser.add_argument("--preset", default="quick", choices=["paper", "quick", "tiny"])
     parser.add_argument("--epochs", type=int, default=None, help="override the preset's epochs")
     parser.add_argument("--jobs", type=int, default=1)
+    add_threads_option(parser)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--out", default=f"bench-results/{dataset}")
     parser.add_argument("--quiet", action="store_true")
@@ -174,7 +176,8 @@ def build_jobs(args, dataset: str) -> list[dict]:
                                          "fold": fold, "protocol": protocol, "preset": preset,
                                          "data_dir": args.data_dir, "epochs_override": args.epochs,
                                          "preset_name": args.preset, "device": args.device,
-                                         "world_size": engine_world_size(args)})
+                                         "world_size": engine_world_size(args),
+                                         "threads": getattr(args, "threads", None)})
     return jobs
 
 

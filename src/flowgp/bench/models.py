@@ -298,7 +298,7 @@ def supports_task(name: str, task: str) -> bool:
 
 
 def make_estimator(name: str, preset, num_inducing: int, seed: int, num_data: int, task: str = "regression",
-                   **options):
+                   threads=None, **options):
     """Build the unfitted estimator `name` with the budget of `preset` for a training set of `num_data` points.
 
     `options` are the entry's model-specific options (e.g. `flow`, `flow_init` for tgp); any other keyword is
@@ -311,6 +311,7 @@ def make_estimator(name: str, preset, num_inducing: int, seed: int, num_data: in
         seed: the estimator's seed.
         num_data: N, the size of the training set.
         task: "regression" (default) or "classification".
+        threads: the estimator's `threads` (the bench's --threads; None: the estimator's default).
         **options: as above.
 
     Examples:
@@ -332,4 +333,5 @@ def make_estimator(name: str, preset, num_inducing: int, seed: int, num_data: in
     if unknown:
         takes = f"only the options {', '.join(entry.defaults)}" if entry.defaults else "no options"
         raise TypeError(f"{name} takes {takes}, got {unknown}")
-    return entry(task, **{**budget_rule(entry)(preset, num_inducing, seed, num_data, task), **options})
+    extra = {} if threads is None else {"threads": threads}
+    return entry(task, **{**budget_rule(entry)(preset, num_inducing, seed, num_data, task), **options, **extra})

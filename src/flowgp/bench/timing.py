@@ -11,6 +11,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from ..cli.options import add_threads_option
 from .runner import limit_threads, parse_name_list
 
 NAME = "timing"
@@ -33,6 +34,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--wait", action="store_true",
                         help="if another run is writing the same output, wait for it (default: stop with a message)")
+    add_threads_option(parser)
 
 
 def summarise(rows: list[dict], models: list[str] | None = None) -> list[dict]:
@@ -72,14 +74,14 @@ def run(args) -> int:
         # Untimed warm-up fit per model: first calls pay one-off costs (lazy imports, allocator growth).
         warm = get_preset("quick", epochs=1, batch_size=preset.batch_for(n), kmeans_restarts=1)
         for model in models:
-            make_estimator(model, warm, min(args.inducing, n), args.seed, n).fit(split.x_train, split.y_train)
+            make_estimator(model, warm, min(args.inducing, n), args.seed, n, threads=args.threads).fit(split.x_train, split.y_train)
         for rep in range(args.repeats):
             for model in models:
                 key = {"dataset": args.dataset, "model": model, "num_inducing": args.inducing, "epochs": args.epochs,
                        "batch_size": preset.batch_for(n), "repeat": rep, "split": args.split, "tag": args.tag}
                 if store.is_done(key):
                     continue
-                est = make_estimator(model, preset, min(args.inducing, n), args.seed, n)
+                est = make_estimator(model, preset, min(args.inducing, n), args.seed, n, threads=args.threads)
                 scores = fit_and_score(est, split)
                 store.append({**key, **scores, "n_train": n})
                 if not args.quiet:

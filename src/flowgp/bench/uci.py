@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cli.options import add_threads_option
 from .runner import (ENGINE_KEY_DEFAULTS, add_checkpoint_argument, add_engine_arguments, engine_world_size,
                      parse_int_list, parse_name_list, place_estimator, run_suite)
 
@@ -60,7 +61,9 @@ def add_arguments(parser) -> None:
                              "K = 5, batch 512) or reference-k50 (the same with the DREG authors' K = 50, batch 64)")
     parser.add_argument("--epochs", type=int, default=None, help="override the preset's epochs")
     parser.add_argument("--seed", type=int, default=0, help="base seed (split i uses seed + i)")
-    parser.add_argument("--jobs", type=int, default=1, help="worker processes (one torch thread each)")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (one torch thread each unless "
+                        "--threads says otherwise)")
+    add_threads_option(parser)
     parser.add_argument("--data-dir", default=None, help="data folder (default $FLOWGP_DATA, then ../shared/data)")
     parser.add_argument("--out", default="bench-results/uci", help="output folder (uci.jsonl is appended to)")
     parser.add_argument("--quiet", action="store_true")
@@ -193,7 +196,7 @@ def _work(job: dict) -> dict:
                        protocol=preset.protocol, row_order=job["row_order"])
     n = len(split.y_train)
     m = min(job["num_inducing"], n)
-    est = place_estimator(make_estimator(job["model"], preset, m, job["seed"], n, task=job["task"]),
+    est = place_estimator(make_estimator(job["model"], preset, m, job["seed"], n, task=job["task"], threads=job.get("threads")),
                           job.get("device", "cpu"))
     scores = fit_and_score(est, split, job["task"], checkpoint=job.get("checkpoint"))
     row = {k: job[k] for k in KEY_FIELDS}
@@ -237,7 +240,9 @@ def build_jobs(args) -> list[dict]:
                                  "data_dir": args.data_dir,
                                  "preset_name": args.preset, "device": args.device,
                                  "world_size": engine_world_size(args),
-                                 "epochs_override": args.epochs})
+                                 "epochs_override": args.epochs,
+                                 # not a key field: a row's result does not depend on it
+                                 "threads": getattr(args, "threads", None)})
     return jobs
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from .exit_codes import EPILOG, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, interrupted_line
+from .options import add_threads_option
 from ..gp.defaults import DEFAULTS
 from ..data.paths import METADATA_MARKER, check_distinct, check_metadata_file, is_metadata_file, metadata_path
 
@@ -330,6 +331,10 @@ def _fit(args, argv) -> int:
     if refused:
         raise ValueError(f"--model {args.model} does not take " + ", ".join("--" + k.replace("_", "-") for k in refused))
     shared = {k: v for k, v in shared.items() if v is not None}
+    if "threads" in accepted:
+        shared["threads"] = args.threads
+    elif args.threads != "auto":
+        raise ValueError(f"--model {args.model} does not take --threads")
     _check_output_path(args.out, "--out")
     check_distinct({"--out": args.out, "--out's metadata file": metadata_path(args.out),
                     "--checkpoint": args.checkpoint}, {"--data": args.data})
@@ -439,6 +444,8 @@ def _predict(args) -> None:
     if args.device is not None:
         _check_device(args.device)
     est = estimators.load(args.model, device=args.device)
+    if "threads" in est.get_params(deep=False):  # the threads of this machine, not those of the fit's
+        est.set_params(threads=args.threads)
     # the columns by name: as the model file records them; the .json beside it only for files written before
     # they were recorded there, and only when flowgp wrote it (a user's file of that name is not ours)
     meta_path = Path(str(args.model) + ".json")
@@ -487,6 +494,24 @@ def main(argv=None) -> int:
             print(f"{context['label']}: {interrupted_line(err, context['checkpoint'])}", file=sys.stderr,
                   flush=True)
         return EXIT_INTERRUPTED
+
+
+def _add_parallel_options(p_fit: argparse.ArgumentParser) -> None:
+    """`flowgp fit`'s options for processes and threads: --nproc, --reduce-parts, --no-shard-reads, --threads."""
+    p_fit.add_argument("--nproc", type=int, default=1,
+                       help="train data-parallel in this many processes on this machine (torch's elastic "
+                            "launcher; for several machines run `torchrun ... -m flowgp fit ...` instead)")
+    p_fit.add_argument("--reduce-parts", type=int, default=None, metavar="P",
+                       help="cut every global batch into P fixed parts summed in a fixed order: fits with any "
+                            "--nproc dividing P give bitwise the same model (default: one part per process, "
+                            "equal across --nproc up to rounding, which long L-BFGS refinements can amplify)")
+    p_fit.add_argument("--no-shard-reads", dest="shard_reads", action="store_false",
+                       help="with several processes, let every process read the whole table each epoch and train "
+                            "exactly as one process would (for debugging); by default each reads only its share "
+                            "of the blocks (the same sampler law, 1/W of the reading)")
+    add_threads_option(p_fit)
+    # set by --nproc for the processes it starts: the launching process alone reports an interruption
+    p_fit.add_argument("--launched-by-nproc", action="store_true", help=argparse.SUPPRESS)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -556,19 +581,7 @@ def _parser() -> argparse.ArgumentParser:
     p_fit.add_argument("--checkpoint", default=None, metavar="PATH",
                        help="training checkpoint: resume from it when it exists (an interrupted fit continues "
                             "where it stopped), written while training")
-    p_fit.add_argument("--nproc", type=int, default=1,
-                       help="train data-parallel in this many processes on this machine (torch's elastic "
-                            "launcher; for several machines run `torchrun ... -m flowgp fit ...` instead)")
-    p_fit.add_argument("--reduce-parts", type=int, default=None, metavar="P",
-                       help="cut every global batch into P fixed parts summed in a fixed order: fits with any "
-                            "--nproc dividing P give bitwise the same model (default: one part per process, "
-                            "equal across --nproc up to rounding, which long L-BFGS refinements can amplify)")
-    p_fit.add_argument("--no-shard-reads", dest="shard_reads", action="store_false",
-                       help="with several processes, let every process read the whole table each epoch and train "
-                            "exactly as one process would (for debugging); by default each reads only its share "
-                            "of the blocks (the same sampler law, 1/W of the reading)")
-    # set by --nproc for the processes it starts: the launching process alone reports an interruption
-    p_fit.add_argument("--launched-by-nproc", action="store_true", help=argparse.SUPPRESS)
+    _add_parallel_options(p_fit)
     p_pred = sub.add_parser("predict", help="predict a table (CSV, Parquet, .npy) with a saved model, in chunks",
                             epilog=EPILOG, formatter_class=HelpFormatter)
     p_pred.add_argument("--model", required=True)
@@ -578,6 +591,7 @@ def _parser() -> argparse.ArgumentParser:
     p_pred.add_argument("--out", default="predictions.csv", help="a .csv or .parquet file, written as rows are predicted")
     p_pred.add_argument("--chunk-rows", type=int, default=65536, help="rows predicted at once (bounds the memory)")
     p_pred.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_threads_option(p_pred)
     p_pred.add_argument("--device", default=None,
                         help="where to predict (cpu, cuda, cuda:1); default: the device the model was trained on, "
                              "or the CPU where that is CUDA and this machine has none")

@@ -26,6 +26,7 @@ from .params import fitted_params, fitting, params_fingerprint, params_for_file,
 from .features import (check_feature_names, names_checked_by_table, restore_columns, saved_columns,
                        start_table_columns, table_feature_names)
 from .validation import check_device, check_parameters, check_table_target, is_integer, resolve_seed
+from .threads import THREADED_METHODS, with_threads
 from ..reporting.progress import show_progress
 
 __all__ = ["Estimator", "InputDependentFlowOptions", "as_float_array", "as_2d_float", "as_1d_float",
@@ -115,6 +116,9 @@ class Estimator:
     TypeError before any work), and their snapshot `fitted_params_` is what `save` records and what a training
     checkpoint's fingerprint (`training_fingerprint`) holds.
 
+    Every method that computes (`flowgp.estimators.threads.THREADED_METHODS`: fit, predict, ...) runs with torch's
+    thread count set from the `threads` parameter for the call and restored after it (`with_threads`).
+
     Every fit starts with `start_fit` (each parameter checked by `flowgp.estimators.validation`, the seed of the
     fit fixed in `seed_`) and keeps the names of its columns (`flowgp.estimators.features`: `feature_names_in_`
     from a named table in memory, checked by every method given X; a streamed table's columns), which the saved
@@ -131,6 +135,9 @@ class Estimator:
         for name in ("fit", "fit_stream"):
             if name in vars(cls):
                 setattr(cls, name, fitting(vars(cls)[name]))
+        for name in THREADED_METHODS:  # torch's threads set per call and restored (flowgp.estimators.threads)
+            if callable(vars(cls).get(name)):
+                setattr(cls, name, with_threads(vars(cls)[name]))
 
     def _start_fit(self, fitted: dict) -> None:
         """Begin a fit with parameters `fitted` (from `fitting`): the previous fit's model and data digest are
@@ -264,6 +271,7 @@ class Estimator:
                 return bool(vars(klass).get("STREAMED_FIT", False))
         return False
 
+    @with_threads
     @fitting
     def fit_stream(self, data, target=None, *, features=None, sample_size: int = 10000, callback=None,
                    shard_reads: bool = True):
@@ -360,6 +368,7 @@ class Estimator:
         """Targets of a block as the model sees them: standardised by (y_shift, y_scale), [n, 1]."""
         return lambda y: self.tensor((y - y_shift) / y_scale)[:, None]
 
+    @with_threads
     def predict_to_file(self, data, path, *, level: float = 0.95, target=None, features=None,
                         chunk_rows: int = 65536, verbose: bool | str = "auto", output=None) -> dict:
         """Predict a table chunk by chunk and append the rows (mean, std, lower, upper of the central `level`

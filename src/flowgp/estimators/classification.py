@@ -189,6 +189,10 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
             meta-estimators or joblib workers; `flowgp.reporting.progress.show_progress`), True or False.
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
             documents; it pays off in long fits with small M (benchmarks/perf/step_time.py).
+        threads: torch threads of `fit` and of every prediction, set for the call and restored after it: a
+            positive integer, or "auto" (default): one thread when a step is too small to gain from more
+            (`flowgp.training.threads.SMALL_STEP_WORK`), else the cores of this process shared with the other
+            processes of the job (scikit-learn's `n_jobs`, torchrun) less the cores other processes keep busy.
         checkpoint: a file path: training saves its state there (the variance-fixed stage next to it, with
             the suffix ".stage1") and a later `fit` with the same path continues where it stopped (only the
             same fit: see SVGPRegressor).
@@ -213,7 +217,8 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
                  likelihood: str = "softmax", fix_variance_epochs: int = 0, kmeans_restarts: int = DEFAULTS.kmeans_restarts,
                  learn_inducing: bool = True, quadrature_points: int = DEFAULTS.quadrature_points, mc_samples: int = 20,
                  predict_samples: int = 256, verbose: bool | str = "auto",
-                 checkpoint: str | os.PathLike | None = None, compile: bool | str = False) -> None:
+                 checkpoint: str | os.PathLike | None = None, compile: bool | str = False,
+                 threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     # ----- hooks the flow estimator overrides --------------------------------------------------------
@@ -403,6 +408,7 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
         mc_samples_train, mc_samples_predict, prior_precision, flow_init_epochs: as above and in `TGPRegressor`.
         robust: True (default): the SVGP classifier first, then the flow from its state, the best full-data
             bound kept (`fit`); False: the plain fit from `flow_init`; or a `RobustFit`.
+        threads: torch threads per call ("auto" or a positive integer), as in :class:`flowgp.SVGPRegressor`.
 
     See Also:
         :class:`flowgp.SVGPClassifier`, :class:`flowgp.TGPRegressor` (the same flows in regression).
@@ -420,7 +426,8 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
                  hidden: int | tuple[int, ...] = (50,), activation: str = "relu", dropout: float = 0.25,
                  bayesian: str = "mc_dropout", mc_samples_train: int = 1, mc_samples_predict: int = 100,
                  prior_precision: float | None = None, flow_init_epochs: int = 100, robust: bool | RobustFit = True,
-                 checkpoint: str | os.PathLike | None = None, compile: bool | str = False) -> None:
+                 checkpoint: str | os.PathLike | None = None, compile: bool | str = False,
+                 threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     def _input_dependence(self):

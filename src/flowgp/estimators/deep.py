@@ -291,6 +291,8 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
         quadrature_points, predict_quadrature_points: as in :class:`flowgp.SVGPRegressor`.
         batch_size, epochs, lr, seed, dtype, device, fix_noise_fraction, verbose, checkpoint, compile: training,
             as in :class:`flowgp.SVGPRegressor`.
+        threads: torch threads per call ("auto" or a positive integer), as in :class:`flowgp.SVGPRegressor`;
+            "auto" sizes a step as layers x (batch x M² + M³).
 
     See Also:
         :class:`flowgp.models.DeepGP` (the model), :class:`flowgp.DeepGPClassifier`.
@@ -318,7 +320,8 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
                  dsvi_warmup: float = 0.0, skip: str = "linear", image_shape: tuple[int, int, int] | None = None,
                  draws: str | None = None, compile: bool | str = False, base_gradient: str | None = None,
                  flow_selection: bool = True, flow_lr_scale: float = 0.1,
-                 flow_rows: int | None = FLOW_ROWS) -> None:
+                 flow_rows: int | None = FLOW_ROWS,
+                 threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     def _likelihood_name(self):
@@ -411,6 +414,8 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
         quadrature_points, predict_quadrature_points: as in :class:`flowgp.DeepGPRegressor`.
         batch_size, epochs, lr, seed, dtype, device, verbose, checkpoint, compile: training, as in
             :class:`flowgp.SVGPRegressor`.
+        threads: torch threads per call ("auto" or a positive integer), as in :class:`flowgp.SVGPRegressor`;
+            "auto" sizes a step as layers x (batch x M² + M³).
 
     See Also:
         :class:`flowgp.DeepGPRegressor`, :class:`flowgp.SVGPClassifier`.
@@ -427,7 +432,8 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
                  flow_elementwise: str = "entry", dsvi_warmup: float = 0.0, skip: str = "linear",
                  image_shape: tuple[int, int, int] | None = None, draws: str | None = None,
                  compile: bool | str = False, base_gradient: str | None = None, flow_selection: bool = True,
-                 flow_lr_scale: float = 0.1, flow_rows: int | None = FLOW_ROWS) -> None:
+                 flow_lr_scale: float = 0.1, flow_rows: int | None = FLOW_ROWS,
+                 threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     def _likelihood_name(self):

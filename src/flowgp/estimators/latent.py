@@ -65,6 +65,10 @@ class LatentDeepGPRegressor(SVGPRegressor):
         noise: initial likelihood variance (E.2: 0.01).
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
             documents; it pays off in long fits with small M (benchmarks/perf/step_time.py).
+        threads: torch threads of `fit` and of every prediction, set for the call and restored after it: a
+            positive integer, or "auto" (default): one thread when a step is too small to gain from more
+            (`flowgp.training.threads.SMALL_STEP_WORK`), else the cores of this process shared with the other
+            processes of the job (scikit-learn's `n_jobs`, torchrun) less the cores other processes keep busy.
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped (only the same fit: see SVGPRegressor).
         extend_checkpoint: with `checkpoint`, a file written with fewer `epochs` (finished or not) is carried on
@@ -105,7 +109,8 @@ class LatentDeepGPRegressor(SVGPRegressor):
                  verbose: bool | str = "auto", checkpoint: str | os.PathLike | None = None,
                  hidden_layer: str = "pca", q_var_init: float = 1e-5, hidden_q_var_init: float | None = None,
                  learn_hidden_variance: bool = True, compile: bool | str = False, extend_checkpoint: bool = False,
-                 encoder_skips: str = "dense", objective: str = "bound") -> None:
+                 encoder_skips: str = "dense", objective: str = "bound",
+                 threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     # ----- checks and construction ---------------------------------------------------------------------

@@ -98,6 +98,10 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             saved before this option load with False.
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
             documents; it pays off in long fits with small M (benchmarks/perf/step_time.py).
+        threads: torch threads of `fit` and of every prediction, set for the call and restored after it: a
+            positive integer, or "auto" (default): one thread when a step is too small to gain from more
+            (`flowgp.training.threads.SMALL_STEP_WORK`), else the cores of this process shared with the other
+            processes of the job (scikit-learn's `n_jobs`, torchrun) less the cores other processes keep busy.
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped (only the same fit: see SVGPRegressor).
 
@@ -127,7 +131,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                  checkpoint: str | os.PathLike | None = None, natural_gradient: float | None = 0.5,
                  natural_gradient_layers: str = "latent", tol: float | None = 1e-4, patience: int = 50,
                  full_batch_max: int = 2048, cp_inducing: str = "latent", start_from_mogp: bool = False,
-                 compile: bool | str = False, cp_grid: bool | None = None) -> None:
+                 compile: bool | str = False, cp_grid: bool | None = None,
+                 threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     # ----- helpers -------------------------------------------------------------------------------------

@@ -41,9 +41,9 @@ __all__ = ["plain_value", "fitted_params", "fitting", "params_for_file", "params
 NOT_SAVED = ("checkpoint",)
 
 #: parameters that do not change what a resumed training run computes: where it is written, how it is shown,
-#: compiled or placed, and the budget (the training loop checks that itself, `extend_budget` included); nor do
+#: compiled, placed or threaded, and the budget (the training loop checks that itself, `extend_budget` included); nor do
 #: those of predictions alone, named "*predict*" (e.g. num_samples_predict), which a resume may change
-NOT_IN_FINGERPRINT = ("checkpoint", "extend_checkpoint", "epochs", "verbose", "compile", "device")
+NOT_IN_FINGERPRINT = ("checkpoint", "extend_checkpoint", "epochs", "verbose", "compile", "device", "threads")
 
 #: random-number generators given as a parameter (a seed): drawn from at fit, saved as the seed drawn
 RANDOM_STATES = (np.random.Generator, np.random.RandomState)

@@ -90,6 +90,10 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             meta-estimators or joblib workers; `flowgp.reporting.progress.show_progress`), True or False.
         compile: False, True, a torch.compile mode name or "auto", as `flowgp.training.loop.train(compile=...)`
             documents; it pays off in long fits with small M (benchmarks/perf/step_time.py).
+        threads: torch threads of `fit` and of every prediction, set for the call and restored after it: a
+            positive integer, or "auto" (default): one thread when a step is too small to gain from more
+            (`flowgp.training.threads.SMALL_STEP_WORK`), else the cores of this process shared with the other
+            processes of the job (scikit-learn's `n_jobs`, torchrun) less the cores other processes keep busy.
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped (a finished fit is loaded back without training). Only the same fit
             resumes it (same data, parameters, class, flowgp version): a file written by another fit is a
@@ -121,7 +125,8 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                  period: float = 1.0, fix_noise_fraction: float = 0.0, kmeans_restarts: int = DEFAULTS.kmeans_restarts,
                  learn_inducing: bool = True, quadrature_points: int = DEFAULTS.quadrature_points, predict_quadrature_points: int = DEFAULTS.predict_quadrature_points,
                  verbose: bool | str = "auto", checkpoint: str | os.PathLike | None = None,
-                 natural_gradient: float | None = None, compile: bool | str = False) -> None:
+                 natural_gradient: float | None = None, compile: bool | str = False,
+                 threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     #: working-memory budget (bytes) of one prediction call: rows are predicted in chunks that fit in it
@@ -378,7 +383,8 @@ class _FlowRegressor(SVGPRegressor):
                  kmeans_restarts: int = DEFAULTS.kmeans_restarts, learn_inducing: bool = True, quadrature_points: int = DEFAULTS.quadrature_points,
                  predict_quadrature_points: int = DEFAULTS.predict_quadrature_points, verbose: bool | str = "auto",
                  robust: bool | RobustFit = True, checkpoint: str | os.PathLike | None = None,
-                 compile: bool | str = False) -> None:
+                 compile: bool | str = False,
+                 threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     _FLOW_INITS = ("identity", "data", "random", "none")
@@ -606,6 +612,7 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
             refinement, natural gradients on q(u), plateau stop, best full-data bound kept, a
             `BoundBelowSVGPWarning` if the result still ends below the SVGP's bound); False: the plain fit from
             `flow_init`; or a `RobustFit` with other settings.
+        threads: torch threads per call ("auto" or a positive integer), as in :class:`flowgp.SVGPRegressor`.
 
     See Also:
         :class:`flowgp.WarpedGPRegressor` (the flow on the targets instead), :func:`flowgp.make_flow`.
@@ -635,7 +642,8 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
                  activation: str = "relu", dropout: float = 0.25, bayesian: str = "mc_dropout",
                  mc_samples_train: int = 1, mc_samples_predict: int = 100, prior_precision: float | None = None,
                  flow_init_epochs: int = 100, robust: bool | RobustFit = True,
-                 checkpoint: str | os.PathLike | None = None, compile: bool | str = False) -> None:
+                 checkpoint: str | os.PathLike | None = None, compile: bool | str = False,
+                 threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     def _target_positive(self) -> bool:
@@ -699,6 +707,7 @@ class WarpedGPRegressor(_FlowRegressor):
         quadrature_points, predict_quadrature_points: Gauss-Hermite points in training and prediction.
         robust: as in :class:`flowgp.TGPRegressor` (the warm start sets T so that T(y) is the SVGP's standardised
             target).
+        threads: torch threads per call ("auto" or a positive integer), as in :class:`flowgp.SVGPRegressor`.
 
     See Also:
         :class:`flowgp.TGPRegressor` (the flow on the GP's output), :func:`flowgp.make_flow`.

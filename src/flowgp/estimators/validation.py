@@ -219,7 +219,7 @@ RULES = {
     # training
     "epochs": integer(1), "lr": number(0), "batch_size": integer(1, none=True), "seed": seed_rule,
     "dtype": dtype_name, "device": device_rule, "verbose": verbosity, "checkpoint": path_or_none,
-    "compile": compile_mode, "fix_noise_fraction": number(0, 1, low_open=False),
+    "compile": compile_mode, "threads": integer(1, also=("auto",)), "fix_noise_fraction": number(0, 1, low_open=False),
     "natural_gradient": number(0, 1, none=True), "extend_checkpoint": boolean(),
     "fix_variance_epochs": integer(0), "tol": number(0, low_open=False, none=True), "patience": integer(1),
     "full_batch_max": integer(1), "lr_decay": number(0), "natgrad_lr": number(0), "natgrad": boolean(),

@@ -35,6 +35,9 @@ class Defaults:
     period: float = 1.0
     #: kernel spec
     kernel: str = "rbf"
+    #: torch threads of a fit or prediction: "auto" (`flowgp.training.threads.choose_threads`: one thread for
+    #: small steps, else the cores of this process divided by the processes sharing them) or a positive integer
+    threads: int | str = "auto"
 
 
 #: the one instance everything reads

@@ -9,10 +9,14 @@ once (`n_jobs`) or torchrun starts several processes per machine.
 `choose_threads("auto", work=...)` therefore takes
 
 - one thread when a step is too small to gain from more (`work` below `SMALL_STEP_WORK`: the per-step cost of a
-  sparse GP, batch x M² + M³ multiply-adds, under which two threads measured no faster than one), and otherwise
+  sparse GP, batch x M² + M³ multiply-adds, under which a second thread is not expected to repay its
+  synchronisation; see the constant for what was measured), and otherwise
 - the cores this process may run on (its CPU affinity), divided by the processes sharing them (torchrun's
-  `LOCAL_WORLD_SIZE`), and never more than an `OMP_NUM_THREADS` set in the environment (which scikit-learn's
-  and joblib's worker processes set to their share of the cores).
+  `LOCAL_WORLD_SIZE`, which `flowgp fit --nproc` sets too), less the cores other processes keep busy right now
+  (`busy_cores`: the kernel's count of runnable tasks), and never more than an `OMP_NUM_THREADS` set in the
+  environment (joblib's loky workers, which scikit-learn's `n_jobs` starts, get their share of the cores
+  there: 1 each for n_jobs=2 on two cores) nor than torch's own setting when the fit starts (a
+  `torch.set_num_threads(1)` of the user's is kept).
 
 `thread_limit(n)` sets torch's intra-op thread count for a block and restores the previous value after it,
 so nothing is changed for good.
@@ -24,10 +28,18 @@ from contextlib import contextmanager
 
 import torch
 
-__all__ = ["SMALL_STEP_WORK", "available_cores", "choose_threads", "check_threads", "thread_limit", "step_work"]
+__all__ = ["SMALL_STEP_WORK", "available_cores", "busy_cores", "choose_threads", "check_threads", "thread_limit",
+           "step_work"]
 
-#: multiply-adds per step below which one thread is as fast as several (batch x M² + M³): at batch 512, M = 100
-#: is 6e6, M = 300 is 7e7; see benchmarks/perf/threads.py for the measurement that sets it
+#: multiply-adds per step (batch x M² + M³) below which "auto" takes one thread even with idle cores: at batch 512,
+#: M = 100 is 6e6, M = 300 is 7e7. Measured with `python -m benchmarks.perf.threads cutover` (SVGP step, float64,
+#: 1 vs 2 threads interleaved; docs/results/perf/threads/cutover.csv) on the 2-core development machine with a load
+#: average of 18-21 (other processes' runnable tasks 17-24): two threads were slower at every size, 6.5x at
+#: M = 20 / batch 128 (work 6e4), 30-62x from M = 50 / 512 to M = 200 / 512 (1e6-3e7), 9.4x at M = 500 / 512
+#: (2.5e8) and 5.2x at M = 500 / 2048 (6.4e8). That is the case `busy_cores` covers (those runs would get one
+#: thread whatever this value). The idle-machine cut-over could not be measured there, so the value is still the
+#: estimate from the matrix sizes (a few ms of float64 GEMMs per step on one core, enough for a second thread to
+#: repay its synchronisation): rerun the command on a quiet machine to set it
 SMALL_STEP_WORK = 2.0e7
 
 
@@ -37,6 +49,20 @@ def available_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # not on Linux
         return max(1, os.cpu_count() or 1)
+
+
+def busy_cores(reads: int = 3) -> int:
+    """Cores other processes keep busy now: the runnable tasks of /proc/loadavg (an instantaneous count, unlike
+    the load averages, which lag a minute) less the one reading it, the least of `reads` reads (a task that
+    merely woke up is not a busy process); 0 where the kernel does not report it."""
+    counts = []
+    for _ in range(reads):
+        try:
+            with open("/proc/loadavg", encoding="ascii") as fh:
+                counts.append(int(fh.read().split()[3].split("/")[0]) - 1)
+        except (OSError, ValueError, IndexError):
+            return 0
+    return max(0, min(counts))
 
 
 def _positive_env(name: str) -> int | None:
@@ -70,9 +96,14 @@ def choose_threads(threads="auto", *, work: float | None = None, processes: int 
     if work is not None and work < SMALL_STEP_WORK:
         return 1
     sharing = processes if processes is not None else (_positive_env("LOCAL_WORLD_SIZE") or 1)
-    share = max(1, available_cores() // max(1, int(sharing)))
+    cores = available_cores()
+    share = max(1, cores // max(1, int(sharing)))
+    if share == 1:
+        return 1
+    # other processes' busy cores come off the share: a thread more than the free cores waits at every step
+    share = max(1, min(share, cores - busy_cores()))
     cap = _positive_env("OMP_NUM_THREADS")
-    return min(share, cap) if cap is not None else share
+    return max(1, min(share, torch.get_num_threads(), cap if cap is not None else share))
 
 
 @contextmanager
