@@ -14,13 +14,9 @@ def _seed():
 def _bench_state_in_tmp(request):
     """The bench keeps fits' training state under runs/bench/ of the current directory by default: a bench test
     runs in its own tmp_path, so no state lands in the working tree (subprocesses inherit the directory)."""
-    if request.module.__name__.split(".")[-1].startswith("test_bench"):
+    if request.path.parent.name == "bench":  # tests/bench/, the tests of flowgp.bench
         request.getfixturevalue("monkeypatch").chdir(request.getfixturevalue("tmp_path"))
     yield
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "cuda: needs a CUDA device (skipped without one)")
 
 
 @pytest.fixture
