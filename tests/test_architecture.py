@@ -438,14 +438,11 @@ MODULES_WITHOUT_OWN_TESTS = {
                           "tested per estimator in tests/estimators/test_regression.py, test_saved_file_*.py",
     "estimators/latent.py": "no test yet of its own; LatentDeepGPRegressor is fitted in "
                             "tests/models/latent/test_model.py and test_per_slot_objective.py",
-    "estimators/multioutput.py": "no test yet of its own; AlignedMultiOutputGPRegressor is fitted in "
-                                 "tests/models/amogp/test_model.py and tests/test_build.py",
     "bench/amogp.py": "no test yet of its own; its helpers are used in tests/models/amogp/test_model.py",
     "bench/applications.py": "no test yet",
     "bench/cli.py": "no test yet of its own; the bench subcommands run through it in tests/bench/test_smoke.py "
                     "and test_*_tables.py",
     "bench/models.py": "no test yet of its own; exercised by tests/bench/test_smoke.py",
-    "bench/presets.py": "no test yet of its own; exercised by tests/bench/test_smoke.py, tests/gp/test_defaults.py",
     "bench/runner.py": "no test yet of its own; tested by tests/bench/test_safety.py, test_resume.py, test_results.py",
     "bench/snr.py": "no test yet",
     "bench/uci.py": "no test yet of its own; exercised by tests/bench/test_smoke.py, test_ldgp_reference.py",
