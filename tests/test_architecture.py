@@ -444,7 +444,6 @@ MODULES_WITHOUT_OWN_TESTS = {
                     "and test_*_tables.py",
     "bench/models.py": "no test yet of its own; exercised by tests/bench/test_smoke.py",
     "bench/runner.py": "no test yet of its own; tested by tests/bench/test_safety.py, test_resume.py, test_results.py",
-    "bench/snr.py": "no test yet",
     "bench/uci.py": "no test yet of its own; exercised by tests/bench/test_smoke.py, test_ldgp_reference.py",
 }
 
