@@ -10,18 +10,17 @@ def _seed():
     yield
 
 
-@pytest.fixture(autouse=True)
-def _bench_state_in_tmp(request):
+@pytest.fixture
+def bench_state_in_tmp(monkeypatch, tmp_path):
     """The bench keeps fits' training state under runs/bench/ of the current directory by default: a bench test
-    runs in its own tmp_path, so no state lands in the working tree (subprocesses inherit the directory)."""
-    if request.module.__name__.split(".")[-1].startswith("test_bench"):
-        request.getfixturevalue("monkeypatch").chdir(request.getfixturevalue("tmp_path"))
+    that runs bench commands uses it (`pytestmark = pytest.mark.usefixtures("bench_state_in_tmp")`) to run in its
+    own tmp_path, so no state lands in the working tree (subprocesses inherit the directory)."""
+    monkeypatch.chdir(tmp_path)
     yield
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA device (skipped without one)")
-    config.addinivalue_line("markers", "slow: takes more than 20 s (several processes; deselect with -m 'not slow')")
 
 
 @pytest.fixture

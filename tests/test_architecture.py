@@ -12,7 +12,10 @@
 - no test imports a benchmark script, directly or through sys.path / a file path into `benchmarks/`; the scripts
   import no test, no other script (shared code lives in `benchmarks/lib/`), never touch sys.path and use only
   flowgp's public names;
-- tests and benchmark scripts speak of the software, not of sessions, issue numbers or tickets.
+- tests and benchmark scripts speak of the software, not of sessions, issue numbers or tickets;
+- the tests mirror the packages: every module `src/flowgp/<package>/<module>.py` has its test file
+  `tests/<package>/test_<module>.py` (a root module: `tests/test_<module>.py`), except the few in
+  `MODULES_WITHOUT_OWN_TESTS`, each with its reason; every test folder is named after a package.
 
 Run `python tests/test_architecture.py` for the full list of violations.
 """
@@ -426,13 +429,74 @@ def test_no_function_in_src_is_over_100_lines():
     assert long_functions() == []
 
 
+# ----- tests mirror the packages -----------------------------------------------------------------------------
+#: modules without their own test file, each with the reason (where its behaviour is tested instead)
+MODULES_WITHOUT_OWN_TESTS = {
+    "models/_checks.py": "private argument checks; each model's clear-error tests exercise them "
+                         "(tests/models/test_svgp.py, test_tgp.py)",
+    "estimators/base.py": "no test yet of its own; the shared estimator behaviour (fit, save/load, checkpoints) is "
+                          "tested per estimator in tests/estimators/test_regression.py, test_saved_file_*.py",
+    "estimators/latent.py": "no test yet of its own; LatentDeepGPRegressor is fitted in "
+                            "tests/models/latent/test_model.py and test_per_slot_objective.py",
+    "bench/amogp.py": "no test yet of its own; its helpers are used in tests/models/amogp/test_model.py",
+    "bench/applications.py": "no test yet",
+    "bench/cli.py": "no test yet of its own; the bench subcommands run through it in tests/bench/test_smoke.py "
+                    "and test_*_tables.py",
+    "bench/models.py": "no test yet of its own; exercised by tests/bench/test_smoke.py",
+    "bench/runner.py": "no test yet of its own; tested by tests/bench/test_safety.py, test_resume.py, test_results.py",
+    "bench/uci.py": "no test yet of its own; exercised by tests/bench/test_smoke.py, test_ldgp_reference.py",
+}
+
+
+def _expected_test_file(module: Path) -> Path:
+    """tests/<package>/test_<module>.py for src/flowgp/<package>/<module>.py (relative paths)."""
+    return module.parent / f"test_{module.stem}.py"
+
+
+def modules_without_tests() -> list[str]:
+    """Modules of src/flowgp without their mirrored test file and not in MODULES_WITHOUT_OWN_TESTS, and entries of
+    that list that name no module or a module that has its test file by now."""
+    out = []
+    modules = {path.relative_to(SRC) for path in SRC.rglob("*.py") if path.stem not in ("__init__", "__main__")}
+    for module in sorted(modules):
+        has = (TESTS / _expected_test_file(module)).is_file()
+        listed = module.as_posix() in MODULES_WITHOUT_OWN_TESTS
+        if not has and not listed:
+            out.append(f"src/flowgp/{module.as_posix()} has no tests/{_expected_test_file(module).as_posix()}")
+        elif has and listed:
+            out.append(f"{module.as_posix()} has its test file now: remove it from MODULES_WITHOUT_OWN_TESTS")
+    for name in sorted(set(MODULES_WITHOUT_OWN_TESTS) - {m.as_posix() for m in modules}):
+        out.append(f"MODULES_WITHOUT_OWN_TESTS names {name}, which is not a module of src/flowgp")
+    return out
+
+
+def misplaced_test_folders() -> list[str]:
+    """Folders under tests/ holding test files whose path is not a package of src/flowgp (folders of saved files
+    the tests read, such as tests/data/saved_0_2_0/, hold no test files)."""
+    out = []
+    for folder in sorted({p.parent.relative_to(TESTS) for p in TESTS.rglob("test_*.py")}):
+        if folder != Path(".") and not (SRC / folder / "__init__.py").is_file():
+            out.append(f"tests/{folder.as_posix()}/ holds tests but src/flowgp/{folder.as_posix()} is no package")
+    return out
+
+
+def test_every_module_has_its_test_file():
+    assert modules_without_tests() == []
+
+
+def test_the_test_folders_mirror_the_packages():
+    assert misplaced_test_folders() == []
+
+
 if __name__ == "__main__":
     problems = {"private names": private_access_violations(), "backward()": backward_violations(),
                 "global state": global_state_violations(), "import cycles": import_cycles(),
                 "layers": layer_violations(), "long functions": long_functions(),
                 "docs files over 1 MB": oversized_docs_files(), "runs/ over budget": runs_over_budget(),
                 "tests importing benchmarks": benchmark_imports_in_tests(), "benchmark scripts": script_violations(),
-                "narration in tests and benchmarks": narration_violations()}
+                "narration in tests and benchmarks": narration_violations(),
+                "modules without their test file": modules_without_tests(),
+                "test folders that are no package": misplaced_test_folders()}
     for kind, items in problems.items():
         print(f"## {kind}: {len(items)}")
         for item in items:

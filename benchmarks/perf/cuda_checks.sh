@@ -51,7 +51,7 @@ for phase in $phases; do
     ldgp) ;;  # started above
     tests)
       stamp "tests: pytest -k 'cuda or device'"
-      timeout 200 $py -m pytest -q -rfEs --tb=short -p no:cacheprovider -o addopts="" -k "cuda or device" \
+      timeout 200 $py -m pytest -q -rfEs --tb=short -p no:cacheprovider -o addopts="--import-mode=importlib" -k "cuda or device" \
         "$root/tests" 2>&1 | grep -v "Warning\|warnings.warn\|^  \|^$" | tail -80
       ;;
     step)

@@ -7,7 +7,7 @@ is loose on this problem). The per-slot objective sits 0.9-1.5 nats above the jo
 -8.308 ± 0.005), so it over-reports the bound, but here it stays 3.4-4.0 nats below the evidence.
 
 The tiny two-layer problem of `flowgp.bench.toys.tiny_latent_dgp` (3 points, 1-D x and z, kernels, likelihood
-and p(z) fixed; tests/test_ldgp_validity.py checks the joint bound on it): the bound is optimised over its
+and p(z) fixed; tests/models/latent/test_bound_validity.py checks the joint bound on it): the bound is optimised over its
 variational parameters and compared with a brute-force Monte Carlo estimate of log p(y) under the exact two-layer
 GP prior (10^6 joint draws of z and f1, f2 integrated exactly). Two versions of the bound are fitted from the same
 initialisation:

@@ -14,7 +14,7 @@ library (`flowgp.bench.ldgp_ablations.pathwise_hidden_sample` keeps it for this 
 map, so its gradient's variance depends on it. `dreg` (the conditional DREG) depends only on the joint values
 and Σ, so its law does not change.
 
-On the unbiasedness test's model (tests/test_latent_deep_gp.py: two layers, PCA-mean hidden GP with q(u)
+On the unbiasedness test's model (tests/models/latent/test_model.py: two layers, PCA-mean hidden GP with q(u)
 variance 0.3, a wide q(z)) the script draws R gradients of q(z)'s moments at four points with each map and
 prints their mean and standard deviation per coordinate and the mean SNR |mean| / sd:
 

@@ -4,7 +4,7 @@ it can learn the checks' toy problems?
 Answer (2026-11-25, after the fixes it found): yes. All eight estimators 0 failed (the five regressors 50 passed
 each, the three classifiers 53; 2 skipped each: array-API checks without `SCIPY_ARRAY_API`). The first run found
 label-contract, unfitted-predict and row-invariance defects, each fixed with a test in
-tests/test_sklearn_contract.py.
+tests/estimators/test_sklearn_contract.py.
 
 Run from the repository root:
 

@@ -1,4 +1,6 @@
-"""Ctrl-C in a data-parallel run: the ranks stop together. The launcher passes a SIGINT on to each rank at its
+"""InterruptGuard: Ctrl-C is held until the step boundary, a second one interrupts at once, the handler is restored.
+
+Ctrl-C in a data-parallel run: the ranks stop together. The launcher passes a SIGINT on to each rank at its
 own moment; here only rank 1 gets one (at step 3). Both ranks must leave `train` after the same step, as
 TrainingInterrupted, with one checkpoint saved, and promptly (a rank leaving alone would leave the other
 waiting in the next step's collective until the process group's timeout)."""
@@ -12,8 +14,28 @@ import numpy as np
 import pytest
 import torch
 
+from flowgp.training.interrupt import InterruptGuard
 from flowgp.build import SparseGPConfig, build
 from flowgp.training.loop import TrainingInterrupted, train
+
+
+def test_interrupt_guard_holds_sigint_until_the_boundary_and_restores_the_handler():
+    before = signal.getsignal(signal.SIGINT)
+    with InterruptGuard(hold=True) as guard:
+        handler = signal.getsignal(signal.SIGINT)
+        assert handler is not before
+        guard.boundary = False
+        handler(signal.SIGINT, None)  # held: the step finishes first
+        assert guard.requested
+        with pytest.raises(KeyboardInterrupt):
+            handler(signal.SIGINT, None)  # a second Ctrl-C interrupts at once
+        saved = []
+        guard.boundary = True
+        with pytest.raises(TrainingInterrupted, match="step 4; state saved to f.pt"):
+            guard.stop(KeyboardInterrupt(), 4, lambda: saved.append(True), "f.pt")
+        assert saved == [True]
+    assert signal.getsignal(signal.SIGINT) is before
+
 
 TIMEOUT = 20  # seconds of the process group's collectives: what a rank left alone would wait
 

@@ -456,7 +456,7 @@ class _FlowRegressor(SVGPRegressor):
         (sinh(u - a) ≈ -e^(a-u)/2 for large a) followed by an affine map, where a shift of `a` and of the affine's
         log-scale cancel up to e^(-2a). Without the anchor, L-BFGS walks such a valley as far as rounding takes it.
         The same fit with its sums in another order (2 processes instead of 1) ended 3.2 apart in `a`, with
-        predictions 2.2e-6 apart relative (tests/test_cli.py::test_fit_nproc_2_saves_the_model_of_nproc_1)."""
+        predictions 2.2e-6 apart relative (tests/cli/test_commands.py::test_fit_nproc_2_saves_the_model_of_nproc_1)."""
         held = [p for p in model.gp.parameters() if p.requires_grad]
 
         def lbfgs(params):

@@ -24,7 +24,7 @@ through a lower-triangular mask, so only its lower triangle matters; see flowgp.
    8 times; after that the step is skipped) for this pair only.
 
 With γ = 1 on a conjugate model (Gaussian likelihood, the bound quadratic in (m, S) through η) one step lands
-on the optimal q (tests/test_optim.py checks SVGP against the closed form of Titsias 2009).
+on the optimal q (tests/training/test_natural_gradients.py checks SVGP against the closed form of Titsias 2009).
 
 Each pair (q_mu, q_sqrt) is one parameter group ({"params": [q_mu, q_sqrt], "lr": γ}), so learning-rate
 schedulers (StepLR, ...) act on γ as on any optimiser's step size.

@@ -32,7 +32,7 @@ per-input marginals (closed-form expectation). Points are independent of each ot
 of expectations that each see one point's K inputs. Drawing the K slots independently from their marginals (the
 former implementation here, and in effect the authors' published code, whose mixed-kernel hidden layer ignores
 `full_cov`) makes log-mean-exp over k tend to log E[F p/q] instead of E[log (1/K) Σ F p/q]: not a lower bound
-of log p(y). Measured: 0.9-1.5 nats above the joint bound on tests/test_ldgp_validity.py's 3-point problem, and
+of log p(y). Measured: 0.9-1.5 nats above the joint bound on tests/models/latent/test_bound_validity.py's 3-point problem, and
 0.4-0.6 nats per training point above it on power fits trained with K = 50 per-slot draws
 (docs/results/ldgp/table1-uci, `benchmarks/studies/ldgp_objective_gap.py`).
 

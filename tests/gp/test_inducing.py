@@ -14,7 +14,7 @@ from flowgp.gp.inducing import initial_inducing_inputs, kmeans_inducing_points
 from flowgp.models.deep_gp import build_deep_gp
 from flowgp.models.latent.model import build_latent_deep_gp
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "flowgp"
+SRC = Path(__file__).resolve().parents[2] / "src" / "flowgp"
 
 
 @pytest.fixture

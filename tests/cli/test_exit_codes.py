@@ -86,7 +86,7 @@ def test_exit_code_75_when_another_process_writes_the_output(tmp_path, capsys):
 
 # ----- 130: interrupted ----------------------------------------------------------------------------------------
 def _env():
-    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
     path = os.pathsep.join([src] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 

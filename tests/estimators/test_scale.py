@@ -248,7 +248,7 @@ def test_deep_gp_prediction_peak_memory_is_bounded():
     import subprocess
     import sys
 
-    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
     env = dict(os.environ, PYTHONPATH=src, OMP_NUM_THREADS="1")
     out = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

@@ -16,7 +16,7 @@ from flowgp.models import SVGP
 from flowgp.training.checkpoint import safe_load
 from flowgp.training.loop import train
 
-DATA = Path(__file__).parent / "data" / "training_checkpoint"
+DATA = Path(__file__).resolve().parents[1] / "data" / "training_checkpoint"
 RUN = dict(steps=20, batch_size=10, lr=0.02, seed=3, verbose=False, checkpoint_every=5, keep_best=True,
            fix_noise_fraction=0.25)
 STOP_AT = 12

@@ -1,7 +1,7 @@
 """flowgp.training.initialisation: the flow initialisers run on training.train (guarded Adam, L-BFGS, best point).
 
-The recovery tests of each initialiser live beside their flows (tests/test_flows.py, test_flows_conditional.py);
-these check the guards the training loop now provides."""
+The recovery tests of each initialiser live beside their flows (tests/flows/test_elementwise.py,
+tests/flows/test_conditional.py); these check the guards the training loop now provides."""
 import math
 
 import pytest

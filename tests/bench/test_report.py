@@ -7,6 +7,8 @@ import pytest
 
 from flowgp.bench import report as R
 
+pytestmark = pytest.mark.usefixtures("bench_state_in_tmp")
+
 
 def _write(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -9,6 +9,8 @@ from flowgp.bench.models import make_estimator, model_names
 from flowgp.bench.presets import get_application_preset, get_preset
 from flowgp.cli import main
 
+pytestmark = pytest.mark.usefixtures("bench_state_in_tmp")
+
 
 @pytest.fixture
 def data_dir(tmp_path):

@@ -9,7 +9,7 @@ import flowgp
 import flowgp.compat
 from flowgp.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class _Parsed(Exception):

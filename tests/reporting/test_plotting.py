@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def test_plotting_is_a_leaf_that_imports_only_matplotlib_and_numpy():

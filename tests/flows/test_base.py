@@ -1,8 +1,8 @@
 """The Flow contract (flowgp.flows.base) for user-defined flows, alone and inside every built-in construction.
 
-The built-in flows are checked in test_flows.py (every registered name and several compositions); here the same
-identities - inverse(forward(f)) = f, log|G'| = log of the autograd derivative, broadcasting shapes, gradients -
-for classes written outside flowgp, which follow only the documented contract (param_specs, _forward, _log_det,
+The built-in flows are checked in test_elementwise.py and test_combination.py (every registered name and several
+compositions); here the same identities - inverse(forward(f)) = f, log|G'| = log of the autograd derivative,
+broadcasting shapes, gradients - for classes written outside flowgp, which follow only the documented contract (param_specs, _forward, _log_det,
 optionally _inverse).
 """
 import pytest

@@ -9,6 +9,8 @@ import pytest
 from flowgp.bench.results import ResultStore, read_row_files, read_rows
 from flowgp.bench.runner import parse_int_list, parse_name_list, run_jobs
 
+pytestmark = pytest.mark.usefixtures("bench_state_in_tmp")
+
 KEY = ("dataset", "split")
 
 

@@ -16,7 +16,7 @@ from flowgp.flows import (FLOW_NAMES, ArcsinhCombination, Compose, Exp, InputDep
 
 pytestmark = pytest.mark.usefixtures("float64_default")
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 SPECS = list(FLOW_NAMES) + ["sal+softplus", "boxcox+l", "invboxcox+l", "lincomb5", "sum(sal,tanh)",
                             "add(arcsinh,tanh)", "log+tukey"]

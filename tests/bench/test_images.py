@@ -10,6 +10,8 @@ import pytest
 from flowgp.bench.images import make_classifier, parse_model
 from flowgp.reporting.metrics import expected_calibration_error
 
+pytestmark = pytest.mark.usefixtures("bench_state_in_tmp")
+
 
 def test_model_names():
     assert parse_model("sgp") == (1, "gaussian")

@@ -1,4 +1,5 @@
-"""Benchmark dataset loaders (flowgp.data.tables): layout, splits, standardisation, and clear errors."""
+"""Tables (flowgp.data.tables): the benchmark dataset loaders (layout, splits, standardisation), the demo data,
+the CSV loader, and their clear errors."""
 from pathlib import Path
 
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 from bench_fixtures import make_data_dir
 from flowgp.data import tables as D
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 needs_shared = pytest.mark.skipif(not (SHARED / "uci").is_dir(), reason="shared data folder not present")
 
 
@@ -161,3 +162,33 @@ def test_load_csv_refuses_duplicate_names_and_the_target_as_a_feature(tmp_path):
         load_csv(ok, "y", ["b", "b"])
     x, y, names = load_csv(ok, "y", ["b", "a"])
     assert names == ["b", "a"] and x.tolist() == [[2, 1], [5, 4]] and y.tolist() == [3, 6]
+
+
+def test_demo_data_is_a_warped_sine():
+    x, y = D.make_tanh_sine(150, seed=0)
+    assert x.shape == (150, 1) and y.shape == (150,)
+    resid = y - np.tanh(4 * np.sin(2 * np.pi * x[:, 0]))
+    assert resid.std() == pytest.approx(0.05, rel=0.2)
+
+
+def test_load_csv_and_its_errors(tmp_path):
+    good = tmp_path / "d.csv"
+    good.write_text("a,b,t\n1,2,3\n4,5,6\n")
+    x, y, names = D.load_csv(good, "t")
+    assert names == ["a", "b"] and x.tolist() == [[1, 2], [4, 5]] and y.tolist() == [3, 6]
+    x, y, _ = D.load_csv(good, None)
+    assert y is None and x.shape == (2, 3)
+    with pytest.raises(FileNotFoundError):
+        D.load_csv(tmp_path / "missing.csv", "t")
+    with pytest.raises(ValueError, match="target column 'zz'"):
+        D.load_csv(good, "zz")
+    with pytest.raises(ValueError, match=r"\['q'\]"):
+        D.load_csv(good, "t", ["a", "q"])
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,t\n1,2\nx,3\n")
+    with pytest.raises(ValueError, match="row 3, column 'a'"):
+        D.load_csv(bad, "t")
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("a,t\n1,2,3\n")
+    with pytest.raises(ValueError, match="cells"):
+        D.load_csv(ragged, "t")

@@ -13,6 +13,8 @@ import flowgp
 from bench_fixtures import make_data_dir
 from flowgp.cli import main
 
+pytestmark = pytest.mark.usefixtures("bench_state_in_tmp")
+
 TIMING = ("train_seconds", "predict_seconds", "resumed_train_seconds")
 
 

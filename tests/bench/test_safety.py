@@ -19,6 +19,8 @@ from flowgp.bench.results import OutputLocked, ResultStore, lock_path
 from flowgp.bench.runner import die_with_parent
 from flowgp.cli import main
 
+pytestmark = pytest.mark.usefixtures("bench_state_in_tmp")
+
 KEY = ("dataset", "split")
 SRC = str(Path(flowgp.__file__).resolve().parents[1])
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
