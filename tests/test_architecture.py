@@ -444,7 +444,8 @@ MODULES_WITHOUT_OWN_TESTS = {
                     "and test_*_tables.py",
     "bench/models.py": "no test yet of its own; exercised by tests/bench/test_smoke.py",
     "bench/runner.py": "no test yet of its own; tested by tests/bench/test_safety.py, test_resume.py, test_results.py",
-    "bench/uci.py": "no test yet of its own; exercised by tests/bench/test_smoke.py, test_ldgp_reference.py",
+    "estimators/table_scan.py": "no test file of its own; the ranks' scans and their merge are tested in "
+                                "tests/training/test_sharded_reads.py (with the sampler they feed) and test_multinode.py",
 }
 
 
