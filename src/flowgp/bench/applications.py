@@ -175,7 +175,7 @@ def build_jobs(args, dataset: str) -> list[dict]:
                                          "inducing_fraction": frac, "fix_noise_fraction": scheme, "seed": seed,
                                          "fold": fold, "protocol": protocol, "preset": preset,
                                          "data_dir": args.data_dir, "epochs_override": args.epochs,
-                                         "preset_name": args.preset, "device": args.device,
+                                         "preset_name": args.preset, "device": getattr(args, "device", "cpu"),
                                          "world_size": engine_world_size(args),
                                          "threads": getattr(args, "threads", None)})
     return jobs

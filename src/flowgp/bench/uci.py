@@ -238,7 +238,7 @@ def build_jobs(args) -> list[dict]:
                                  "preset": args.preset if args.epochs is None else f"{args.preset}-e{args.epochs}",
                                  "seed": args.seed + split, "row_order": row_order, "task": task,
                                  "data_dir": args.data_dir,
-                                 "preset_name": args.preset, "device": args.device,
+                                 "preset_name": args.preset, "device": getattr(args, "device", "cpu"),
                                  "world_size": engine_world_size(args),
                                  "epochs_override": args.epochs,
                                  # not a key field: a row's result does not depend on it
