@@ -16,13 +16,16 @@ class EarlyStop:
     """Stop on a plateau of the history (one entry per epoch, or per step with a `steps` budget).
 
     After every `window` entries the run stops when the best (lowest) entry improved by at most
-    rel_tol·(|best| + 1e-8) over the window (window=None: no plateau test); it also stops as soon as an entry
-    is <= `abs_tol` (when given). Skipped steps (nonfinite="backoff") add no entry.
+    max(rel_tol·(|best| + 1e-8), min_delta) over the window (window=None: no plateau test); it also stops as
+    soon as an entry is <= `abs_tol` (when given). Skipped steps (nonfinite="backoff") add no entry.
+    `min_delta` is an absolute tolerance in the history's units (nats per data point for the default
+    objective): a relative one alone never stops a bound that settles near 0 per point.
     """
 
     window: Optional[int] = 100
     rel_tol: float = 1e-3
     abs_tol: Optional[float] = None
+    min_delta: float = 0.0
 
     def __post_init__(self):
         if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int)
@@ -30,6 +33,8 @@ class EarlyStop:
             raise ValueError(f"EarlyStop window must be a positive integer or None, got {self.window!r}")
         if not self.rel_tol >= 0:
             raise ValueError(f"EarlyStop rel_tol must be non-negative, got {self.rel_tol!r}")
+        if not self.min_delta >= 0:
+            raise ValueError(f"EarlyStop min_delta must be non-negative, got {self.min_delta!r}")
 
 
 class BestParameters:
@@ -85,7 +90,7 @@ class Plateau:
         if rule.abs_tol is not None and entry <= rule.abs_tol:
             return True
         if rule.window is not None and (index + 1) % rule.window == 0:
-            if stop["window_best"] - stop["best"] <= rule.rel_tol * (abs(stop["best"]) + 1e-8):
+            if stop["window_best"] - stop["best"] <= max(rule.rel_tol * (abs(stop["best"]) + 1e-8), rule.min_delta):
                 return True
             stop["window_best"] = stop["best"]
         return False

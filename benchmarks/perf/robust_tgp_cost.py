@@ -1,0 +1,72 @@
+"""What does the default robust TGP fit cost next to the default SVGP fit, per stage, at a given epoch budget?
+
+Fits `SVGPRegressor()` and `TGPRegressor(flow="sal+softplus")` (robust by default) with M = 100, batches of
+512, float64, one torch thread, on a synthetic set (x ~ N(0, I) in D = 8, y = softplus(2 f(x) + 0.3 ε) + 0.001
+with f = sin(x₁) + x₂ / 2: positive and skewed, so the flow has work to do), alternating SVGP and TGP fits per
+repeat so machine load hits both alike. Prints per fit: wall seconds, epochs trained (`n_iter_`), the training
+bound per point (`elbo / N` in the units of y), and for the TGP the ratio to the SVGP's seconds and its stages'
+seconds (`fit_report_["seconds"]`).
+
+Run from the repository root:
+`OMP_NUM_THREADS=1 python -m benchmarks.perf.robust_tgp_cost --n 10000 --epochs 50 200`
+(`--n 2000 --epochs 1000` for the 1 000-epoch point on a shared 2-core machine).
+
+Results: in the module's caller's notes and CHANGELOG.md (2026-12-07, 2-core machine shared with other jobs).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from flowgp.estimators import SVGPRegressor, TGPRegressor
+
+
+def synthetic(n: int, dim: int = 8, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, dim))
+    f = np.sin(x[:, 0]) + 0.5 * x[:, 1]
+    y = np.logaddexp(0.0, 2.0 * f + 0.3 * rng.standard_normal(n)) + 1e-3
+    return x, y
+
+
+def timed_fit(est, x, y):
+    start = time.perf_counter()
+    est.fit(x, y)
+    return time.perf_counter() - start
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=10_000)
+    parser.add_argument("--epochs", type=int, nargs="+", default=[50, 200])
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--no-early-stop", action="store_true", help="early_stop=None for both estimators")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # this benchmark process only
+    x, y = synthetic(args.n)
+    extra = {"early_stop": None} if args.no_early_stop else {}
+    common = dict(num_inducing=100, batch_size=args.batch_size, seed=0, verbose=False, **extra)
+    print(f"N={args.n} D=8 M=100 batch={args.batch_size} float64 threads=1 early_stop="
+          f"{'None' if args.no_early_stop else 'auto'}", flush=True)
+    for epochs in args.epochs:
+        for r in range(args.repeats):
+            svgp = SVGPRegressor(epochs=epochs, **common)
+            t_svgp = timed_fit(svgp, x, y)
+            tgp = TGPRegressor(flow="sal+softplus", epochs=epochs, **common)
+            t_tgp = timed_fit(tgp, x, y)
+            b_svgp, b_tgp = svgp.elbo(x, y) / args.n, tgp.elbo(x, y) / args.n
+            # (n_iter_ and the stages' seconds exist from this release on; older code prints epochs of history_)
+            stages = " ".join(f"{k}={v:.1f}s" for k, v in tgp.fit_report_.get("seconds", {}).items())
+            print(f"epochs={epochs} repeat={r}: SVGP {t_svgp:.1f}s n_iter={getattr(svgp, 'n_iter_', len(svgp.history_))} bound={b_svgp:.4f} | "
+                  f"TGP {t_tgp:.1f}s n_iter={getattr(tgp, 'n_iter_', len(tgp.history_))} bound={b_tgp:.4f} ratio={t_tgp / t_svgp:.2f} | "
+                  f"{stages} svgp_epochs={tgp.fit_report_.get('svgp_epochs')} "
+                  f"refine_evals={tgp.fit_report_.get('refine_evaluations')}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
