@@ -32,6 +32,7 @@ from ..flows import Flow, make_flow
 from ..flows.conditional import static_flow, warping_curves
 from ..data.sources import is_table
 from ..training.natural_gradients import NaturalGradient
+from ..training.early_stop import default_plateau
 from ..training.loop import EarlyStop, train
 from .base import (Estimator, InputDependentFlowOptions, as_1d_float, as_2d_float, central_probabilities,
                    positive_int)
@@ -99,10 +100,12 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             epochs end 0.2-0.3 nats per point below 750 epochs with γ = 1
             (docs/results/tgp/robust-fit/README.md, section 7).
         early_stop: "auto" (default), a `flowgp.training.loop.EarlyStop`, or None (train all `epochs`). "auto" is
-            EarlyStop(window=DEFAULTS.plateau_window, rel_tol=0, min_delta=DEFAULTS.plateau_tol): the fit has
-            stopped moving, and ends, once the best epoch's training loss per point (the epoch's mean negative
-            bound per data point) improved by at most 0.001 nats over the last 20 epochs; `epochs` is the cap.
-            The robust fit of the flow estimators stops its flow stage by `RobustFit.plateau` instead.
+            `flowgp.training.early_stop.default_plateau()`: the fit has stopped moving, and ends, once the best
+            epoch's training loss per point (the epoch's mean negative bound per data point) improved by at most
+            DEFAULTS.plateau_tol = 0.001 nats over the last DEFAULTS.plateau_window = 20 epochs (the first window
+            sets the reference, so a fit runs at least 40 epochs or all of `epochs`); `epochs` is the cap. The
+            robust fit of the flow estimators applies it to its SVGP stage and, unless `RobustFit.plateau` says
+            otherwise, to its flow stage.
 
     After a fit `n_iter_` is the number of epochs trained (fewer than `epochs` when the plateau stop ended it;
     a robust fit counts both its stages) and `history_` the training loss per point after each epoch.
@@ -282,7 +285,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         """The EarlyStop of a plain fit (`early_stop`): "auto" is the library's plateau rule, None none."""
         rule = getattr(self, "early_stop", None)
         if isinstance(rule, str) and rule == "auto":
-            return EarlyStop(window=DEFAULTS.plateau_window, rel_tol=0.0, min_delta=DEFAULTS.plateau_tol)
+            return default_plateau()
         if rule is None or isinstance(rule, EarlyStop):
             return rule
         raise TypeError(f"early_stop must be 'auto', None or a flowgp.training.loop.EarlyStop, got {rule!r}")
@@ -524,12 +527,14 @@ class _FlowRegressor(SVGPRegressor):
             ys = rows.y + (self.y_shift_ - svgp_shift) / svgp_scale
             svgp = self._build(rows.x, ys, model="svgp", flow="identity", input_dependent=None)
             svgp_epochs = int(round(options.svgp_epochs * self.epochs))
-            flow_epochs = max(1, self.epochs - svgp_epochs) if self.epochs else 0
             # (a streamed table read whole every step is full batch too: exact gradients)
             full_batch = self.batch_size is None or int(self.batch_size) >= n
             svgp_gamma = options.svgp_natural_gradient if full_batch else options.svgp_natural_gradient_minibatch
             svgp_history = self._train_stage(svgp, rows, svgp_shift, options, svgp_gamma, ".svgp",
-                                             self.fix_noise_fraction, self.seed_, epochs=svgp_epochs)
+                                             self.fix_noise_fraction, self.seed_, self._early_stop(),
+                                             epochs=svgp_epochs)
+            # epochs the SVGP stage left unused after its plateau go to the flow model
+            flow_epochs = max(1, self.epochs - len(svgp_history)) if self.epochs else 0
             svgp_bound = self._full_bound(svgp, rows, ys)
             report.update(svgp_bound=svgp_bound / n, svgp_epochs=len(svgp_history))
             self.svgp_ = svgp
@@ -581,8 +586,12 @@ class _FlowRegressor(SVGPRegressor):
         """Input-dependent stages (TGP only): teach the networks their bases' current parameters."""
 
     def _flow_stage_stop(self, options):
-        """The plateau rule of the robust fit's flow stages: RobustFit.plateau, none with early_stop=None."""
-        return None if getattr(self, "early_stop", "auto") is None else options.early_stop()
+        """The plateau rule of the robust fit's flow stages: none with early_stop=None; RobustFit.plateau="auto"
+        (the default): the estimator's own `early_stop` rule; else RobustFit.plateau's. (The SVGP stage stops by
+        the estimator's rule, as the SVGP's own fit does.)"""
+        if getattr(self, "early_stop", "auto") is None:
+            return None
+        return self._early_stop() if options.plateau == "auto" else options.early_stop()
 
     def flow_object(self) -> Flow:
         """The flow as an object: the user's Flow itself (not copied; build trains a copy) or the flow built

@@ -57,9 +57,13 @@ class RobustFit:
         and leaves the flow model's GP under-trained (breast_cancer, 100 epochs: 131/143 test points against
         the SVGPClassifier's 135/143); its SVGP stage is therefore that fit itself, all `epochs`, and the flow
         model trains for `classifier_flow_epochs(epochs)` more (`epochs` again at the default 0.5).
-    plateau: (window, rel_tol) of `flowgp.training.loop.EarlyStop` for the flow model's training: stop once the
-        bound improved by less than rel_tol·|bound| over `window` epochs (its epochs stay the maximum); None:
-        all of them. The SVGP stage always runs all of its epochs.
+    plateau: the plateau stop of the flow model's training (its epochs stay the maximum): "auto" (default), the
+        estimator's own `early_stop` rule (by default `flowgp.training.early_stop.default_plateau()`: best bound
+        per point improved by at most 0.001 over 20 epochs); (window, rel_tol) of
+        `flowgp.training.loop.EarlyStop` (stop once the bound improved by less than rel_tol·|bound| over `window`
+        epochs); None: all of them. The SVGP stage stops by the estimator's `early_stop`, as the SVGP's own fit
+        does, and the epochs it leaves go to the flow model; `early_stop=None` on the estimator runs all epochs
+        of both stages. (Until this release: (100, 1e-4), and the SVGP stage ran all of its epochs.)
     restarts: flow initialisations ("identity", "data", "random") trained from scratch besides the warm
         start (without it: besides `flow_init`), the state with the best training bound kept (never chosen
         on test data).
@@ -81,7 +85,7 @@ class RobustFit:
     svgp_natural_gradient_minibatch: Optional[float] = DEFAULTS.natural_gradient_minibatch
     flow_lr: float = 0.5
     svgp_epochs: float = 0.5
-    plateau: Optional[tuple] = (100, 1e-4)
+    plateau: Optional[tuple | str] = "auto"
     restarts: tuple = ()
     keep_best: bool = True
     tolerance: float = 0.005
@@ -97,7 +101,9 @@ class RobustFit:
             raise ValueError(f"RobustFit.flow_lr must be positive, got {self.flow_lr!r}")
         if not 0 < self.svgp_epochs <= 1:
             raise ValueError(f"RobustFit.svgp_epochs is a share of epochs in (0, 1], got {self.svgp_epochs!r}")
-        if self.plateau is not None:
+        if self.plateau is not None and not (isinstance(self.plateau, str) and self.plateau == "auto"):
+            if isinstance(self.plateau, str) or not isinstance(self.plateau, (tuple, list)):
+                raise ValueError(f"RobustFit.plateau must be 'auto', None or (window, rel_tol), got {self.plateau!r}")
             EarlyStop(*self.plateau)  # validates window and rel_tol
         for init in self.restarts:
             if init not in ("identity", "data", "random"):
@@ -119,7 +125,11 @@ class RobustFit:
         return evaluations if evaluations >= 2 else 0
 
     def early_stop(self) -> Optional[EarlyStop]:
-        return None if self.plateau is None else EarlyStop(*self.plateau)
+        """The EarlyStop of an explicit (window, rel_tol) plateau; None for None (and for "auto", which the
+        estimator resolves to its own rule)."""
+        if self.plateau is None or isinstance(self.plateau, str):
+            return None
+        return EarlyStop(*self.plateau)
 
     def classifier_flow_epochs(self, epochs: int) -> int:
         """Epochs of the flow stage after an SVGP stage of all `epochs` (TGPClassifier): the two stages keep the

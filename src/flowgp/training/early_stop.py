@@ -8,7 +8,9 @@ from typing import Optional
 
 import torch
 
-__all__ = ["EarlyStop", "BestParameters", "Plateau"]
+from ..gp.defaults import DEFAULTS
+
+__all__ = ["EarlyStop", "BestParameters", "Plateau", "default_plateau"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,13 @@ class EarlyStop:
             raise ValueError(f"EarlyStop rel_tol must be non-negative, got {self.rel_tol!r}")
         if not self.min_delta >= 0:
             raise ValueError(f"EarlyStop min_delta must be non-negative, got {self.min_delta!r}")
+
+
+def default_plateau() -> EarlyStop:
+    """The estimators' plateau stop (`early_stop="auto"`): the run has stopped moving, and ends, once its best
+    history entry (the epoch's mean negative bound per data point) improved by at most DEFAULTS.plateau_tol nats
+    over the last DEFAULTS.plateau_window entries (the first window only sets the reference)."""
+    return EarlyStop(window=DEFAULTS.plateau_window, rel_tol=0.0, min_delta=DEFAULTS.plateau_tol)
 
 
 class BestParameters:
