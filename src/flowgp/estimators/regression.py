@@ -452,8 +452,8 @@ class _FlowRegressor(SVGPRegressor):
             def bound(m):
                 with torch.no_grad():
                     return m.elbo(rows.x, y, num_data=n, generator=self.generator(device=rows.x.device)).item()
-            # full batch in memory: the loss is the bound itself; otherwise the bound once per epoch
-            every = None if rows.stream is None and batch == n else -(-n // batch)
+            # full batch in memory: the loss is the bound itself; otherwise the bound every keep_best_every epochs
+            every = None if rows.stream is None and batch == n else -(-n // batch) * options.keep_best_every
             keeper = BestState(model, bound, every)
         natural = NaturalGradient([model.gp], lr=gamma) if gamma else None
         stream = None if rows.stream is None else (lambda: rows.stream(shift, self.y_scale_))
