@@ -17,11 +17,14 @@ every 5 epochs), wall seconds until the bound per point first reaches a level, m
       Adam                       40.6    51.9    82.5   117.0   211.2   never   -0.589     1.845
       natgrad 0.1 + Adam         29.1    29.1    39.0    49.3    79.2   168.0   -0.526     2.186
 
-Full batch (an earlier run of the same script with 300 steps and the bound after every step, 2 runs): after 300
-steps Adam's bound per point was -1.017 and natgrad 1.0 + Adam's -0.698, at 0.131 and 0.154 s per step; Adam
-never reached -0.70 in the 300 steps.
+    full batch, 200 steps       -1.20   -1.00   -0.80   -0.70   -0.60   -0.55    final   s/step
+      Adam                       never   never   never   never   never   never   -1.367     0.666
+      natgrad 1.0 + Adam         117.6   145.0   never   never   never   never   -0.898     0.804
 
-A natural-gradient step costs ~18 % more (at M = 100 the step's M×M Cholesky factorisations, inverse and
+(An earlier run of the full-batch part with 300 steps, the bound after every step: Adam -1.017, natgrad 1.0 +
+Adam -0.698 after 300 steps, 0.131 and 0.154 s per step.)
+
+A natural-gradient step costs 18-21 % more (at M = 100 the step's M×M Cholesky factorisations, inverse and
 triangular solves take ~5 ms on one thread) and still reaches every level 1.4-2.7x sooner in minibatches and far
 sooner in full batch, where Adam on q(u) barely moves. So `SVGPRegressor(natural_gradient="auto")` takes
 natural-gradient steps on q(u): γ = 1 in full batch (the conjugate Gaussian likelihood makes it the exact update
