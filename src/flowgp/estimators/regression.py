@@ -270,7 +270,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
     def _natural_gradient_step(self, num_rows: int):
         """`natural_gradient` checked and resolved for a fit on `num_rows` rows: None or a float in (0, 1]
         ("auto": DEFAULTS.natural_gradient_full_batch in full batch, else DEFAULTS.natural_gradient_minibatch)."""
-        gamma = getattr(self, "natural_gradient", None)
+        gamma = getattr(self, "natural_gradient", self._plain_natural_gradient())
         if gamma is None:
             return None
         if isinstance(gamma, str) and gamma == "auto":
@@ -280,6 +280,10 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                 or not 0 < gamma <= 1:
             raise ValueError(f"natural_gradient must be 'auto', None or a step size in (0, 1], got {gamma!r}")
         return float(gamma)
+
+    def _plain_natural_gradient(self):
+        """`natural_gradient` of estimators without the parameter (the flow estimators' plain fits): None."""
+        return None
 
     def _early_stop(self):
         """The EarlyStop of a plain fit (`early_stop`): "auto" is the library's plateau rule, None none."""
@@ -584,6 +588,11 @@ class _FlowRegressor(SVGPRegressor):
 
     def _initialise_networks(self, model, x_t, generator) -> None:
         """Input-dependent stages (TGP only): teach the networks their bases' current parameters."""
+
+    def _plain_natural_gradient(self):
+        # an identity flow is the SVGP itself, fitted exactly as SVGPRegressor's default fit; other plain (robust=False)
+        # flow fits train with Adam alone, as before
+        return "auto" if self.flow_object().is_identity else None
 
     def _flow_stage_stop(self, options):
         """The plateau rule of the robust fit's flow stages: none with early_stop=None; RobustFit.plateau="auto"
