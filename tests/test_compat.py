@@ -27,8 +27,12 @@ def test_files_saved_by_the_flat_layout_load_and_predict_the_same(name):
         pred = est.predict_proba(X) if hasattr(est, "predict_proba") else est.predict(X)
     np.testing.assert_allclose(pred, EXPECTED["predictions"][name], rtol=1e-10, atol=1e-12)
     upgraded = [w for w in caught if issubclass(w.category, SavedFileUpgradeWarning)]
+    # parameters added since (the regressors' early_stop) take the behaviour the file was fitted with
+    parameters = [w for w in upgraded if "predates parameters" in str(w.message)]
+    if "early_stop" in est.get_params():
+        assert est.early_stop is None and len(parameters) == 1
     # among the classes files record, only the flow-parameter network (a flow object's record) moved
-    assert bool(upgraded) == (name == "ba_tgp_object")
+    assert bool([w for w in upgraded if w not in parameters]) == (name == "ba_tgp_object")
 
 
 def test_class_paths_of_moved_modules_map_to_importable_classes():

@@ -100,7 +100,8 @@ def warn_upgrade(what: str, stacklevel: int = 3) -> None:
 
 # ----- estimator files ------------------------------------------------------------------------------------------
 #: the version of the estimator file format `save()` writes (key "format_version"); files without it are version 1
-FORMAT_VERSION = 2
+#: (version 3: files record `early_stop`, and SVGPRegressor's `natural_gradient` defaults to "auto")
+FORMAT_VERSION = 3
 
 
 def saved_format_version(state: dict) -> int:
@@ -131,7 +132,11 @@ VALUE_BEFORE_PARAMETER = {("AlignedMultiOutputGPRegressor", "cp_inducing"): "out
                           ("DeepGPRegressor", "base_gradient"): "joint", ("DeepGPClassifier", "base_gradient"): "joint",
                           ("DeepGPRegressor", "flow_selection"): False, ("DeepGPClassifier", "flow_selection"): False,
                           ("DeepGPRegressor", "flow_lr_scale"): 1.0, ("DeepGPClassifier", "flow_lr_scale"): 1.0,
-                          ("DeepGPRegressor", "flow_rows"): None, ("DeepGPClassifier", "flow_rows"): None}
+                          ("DeepGPRegressor", "flow_rows"): None, ("DeepGPClassifier", "flow_rows"): None,
+                          # regressors saved before the plateau stop trained all their epochs, and SVGPRegressor
+                          # files before natural_gradient existed trained with Adam alone
+                          ("SVGPRegressor", "early_stop"): None, ("TGPRegressor", "early_stop"): None,
+                          ("WarpedGPRegressor", "early_stop"): None, ("SVGPRegressor", "natural_gradient"): None}
 
 
 def upgrade_estimator_parameters(class_name: str, params: dict, version: int) -> dict:

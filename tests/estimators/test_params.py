@@ -10,23 +10,24 @@ import flowgp.estimators as E
 
 # The published signatures (before the constructors moved to Estimator._store_arguments); a change here is an API change.
 # Compared without their type annotations (names, order and defaults are the contract). verbose's default is
-# "auto" since progress bars follow scikit-learn's quiet default (flowgp.reporting.progress). `threads` (torch
-# threads per call, flowgp.estimators.threads) was appended last, so positional calls keep their meaning.
+# "auto" since progress bars follow scikit-learn's quiet default (flowgp.reporting.progress); the regressors'
+# natural_gradient and early_stop are "auto" since the defaults were chosen by time to a fitted bound. `threads`
+# (torch threads per call, flowgp.estimators.threads) was appended last, so positional calls keep their meaning.
 SIGNATURES = {
     "SVGPRegressor": "(self, num_inducing=100, kernel='rbf', batch_size=None, epochs=1000, lr=0.01, seed=0, "
     "dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, fix_noise_fraction=0.0, "
     "kmeans_restarts=10, learn_inducing=True, quadrature_points=20, predict_quadrature_points=100, verbose='auto', "
-    "checkpoint=None, natural_gradient=None, compile=False, threads='auto')",
+    "checkpoint=None, natural_gradient='auto', compile=False, early_stop='auto', threads='auto')",
     "WarpedGPRegressor": "(self, flow='sal', flow_init='identity', num_inducing=100, kernel='rbf', batch_size=None, "
     "epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, "
     "fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20, "
-    "predict_quadrature_points=100, verbose='auto', robust=True, checkpoint=None, compile=False, threads='auto')",
+    "predict_quadrature_points=100, verbose='auto', robust=True, checkpoint=None, compile=False, early_stop='auto', threads='auto')",
     "TGPRegressor": "(self, flow='sal', flow_init='identity', num_inducing=100, kernel='rbf', batch_size=None, "
     "epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, "
     "fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20, "
     "predict_quadrature_points=100, verbose='auto', input_dependent=False, hidden=(50,), activation='relu', "
     "dropout=0.25, bayesian='mc_dropout', mc_samples_train=1, mc_samples_predict=100, prior_precision=None, "
-    "flow_init_epochs=100, robust=True, checkpoint=None, compile=False, threads='auto')",
+    "flow_init_epochs=100, robust=True, checkpoint=None, compile=False, early_stop='auto', threads='auto')",
     "SVGPClassifier": "(self, num_inducing=100, kernel='rbf', batch_size=None, epochs=1000, lr=0.01, seed=0, "
     "dtype='float64', device='cpu', lengthscale=1.0, period=1.0, likelihood='softmax', fix_variance_epochs=0, "
     "kmeans_restarts=10, learn_inducing=True, quadrature_points=20, mc_samples=20, predict_samples=256, "

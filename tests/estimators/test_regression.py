@@ -248,7 +248,7 @@ def test_svgp_natural_gradient_fits_many_inducing_points_where_adam_lags():
     X = rng.uniform(-3, 3, (60, 1))
     y = np.sin(2 * X[:, 0]) + 0.1 * rng.standard_normal(60)
     common = dict(num_inducing=60, epochs=30, verbose=False, kmeans_restarts=1)
-    adam = SVGPRegressor(**common).fit(X, y)
+    adam = SVGPRegressor(natural_gradient=None, **common).fit(X, y)
     natural = SVGPRegressor(natural_gradient=1.0, **common).fit(X, y)
     assert natural.elbo(X, y) > adam.elbo(X, y) + 20
     for bad in (0.0, 1.5, True, "1"):

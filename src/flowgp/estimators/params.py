@@ -32,6 +32,7 @@ import torch
 from ..training.checkpoint import content_digest
 from ..flows import Flow
 from ..flows.serialization import flow_from_record, flow_to_record
+from ..training.early_stop import EarlyStop
 from .robust import RobustFit
 
 __all__ = ["plain_value", "fitted_params", "fitting", "params_for_file", "params_from_file", "params_fingerprint",
@@ -86,6 +87,8 @@ def _saved_form(est, name: str, value):
         return "spec", spec
     if isinstance(value, RobustFit):
         return "params", _robust_to_file(value)
+    if isinstance(value, EarlyStop):  # a plain dict, as weights_only loading needs
+        return "params", {"flowgp_early_stop": dataclasses.asdict(value)}
     if name == "seed" and getattr(est, "seed_", None) is not None:
         return "params", int(est.seed_)  # the integer seed the fit used (drawn for None or a generator)
     if isinstance(value, RANDOM_STATES):
@@ -187,6 +190,8 @@ def params_from_file(params: dict, records: dict) -> dict:
             continue
         if isinstance(value, dict) and set(value) == {"flowgp_robust_fit"}:
             value = RobustFit(**value["flowgp_robust_fit"])
+        elif isinstance(value, dict) and set(value) == {"flowgp_early_stop"}:
+            value = EarlyStop(**value["flowgp_early_stop"])
         out[name] = value
     out.update({name: flow_from_record(saved["record"]) for name, saved in records.items()})
     return out

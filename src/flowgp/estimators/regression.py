@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import dataclasses
 import math
+import time
 
 import numpy as np
 import torch
@@ -31,7 +32,8 @@ from ..flows import Flow, make_flow
 from ..flows.conditional import static_flow, warping_curves
 from ..data.sources import is_table
 from ..training.natural_gradients import NaturalGradient
-from ..training.loop import train
+from ..training.early_stop import default_plateau
+from ..training.loop import EarlyStop, train
 from .base import (Estimator, InputDependentFlowOptions, as_1d_float, as_2d_float, central_probabilities,
                    positive_int)
 from .features import fit_feature_names
@@ -98,11 +100,25 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             continues where it stopped (a finished fit is loaded back without training). Only the same fit
             resumes it (same data, parameters, class, flowgp version): a file written by another fit is a
             ValueError naming what differs. `save` does not record it (the loaded estimator has None).
-        natural_gradient: None (default: Adam on everything) or a step size γ in (0, 1] of natural-gradient
-            steps on q(u) (`flowgp.training.natural_gradients.NaturalGradient`), Adam on the rest. γ = 1 is the exact update for the
-            Gaussian likelihood; with many inducing points Adam alone is slow to fit q(u): at M = 595 on the
-            air-quality folds 1 500 Adam epochs end 0.2-0.3 nats per point below 750 epochs with γ = 1
+        natural_gradient: "auto" (default), a step size γ in (0, 1] of natural-gradient steps on q(u)
+            (`flowgp.training.natural_gradients.NaturalGradient`, Salimbeni et al. 2018, eq. 8) with Adam on the
+            rest, or None: Adam on everything. "auto" takes γ = 1 in full batch (the Gaussian likelihood is
+            conjugate: one step puts q(u) at its optimum for the current hyperparameters, Titsias 2009) and
+            γ = 0.1 in minibatches (γ = 1 would jump to each batch's optimum); `flowgp.gp.defaults.DEFAULTS`
+            holds both. Adam alone is slow to fit q(u): measured in
+            benchmarks/studies/svgp_natgrad_time_to_bound.py; at M = 595 on the air-quality folds 1 500 Adam
+            epochs end 0.2-0.3 nats per point below 750 epochs with γ = 1
             (docs/results/tgp/robust-fit/README.md, section 7).
+        early_stop: "auto" (default), a `flowgp.training.loop.EarlyStop`, or None (train all `epochs`). "auto" is
+            `flowgp.training.early_stop.default_plateau()`: the fit has stopped moving, and ends, once the best
+            epoch's training loss per point (the epoch's mean negative bound per data point) improved by at most
+            DEFAULTS.plateau_tol = 0.001 nats over the last DEFAULTS.plateau_window = 20 epochs (the first window
+            sets the reference, so a fit runs at least 40 epochs or all of `epochs`); `epochs` is the cap. The
+            robust fit of the flow estimators applies it to its SVGP stage and, unless `RobustFit.plateau` says
+            otherwise, to its flow stage.
+
+    After a fit `n_iter_` is the number of epochs trained (fewer than `epochs` when the plateau stop ended it;
+    a robust fit counts both its stages) and `history_` the training loss per point after each epoch.
 
     See Also:
         :class:`flowgp.TGPRegressor` (a flow on the GP's output), :meth:`flowgp.estimators.Estimator.summary`.
@@ -125,8 +141,8 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                  period: float = 1.0, fix_noise_fraction: float = 0.0, kmeans_restarts: int = DEFAULTS.kmeans_restarts,
                  learn_inducing: bool = True, quadrature_points: int = DEFAULTS.quadrature_points, predict_quadrature_points: int = DEFAULTS.predict_quadrature_points,
                  verbose: bool | str = "auto", checkpoint: str | os.PathLike | None = None,
-                 natural_gradient: float | None = None, compile: bool | str = False,
-                 threads: int | str = DEFAULTS.threads) -> None:
+                 natural_gradient: float | str | None = "auto", compile: bool | str = False,
+                 early_stop: str | EarlyStop | None = "auto", threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     #: working-memory budget (bytes) of one prediction call: rows are predicted in chunks that fit in it
@@ -242,7 +258,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             self.y_shift_, self.y_scale_ = float(y.mean()), y_std
         yt = self.tensor((y - self.y_shift_) / self.y_scale_)[:, None]
         self.torch_dtype()  # a bad dtype fails here, before any work
-        self._natural_gradient_step()  # and a bad natural_gradient
+        self._natural_gradient_step(X.shape[0])  # and a bad natural_gradient
         options = self._robust_options()
         if options is not None:
             rows = FitRows(xt, yt, xt.shape[0], float(y.mean()), (float(y.min()), float(y.max())))
@@ -252,7 +268,8 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         self.history_ = train(self.model_, xt, yt, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
                               fix_noise_fraction=self.fix_noise_fraction, seed=self.seed_, verbose=self.verbose,
                               compile=self.compile, desc=type(self).__name__, checkpoint_path=self.checkpoint_path(),
-                              natural_gradient=self._natural_gradient())
+                              natural_gradient=self._natural_gradient(xt.shape[0]), early_stop=self._early_stop())
+        self.n_iter_ = len(self.history_)
         return self
 
     def _train_on_stream(self, xs, ys, stream, stats, callback=None) -> None:
@@ -264,23 +281,42 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         self.history_ = train(self.model_, stream(self.y_shift_, self.y_scale_), epochs=self.epochs, lr=self.lr,
                               fix_noise_fraction=self.fix_noise_fraction, seed=self.seed_, verbose=self.verbose,
                               compile=self.compile, desc=type(self).__name__, checkpoint_path=self.checkpoint_path(),
-                              natural_gradient=self._natural_gradient(), callback=callback)
+                              natural_gradient=self._natural_gradient(int(stats.num_rows)),
+                              early_stop=self._early_stop(), callback=callback)
+        self.n_iter_ = len(self.history_)
 
-    def _natural_gradient(self):
+    def _natural_gradient(self, num_rows: int):
         """The NaturalGradient on q(u) of a plain fit (`natural_gradient`), or None (the flow estimators have
         no such parameter: their robust fit sets its own)."""
-        gamma = self._natural_gradient_step()
+        gamma = self._natural_gradient_step(num_rows)
         return None if gamma is None else NaturalGradient([self.model_.gp], lr=gamma)
 
-    def _natural_gradient_step(self):
-        """`natural_gradient` checked: None or a float in (0, 1] (ValueError otherwise)."""
-        gamma = getattr(self, "natural_gradient", None)
+    def _natural_gradient_step(self, num_rows: int):
+        """`natural_gradient` checked and resolved for a fit on `num_rows` rows: None or a float in (0, 1]
+        ("auto": DEFAULTS.natural_gradient_full_batch in full batch, else DEFAULTS.natural_gradient_minibatch)."""
+        gamma = getattr(self, "natural_gradient", self._plain_natural_gradient())
         if gamma is None:
             return None
+        if isinstance(gamma, str) and gamma == "auto":
+            full_batch = self.batch_size is None or int(self.batch_size) >= int(num_rows)
+            return DEFAULTS.natural_gradient_full_batch if full_batch else DEFAULTS.natural_gradient_minibatch
         if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.integer, np.floating)) \
                 or not 0 < gamma <= 1:
-            raise ValueError(f"natural_gradient must be None or a step size in (0, 1], got {gamma!r}")
+            raise ValueError(f"natural_gradient must be 'auto', None or a step size in (0, 1], got {gamma!r}")
         return float(gamma)
+
+    def _plain_natural_gradient(self):
+        """`natural_gradient` of estimators without the parameter (the flow estimators' plain fits): None."""
+        return None
+
+    def _early_stop(self):
+        """The EarlyStop of a plain fit (`early_stop`): "auto" is the library's plateau rule, None none."""
+        rule = getattr(self, "early_stop", None)
+        if isinstance(rule, str) and rule == "auto":
+            return default_plateau()
+        if rule is None or isinstance(rule, EarlyStop):
+            return rule
+        raise TypeError(f"early_stop must be 'auto', None or a flowgp.training.loop.EarlyStop, got {rule!r}")
 
     def _robust_options(self):
         """The RobustFit of this fit, None for a plain one (the SVGP is fitted plainly)."""
@@ -365,12 +401,27 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
 
     def _extra_state(self) -> dict:
         return {"y_shift": self.y_shift_, "y_scale": self.y_scale_,
-                "inducing_shape": list(self.model_.gp.inducing_points.shape)}
+                "inducing_shape": list(self.model_.gp.inducing_points.shape),
+                "n_iter": int(getattr(self, "n_iter_", len(getattr(self, "history_", []))))}
 
     def _restore(self, state):
         self.y_shift_, self.y_scale_ = float(state["y_shift"]), float(state["y_scale"])
+        # files written before n_iter_ existed: the epochs of the last training run
+        self.n_iter_ = int(state.get("n_iter", len(state.get("history", []))))
         z = np.zeros(state["inducing_shape"])
         self.model_ = self._build(torch.as_tensor(z), inducing_points=z)
+
+
+class _StageClock:
+    """Wall seconds of the robust fit's stages (`fit_report_["seconds"]`), each from the end of the one before."""
+
+    def __init__(self):
+        self.laps, self.last = {}, time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = now - self.last
+        self.last = now
 
 
 class _FlowRegressor(SVGPRegressor):
@@ -383,7 +434,7 @@ class _FlowRegressor(SVGPRegressor):
                  kmeans_restarts: int = DEFAULTS.kmeans_restarts, learn_inducing: bool = True, quadrature_points: int = DEFAULTS.quadrature_points,
                  predict_quadrature_points: int = DEFAULTS.predict_quadrature_points, verbose: bool | str = "auto",
                  robust: bool | RobustFit = True, checkpoint: str | os.PathLike | None = None,
-                 compile: bool | str = False,
+                 compile: bool | str = False, early_stop: str | EarlyStop | None = "auto",
                  threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
@@ -430,8 +481,8 @@ class _FlowRegressor(SVGPRegressor):
             def bound(m):
                 with torch.no_grad():
                     return m.elbo(rows.x, y, num_data=n, generator=self.generator(device=rows.x.device)).item()
-            # full batch in memory: the loss is the bound itself; otherwise the bound once per epoch
-            every = None if rows.stream is None and batch == n else -(-n // batch)
+            # full batch in memory: the loss is the bound itself; otherwise the bound every keep_best_every epochs
+            every = None if rows.stream is None and batch == n else -(-n // batch) * options.keep_best_every
             keeper = BestState(model, bound, every)
         natural = NaturalGradient([model.gp], lr=gamma) if gamma else None
         stream = None if rows.stream is None else (lambda: rows.stream(shift, self.y_scale_))
@@ -445,7 +496,7 @@ class _FlowRegressor(SVGPRegressor):
         model.eval()
         return history
 
-    def _refine_flow(self, model, x, y) -> None:
+    def _refine_flow(self, model, x, y, max_eval: int = 200) -> None:
         """Maximise the bound over the flow and the noise, the GP held (L-BFGS, guarded, best kept). On a sample
         of a streamed table: the GP (and so the KL) held, the sample's bound has the same maximiser in
         expectation as the table's.
@@ -460,8 +511,9 @@ class _FlowRegressor(SVGPRegressor):
         held = [p for p in model.gp.parameters() if p.requires_grad]
 
         def lbfgs(params):
-            return torch.optim.LBFGS(params, lr=1.0, max_iter=200, line_search_fn="strong_wolfe",
-                                     tolerance_grad=1e-9, tolerance_change=1e-12, history_size=20)
+            return torch.optim.LBFGS(params, lr=1.0, max_iter=max_eval, max_eval=max_eval,
+                                     line_search_fn="strong_wolfe", tolerance_grad=1e-9, tolerance_change=1e-12,
+                                     history_size=20)
 
         for p in held:
             p.requires_grad_(False)
@@ -497,22 +549,27 @@ class _FlowRegressor(SVGPRegressor):
         report = {"n": n}
         candidates = []  # (bound in y units, label, model, history)
         svgp_bound = None
+        clock = _StageClock()
         if options.warm_start:
             # the SVGP in its own standardisation (shift by the targets' mean even where the flow's is 0)
             svgp_shift, svgp_scale = rows.svgp_shift, self.y_scale_
             ys = rows.y + (self.y_shift_ - svgp_shift) / svgp_scale
             svgp = self._build(rows.x, ys, model="svgp", flow="identity", input_dependent=None)
             svgp_epochs = int(round(options.svgp_epochs * self.epochs))
-            flow_epochs = max(1, self.epochs - svgp_epochs) if self.epochs else 0
             # (a streamed table read whole every step is full batch too: exact gradients)
             full_batch = self.batch_size is None or int(self.batch_size) >= n
             svgp_gamma = options.svgp_natural_gradient if full_batch else options.svgp_natural_gradient_minibatch
             svgp_history = self._train_stage(svgp, rows, svgp_shift, options, svgp_gamma, ".svgp",
-                                             self.fix_noise_fraction, self.seed_, epochs=svgp_epochs)
+                                             self.fix_noise_fraction, self.seed_, self._early_stop(),
+                                             epochs=svgp_epochs)
+            # epochs the SVGP stage left unused after its plateau go to the flow model
+            flow_epochs = max(1, self.epochs - len(svgp_history)) if self.epochs else 0
             svgp_bound = self._full_bound(svgp, rows, ys)
             report.update(svgp_bound=svgp_bound / n, svgp_epochs=len(svgp_history))
             self.svgp_ = svgp
-            model = self._build(rows.x, rows.y)
+            clock.lap("svgp")
+            # built at the SVGP's inducing inputs, which the warm start copies anyway: no second k-means
+            model = self._build(rows.x, rows.y, inducing_points=svgp.gp.inducing_points.detach().cpu().numpy())
             shift = (svgp_shift - self.y_shift_) / self.y_scale_
             y_range = tuple((v - svgp_shift) / svgp_scale for v in rows.y_range)
             low, high = self._warm_range(svgp, rows.x, ys, y_range)
@@ -520,26 +577,34 @@ class _FlowRegressor(SVGPRegressor):
             if not self._deterministic():  # networks of input-dependent stages taught the warm-started bases
                 self._initialise_networks(model, rows.x, self.generator(device="cpu"))
             report["warm_start_bound"] = self._full_bound(model, rows) / n
-            if options.refine_flow and self._deterministic() and self._refine_after(report):
-                self._refine_flow(model, rows.x, rows.y)
+            clock.lap("warm_start")
+            refine_evals = options.refine_evaluations(self.epochs)
+            if options.refine_flow and refine_evals and self._deterministic() and self._refine_after(report):
+                self._refine_flow(model, rows.x, rows.y, refine_evals)
                 report["refined_bound"] = self._full_bound(model, rows) / n
+                report["refine_evaluations"] = refine_evals
+                clock.lap("refine")
             history = self._train_stage(model, rows, self.y_shift_, options, options.natural_gradient, "", 0.0,
-                                        self.seed_, options.early_stop(), epochs=flow_epochs,
+                                        self.seed_, self._flow_stage_stop(options), epochs=flow_epochs,
                                         lr_scale=options.flow_lr)
             candidates.append((self._full_bound(model, rows), "warm", model, history))
+            clock.lap("flow")
         inits = list(options.restarts) if options.warm_start else [self.flow_init, *options.restarts]
         for i, init in enumerate(inits):
             model = self._build(rows.x, rows.y)
             self._initialise_flow(model, rows.y, self.generator(device="cpu"), x_t=rows.x, init=init)
             history = self._train_stage(model, rows, self.y_shift_, options, options.natural_gradient,
-                                        f".restart{i}", self.fix_noise_fraction, self.seed_, options.early_stop())
+                                        f".restart{i}", self.fix_noise_fraction, self.seed_,
+                                        self._flow_stage_stop(options))
             candidates.append((self._full_bound(model, rows), init, model, history))
+            clock.lap(f"restart{i}")
         report["candidates"] = {label: bound / n for bound, label, _, _ in candidates}
         report["epochs"] = {label: len(history) for _, label, _, history in candidates}
         if rows.stream is not None:
             report["bounds_from_sample_rows"] = int(rows.x.shape[0])
         bound, label, self.model_, self.history_ = max(candidates, key=lambda c: c[0])
-        report.update(bound=bound / n, chosen=label)
+        report.update(bound=bound / n, chosen=label, seconds=clock.laps)
+        self.n_iter_ = len(self.history_) + (report.get("svgp_epochs", 0) if label == "warm" else 0)
         self.fit_report_ = report
         if svgp_bound is not None:
             warn_below_svgp(type(self).__name__, bound / n, svgp_bound / n, options.tolerance,
@@ -548,6 +613,19 @@ class _FlowRegressor(SVGPRegressor):
 
     def _initialise_networks(self, model, x_t, generator) -> None:
         """Input-dependent stages (TGP only): teach the networks their bases' current parameters."""
+
+    def _plain_natural_gradient(self):
+        # an identity flow is the SVGP itself, fitted exactly as SVGPRegressor's default fit; other plain (robust=False)
+        # flow fits train with Adam alone, as before
+        return "auto" if self.flow_object().is_identity else None
+
+    def _flow_stage_stop(self, options):
+        """The plateau rule of the robust fit's flow stages: none with early_stop=None; RobustFit.plateau="auto"
+        (the default): the estimator's own `early_stop` rule; else RobustFit.plateau's. (The SVGP stage stops by
+        the estimator's rule, as the SVGP's own fit does.)"""
+        if getattr(self, "early_stop", "auto") is None:
+            return None
+        return self._early_stop() if options.plateau == "auto" else options.early_stop()
 
     def flow_object(self) -> Flow:
         """The flow as an object: the user's Flow itself (not copied; build trains a copy) or the flow built
@@ -643,7 +721,7 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
                  mc_samples_train: int = 1, mc_samples_predict: int = 100, prior_precision: float | None = None,
                  flow_init_epochs: int = 100, robust: bool | RobustFit = True,
                  checkpoint: str | os.PathLike | None = None, compile: bool | str = False,
-                 threads: int | str = DEFAULTS.threads) -> None:
+                 early_stop: str | EarlyStop | None = "auto", threads: int | str = DEFAULTS.threads) -> None:
         self._store_arguments(locals())
 
     def _target_positive(self) -> bool:

@@ -13,6 +13,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from ..gp.defaults import DEFAULTS
 from ..training.loop import EarlyStop
 
 __all__ = ["RobustFit", "DEFAULT_ROBUST_FIT", "BestState", "BoundBelowSVGPWarning", "warn_below_svgp", "snapshot",
@@ -61,15 +62,28 @@ class RobustFit:
             and leaves the flow model's GP under-trained (breast_cancer, 100 epochs: 131/143 test points against
             the SVGPClassifier's 135/143); its SVGP stage is therefore that fit itself, all `epochs`, and the flow
             model trains for `classifier_flow_epochs(epochs)` more (`epochs` again at the default 0.5).
-        plateau: (window, rel_tol) of `flowgp.training.loop.EarlyStop` for the flow model's training: stop once the
-            bound improved by less than rel_tol·|bound| over `window` epochs (its epochs stay the maximum); None:
-            all of them. The SVGP stage always runs all of its epochs.
+        plateau: the plateau stop of the flow model's training (its epochs stay the maximum): "auto" (default), the
+            estimator's own `early_stop` rule (by default `flowgp.training.early_stop.default_plateau()`: best bound
+            per point improved by at most 0.001 over 20 epochs); (window, rel_tol) of
+            `flowgp.training.loop.EarlyStop` (stop once the bound improved by less than rel_tol·|bound| over `window`
+            epochs); None: all of them. The SVGP stage stops by the estimator's `early_stop`, as the SVGP's own fit
+            does, and the epochs it leaves go to the flow model; `early_stop=None` on the estimator runs all epochs
+            of both stages. (Until this release: (100, 1e-4), and the SVGP stage ran all of its epochs.)
         restarts: flow initialisations ("identity", "data", "random") trained from scratch besides the warm
             start (without it: besides `flow_init`), the state with the best training bound kept (never chosen
             on test data).
-        keep_best: keep the state with the best full-data bound seen (full batch: every step; minibatches: once
-            per epoch), not the last one.
+        keep_best: keep the state with the best full-data bound seen (full batch: every step; minibatches: every
+            `keep_best_every` epochs), not the last one.
+        keep_best_every: in minibatches, epochs between full-data bound evaluations of `keep_best`. One evaluation
+            costs about a third of an epoch (a forward pass over every row); once per epoch it made each epoch of the
+            robust fit ~1.3x an epoch of the plain fit (N = 2 000, batches of 512), every 5 epochs ~1.07x.
         tolerance: per-point slack of the final check against the SVGP's bound (the warning).
+        refine_budget: the refinement's L-BFGS evaluates the full-data bound (value and gradient, about the cost of
+            one epoch) at most refine_budget·epochs times and at most `refine_max_evaluations` times; below 2 it is
+            skipped. A fixed 200-iteration refinement cost 1.9-2.9x the SVGP's whole fit at 50-200 epochs
+            (N = 10 000, batches of 512); scaled to the budget it never costs more than that share of the fit.
+            benchmarks/perf/robust_tgp_cost.py measures the stages.
+        refine_max_evaluations: the cap of those evaluations for long fits.
 
     See Also:
         :class:`flowgp.TGPRegressor` (``robust=``), :class:`flowgp.estimators.BoundBelowSVGPWarning`.
@@ -83,14 +97,17 @@ class RobustFit:
     warm_start: bool = True
     refine_flow: bool = True
     natural_gradient: Optional[float] = 0.1
-    svgp_natural_gradient: Optional[float] = 1.0
-    svgp_natural_gradient_minibatch: Optional[float] = 0.1
+    svgp_natural_gradient: Optional[float] = DEFAULTS.natural_gradient_full_batch
+    svgp_natural_gradient_minibatch: Optional[float] = DEFAULTS.natural_gradient_minibatch
     flow_lr: float = 0.5
     svgp_epochs: float = 0.5
-    plateau: Optional[tuple] = (100, 1e-4)
+    plateau: Optional[tuple | str] = "auto"
     restarts: tuple = ()
     keep_best: bool = True
+    keep_best_every: int = 5
     tolerance: float = 0.005
+    refine_budget: float = DEFAULTS.refine_budget
+    refine_max_evaluations: int = 200
 
     def __post_init__(self):
         for name in ("natural_gradient", "svgp_natural_gradient", "svgp_natural_gradient_minibatch"):
@@ -101,17 +118,38 @@ class RobustFit:
             raise ValueError(f"RobustFit.flow_lr must be positive, got {self.flow_lr!r}")
         if not 0 < self.svgp_epochs <= 1:
             raise ValueError(f"RobustFit.svgp_epochs is a share of epochs in (0, 1], got {self.svgp_epochs!r}")
-        if self.plateau is not None:
+        if self.plateau is not None and not (isinstance(self.plateau, str) and self.plateau == "auto"):
+            if isinstance(self.plateau, str) or not isinstance(self.plateau, (tuple, list)):
+                raise ValueError(f"RobustFit.plateau must be 'auto', None or (window, rel_tol), got {self.plateau!r}")
             EarlyStop(*self.plateau)  # validates window and rel_tol
         for init in self.restarts:
             if init not in ("identity", "data", "random"):
                 raise ValueError(f"RobustFit.restarts holds flow initialisations 'identity', 'data' or 'random', "
                                  f"got {init!r}")
+        if isinstance(self.keep_best_every, bool) or not isinstance(self.keep_best_every, int) \
+                or self.keep_best_every < 1:
+            raise ValueError(f"RobustFit.keep_best_every must be a positive integer, got {self.keep_best_every!r}")
         if not self.tolerance >= 0:
             raise ValueError(f"RobustFit.tolerance must be non-negative, got {self.tolerance!r}")
+        if not 0 <= self.refine_budget <= 1:
+            raise ValueError(f"RobustFit.refine_budget is a share of epochs in [0, 1], got {self.refine_budget!r}")
+        if isinstance(self.refine_max_evaluations, bool) or not isinstance(self.refine_max_evaluations, int) \
+                or self.refine_max_evaluations < 0:
+            raise ValueError(f"RobustFit.refine_max_evaluations must be a non-negative integer, "
+                             f"got {self.refine_max_evaluations!r}")
+
+    def refine_evaluations(self, epochs: int) -> int:
+        """The full-data evaluations the flow refinement may spend in a fit of `epochs` epochs (0: no refinement):
+        floor(refine_budget·epochs), at most refine_max_evaluations, 0 below 2."""
+        evaluations = min(int(self.refine_budget * epochs), self.refine_max_evaluations)
+        return evaluations if evaluations >= 2 else 0
 
     def early_stop(self) -> Optional[EarlyStop]:
-        return None if self.plateau is None else EarlyStop(*self.plateau)
+        """The EarlyStop of an explicit (window, rel_tol) plateau; None for None (and for "auto", which the
+        estimator resolves to its own rule)."""
+        if self.plateau is None or isinstance(self.plateau, str):
+            return None
+        return EarlyStop(*self.plateau)
 
     def classifier_flow_epochs(self, epochs: int) -> int:
         """Epochs of the flow stage after an SVGP stage of all `epochs` (TGPClassifier): the two stages keep the

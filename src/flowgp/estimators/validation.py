@@ -28,7 +28,7 @@ from ..models.classification import CLASSIFICATION_LIKELIHOODS
 from ..models.cnf_posterior import ELEMENTWISE_SHAPES, FLOW_BASES
 from ..models.deep_gp import BASE_GRADIENTS, DRAWS, POSTERIORS, SKIPS
 from ..models.latent.model import GRADIENT_ESTIMATORS, HIDDEN_LAYERS, OBJECTIVES
-from ..training.loop import COMPILE_MODES
+from ..training.loop import COMPILE_MODES, EarlyStop
 from .robust import RobustFit
 
 __all__ = ["InvalidParameterError", "check_parameters", "check_device", "check_seed", "resolve_seed",
@@ -132,6 +132,21 @@ def choice(options, none: bool = False):
     return rule
 
 
+def step_or_auto(value, name):
+    """A natural-gradient step size in (0, 1], "auto" (the library's choice for the fit) or None (Adam only)."""
+    if isinstance(value, str) and value == "auto":
+        return
+    number(0, 1, none=True)(value, name)
+
+
+def early_stop_rule(value, name):
+    """ "auto" (the library's plateau rule), None (all epochs) or a flowgp.training.loop.EarlyStop."""
+    if value is None or (isinstance(value, str) and value == "auto") or isinstance(value, EarlyStop):
+        return
+    raise InvalidParameterError(f"{name} must be 'auto' (stop on the bound's plateau), None (train all epochs) or a "
+                                f"flowgp.training.loop.EarlyStop, got {value!r}")
+
+
 def verbosity(value, name):
     """True, False or "auto" (progress only in an interactive terminal, never inside scikit-learn's tools)."""
     if is_bool(value) or value == "auto":
@@ -221,6 +236,7 @@ RULES = {
     "dtype": dtype_name, "device": device_rule, "verbose": verbosity, "checkpoint": path_or_none,
     "compile": compile_mode, "threads": integer(1, also=("auto",)), "fix_noise_fraction": number(0, 1, low_open=False),
     "natural_gradient": number(0, 1, none=True), "extend_checkpoint": boolean(),
+    "early_stop": early_stop_rule,
     "fix_variance_epochs": integer(0), "tol": number(0, low_open=False, none=True), "patience": integer(1),
     "full_batch_max": integer(1), "lr_decay": number(0), "natgrad_lr": number(0), "natgrad": boolean(),
     # the sparse GP
@@ -263,6 +279,7 @@ CLASS_RULES = {
     ("AlignedMultiOutputGPRegressor", "lengthscale"): number(0),
     ("DeepGPClassifier", "likelihood"): choice(("robustmax", "softmax")),
     ("LatentDeepGPRegressor", "hidden_width"): integer(1),
+    ("SVGPRegressor", "natural_gradient"): step_or_auto,
 }
 
 #: parameters whose rule above only checks the kind of value: the family resolves them at the start of `fit`

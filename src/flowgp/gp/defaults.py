@@ -38,6 +38,21 @@ class Defaults:
     #: torch threads of a fit or prediction: "auto" (`flowgp.training.threads.choose_threads`: one thread for
     #: small steps, else the cores of this process divided by the processes sharing them) or a positive integer
     threads: int | str = "auto"
+    #: natural-gradient step γ on q(u) of an SVGP fit in full batch ("auto" picks it): the Gaussian likelihood
+    #: is conjugate, so γ = 1 is the exact update of q(u) for the current hyperparameters
+    natural_gradient_full_batch: float = 1.0
+    #: γ in minibatches: γ = 1 jumps to each batch's optimum, γ = 0.1 reaches every bound level 2-3x sooner in
+    #: wall seconds than Adam alone (benchmarks/studies/svgp_natgrad_time_to_bound.py,
+    #: benchmarks/studies/svgp_minibatch_budget.py)
+    natural_gradient_minibatch: float = 0.1
+    #: the estimators' plateau stop (`early_stop="auto"`): a fit stops once its best training loss per point
+    #: (the epoch's mean negative bound per data point) improved by at most `plateau_tol` nats over the last
+    #: `plateau_window` epochs; `epochs` stays the cap
+    plateau_window: int = 20
+    plateau_tol: float = 1e-3
+    #: the robust flow fit's L-BFGS refinement evaluates the full-data bound at most this share of `epochs`
+    #: times (one evaluation costs about one epoch), so it never costs more than a fraction of the fit it refines
+    refine_budget: float = 0.2
 
 
 #: the one instance everything reads

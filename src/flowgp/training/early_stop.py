@@ -8,7 +8,9 @@ from typing import Optional
 
 import torch
 
-__all__ = ["EarlyStop", "BestParameters", "Plateau"]
+from ..gp.defaults import DEFAULTS
+
+__all__ = ["EarlyStop", "BestParameters", "Plateau", "default_plateau"]
 
 
 @dataclass(frozen=True)
@@ -16,13 +18,16 @@ class EarlyStop:
     """Stop on a plateau of the history (one entry per epoch, or per step with a `steps` budget).
 
     After every `window` entries the run stops when the best (lowest) entry improved by at most
-    rel_tol·(|best| + 1e-8) over the window (window=None: no plateau test); it also stops as soon as an entry
-    is <= `abs_tol` (when given). Skipped steps (nonfinite="backoff") add no entry.
+    max(rel_tol·(|best| + 1e-8), min_delta) over the window (window=None: no plateau test); it also stops as
+    soon as an entry is <= `abs_tol` (when given). Skipped steps (nonfinite="backoff") add no entry.
+    `min_delta` is an absolute tolerance in the history's units (nats per data point for the default
+    objective): a relative one alone never stops a bound that settles near 0 per point.
 
     Args:
         window: entries per plateau test (None: no plateau test).
         rel_tol: the relative improvement over a window below which the run stops.
         abs_tol: stop as soon as an entry is at most this (None: never).
+        min_delta: the absolute improvement over a window below which the run stops.
 
     Examples:
         >>> from flowgp.training import EarlyStop, train
@@ -32,6 +37,7 @@ class EarlyStop:
     window: Optional[int] = 100
     rel_tol: float = 1e-3
     abs_tol: Optional[float] = None
+    min_delta: float = 0.0
 
     def __post_init__(self):
         if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int)
@@ -39,6 +45,15 @@ class EarlyStop:
             raise ValueError(f"EarlyStop window must be a positive integer or None, got {self.window!r}")
         if not self.rel_tol >= 0:
             raise ValueError(f"EarlyStop rel_tol must be non-negative, got {self.rel_tol!r}")
+        if not self.min_delta >= 0:
+            raise ValueError(f"EarlyStop min_delta must be non-negative, got {self.min_delta!r}")
+
+
+def default_plateau() -> EarlyStop:
+    """The estimators' plateau stop (`early_stop="auto"`): the run has stopped moving, and ends, once its best
+    history entry (the epoch's mean negative bound per data point) improved by at most DEFAULTS.plateau_tol nats
+    over the last DEFAULTS.plateau_window entries (the first window only sets the reference)."""
+    return EarlyStop(window=DEFAULTS.plateau_window, rel_tol=0.0, min_delta=DEFAULTS.plateau_tol)
 
 
 class BestParameters:
@@ -97,7 +112,7 @@ class Plateau:
         if rule.abs_tol is not None and entry <= rule.abs_tol:
             return True
         if rule.window is not None and (index + 1) % rule.window == 0:
-            if stop["window_best"] - stop["best"] <= rule.rel_tol * (abs(stop["best"]) + 1e-8):
+            if stop["window_best"] - stop["best"] <= max(rule.rel_tol * (abs(stop["best"]) + 1e-8), rule.min_delta):
                 return True
             stop["window_best"] = stop["best"]
         return False
