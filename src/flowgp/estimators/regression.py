@@ -690,6 +690,7 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
             refinement, natural gradients on q(u), plateau stop, best full-data bound kept, a
             `BoundBelowSVGPWarning` if the result still ends below the SVGP's bound); False: the plain fit from
             `flow_init`; or a `RobustFit` with other settings.
+        early_stop: the plateau stop, as in :class:`flowgp.SVGPRegressor` ("auto", an EarlyStop or None).
         threads: torch threads per call ("auto" or a positive integer), as in :class:`flowgp.SVGPRegressor`.
 
     See Also:
@@ -785,6 +786,7 @@ class WarpedGPRegressor(_FlowRegressor):
         quadrature_points, predict_quadrature_points: Gauss-Hermite points in training and prediction.
         robust: as in :class:`flowgp.TGPRegressor` (the warm start sets T so that T(y) is the SVGP's standardised
             target).
+        early_stop: the plateau stop, as in :class:`flowgp.SVGPRegressor` ("auto", an EarlyStop or None).
         threads: torch threads per call ("auto" or a positive integer), as in :class:`flowgp.SVGPRegressor`.
 
     See Also:
