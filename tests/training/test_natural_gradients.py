@@ -168,3 +168,30 @@ def test_natural_gradient_arguments_and_schedulers():
     again.load_state_dict(state)
     assert again.param_groups[0]["lr"] == pytest.approx(0.25)
     assert math.isfinite(opt.param_groups[0]["lr"])
+
+
+def test_annealed_steps_start_at_one_then_one_over_t_floored_at_lr():
+    # γ_t = max(lr, 1/(t+1)): each annealed step equals a plain step of that size from the same state
+    from flowgp.training.natural_gradients import NaturalGradient
+
+    torch.manual_seed(0)
+    m = 4
+    q_mu = torch.zeros(1, m, dtype=torch.float64, requires_grad=True)
+    q_sqrt = torch.eye(m, dtype=torch.float64).expand(1, m, m).clone().requires_grad_(True)
+    target = torch.randn(1, m, dtype=torch.float64)
+
+    def loss(mu, sqrt):  # a conjugate-like quadratic in the mean and a log-det term in the factor
+        s = sqrt @ sqrt.mT
+        return ((mu - target) ** 2).sum() + 0.5 * (s.diagonal(dim1=-2, dim2=-1).sum() - torch.logdet(s[0]))
+
+    annealed = NaturalGradient([(q_mu, q_sqrt)], lr=0.3, anneal=True)
+    for t, expected_gamma in enumerate([1.0, 0.5, 1 / 3, 0.3, 0.3]):
+        mu0, sqrt0 = q_mu.detach().clone().requires_grad_(True), q_sqrt.detach().clone().requires_grad_(True)
+        loss(mu0, sqrt0).backward()
+        NaturalGradient([(mu0, sqrt0)], lr=expected_gamma).step()
+        annealed.zero_grad()
+        loss(q_mu, q_sqrt).backward()
+        annealed.step()
+        torch.testing.assert_close(q_mu.detach(), mu0.detach(), rtol=0, atol=1e-12)
+        torch.testing.assert_close(q_sqrt.detach(), sqrt0.detach(), rtol=0, atol=1e-12)
+    assert annealed.state_dict()["param_groups"][0]["steps_taken"] == 5

@@ -105,6 +105,11 @@ class NaturalGradient(torch.optim.Optimizer):
             flowgp.gp.variational.WhitenedGaussian / SparseVariationalGP, or a deep-GP layer's `.gp`), (q_mu, q_sqrt)
             pairs, or parameter-group dicts {"params": [q_mu, q_sqrt], "lr": ...}.
         lr: γ, the step size on the natural parameters (1.0 solves a conjugate model in one step).
+        anneal: start at γ_t = 1/(t + 1) and never go below `lr`: γ_t = max(lr, 1/(t + 1)) at the t-th step
+            (t = 0, 1, ...). With minibatches the natural parameters are then the running average of the batches'
+            optima until 1/(t + 1) reaches `lr` (the Robbins-Monro schedule of stochastic variational inference,
+            Hoffman et al. 2013, with τ = 1, κ = 1, floored at `lr`): q(u) is near its optimum after the first
+            step instead of after ~1/γ steps, while the hyperparameters' first Adam steps already see it.
 
     Use it next to another optimiser that excludes these parameters (flowgp.training.loop.train does that with
     `natural_gradient=`); call `step()` after `loss.backward()`. Parameters without a gradient are left alone.
@@ -113,7 +118,7 @@ class NaturalGradient(torch.optim.Optimizer):
         :func:`flowgp.training.train` (``natural_gradient=``), :func:`flowgp.training.natural_gradients.natural_gradient_step`.
     """
 
-    def __init__(self, params, lr: float = 0.1):
+    def __init__(self, params, lr: float = 0.1, anneal: bool = False):
         if not (isinstance(lr, (int, float)) and lr > 0):
             raise ValueError(f"lr must be a positive step size, got {lr!r}")
         groups = []
@@ -136,7 +141,8 @@ class NaturalGradient(torch.optim.Optimizer):
             groups.append(group)
         if not groups:
             raise ValueError("NaturalGradient got no Gaussian to update")
-        super().__init__(groups, {"lr": float(lr)})
+        # the step counter lives in the groups, so an optimiser's state_dict (checkpoints) carries it
+        super().__init__(groups, {"lr": float(lr), "anneal": bool(anneal), "steps_taken": 0})
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -151,7 +157,11 @@ class NaturalGradient(torch.optim.Optimizer):
                 continue
             grad_mu = torch.zeros_like(q_mu) if q_mu.grad is None else q_mu.grad
             grad_sqrt = torch.zeros_like(q_sqrt) if q_sqrt.grad is None else q_sqrt.grad
-            new_m, new_r, used = natural_gradient_step(q_mu, q_sqrt, grad_mu, grad_sqrt, group["lr"])
+            lr = group["lr"]
+            if group.get("anneal", False):
+                lr = max(lr, 1.0 / (group.get("steps_taken", 0) + 1))
+            group["steps_taken"] = group.get("steps_taken", 0) + 1
+            new_m, new_r, used = natural_gradient_step(q_mu, q_sqrt, grad_mu, grad_sqrt, lr)
             self.state[q_mu]["last_step_size"] = used
             if used > 0:
                 q_mu.copy_(new_m)
