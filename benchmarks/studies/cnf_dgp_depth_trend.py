@@ -37,10 +37,14 @@ VARIANTS = {
     "m128": {},                          # IPVI's code: 128 inducing points (set through --inducing)
     "width30": {"hidden_width": 30},     # wider hidden layers than D = 13
 }
-# variant -> initial q(v) = N(0, var I) of (hidden layers, last layer); the estimators start every layer at 1e-5
+# variant -> (initial q(v) = N(0, var I) of the hidden layers, of the last layer, hidden layers' initial kernel
+# variance or None for the bench's); the estimators start every layer's q(v) at 1e-5 and every kernel variance at 1
 INITS = {
-    "qvar-1": (1.0, 1.0),                # every q(v) at the prior: KL 0 at the start, hidden layers start noisy
-    "salimbeni-init": (1e-10, 1.0),      # the DSVI code's run script: hidden q_sqrt x 1e-5, last layer at the prior
+    "qvar-1": (1.0, 1.0, None),          # every q(v) at the prior: KL 0 at the start, hidden layers start noisy
+    "salimbeni-init": (1e-10, 1.0, None),  # the DSVI code's run script: hidden q_sqrt x 1e-5, last layer at the prior
+    # hidden layers start at their identity mean with KL 0: q(v) at the prior and a small kernel variance, so an
+    # L-layer model starts where the shallower one does (the extra layers cost nothing until they are used)
+    "identity-start": (1.0, 1e-5, 1e-2),
 }
 VARIANTS.update({name: {} for name in INITS})
 
@@ -53,7 +57,7 @@ def initial_q(variant):
         return
     import flowgp.models.deep_gp as deep_gp
 
-    hidden, last = INITS[variant]
+    hidden, last, hidden_kernel_variance = INITS[variant]
     original = deep_gp.build_deep_gp
 
     def build(*args, **kwargs):
@@ -62,7 +66,10 @@ def initial_q(variant):
             for i, layer in enumerate(model.layers):
                 q_sqrt = layer.gp.q_sqrt
                 eye = torch.eye(q_sqrt.shape[-1], dtype=q_sqrt.dtype, device=q_sqrt.device)
-                q_sqrt.copy_(math.sqrt(last if i == len(model.layers) - 1 else hidden) * eye.expand_as(q_sqrt))
+                is_last = i == len(model.layers) - 1
+                q_sqrt.copy_(math.sqrt(last if is_last else hidden) * eye.expand_as(q_sqrt))
+                if hidden_kernel_variance is not None and not is_last:
+                    layer.gp.kernel.kernels[0].variance = hidden_kernel_variance  # the scaled RBF of RBF + White
         return model
 
     deep_gp.build_deep_gp = build
