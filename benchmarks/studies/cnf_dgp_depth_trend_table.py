@@ -168,7 +168,7 @@ def figure(path: str) -> None:
 
 def decomposition_table() -> list[str]:
     """The ablation rows: ELBO = data term − Σ KL, KL per layer, noise, test NLL (standardised targets)."""
-    lines = ["| variant | steps | L | split | ELBO std | E[log p(y|f)] std | KL per layer (nats) | ΣKL | noise var (std) "
+    lines = ["| variant | steps | L | split | ELBO std | data term E log p(y given f), std | KL per layer (nats) | ΣKL | noise var (std) "
              "| test NLL | bound at steps 500 / 1000 / 1500 / ... (history, per point × N) |", "|---|" + "---|" * 10]
     for r in sorted(_rows(R / "table1-depth-trend/ablation.jsonl"),
                     key=lambda r: (r["variant"], r["epochs"], r["layers"], r["split"])):
