@@ -350,8 +350,9 @@ PAPERS: dict[str, list[Item]] = {
              "paper the ELBO rises with depth and NF is above IPVI; ours falls with depth at this budget (deeper "
              "models are further from convergence), and CNF is above DSVI at every depth, by construction of the "
              "``cnf`` posterior (it keeps the flow only where it raises the bound). At 10× the steps DSVI's bound is "
-             "flat in depth (the deeper model contains the shallower); normalisation cannot reverse an ordering, and "
-             "the paper's level fits neither reading of its units: ``docs/results/cnf-dgp/table1-depth-trend``.",
+             "flat in depth (the deeper model contains the shallower), and so is the quick-budget bound when the hidden "
+             "layers start at their identity with no KL; normalisation cannot reverse an ordering, and the paper's "
+             "level fits neither reading of its units: ``docs/results/cnf-dgp/table1-depth-trend``.",
              lambda: cnf_table_i("cnf-dgp/flow-vs-dsvi-uci/boston-table1"), ("cnf-dgp/flow-vs-dsvi-uci/boston-table1",)),
         Item("Fig. 3: test log-likelihood on the UCI sets, DSVI and NF deep GPs",
              "flowgp bench uci --preset quick --splits 0-9 --inducing 100 --models svgp,dgp2,dgp3,dgp4,cnf-dgp2,"
