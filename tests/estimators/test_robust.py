@@ -210,15 +210,16 @@ def test_tgp_classifier_ends_at_or_above_its_svgp_classifier(classes):
 
 def test_minibatch_fits_use_the_minibatch_step_in_the_svgp_stage(monkeypatch):
     """γ = 1 on minibatch estimates put the SVGP stage below an Adam SVGP (UCI power/energy); minibatch fits take
-    `svgp_natural_gradient_minibatch` (0.1), full-batch fits `svgp_natural_gradient` (1)."""
+    `svgp_natural_gradient_minibatch` (0.1) after steps of 1/(t+1) (annealed), full-batch fits
+    `svgp_natural_gradient` (1)."""
     import flowgp.estimators.regression as regression
 
     steps = []
     original = regression.NaturalGradient
 
-    def spy(params, lr):
-        steps.append(lr)
-        return original(params, lr=lr)
+    def spy(params, lr, anneal=False):
+        steps.append(lr if not anneal else ("annealed to", lr))
+        return original(params, lr=lr, anneal=anneal)
 
     monkeypatch.setattr(regression, "NaturalGradient", spy)
     x, y = _skewed(60)
@@ -226,7 +227,7 @@ def test_minibatch_fits_use_the_minibatch_step_in_the_svgp_stage(monkeypatch):
     assert steps[0] == 1.0
     steps.clear()
     TGPRegressor(flow="sal", num_inducing=6, epochs=4, batch_size=20, verbose=False, kmeans_restarts=1).fit(x, y)
-    assert steps[0] == 0.1
+    assert steps[0] == ("annealed to", 0.1)
     with pytest.raises(ValueError, match="svgp_natural_gradient_minibatch"):
         RobustFit(svgp_natural_gradient_minibatch=0)
 
