@@ -31,6 +31,7 @@ def _bench(tmp_path, *extra):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_a_tiny_run_resumes_and_reports(tmp_path):
     done = _bench(tmp_path, "--models", "sgp,dgp2", "--skip", "conv,dense")
     assert done.returncode == 0, done.stderr

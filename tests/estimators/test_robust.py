@@ -303,6 +303,7 @@ def _sklearn_split(name):
     return train_test_split(x, y, test_size=0.25, stratify=y, random_state=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["breast_cancer", "digits"])
 def test_robust_tgp_classifier_is_not_below_the_svgp_classifier_at_a_small_budget(name):
     """scikit-learn's breast_cancer and digits (stratified 75/25, random_state 0), M = 50, 100 epochs, batches of

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -85,6 +86,7 @@ def _run(code, tmp_path, *args):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_a_user_flow_class_fits_saves_and_loads_in_a_fresh_process(tmp_path):
     (tmp_path / "my_flows.py").write_text(USER_MODULE)
     fit = _run(FIT, tmp_path, str(tmp_path))

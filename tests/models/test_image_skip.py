@@ -77,6 +77,7 @@ def _digits():
     return train_test_split(X, y, test_size=0.25, random_state=0, stratify=y)
 
 
+@pytest.mark.slow
 def test_a_csc_deep_gp_classifies_digits():
     """The target: >= 97 % test accuracy on the 8x8 digits in under two minutes of CPU."""
     Xtr, Xte, ytr, yte = _digits()

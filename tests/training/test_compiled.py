@@ -110,6 +110,7 @@ def test_a_singular_start_takes_the_jitter_policy_before_compiling():
         torch.testing.assert_close(value, objective(x[:B], y[:B]))
 
 
+@pytest.mark.slow
 def test_each_compiled_objective_has_its_own_graph_cache():
     # one inner objective function for many models (as the training loop builds them): each CompiledObjective
     # compiles a code object of its own, so ten models do not run into dynamo's recompile limit (8)
