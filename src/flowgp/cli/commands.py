@@ -201,8 +201,8 @@ def demo(out: str = "flowgp-demo", as_json: bool = False, epochs: int = 1000, se
     configs = [("SVGP", "svgp", {}), ("TGP (tanh)", "tgp", {"flow": "tanh", "flow_init": "data"}),
                ("v-WGP (sal)", "wgp", {"flow": "sal", "flow_init": "data"})]
     total = len(configs) * len(periods)
-    say(f"flowgp demo: {total} fits ({len(configs)} models x {len(periods)} period initialisations) of {epochs} "
-        "epochs each, one line per fit")
+    say(f"flowgp demo: {total} fits ({len(configs)} models x {len(periods)} period initialisations) of up to "
+        f"{epochs} epochs each (the estimators' plateau stop ends them earlier), one line per fit")
     rows, fits, done = [], {}, 0
     with _Threads(threads):
         for label, name, extra in configs:
