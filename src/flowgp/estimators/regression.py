@@ -112,8 +112,8 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         early_stop: "auto" (default), a `flowgp.training.loop.EarlyStop`, or None (train all `epochs`). "auto" is
             `flowgp.training.early_stop.default_plateau()`: the fit has stopped moving, and ends, once the best
             epoch's training loss per point (the epoch's mean negative bound per data point) improved by at most
-            DEFAULTS.plateau_tol = 0.001 nats over the last DEFAULTS.plateau_window = 20 epochs (the first window
-            sets the reference, so a fit runs at least 40 epochs or all of `epochs`); `epochs` is the cap. The
+            DEFAULTS.plateau_tol = 0.001 nats over the last DEFAULTS.plateau_window = 50 epochs (the first window
+            sets the reference, so a fit runs at least 100 epochs or all of `epochs`); `epochs` is the cap. The
             robust fit of the flow estimators applies it to its SVGP stage and, unless `RobustFit.plateau` says
             otherwise, to its flow stage.
 

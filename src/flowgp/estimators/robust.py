@@ -64,7 +64,7 @@ class RobustFit:
             model trains for `classifier_flow_epochs(epochs)` more (`epochs` again at the default 0.5).
         plateau: the plateau stop of the flow model's training (its epochs stay the maximum): "auto" (default), the
             estimator's own `early_stop` rule (by default `flowgp.training.early_stop.default_plateau()`: best bound
-            per point improved by at most 0.001 over 20 epochs); (window, rel_tol) of
+            per point improved by at most 0.001 over 50 epochs); (window, rel_tol) of
             `flowgp.training.loop.EarlyStop` (stop once the bound improved by less than rel_tol·|bound| over `window`
             epochs); None: all of them. The SVGP stage stops by the estimator's `early_stop`, as the SVGP's own fit
             does, and the epochs it leaves go to the flow model; `early_stop=None` on the estimator runs all epochs
