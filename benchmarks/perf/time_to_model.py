@@ -541,6 +541,11 @@ def plot(rows, path: Path):
         for j, dataset in enumerate(datasets):
             ax = fig.add_subplot(len(families), len(datasets), i * len(datasets) + j + 1)
             runs = [r for r in rows if r["dataset"] == dataset and r["family"] == family and r["seed"] == 0]
+            if not runs:
+                ax.set_title(f"{family}, {dataset}")
+                ax.text(0.5, 0.5, "not run", ha="center", va="center", transform=ax.transAxes)
+                ax.set_axis_off()
+                continue
             if (dataset, family) in best:
                 ref = best[(dataset, family)]
                 ax.axhspan(ref - TOLERANCE, ref, color="0.85", label=f"within {TOLERANCE} of the best")
@@ -550,7 +555,8 @@ def plot(rows, path: Path):
                 ax.plot(np.maximum(t, 1e-2), b, "-", lw=1.2, label=r["recipe"])
             if (dataset, family) in best:
                 ref = best[(dataset, family)]
-                ax.set_ylim(ref - 0.5, ref + 0.05)
+                lowest_end = min(r["trace"][-1][1] for r in runs)  # a run that ends far below stays in view
+                ax.set_ylim(min(ref - 0.5, lowest_end - 0.1), ref + 0.05)
             ax.set_xscale("log")
             ax.set_xlabel("training time (s, log scale)")
             ax.set_ylabel("bound per point (nats)")
