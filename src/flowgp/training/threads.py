@@ -33,13 +33,12 @@ __all__ = ["SMALL_STEP_WORK", "available_cores", "busy_cores", "choose_threads",
 
 #: multiply-adds per step (batch x M² + M³) below which "auto" takes one thread even with idle cores: at batch 512,
 #: M = 100 is 6e6, M = 300 is 7e7. Measured with `python -m benchmarks.perf.threads cutover` (SVGP step, float64,
-#: 1 vs 2 threads interleaved; docs/results/perf/threads/cutover.csv) on the 2-core development machine with a load
-#: average of 18-21 (other processes' runnable tasks 17-24): two threads were slower at every size, 6.5x at
-#: M = 20 / batch 128 (work 6e4), 30-62x from M = 50 / 512 to M = 200 / 512 (1e6-3e7), 9.4x at M = 500 / 512
-#: (2.5e8) and 5.2x at M = 500 / 2048 (6.4e8). That is the case `busy_cores` covers (those runs would get one
-#: thread whatever this value). The idle-machine cut-over could not be measured there, so the value is still the
-#: estimate from the matrix sizes (a few ms of float64 GEMMs per step on one core, enough for a second thread to
-#: repay its synchronisation): rerun the command on a quiet machine to set it
+#: 1 vs 2 threads interleaved) on the idle 2-core development machine (2026-12-07,
+#: docs/results/perf/threads/cutover.csv): two threads are within ±5 % of one up to work 6e6 (M = 100 / 512:
+#: 0.94x), mixed between 1e7 and 2e7 (0.86x at M = 200 / 128, 0.93x at M = 100 / 2048) and at least 10 % faster
+#: in every row from 2.8e7 (M = 200 / 512: 0.86x, M = 500 / 2048: 0.60x). Under load (other processes' runnable
+#: tasks 17-24, cutover-loaded.csv) two threads were 5-62x slower at every size: that is the case `busy_cores`
+#: covers, whatever this value
 SMALL_STEP_WORK = 2.0e7
 
 
