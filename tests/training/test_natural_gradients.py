@@ -195,3 +195,45 @@ def test_annealed_steps_start_at_one_then_one_over_t_floored_at_lr():
         torch.testing.assert_close(q_mu.detach(), mu0.detach(), rtol=0, atol=1e-12)
         torch.testing.assert_close(q_sqrt.detach(), sqrt0.detach(), rtol=0, atol=1e-12)
     assert annealed.state_dict()["param_groups"][0]["steps_taken"] == 5
+
+
+def test_a_zero_gradient_leaves_an_ill_conditioned_q_where_it_is():
+    """θ ← θ + γ·0 is the identity map: with S's eigenvalues spread over 24 orders of magnitude (a q(u) that has
+    collapsed onto the data in some directions, as long fits do) the step must hand back R and m to rounding,
+    which a step that inverts R and re-factors S⁻¹ cannot (cond(R) = 1e12 amplifies its rounding)."""
+    from flowgp.training.natural_gradients import natural_gradient_step
+
+    g = torch.Generator().manual_seed(3)
+    size = 30
+    r = 0.1 * torch.randn(1, size, size, generator=g, dtype=torch.float64).tril(-1)
+    r = r + torch.diag_embed(torch.logspace(-12, 0, size, dtype=torch.float64))[None]
+    m = torch.randn(1, size, generator=g, dtype=torch.float64)
+    new_m, new_r, used = natural_gradient_step(m, r, torch.zeros_like(m), torch.zeros_like(r), 1.0)
+    assert used == 1.0
+    torch.testing.assert_close(new_r, r, rtol=0, atol=1e-14 * float(r.abs().max()))
+    torch.testing.assert_close(new_m, m, rtol=0, atol=1e-13)
+
+
+def test_step_matches_the_natural_parameter_update_written_out():
+    """R_new R_newᵀ = (S⁻¹ + 2γG)⁻¹ and m_new = S_new (S⁻¹m - γ(∂m - 2Gm)): the update of the module doc's steps
+    1-3 in natural parameters, formed explicitly with inverses on a well-conditioned case, against the step's
+    factored form (negative diagonal entries of R included: S = RRᵀ all the same)."""
+    from flowgp.training.natural_gradients import natural_gradient_step
+
+    g = torch.Generator().manual_seed(5)
+    size, gamma = 12, 0.3
+    a = torch.randn(2, size, size, generator=g, dtype=torch.float64)
+    r = torch.linalg.cholesky(a @ a.mT / size + 0.5 * torch.eye(size, dtype=torch.float64))
+    r = r * torch.tensor([1.0, -1.0], dtype=torch.float64).view(2, 1, 1)
+    m = torch.randn(2, size, generator=g, dtype=torch.float64)
+    grad_m = 0.1 * torch.randn(2, size, generator=g, dtype=torch.float64)
+    grad_s = 0.05 * torch.randn(2, size, size, generator=g, dtype=torch.float64)
+    grad_s = 0.5 * (grad_s + grad_s.mT)  # G = ∂loss/∂S; ∂loss/∂R = 2GR seen through the lower-triangular mask
+    grad_r = (2 * grad_s @ r).tril()
+    new_m, new_r, used = natural_gradient_step(m, r, grad_m, grad_r, gamma)
+    precision = torch.linalg.inv(r @ r.mT)
+    new_s = torch.linalg.inv(precision + 2 * gamma * grad_s)
+    expected_m = (new_s @ (precision @ m[..., None] - gamma * (grad_m[..., None] - 2 * grad_s @ m[..., None])))
+    assert used == gamma
+    torch.testing.assert_close(new_r @ new_r.mT, new_s, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(new_m, expected_m.squeeze(-1), rtol=1e-10, atol=1e-12)

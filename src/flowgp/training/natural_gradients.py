@@ -19,9 +19,16 @@ through a lower-triangular mask, so only its lower triangle matters; see flowgp.
    Φ = tril(Rᵀ P):  K = Φ + Φᵀ - diag Φ  and  G = ½ R⁻ᵀ K R⁻¹.
 2. The loss as a function of η is loss(η₁, η₂ - η₁η₁ᵀ), so by the chain rule
    ∇_η₂ loss = G  and  ∇_η₁ loss = ∂loss/∂m - 2 G m.
-3. The step on θ with ∇_η ℒ = -∇_η loss:  S⁻¹_new = S⁻¹ + 2γ G,  θ₁,new = S⁻¹m - γ (∂loss/∂m - 2 G m),
-   m_new = S_new θ₁,new, and R_new = chol(S_new). When S⁻¹_new is not positive definite, γ is halved (up to
-   8 times; after that the step is skipped) for this pair only.
+3. The step on θ with ∇_η ℒ = -∇_η loss:  S⁻¹_new = S⁻¹ + 2γ G,  θ₁,new = S⁻¹m - γ (∂loss/∂m - 2 G m).
+   In R's coordinates S⁻¹ + 2γ G = R⁻ᵀ A R⁻¹ with A = I + γ K, so with A = V Vᵀ, V *upper* triangular (the
+   Cholesky factor of A with rows and columns reversed),
+
+       S_new = R A⁻¹ Rᵀ = (R V⁻ᵀ)(R V⁻ᵀ)ᵀ,   R_new = R V⁻ᵀ  (lower times lower: lower triangular),
+       m_new = S_new θ₁,new = m - γ S_new ∂loss/∂m   (the G m terms cancel),
+
+   one Cholesky of an M x M matrix and one triangular solve: no inverse of R, no second Cholesky, and R's own
+   conditioning never enters (S_new is PD exactly when A is). When A is not positive definite, γ is halved (up
+   to 8 times; after that the step is skipped) for this pair only.
 
 With γ = 1 on a conjugate model (Gaussian likelihood, the bound quadratic in (m, S) through η) one step lands
 on the optimal q (tests/training/test_natural_gradients.py checks SVGP against the closed form of Titsias 2009).
@@ -34,32 +41,32 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..numerics.linalg import robust_cholesky
-
 __all__ = ["NaturalGradient", "natural_gradient_step"]
 
 #: how many times the step size is halved before a step that keeps the precision positive definite is given up
 _MAX_HALVINGS = 8
 
 
-def _expectation_gradients(m: Tensor, r: Tensor, grad_m: Tensor, grad_r: Tensor):
-    """(∇_η₁ loss, ∇_η₂ loss = G) from ∂loss/∂m [L, M] and ∂loss/∂R [L, M, M] (steps 1-2 of the module doc)."""
-    r = r.tril()
+def _whitened_gradient(r: Tensor, grad_r: Tensor) -> Tensor:
+    """K = 2RᵀGR (symmetric, [L, M, M]) from ∂loss/∂R, where G = ∂loss/∂S (step 1 of the module doc)."""
     phi = (r.mT @ grad_r.tril()).tril()
-    k = phi + phi.mT - torch.diag_embed(torch.diagonal(phi, dim1=-2, dim2=-1))
-    # G = ½ R⁻ᵀ K R⁻¹ by two triangular solves: R⁻ᵀ K first, then (R⁻ᵀ (R⁻ᵀ K)ᵀ)ᵀ = R⁻ᵀ K R⁻¹ (K symmetric)
-    left = torch.linalg.solve_triangular(r.mT, k, upper=True)
-    g = 0.5 * torch.linalg.solve_triangular(r.mT, left.mT, upper=True).mT
-    g = 0.5 * (g + g.mT)
-    grad_eta1 = grad_m - 2.0 * (g @ m.unsqueeze(-1)).squeeze(-1)
-    return grad_eta1, g
+    return phi + phi.mT - torch.diag_embed(torch.diagonal(phi, dim1=-2, dim2=-1))
+
+
+def _upper_cholesky(a: Tensor):
+    """(V, info) with A = V Vᵀ and V upper triangular: the lower Cholesky factor of A with its rows and columns
+    reversed (flip both, factor, flip back), so that V⁻ᵀ is lower triangular."""
+    lower, info = torch.linalg.cholesky_ex(a.flip(-2, -1))
+    return lower.flip(-2, -1), info
 
 
 @torch.no_grad()
 def natural_gradient_step(q_mu: Tensor, q_sqrt: Tensor, grad_mu: Tensor, grad_sqrt: Tensor, lr: float):
     """One natural-gradient step of size `lr` on (m, R) from the loss gradients; returns (m_new, R_new, γ used).
 
-    γ used is 0.0 (and m, R are returned unchanged) when no halving of `lr` keeps the precision positive definite.
+    Implements θ ← θ + γ ∇_η ℒ (Salimbeni et al. 2018, eq. 8) in R's coordinates (step 3 of the module doc):
+    R_new = R V⁻ᵀ with V Vᵀ = I + γ K, m_new = m - γ R_new R_newᵀ ∂loss/∂m. γ used is 0.0 (and m, R are
+    returned unchanged) when no halving of `lr` keeps the new precision positive definite.
 
     Args:
         q_mu: m, the whitened means [L, M].
@@ -70,31 +77,21 @@ def natural_gradient_step(q_mu: Tensor, q_sqrt: Tensor, grad_mu: Tensor, grad_sq
     See Also:
         :class:`flowgp.training.natural_gradients.NaturalGradient` (the optimiser that applies it).
     """
-    m = q_mu
     r = q_sqrt.tril()
-    grad_eta1, grad_eta2 = _expectation_gradients(m, r, grad_mu, grad_sqrt)
-    # S⁻¹ = R⁻ᵀR⁻¹ from R directly (R may have negative diagonal entries: S = RRᵀ all the same)
-    eye = torch.eye(m.shape[-1], dtype=m.dtype, device=m.device).expand_as(r)
-    r_inv = torch.linalg.solve_triangular(r, eye, upper=False)
-    precision = r_inv.mT @ r_inv
-    theta1 = (precision @ m.unsqueeze(-1)).squeeze(-1)
+    k = _whitened_gradient(r, grad_sqrt)
+    eye = torch.eye(r.shape[-1], dtype=r.dtype, device=r.device)
     gamma = float(lr)
     for _ in range(_MAX_HALVINGS):
-        new_precision = precision + 2.0 * gamma * grad_eta2
-        chol_p, info = torch.linalg.cholesky_ex(0.5 * (new_precision + new_precision.mT))
+        v, info = _upper_cholesky(eye + gamma * k)
         if not bool((info != 0).any()):
             break
         gamma *= 0.5
     else:
         return q_mu.clone(), q_sqrt.clone(), 0.0
-    new_theta1 = theta1 - gamma * grad_eta1
-    new_s = torch.cholesky_inverse(chol_p)
-    new_m = (new_s @ new_theta1.unsqueeze(-1)).squeeze(-1)
-    new_s = 0.5 * (new_s + new_s.mT)
-    new_r, info = torch.linalg.cholesky_ex(new_s)
-    if bool((info != 0).any()):  # S_new is PD in exact arithmetic; jitter only when rounding says otherwise
-        new_r = robust_cholesky(new_s)
-    return new_m, new_r, gamma
+    # R_new = R V⁻ᵀ, i.e. the X with X Vᵀ = R (Vᵀ lower triangular)
+    new_r = torch.linalg.solve_triangular(v.mT, r, upper=False, left=False)
+    step = (new_r @ (new_r.mT @ grad_mu.unsqueeze(-1))).squeeze(-1)
+    return q_mu - gamma * step, new_r, gamma
 
 
 class NaturalGradient(torch.optim.Optimizer):
