@@ -246,6 +246,50 @@ def test_demo_writes_json_rows_a_figure_and_one_progress_line_per_fit_on_stderr(
     assert "is a file" in err and "[ 1/" not in err
 
 
+def test_demo_fits_run_with_the_estimators_thread_choice(tmp_path, monkeypatch, capsys):
+    """The demo passes `threads` to every estimator (no helper of its own): "auto" gives its 150 x 30 problems one
+    torch thread during each fit, an explicit count is used as given, torch's setting is restored after every
+    fit, and a bad value is refused before any fit."""
+    import torch
+
+    import flowgp.cli.commands as commands
+
+    seen = []
+    real = commands._estimator
+
+    def recording(name, **kw):
+        seen.append(kw["threads"])
+        return real(name, **kw)
+
+    monkeypatch.setattr(commands, "_estimator", recording)
+    during = []
+    from flowgp.training import loop
+
+    real_train = loop.train
+
+    def train_recording(*args, **kwargs):
+        during.append(torch.get_num_threads())
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "train", train_recording)
+    for module in ("flowgp.estimators.regression", "flowgp.estimators.robust"):
+        if hasattr(__import__(module, fromlist=["train"]), "train"):
+            monkeypatch.setattr(f"{module}.train", train_recording)
+    before = torch.get_num_threads()
+    commands.demo(str(tmp_path / "a"), epochs=2, periods=(1.0,), progress=None)
+    assert seen == ["auto"] * 3 and during and set(during) == {1}
+    assert torch.get_num_threads() == before
+    seen.clear()
+    commands.demo(str(tmp_path / "b"), epochs=2, periods=(1.0,), progress=None, threads=1)
+    assert seen == [1] * 3
+    with pytest.raises(ValueError, match="threads"):
+        commands.demo(str(tmp_path / "c"), threads=0)
+    assert not (tmp_path / "c").exists() and len(seen) == 3
+    with pytest.raises(SystemExit) as usage:
+        main(["demo", "--out", str(tmp_path / "d"), "--threads", "0"])
+    assert usage.value.code == 2 and "--threads" in capsys.readouterr().err
+
+
 def test_fit_nproc_2_saves_the_model_of_nproc_1(tmp_path, capsys):
     """`flowgp fit --nproc 2 --no-shard-reads` (two gloo workers started by torch's elastic launcher, each reading
     the whole table and taking half of every global batch: exact mode) saves a model whose predictions agree with

@@ -22,6 +22,7 @@ import numpy as np
 
 from .exit_codes import EPILOG, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, interrupted_line
 from .options import add_threads_option
+from ..training.threads import check_threads
 from ..gp.defaults import DEFAULTS
 from ..data.paths import METADATA_MARKER, check_distinct, check_metadata_file, is_metadata_file, metadata_path
 
@@ -128,40 +129,16 @@ def _evaluate(est, x_test, y_test) -> dict:
 DEMO_PERIODS = (0.6, 0.7, 0.8, 0.9, 1.0)
 
 
-class _Threads:
-    """torch's intra-op thread count set for a block and restored after it.
-
-    The demo's matrices are tiny (150 x 30): one thread is as fast as several on an idle machine, and on a busy
-    one each of the thousands of small steps waits for a descheduled worker thread (300 epochs of the TGP fit
-    took 37-55 s with two threads and 1.1-1.5 s with one on two loaded cores).
-    """
-
-    def __init__(self, threads):
-        self.threads = threads
-
-    def __enter__(self):
-        import torch
-
-        self.previous = torch.get_num_threads()
-        if self.threads:
-            torch.set_num_threads(int(self.threads))
-        return self
-
-    def __exit__(self, *exc):
-        import torch
-
-        torch.set_num_threads(self.previous)
-        return False
-
-
 def demo(out: str = "flowgp-demo", as_json: bool = False, epochs: int = 1000, seed: int = 0,
-         periods=DEMO_PERIODS, threads: int | None = 1, progress=True) -> list[dict]:
+         periods=DEMO_PERIODS, threads="auto", progress=True) -> list[dict]:
     """Paper Fig. 4: SVGP vs TGP (tanh flow) vs v-WGP (SAL) with a periodic kernel on tanh(sine) data.
 
     As in the paper, each model is fitted from period initialisations 0.6, 0.7, ..., 1.0 (`periods`) and the fit
     with the best training ELBO is kept (test data are never used for the choice). One line per fit goes to
-    `progress` (True: stderr; a file; None or False: silence) so that a long run is seen to move. `threads`: torch threads during
-    the fits (None: leave torch's setting), restored afterwards.
+    `progress` (True: stderr; a file; None or False: silence) so that a long run is seen to move. `threads` goes to
+    every estimator (set per fit and restored: "auto" gives these 150 x 30 problems one thread, which on a busy
+    machine is 25-50x faster than several: 300 epochs of the TGP fit took 37-55 s with two threads and 1.1-1.5 s
+    with one on two loaded cores).
 
     Args:
         out: the folder to write results.json and demo.png to (created; it must not be a file).
@@ -181,8 +158,7 @@ def demo(out: str = "flowgp-demo", as_json: bool = False, epochs: int = 1000, se
     periods = tuple(float(p) for p in periods)
     if not periods or any(not np.isfinite(p) or p <= 0 for p in periods):
         raise ValueError(f"periods must be positive numbers, got {periods}")
-    if threads is not None and (isinstance(threads, bool) or int(threads) != threads or threads < 1):
-        raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
+    check_threads(threads)
 
     out_dir = Path(out)
     if out_dir.exists() and not out_dir.is_dir():  # found now, not after the fits
@@ -204,24 +180,24 @@ def demo(out: str = "flowgp-demo", as_json: bool = False, epochs: int = 1000, se
     say(f"flowgp demo: {total} fits ({len(configs)} models x {len(periods)} period initialisations) of up to "
         f"{epochs} epochs each (the estimators' plateau stop ends them earlier), one line per fit")
     rows, fits, done = [], {}, 0
-    with _Threads(threads):
-        for label, name, extra in configs:
-            best, best_elbo, elapsed = None, -np.inf, 0.0
-            for period in periods:
-                est = _estimator(name, kernel="periodic", period=period / x_scale, lengthscale=1.0,
-                                 num_inducing=30, epochs=epochs, seed=seed, verbose=False, **extra)
-                start = time.perf_counter()
-                est.fit(x, y)
-                seconds = time.perf_counter() - start
-                elapsed += seconds
-                elbo = est.elbo(x, y)
-                if elbo > best_elbo:
-                    best, best_elbo = est, elbo
-                done += 1
-                say(f"[{done:>2}/{total}] {label:<12} period {period:.2f}: ELBO {elbo:9.2f} ({seconds:.1f} s)")
-            row = {"model": label, **_evaluate(best, x_test, y_test), "train_seconds": elapsed, "elbo": best_elbo}
-            rows.append(row)
-            fits[label] = best
+    for label, name, extra in configs:
+        best, best_elbo, elapsed = None, -np.inf, 0.0
+        for period in periods:
+            est = _estimator(name, kernel="periodic", period=period / x_scale, lengthscale=1.0,
+                             num_inducing=30, epochs=epochs, seed=seed, verbose=False, threads=threads,
+                             **extra)
+            start = time.perf_counter()
+            est.fit(x, y)
+            seconds = time.perf_counter() - start
+            elapsed += seconds
+            elbo = est.elbo(x, y)
+            if elbo > best_elbo:
+                best, best_elbo = est, elbo
+            done += 1
+            say(f"[{done:>2}/{total}] {label:<12} period {period:.2f}: ELBO {elbo:9.2f} ({seconds:.1f} s)")
+        row = {"model": label, **_evaluate(best, x_test, y_test), "train_seconds": elapsed, "elbo": best_elbo}
+        rows.append(row)
+        fits[label] = best
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     grid = np.linspace(0.0, 2.0, 400)[:, None]
@@ -528,8 +504,7 @@ def _parser() -> argparse.ArgumentParser:
     p_demo.add_argument("--json", action="store_true", help="print one JSON object per model")
     p_demo.add_argument("--epochs", type=int, default=1000)
     p_demo.add_argument("--seed", type=int, default=0)
-    p_demo.add_argument("--threads", type=int, default=1,
-                        help="torch threads for the fits (default 1: fastest for its small matrices)")
+    add_threads_option(p_demo)
     p_demo.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p_fit = sub.add_parser("fit", help="fit a model to a table (CSV, Parquet, .npy) and save it",
                            formatter_class=HelpFormatter, epilog=models_by_family_text() + "\n\n" + EPILOG)
