@@ -96,6 +96,13 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             positive integer, or "auto" (default): one thread when a step is too small to gain from more
             (`flowgp.training.threads.SMALL_STEP_WORK`), else the cores of this process shared with the other
             processes of the job (scikit-learn's `n_jobs`, torchrun) less the cores other processes keep busy.
+        shard_reads: how the processes of a data-parallel run (torchrun, `flowgp fit --nproc`) read a table that
+            `fit_stream` (or `fit` given a table) streams: "auto" (default) or True, each process reads only its
+            share of the blocks (1/W of the reading per process, the same sampler law, other minibatch draws than
+            one process's); False (exact mode, for debugging), every process reads the whole table and the fit
+            reproduces one process to rounding. `fit_stream(shard_reads=...)` given True or False wins over it for
+            that fit. Arrays in memory are always split from one process's batches. `save` records it; files
+            saved before it load with "auto", the behaviour they were fitted with.
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped (a finished fit is loaded back without training). Only the same fit
             resumes it (same data, parameters, class, flowgp version): a file written by another fit is a
@@ -142,7 +149,8 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                  learn_inducing: bool = True, quadrature_points: int = DEFAULTS.quadrature_points, predict_quadrature_points: int = DEFAULTS.predict_quadrature_points,
                  verbose: bool | str = "auto", checkpoint: str | os.PathLike | None = None,
                  natural_gradient: float | str | None = "auto", compile: bool | str = False,
-                 early_stop: str | EarlyStop | None = "auto", threads: int | str = DEFAULTS.threads) -> None:
+                 early_stop: str | EarlyStop | None = "auto", threads: int | str = DEFAULTS.threads,
+                 shard_reads: bool | str = "auto") -> None:
         self._store_arguments(locals())
 
     #: working-memory budget (bytes) of one prediction call: rows are predicted in chunks that fit in it
@@ -442,7 +450,8 @@ class _FlowRegressor(SVGPRegressor):
                  predict_quadrature_points: int = DEFAULTS.predict_quadrature_points, verbose: bool | str = "auto",
                  robust: bool | RobustFit = True, checkpoint: str | os.PathLike | None = None,
                  compile: bool | str = False, early_stop: str | EarlyStop | None = "auto",
-                 threads: int | str = DEFAULTS.threads) -> None:
+                 threads: int | str = DEFAULTS.threads,
+                 shard_reads: bool | str = "auto") -> None:
         self._store_arguments(locals())
 
     _FLOW_INITS = ("identity", "data", "random", "none")
@@ -700,6 +709,8 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
             `flow_init`; or a `RobustFit` with other settings.
         early_stop: the plateau stop, as in :class:`flowgp.SVGPRegressor` ("auto", an EarlyStop or None).
         threads: torch threads per call ("auto" or a positive integer), as in :class:`flowgp.SVGPRegressor`.
+        shard_reads: how the processes of a data-parallel run read a streamed table ("auto", True or False), as
+            in :class:`flowgp.SVGPRegressor`.
 
     See Also:
         :class:`flowgp.WarpedGPRegressor` (the flow on the targets instead), :func:`flowgp.make_flow`.
@@ -730,7 +741,8 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
                  mc_samples_train: int = 1, mc_samples_predict: int = 100, prior_precision: float | None = None,
                  flow_init_epochs: int = 100, robust: bool | RobustFit = True,
                  checkpoint: str | os.PathLike | None = None, compile: bool | str = False,
-                 early_stop: str | EarlyStop | None = "auto", threads: int | str = DEFAULTS.threads) -> None:
+                 early_stop: str | EarlyStop | None = "auto", threads: int | str = DEFAULTS.threads,
+                 shard_reads: bool | str = "auto") -> None:
         self._store_arguments(locals())
 
     def _target_positive(self) -> bool:
@@ -796,6 +808,8 @@ class WarpedGPRegressor(_FlowRegressor):
             target).
         early_stop: the plateau stop, as in :class:`flowgp.SVGPRegressor` ("auto", an EarlyStop or None).
         threads: torch threads per call ("auto" or a positive integer), as in :class:`flowgp.SVGPRegressor`.
+        shard_reads: how the processes of a data-parallel run read a streamed table ("auto", True or False), as
+            in :class:`flowgp.SVGPRegressor`.
 
     See Also:
         :class:`flowgp.TGPRegressor` (the flow on the GP's output), :func:`flowgp.make_flow`.
