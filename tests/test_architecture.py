@@ -436,7 +436,6 @@ MODULES_WITHOUT_OWN_TESTS = {
                          "(tests/models/test_svgp.py, test_tgp.py)",
     "estimators/latent.py": "no test yet of its own; LatentDeepGPRegressor is fitted in "
                             "tests/models/latent/test_model.py and test_per_slot_objective.py",
-    "bench/amogp.py": "no test yet of its own; its helpers are used in tests/models/amogp/test_model.py",
     "bench/applications.py": "no test yet",
     "bench/cli.py": "no test yet of its own; the bench subcommands run through it in tests/bench/test_smoke.py "
                     "and test_*_tables.py",
