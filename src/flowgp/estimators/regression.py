@@ -266,7 +266,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             self.y_shift_, self.y_scale_ = float(y.mean()), y_std
         yt = self.tensor((y - self.y_shift_) / self.y_scale_)[:, None]
         self.torch_dtype()  # a bad dtype fails here, before any work
-        self._natural_gradient_step(X.shape[0])  # and a bad natural_gradient
+        self.resolved_natural_gradient(X.shape[0])  # and a bad natural_gradient
         options = self._robust_options()
         if options is not None:
             rows = FitRows(xt, yt, xt.shape[0], float(y.mean()), (float(y.min()), float(y.max())))
@@ -294,31 +294,39 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         self.n_iter_ = len(self.history_)
 
     def _natural_gradient(self, num_rows: int):
-        """The NaturalGradient on q(u) of a plain fit (`natural_gradient`), or None (the flow estimators have
-        no such parameter: their robust fit sets its own)."""
-        gamma = self._natural_gradient_step(num_rows)
+        """The NaturalGradient on q(u) of a plain fit (`resolved_natural_gradient`), or None (the flow estimators
+        have no such parameter: their robust fit sets its own)."""
+        gamma, anneal = self.resolved_natural_gradient(num_rows)
         if gamma is None:
             return None
-        # "auto" in minibatches starts from the running average of the batches' optima (γ_t = max(γ, 1/(t+1))):
-        # a constant γ = 0.1 leaves q(u) near the prior for its first ~20 steps while Adam already moves the
-        # hyperparameters, which a short fit never recovers from (60 steps of 100 of 400 rows: RMSE 0.45 against
-        # 0.05 with Adam alone or γ = 1)
-        anneal = isinstance(getattr(self, "natural_gradient", None), str) and gamma == DEFAULTS.natural_gradient_minibatch
         return NaturalGradient([self.model_.gp], lr=gamma, anneal=anneal)
 
-    def _natural_gradient_step(self, num_rows: int):
-        """`natural_gradient` checked and resolved for a fit on `num_rows` rows: None or a float in (0, 1]
-        ("auto": DEFAULTS.natural_gradient_full_batch in full batch, else DEFAULTS.natural_gradient_minibatch)."""
+    def resolved_natural_gradient(self, num_rows: int) -> tuple[float | None, bool]:
+        """(γ, anneal): the natural-gradient steps on q(u) of a plain fit on `num_rows` rows, from
+        `natural_gradient` checked: (None, False) for Adam alone; a number: (it, False); "auto": in full batch
+        (DEFAULTS.natural_gradient_full_batch, False), in minibatches (DEFAULTS.natural_gradient_minibatch, True),
+        the steps annealed as `flowgp.training.natural_gradients.NaturalGradient(anneal=True)` does,
+        γ_t = max(γ, 1/(t+1)). The one place this decision is made (the fit and benchmarks/perf read it here).
+
+        Args:
+            num_rows: the training rows (with `batch_size` they say whether the fit is full batch).
+        """
         gamma = getattr(self, "natural_gradient", self._plain_natural_gradient())
         if gamma is None:
-            return None
+            return None, False
         if isinstance(gamma, str) and gamma == "auto":
-            full_batch = self.batch_size is None or int(self.batch_size) >= int(num_rows)
-            return DEFAULTS.natural_gradient_full_batch if full_batch else DEFAULTS.natural_gradient_minibatch
+            if self.batch_size is None or int(self.batch_size) >= int(num_rows):
+                return DEFAULTS.natural_gradient_full_batch, False
+            # minibatches start from the running average of the batches' optima: a constant γ = 0.1 leaves q(u)
+            # near the prior for its first ~20 steps while Adam already moves the hyperparameters, which a short
+            # fit never recovers from (60 steps of 100 of 400 rows: RMSE 0.45 against 0.05 with Adam alone or
+            # γ = 1). Annealed where the estimator's own `natural_gradient` says "auto"; the flow estimators' plain
+            # fit of an identity flow (`_plain_natural_gradient`) keeps its constant step
+            return DEFAULTS.natural_gradient_minibatch, hasattr(self, "natural_gradient")
         if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.integer, np.floating)) \
                 or not 0 < gamma <= 1:
             raise ValueError(f"natural_gradient must be 'auto', None or a step size in (0, 1], got {gamma!r}")
-        return float(gamma)
+        return float(gamma), False
 
     def _plain_natural_gradient(self):
         """`natural_gradient` of estimators without the parameter (the flow estimators' plain fits): None."""
