@@ -79,3 +79,13 @@ def test_timing_rows_without_device_and_world_size_count_as_cpu_and_one_process(
     assert main(common) == 0
     assert len(_rows(path)) == 1  # resumed: the old row is this fit's, and the summary counts it
     assert "svgp" in capsys.readouterr().out
+
+
+@pytest.mark.cuda
+def test_timing_on_cuda_records_the_device(tmp_path, monkeypatch):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    monkeypatch.chdir(tmp_path)
+    assert main(_timing(tmp_path) + ["--device", "cuda"]) == 0
+    (row,) = _rows(tmp_path / "res" / "timing.jsonl")
+    assert row["device"] == "cuda" and row["world_size"] == 1 and row["nll"] == row["nll"]
