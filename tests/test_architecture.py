@@ -434,11 +434,8 @@ def test_no_function_in_src_is_over_100_lines():
 MODULES_WITHOUT_OWN_TESTS = {
     "models/_checks.py": "private argument checks; each model's clear-error tests exercise them "
                          "(tests/models/test_svgp.py, test_tgp.py)",
-    "estimators/base.py": "no test yet of its own; the shared estimator behaviour (fit, save/load, checkpoints) is "
-                          "tested per estimator in tests/estimators/test_regression.py, test_saved_file_*.py",
     "estimators/latent.py": "no test yet of its own; LatentDeepGPRegressor is fitted in "
                             "tests/models/latent/test_model.py and test_per_slot_objective.py",
-    "bench/amogp.py": "no test yet of its own; its helpers are used in tests/models/amogp/test_model.py",
     "bench/applications.py": "no test yet",
     "bench/cli.py": "no test yet of its own; the bench subcommands run through it in tests/bench/test_smoke.py "
                     "and test_*_tables.py",

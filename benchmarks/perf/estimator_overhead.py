@@ -86,13 +86,7 @@ def loop_seconds(kind, x, y, epochs, batch):
     if kind == "tgp":
         from flowgp.training.initialisation import init_identity
         init_identity(model.flow)
-    gamma = est.get_params().get("natural_gradient")
-    anneal = gamma == "auto"
-    if anneal:  # the estimator's "auto": γ = 1 in full batch, else annealed to the minibatch default
-        from flowgp.gp.defaults import DEFAULTS
-        full = batch is None or batch >= len(xt)
-        gamma, anneal = ((DEFAULTS.natural_gradient_full_batch, False) if full
-                         else (DEFAULTS.natural_gradient_minibatch, True))
+    gamma, anneal = est.resolved_natural_gradient(len(xt))  # the estimator's own natural-gradient steps
     natural = None if gamma is None else NaturalGradient([model.gp], lr=gamma, anneal=anneal)
     start = now()
     history = train(model, xt, yt, epochs=epochs, batch_size=batch, lr=est.lr, seed=0, verbose=False,

@@ -1,7 +1,10 @@
-"""`flowgp bench ldgp-demo` (DGP-IWVI/DREG supplement Fig. 7): the mode share it reports, a tiny run end to end."""
+"""`flowgp bench ldgp-demo` (DGP-IWVI/DREG supplement Fig. 7): the mode share it reports, a tiny run end to end, and
+--nproc (the result records the device and the world size)."""
 import json
 
 import numpy as np
+import pytest
+import torch
 
 from flowgp.bench.cli import main as bench
 from flowgp.bench.latent_demo import mode_share
@@ -22,8 +25,25 @@ def test_a_tiny_run_writes_both_models_scores_and_the_figure(tmp_path, capsys):
     assert bench(args) == 0
     result = json.loads((out / "latent_dgp_demo.json").read_text())
     assert set(result["models"]) == {"latent_dgp2", "dsvi_dgp2"} and result["epochs"] == 1
+    assert (result["device"], result["world_size"]) == ("cpu", 1)
     for scores in result["models"].values():
         assert np.isfinite(scores["test_log_likelihood"]) and 0.0 <= scores["mode2_share_of_draws"] <= 1.0
     assert (out / "latent_dgp_demo.png").stat().st_size > 0
     assert bench(args[:2] + ["0", "--out", str(tmp_path / "bad")]) == 2
     assert "--iterations" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_nproc_2_records_the_world_size(tmp_path):
+    from flowgp.cli import main
+
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    out = tmp_path / "demo"
+    assert main(["bench", "ldgp-demo", "--iterations", "2", "--batch-size", "30", "--train-points", "60",
+                 "--test-points", "20", "--num-inducing", "5", "--test-samples", "8", "--out", str(out),
+                 "--nproc", "2"]) == 0
+    result = json.loads((out / "latent_dgp_demo.json").read_text())
+    assert (result["device"], result["world_size"]) == ("cpu", 2)
+    assert set(result["models"]) == {"latent_dgp2", "dsvi_dgp2"}
+    assert all(np.isfinite(s["test_log_likelihood"]) for s in result["models"].values())

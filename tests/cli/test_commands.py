@@ -293,7 +293,7 @@ def test_demo_fits_run_with_the_estimators_thread_choice(tmp_path, monkeypatch, 
 def test_fit_nproc_2_saves_the_model_of_nproc_1(tmp_path, capsys):
     """`flowgp fit --nproc 2 --no-shard-reads` (two gloo workers started by torch's elastic launcher, each reading
     the whole table and taking half of every global batch: exact mode) saves a model whose predictions agree with
-    the one-process fit to 1e-6."""
+    the one-process fit to 1e-6, and which records shard_reads=False."""
     import torch
 
     import flowgp
@@ -309,6 +309,7 @@ def test_fit_nproc_2_saves_the_model_of_nproc_1(tmp_path, capsys):
     assert main(common + ["--nproc", "2", "--no-shard-reads", "--out", str(tmp_path / "two.pt"),
                           "--checkpoint", str(tmp_path / "two.ckpt")]) == 0
     one, two = flowgp.load(tmp_path / "one.pt"), flowgp.load(tmp_path / "two.pt")
+    assert (one.shard_reads, two.shard_reads) == ("auto", False)  # the saved models record --no-shard-reads
     grid = np.linspace(-2, 2, 9)[:, None].repeat(2, 1)
     a, b = one.predict(grid), two.predict(grid)
     assert np.max(np.abs(a - b)) <= 1e-6 * np.max(np.abs(a))

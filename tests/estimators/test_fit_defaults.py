@@ -69,6 +69,18 @@ def test_auto_takes_the_minibatch_step_in_minibatches(monkeypatch):
                      (0.3, False)]
 
 
+def test_the_resolved_natural_gradient_is_the_step_and_the_annealing_of_the_fit():
+    full, mini = (DEFAULTS.natural_gradient_full_batch, False), (DEFAULTS.natural_gradient_minibatch, True)
+    assert SVGPRegressor().resolved_natural_gradient(60) == full
+    assert SVGPRegressor(batch_size=60).resolved_natural_gradient(60) == full  # one batch of every row
+    assert SVGPRegressor(batch_size=20).resolved_natural_gradient(60) == mini
+    assert SVGPRegressor(batch_size=20, natural_gradient=0.3).resolved_natural_gradient(60) == (0.3, False)
+    assert SVGPRegressor(natural_gradient=None).resolved_natural_gradient(60) == (None, False)
+    assert TGPRegressor(batch_size=20).resolved_natural_gradient(60) == (None, False)  # a plain flow fit: Adam
+    with pytest.raises(ValueError, match="natural_gradient"):
+        SVGPRegressor(natural_gradient=1.5).resolved_natural_gradient(60)
+
+
 def test_plateau_stop_ends_a_converged_fit_before_its_epochs():
     x, y = _data()
     est = SVGPRegressor(num_inducing=8, epochs=3000, lr=0.05, kmeans_restarts=1, verbose=False).fit(x, y)

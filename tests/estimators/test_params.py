@@ -12,56 +12,57 @@ import flowgp.estimators as E
 # Compared without their type annotations (names, order and defaults are the contract). verbose's default is
 # "auto" since progress bars follow scikit-learn's quiet default (flowgp.reporting.progress); the regressors'
 # natural_gradient and early_stop are "auto" since the defaults were chosen by time to a fitted bound. `threads`
-# (torch threads per call, flowgp.estimators.threads) was appended last, so positional calls keep their meaning.
+# (torch threads per call, flowgp.estimators.threads) and then `shard_reads` (how the processes of a data-parallel run
+# read a streamed table) were appended last, so positional calls keep their meaning.
 SIGNATURES = {
     "SVGPRegressor": "(self, num_inducing=100, kernel='rbf', batch_size=None, epochs=1000, lr=0.01, seed=0, "
     "dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, fix_noise_fraction=0.0, "
     "kmeans_restarts=10, learn_inducing=True, quadrature_points=20, predict_quadrature_points=100, verbose='auto', "
-    "checkpoint=None, natural_gradient='auto', compile=False, early_stop='auto', threads='auto')",
+    "checkpoint=None, natural_gradient='auto', compile=False, early_stop='auto', threads='auto', shard_reads='auto')",
     "WarpedGPRegressor": "(self, flow='sal', flow_init='identity', num_inducing=100, kernel='rbf', batch_size=None, "
     "epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, "
     "fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20, "
-    "predict_quadrature_points=100, verbose='auto', robust=True, checkpoint=None, compile=False, early_stop='auto', threads='auto')",
+    "predict_quadrature_points=100, verbose='auto', robust=True, checkpoint=None, compile=False, early_stop='auto', threads='auto', shard_reads='auto')",
     "TGPRegressor": "(self, flow='sal', flow_init='identity', num_inducing=100, kernel='rbf', batch_size=None, "
     "epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, "
     "fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20, "
     "predict_quadrature_points=100, verbose='auto', input_dependent=False, hidden=(50,), activation='relu', "
     "dropout=0.25, bayesian='mc_dropout', mc_samples_train=1, mc_samples_predict=100, prior_precision=None, "
-    "flow_init_epochs=100, robust=True, checkpoint=None, compile=False, early_stop='auto', threads='auto')",
+    "flow_init_epochs=100, robust=True, checkpoint=None, compile=False, early_stop='auto', threads='auto', shard_reads='auto')",
     "SVGPClassifier": "(self, num_inducing=100, kernel='rbf', batch_size=None, epochs=1000, lr=0.01, seed=0, "
     "dtype='float64', device='cpu', lengthscale=1.0, period=1.0, likelihood='softmax', fix_variance_epochs=0, "
     "kmeans_restarts=10, learn_inducing=True, quadrature_points=20, mc_samples=20, predict_samples=256, "
-    "verbose='auto', checkpoint=None, compile=False, threads='auto')",
+    "verbose='auto', checkpoint=None, compile=False, threads='auto', shard_reads='auto')",
     "TGPClassifier": "(self, flow='sal', flow_init='identity', num_inducing=100, kernel='rbf', batch_size=None, "
     "epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', lengthscale=1.0, period=1.0, "
     "likelihood='softmax', fix_variance_epochs=0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20, "
     "mc_samples=20, predict_samples=256, verbose='auto', input_dependent=False, hidden=(50,), activation='relu', "
     "dropout=0.25, bayesian='mc_dropout', mc_samples_train=1, mc_samples_predict=100, prior_precision=None, "
-    "flow_init_epochs=100, robust=True, checkpoint=None, compile=False, threads='auto')",
+    "flow_init_epochs=100, robust=True, checkpoint=None, compile=False, threads='auto', shard_reads='auto')",
     "DeepGPRegressor": "(self, layers=3, posterior='gaussian', num_samples_train=1, num_samples_predict=100, "
     "hidden_width=None, flow_steps=2, flow_base='network', num_inducing=100, kernel='rbf', batch_size=None, "
     "epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=1.0, period=1.0, "
     "fix_noise_fraction=0.0, kmeans_restarts=10, learn_inducing=True, quadrature_points=20, "
     "predict_quadrature_points=100, verbose='auto', checkpoint=None, flow_elementwise='entry', dsvi_warmup=0.0, "
-    "skip='linear', image_shape=None, draws=None, compile=False, base_gradient=None, flow_selection=True, flow_lr_scale=0.1, flow_rows=32, threads='auto')",
+    "skip='linear', image_shape=None, draws=None, compile=False, base_gradient=None, flow_selection=True, flow_lr_scale=0.1, flow_rows=32, threads='auto', shard_reads='auto')",
     "DeepGPClassifier": "(self, layers=3, posterior='gaussian', num_samples_train=1, num_samples_predict=100, "
     "hidden_width=None, flow_steps=2, flow_base='network', likelihood='robustmax', num_inducing=100, kernel='rbf', "
     "batch_size=None, epochs=1000, lr=0.01, seed=0, dtype='float64', device='cpu', lengthscale=1.0, period=1.0, "
     "kmeans_restarts=10, learn_inducing=True, quadrature_points=20, predict_quadrature_points=100, verbose='auto', "
-    "checkpoint=None, flow_elementwise='entry', dsvi_warmup=0.0, skip='linear', image_shape=None, draws=None, compile=False, base_gradient=None, flow_selection=True, flow_lr_scale=0.1, flow_rows=32, threads='auto')",
+    "checkpoint=None, flow_elementwise='entry', dsvi_warmup=0.0, skip='linear', image_shape=None, draws=None, compile=False, base_gradient=None, flow_selection=True, flow_lr_scale=0.1, flow_rows=32, threads='auto', shard_reads='auto')",
     "LatentDeepGPRegressor": "(self, layers=2, latent_dim=1, num_importance=5, gradient='dreg', amortized=True, "
     "natgrad=False, hidden_width=5, num_inducing=128, kernel='rbf', batch_size=None, epochs=1000, lr=0.005, "
     "lr_decay=0.98, natgrad_lr=0.01, seed=0, dtype='float64', device='cpu', noise=0.01, kmeans_restarts=10, "
     "learn_inducing=True, num_samples_predict=10000, verbose='auto', checkpoint=None, hidden_layer='pca', "
     "q_var_init=1e-05, hidden_q_var_init=None, learn_hidden_variance=True, compile=False, "
-    "extend_checkpoint=False, encoder_skips='dense', objective='bound', threads='auto')",
+    "extend_checkpoint=False, encoder_skips='dense', objective='bound', threads='auto', shard_reads='auto')",
     "AlignedMultiOutputGPRegressor": "(self, num_inducing=None, num_inducing_alignment=10, num_inducing_warping=10, "
     "latent_processes=1, alignment='gp', warping='gp', num_outputs=None, batch_size='auto', epochs=500, lr=0.01, "
     "seed=0, dtype='float64', device='cpu', noise=0.05, lengthscale=0.3, alignment_variance=0.01, "
     "alignment_lengthscale=1.0, warping_variance=0.05, warping_lengthscale=1.0, alignment_noise=1e-05, "
     "latent_noise=0.001, num_samples=200, verbose='auto', checkpoint=None, natural_gradient=0.5, "
     "natural_gradient_layers='latent', tol=0.0001, patience=50, full_batch_max=2048, cp_inducing='latent', start_from_mogp=False, compile=False, "
-    "cp_grid=None, threads='auto')",
+    "cp_grid=None, threads='auto', shard_reads='auto')",
 }
 
 

@@ -108,6 +108,9 @@ BAD = [
     ("AlignedMultiOutputGPRegressor", "latent_noise", 0.0, ValueError, "(0, inf)"),
     ("AlignedMultiOutputGPRegressor", "batch_size", "full", ValueError, "'auto'"),
     ("AlignedMultiOutputGPRegressor", "epochs", 0, ValueError, ">= 1"),
+    ("SVGPRegressor", "shard_reads", "yes", TypeError, "'auto'"),
+    ("DeepGPClassifier", "shard_reads", 0, TypeError, "True"),
+    ("AlignedMultiOutputGPRegressor", "shard_reads", None, ValueError, "exact mode"),
 ]
 
 

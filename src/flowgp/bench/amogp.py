@@ -11,7 +11,9 @@
     of AMO-GP vs MO-GP vs an independent SVGP vs a 2-layer DSVI deep GP on the held-out site, `--seeds` seeds.
 
 Rows go to `<out>/amogp.jsonl` (resumable: finished rows are skipped), a Markdown table to `<out>/amogp.md`,
-PNGs next to them.
+PNGs next to them. `--device cuda` fits on a GPU and `--nproc N` data-parallel in N processes (every model here
+trains on the training engine; rank 0 writes the rows, table and figures); rows record `device` and `world_size`
+(key fields; rows written before them count as cpu and 1).
 """
 from __future__ import annotations
 
@@ -25,12 +27,15 @@ import numpy as np
 from ..data.csv import csv_columns, read_csv
 from ..registry import MODELS
 from .models import is_multi_output  # (importing it registers the named models in MODELS)
-from .results import ResultStore, read_rows
+from .results import read_rows
+from .runner import ENGINE_KEY_DEFAULTS, add_engine_arguments, engine_store, engine_world_size, place_estimator
 
 NAME = "amogp"
 HELP = "AMO-GP (Kaiser et al. 2018): artificial gap experiment and London PM2.5 hold-out block, vs MO-GP/SVGP/deep GP"
 
-KEY_FIELDS = ("experiment", "model", "seed", "epochs")
+KEY_FIELDS = ("experiment", "model", "seed", "epochs", "device", "world_size")
+#: rows written before `device` and `world_size` existed ran on the CPU in one process
+KEY_DEFAULTS = ENGINE_KEY_DEFAULTS
 _PM25 = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "air_quality" / \
     "london_aurn_pm25_hourly_2018_2019.csv"
 
@@ -74,6 +79,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--wait", action="store_true",
                         help="if another run is writing the same output, wait for it (default: stop with a message)")
+    add_engine_arguments(parser)
 
 
 # ----- artificial data ---------------------------------------------------------------------------------------
@@ -173,7 +179,7 @@ def _fit_eval(model, seed, train, test, target, args, lengthscale, num_inducing)
                     start_from_mogp=bool(getattr(args, "start_from_mogp", False)),
                     cp_grid=bool(getattr(args, "cp_grid", False)),  # the committed protocol: trained unless asked
                     alignment_noise=float(getattr(args, "alignment_noise", 1e-3)))
-        est.fit(X, y, o)
+        place_estimator(est, getattr(args, "device", "cpu")).fit(X, y, o)
         mean = est.predict(Xt, ot)
         lpd = est.log_predictive_density(Xt, yt, ot, method="mc")
         lpd_gauss = est.log_predictive_density(Xt, yt, ot, method="gaussian")
@@ -184,7 +190,7 @@ def _fit_eval(model, seed, train, test, target, args, lengthscale, num_inducing)
         est = entry(num_inducing=min(num_inducing * 2, int(sel.sum())), epochs=args.baseline_epochs, lr=args.lr,
                     seed=seed, lengthscale=lengthscale, verbose=verbose, kmeans_restarts=3,
                     **({"layers": 2} if model == "dgp" else {}))
-        est.fit(X[sel], y[sel])
+        place_estimator(est, getattr(args, "device", "cpu")).fit(X[sel], y[sel])
         mean = est.predict(Xt)
         lpd = est.log_predictive_density(Xt, yt)
         extra = {}
@@ -235,6 +241,12 @@ def _plot_pm25(ests, train, test, sites, target, out_dir, seed):
                         path=out_dir / f"pm25_holdout_seed{seed}.png")
 
 
+def _engine_label(row) -> str:
+    """'' for a row fitted on the CPU in one process, else ' (device, W processes)': a table row per engine."""
+    device, size = row.get("device", "cpu"), row.get("world_size", 1)
+    return "" if (device, size) == ("cpu", 1) else f" ({device}, {size} processes)"
+
+
 def _table(rows) -> str:
     lines = []
     for exp in ("artificial", "pm25"):
@@ -244,12 +256,12 @@ def _table(rows) -> str:
         lines += [f"### {exp}", "",
                   "| model | epochs | seeds | RMSE (mean ± sd) | test log-lik per point (mean ± sd) | train s (median) |",
                   "|---|---|---|---|---|---|"]
-        for m, ep in dict.fromkeys((r["model"], r["epochs"]) for r in rs):
-            sub = [r for r in rs if r["model"] == m and r["epochs"] == ep]
+        for m, ep, where in dict.fromkeys((r["model"], r["epochs"], _engine_label(r)) for r in rs):
+            sub = [r for r in rs if r["model"] == m and r["epochs"] == ep and _engine_label(r) == where]
             rm = np.array([r["rmse"] for r in sub])
             ll = np.array([r["test_ll"] for r in sub])
             secs = float(np.median([r["train_seconds"] for r in sub]))
-            lines.append(f"| {m} | {ep} | {len(sub)} | {rm.mean():.3f} ± {rm.std():.3f} | "
+            lines.append(f"| {m}{where} | {ep} | {len(sub)} | {rm.mean():.3f} ± {rm.std():.3f} | "
                          f"{ll.mean():.3f} ± {ll.std():.3f} | {secs:.0f} |")
         lines.append("")
     return "\n".join(lines)
@@ -258,23 +270,26 @@ def _table(rows) -> str:
 def run(args) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with ResultStore(out_dir / "amogp.jsonl", key_fields=KEY_FIELDS, wait=getattr(args, "wait", False)) as store:
+    engine = {"device": getattr(args, "device", "cpu"), "world_size": engine_world_size(args)}
+    with engine_store(args, out_dir / "amogp.jsonl", KEY_FIELDS, KEY_DEFAULTS) as store:
+        main = store.is_main  # rank 0 writes the rows, figures and table; every rank takes part in every fit
         if args.experiment in ("artificial", "both"):
             train, test = artificial_data(0)
             for seed in range(args.artificial_seeds):
                 for model in ("amogp", "mogp", "svgp"):
                     job = {"experiment": "artificial", "model": model, "seed": seed,
-                           "epochs": args.epochs if _minibatch(model) else args.baseline_epochs}
+                           "epochs": args.epochs if _minibatch(model) else args.baseline_epochs, **engine}
                     if store.is_done(job):
                         continue
                     est, res = _fit_eval(model, seed, train, test, 2, args, lengthscale=0.2,
                                          num_inducing=args.num_inducing)
-                    if model == "amogp":
+                    if model == "amogp" and main:
                         _plots_artificial(est, train, test, out_dir, seed)
                     store.append({**job, **res, "lr": args.lr, "batch_size": args.batch_size if _minibatch(model) else None,
                                   "natural_gradient": getattr(args, "natural_gradient", 0.0),
                                   "tol": getattr(args, "tol", None)})
-                    print(f"artificial {model} seed {seed}: gap RMSE {res['rmse']:.3f}, test ll {res['test_ll']:.3f}")
+                    if main:
+                        print(f"artificial {model} seed {seed}: gap RMSE {res['rmse']:.3f}, test ll {res['test_ll']:.3f}")
         if args.experiment in ("pm25", "both"):
             train, test, sites, target = pm25_data(args.data, args.start, args.days, args.site, args.holdout_hours)
             models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -282,7 +297,7 @@ def run(args) -> int:
                 ests = {}
                 for model in models:
                     job = {"experiment": "pm25", "model": model, "seed": seed,
-                           "epochs": args.epochs if _minibatch(model) else args.baseline_epochs}
+                           "epochs": args.epochs if _minibatch(model) else args.baseline_epochs, **engine}
                     if store.is_done(job):
                         continue
                     est, res = _fit_eval(model, seed, train, test, target, args, lengthscale=args.pm25_lengthscale,
@@ -293,13 +308,16 @@ def run(args) -> int:
                                   "batch_size": args.batch_size if _minibatch(model) else None,
                                   "natural_gradient": getattr(args, "natural_gradient", 0.0),
                                   "tol": getattr(args, "tol", None)})
+                    if not main:
+                        continue
                     print(f"pm25 {model} seed {seed}: RMSE {res['rmse']:.3f}, test ll {res['test_ll']:.3f}")
                     if model == "amogp" and seed == 0:
                         est.plot_layers(np.linspace(0, 24 * args.days, 400), path=out_dir / "pm25_layers_seed0.png",
                                         X=train[0], y=train[1], output=train[2], output_names=sites)
-                if ests and seed == 0:
+                if ests and seed == 0 and main:
                     _plot_pm25(ests, train, test, sites, target, out_dir, seed)
-        rows = read_rows(out_dir / "amogp.jsonl")
-        (out_dir / "amogp.md").write_text(_table(rows))
-        print(_table(rows))
+        if main:
+            rows = read_rows(out_dir / "amogp.jsonl")
+            (out_dir / "amogp.md").write_text(_table(rows))
+            print(_table(rows))
     return 0

@@ -11,7 +11,9 @@ prediction samples; `quick` 2 000 steps; `tiny` 20 steps on at most 500 training
 `--max-train N` trains on a seeded subset of N images and `--steps N` takes N training steps instead of the
 preset's (reduced CPU budgets; rows record both); `--dtype float32` trains in single precision (half the memory,
 and on CPUs less than half the step time: `benchmarks/perf/image_dgp_step.py`); `--device cuda` runs on a GPU
-(an error before any work where torch sees none). Data:
+(an error before any work where torch sees none) and `--nproc N` trains every fit data-parallel in N processes
+(rank 0 writes the rows); rows record `device` and `world_size` (key fields; rows written before them count as
+cpu and 1). Data:
 `flowgp.data.images` (MNIST, Fashion-MNIST, CIFAR-10 from --data-dir / $FLOWGP_DATA; `digits` embedded).
 """
 from __future__ import annotations
@@ -20,14 +22,16 @@ import re
 
 import numpy as np
 
-from .runner import add_checkpoint_argument, parse_int_list, parse_name_list, run_suite
+from .runner import (ENGINE_KEY_DEFAULTS, add_checkpoint_argument, add_engine_arguments, engine_world_size,
+                     parse_int_list, parse_name_list, place_estimator, run_suite)
 
 NAME = "images"
 HELP = "image classification of CNF-DGP §IV-B (Table III): SGP, DGP and CNF-DGP with the conv skip"
 
-KEY_FIELDS = ("dataset", "model", "skip", "seed", "preset", "max_train", "steps", "dtype")
-#: the values of key fields added later, in rows written before them
-KEY_DEFAULTS = {"steps": None, "dtype": "float64"}
+KEY_FIELDS = ("dataset", "model", "skip", "seed", "preset", "max_train", "steps", "dtype", "device", "world_size")
+#: the values of key fields added later, in rows written before them (before `device` and `world_size`: the CPU,
+#: one process)
+KEY_DEFAULTS = {"steps": None, "dtype": "float64", **ENGINE_KEY_DEFAULTS}
 
 #: preset -> (steps, batch size, inducing points, prediction samples, training-row cap)
 PRESETS = {"paper": (20000, 256, 100, 100, None), "quick": (2000, 256, 100, 20, None),
@@ -78,10 +82,10 @@ def _work(job: dict) -> dict:
         rows = np.random.default_rng(job["seed"]).permutation(len(y))[:cap]
         x, y = x[rows], y[rows]
     est = make_classifier(job["model"], job["skip"], data.image_shape, job["preset"], len(y), job["seed"],
-                          steps=job["steps"], dtype=job["dtype"], device=job["device"])
+                          steps=job["steps"], dtype=job["dtype"])
+    place_estimator(est, job["device"])  # (under --nproc with cuda: this process's GPU)
     row = {k: job[k] for k in KEY_FIELDS}
     row.update(n_train=len(y), n_test=len(data.y_test), layers=int(est.layers), posterior=est.posterior,
-               device=job["device"],
                num_inducing=int(est.num_inducing), epochs=int(est.epochs), batch_size=int(est.batch_size),
                **fit_and_score(est, Split(x, y, data.x_test, data.y_test), task="classification",
                                checkpoint=job.get("checkpoint")))
@@ -100,7 +104,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--steps", type=int, default=None,
                         help="training steps instead of the preset's (rounded to whole epochs; rows record it)")
     parser.add_argument("--dtype", default="float64", choices=("float64", "float32"))
-    parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N) where torch sees a GPU")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--out", default="bench-results/images")
@@ -108,6 +111,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--wait", action="store_true",
                         help="if another run is writing the same output, wait for it (default: stop with a message)")
     add_checkpoint_argument(parser)
+    add_engine_arguments(parser)
 
 
 def build_jobs(args) -> list[dict]:
@@ -132,7 +136,8 @@ def build_jobs(args) -> list[dict]:
                 for skip in (skips if model != "sgp" else ["none"]):
                     jobs.append({"dataset": name, "model": model, "skip": skip, "seed": seed, "preset": args.preset,
                                  "max_train": args.max_train, "steps": args.steps, "dtype": args.dtype,
-                                 "device": args.device, "data_dir": args.data_dir})
+                                 "device": args.device, "world_size": engine_world_size(args),
+                                 "data_dir": args.data_dir})
     return jobs
 
 

@@ -5,7 +5,8 @@ Fits a 2-layer latent-variable deep GP (importance-weighted bound, DREG by defau
 without a latent input on 2 000 training points, reports the test log-likelihood per point on 1 000 fresh points
 (E.3: z ~ p(z), log-mean-exp over samples) and draws `sample_y` draws over the training data, with the share of
 draws nearer the second mode (the data hold 40 % there). Writes OUT/latent_dgp_demo.json and
-OUT/latent_dgp_demo.png.
+OUT/latent_dgp_demo.png. `--device cuda` fits on a GPU and `--nproc N` data-parallel in N processes (rank 0 writes
+the files); the JSON records `device` and `world_size`.
 
     flowgp bench ldgp-demo --iterations 3000 --out runs/ldgp-demo
 """
@@ -16,6 +17,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from .runner import add_engine_arguments, engine_world, engine_world_size, limit_threads, place_estimator
 
 NAME = "ldgp-demo"
 HELP = "latent-variable vs DSVI deep GP on the bimodal demo data (DGP-IWVI/DREG supplement Fig. 7)"
@@ -35,6 +38,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--test-points", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench-results/ldgp-demo")
+    add_engine_arguments(parser)
 
 
 def mode_share(x, draws) -> float:
@@ -85,31 +89,40 @@ def run(args) -> int:
     import torch
 
     from ..data.synthetic import make_multimodal_demo
-    from ..reporting.plotting import latent_demo_figure
-    from .runner import limit_threads
 
     if min(args.iterations, args.batch_size, args.train_points, args.test_points, args.test_samples) < 1:
         raise ValueError("--iterations, --batch-size, --train-points, --test-points and --test-samples must be >= 1")
     limit_threads()
     x, y, _ = make_multimodal_demo(args.train_points, seed=args.seed)
     x_test, y_test, _ = make_multimodal_demo(args.test_points, seed=args.seed + 1)
-    estimators = models(args, len(y))
-    settings = {k: v for k, v in vars(args).items() if k not in ("bench_run", "bench_command")}
+    estimators = {name: place_estimator(est, args.device) for name, est in models(args, len(y)).items()}
+    settings = {k: v for k, v in vars(args).items() if k not in ("bench_run", "bench_command", "launched_by_nproc")}
     result = {"settings": settings, "iterations": args.iterations,
               "epochs": estimators["latent_dgp2"].epochs, "num_train": len(y), "num_test": len(y_test),
-              "threads": torch.get_num_threads(), "models": {}, "mode2_share_of_data": MODE2_SHARE_OF_DATA}
+              "threads": torch.get_num_threads(), "device": args.device, "world_size": engine_world_size(args),
+              "models": {}, "mode2_share_of_data": MODE2_SHARE_OF_DATA}
     grid = np.linspace(-2, 2, 200)[:, None]
     panels = []
     titles = {"latent_dgp2": f"2-layer latent DGP (IWVI, {args.gradient.upper()}, K={args.num_importance})",
               "dsvi_dgp2": "2-layer DSVI DGP (no latent input)"}
-    for name, est in estimators.items():
-        scores, draws = fit_and_draw(est, x, y, x_test, y_test, grid)
-        result["models"][name] = scores
-        print(name, json.dumps(scores), flush=True)
-        panels.append((f"{titles[name]}\ntest log-lik {scores['test_log_likelihood']:.3f} / point", draws))
+    with engine_world(args) as world:  # every process takes part in each fit; rank 0 writes the files
+        for name, est in estimators.items():
+            scores, draws = fit_and_draw(est, x, y, x_test, y_test, grid)
+            result["models"][name] = scores
+            if world.is_main:
+                print(name, json.dumps(scores), flush=True)
+            panels.append((f"{titles[name]}\ntest log-lik {scores['test_log_likelihood']:.3f} / point", draws))
+    if world.is_main:
+        _write(args, x, y, grid, panels, result)
+    return 0
+
+
+def _write(args, x, y, grid, panels, result) -> None:
+    """OUT/latent_dgp_demo.png and OUT/latent_dgp_demo.json."""
+    from ..reporting.plotting import latent_demo_figure
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     latent_demo_figure(x[:, 0], y, grid[:, 0], panels, path=out / "latent_dgp_demo.png")
     (out / "latent_dgp_demo.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out / 'latent_dgp_demo.json'} and {out / 'latent_dgp_demo.png'}")
-    return 0

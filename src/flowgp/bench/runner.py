@@ -19,11 +19,14 @@ Subcommands that take `--device` and `--nproc` (`add_engine_arguments`) run thei
 on a GPU, and data-parallel in N processes (`flowgp.training.distributed`): `flowgp bench uci --nproc 2` starts
 two copies of itself with torch's elastic launcher (`launch_engine`), every copy runs the same jobs in the same
 order, each fit split over both, and rank 0 alone writes the rows. Each row records `device` and `world_size`
-(key fields; rows written before they existed count as cpu and 1).
+(key fields; rows written before they existed count as cpu and 1). Subcommands that run their own loop of fits
+rather than independent jobs (`timing`, `amogp`) do the same through `engine_store` (rank 0's store decides for
+every rank which fits are left), and those that write no rows (`ldgp-demo`) through `engine_world`.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import os
@@ -40,7 +43,7 @@ import numpy as np
 __all__ = ["parse_int_list", "parse_name_list", "evaluate_regression", "evaluate_classification", "fit_and_score",
            "add_checkpoint_argument", "state_folder", "checkpoint_file", "run_jobs", "run_suite", "limit_threads", "die_with_parent",
            "add_engine_arguments", "check_engine", "engine_world_size", "launch_engine", "ENGINE_KEY_DEFAULTS",
-           "place_estimator"]
+           "place_estimator", "engine_world", "EngineStore", "engine_store"]
 
 #: the engine's key fields' values in rows written before they existed
 ENGINE_KEY_DEFAULTS = {"device": "cpu", "world_size": 1}
@@ -521,6 +524,93 @@ def _broadcast(jobs):
     box = [jobs]
     torch.distributed.broadcast_object_list(box, src=0)
     return box[0]
+
+
+@contextlib.contextmanager
+def engine_world(args):
+    """The process group of a subcommand on the training engine for the block (joined from the environment of
+    --nproc or torchrun; World(0, 1) in one process), left at its end.
+
+    Args:
+        args: the subcommand's parsed arguments (`--device` picks the backend).
+
+    See Also:
+        :func:`flowgp.bench.runner.engine_store`, :func:`flowgp.training.distributed.init_from_env`.
+    """
+    world = _engine_world(args)
+    try:
+        yield world
+    finally:
+        if world.distributed:
+            from ..training.distributed import shutdown
+
+            shutdown()
+
+
+class EngineStore:
+    """The rows of a subcommand that runs its own loop of fits on the training engine (`--device`, `--nproc`):
+    rank 0's `ResultStore` answers `is_done` for every rank (its answer is broadcast, so that all ranks run the
+    same fits in the same order, each fit split over them) and alone writes rows (`append` does nothing on the
+    other ranks, whose `rows` are empty); `is_main` says whether this process writes the plots and tables too.
+
+    Args:
+        store: rank 0's ResultStore (None on the other ranks).
+        world: the run's `flowgp.training.distributed.World`.
+
+    See Also:
+        :func:`flowgp.bench.runner.engine_store` (how a subcommand opens one).
+    """
+
+    def __init__(self, store, world):
+        self.store, self.world = store, world
+
+    @property
+    def is_main(self) -> bool:
+        return self.world.is_main
+
+    @property
+    def rows(self) -> list[dict]:
+        return [] if self.store is None else self.store.rows
+
+    def is_done(self, job: dict) -> bool:
+        done = None if self.store is None else self.store.is_done(job)
+        if self.world.distributed:
+            import torch
+
+            box = [done]
+            torch.distributed.broadcast_object_list(box, src=0)
+            done = box[0]
+        return bool(done)
+
+    def append(self, row: dict) -> None:
+        if self.store is not None:
+            self.store.append(row)
+
+
+@contextlib.contextmanager
+def engine_store(args, path, key_fields, key_defaults=None):
+    """An `EngineStore` over `path` (a ResultStore keyed by `key_fields`, waiting for another writer with
+    `--wait`, opened by rank 0 alone) inside the engine's process group (`engine_world`), for the block.
+
+    Args:
+        args: the subcommand's parsed arguments.
+        path: the JSON-lines file of the rows.
+        key_fields, key_defaults: as for :class:`flowgp.bench.results.ResultStore`.
+
+    See Also:
+        :func:`flowgp.bench.runner.run_suite` (the same for subcommands whose fits are independent jobs).
+    """
+    from .results import ResultStore
+
+    with engine_world(args) as world:
+        store = None
+        try:
+            if world.is_main:
+                store = ResultStore(path, key_fields, wait=getattr(args, "wait", False), key_defaults=key_defaults)
+            yield EngineStore(store, world)
+        finally:
+            if store is not None:
+                store.close()
 
 
 def run_suite(args, jobs, work, key_fields, name: str, report_hint: bool = True, key_defaults=None) -> int:

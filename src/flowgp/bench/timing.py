@@ -3,7 +3,10 @@
 After one untimed warm-up fit per model, every model trains for the same number of epochs with the same minibatch size and M; repeats are
 interleaved (model A, model B, A, B, ...) so slow drifts of a shared machine hit all models alike. Rows go to
 OUT/timing.jsonl; the summary prints medians and each model's ratio to the first model in `--models`.
-Run it on a quiet machine: timings of concurrent jobs mean little, so there is no --jobs here.
+Run it on a quiet machine: timings of concurrent jobs mean little, so there is no --jobs here. `--device cuda`
+times the fits on a GPU and `--nproc N` data-parallel in N processes (rank 0 writes the rows); rows record
+`device` and `world_size` (key fields; rows written before them count as cpu and 1), and the summary takes the rows
+of the device and world size asked.
 """
 from __future__ import annotations
 
@@ -12,11 +15,15 @@ import sys
 from pathlib import Path
 
 from ..cli.options import add_threads_option
-from .runner import limit_threads, parse_name_list
+from .runner import (ENGINE_KEY_DEFAULTS, add_engine_arguments, engine_store, engine_world_size, limit_threads,
+                     parse_name_list, place_estimator)
 
 NAME = "timing"
 HELP = "training/prediction wall time of several models on one dataset (medians and ratios, paper Fig. 11)"
-KEY_FIELDS = ("dataset", "model", "num_inducing", "epochs", "batch_size", "repeat", "split", "tag")
+KEY_FIELDS = ("dataset", "model", "num_inducing", "epochs", "batch_size", "repeat", "split", "tag", "device",
+              "world_size")
+#: rows written before `device` and `world_size` existed ran on the CPU in one process
+KEY_DEFAULTS = ENGINE_KEY_DEFAULTS
 
 
 def add_arguments(parser) -> None:
@@ -35,6 +42,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--wait", action="store_true",
                         help="if another run is writing the same output, wait for it (default: stop with a message)")
     add_threads_option(parser)
+    add_engine_arguments(parser)
 
 
 def summarise(rows: list[dict], models: list[str] | None = None) -> list[dict]:
@@ -59,7 +67,6 @@ def summarise(rows: list[dict], models: list[str] | None = None) -> list[dict]:
 def run(args) -> int:
     from .models import make_estimator, model_names
     from .presets import get_preset
-    from .results import ResultStore
     from .runner import fit_and_score
     from .uci import load_split
 
@@ -70,27 +77,40 @@ def run(args) -> int:
     split = load_split(args.dataset, args.split, args.data_dir)
     n = len(split.y_train)
     preset = get_preset("quick", epochs=args.epochs, batch_size=args.batch_size or n, kmeans_restarts=1)
-    with ResultStore(Path(args.out) / "timing.jsonl", KEY_FIELDS, wait=getattr(args, "wait", False)) as store:
+    engine = {"device": args.device, "world_size": engine_world_size(args)}
+
+    def estimator(model, budget):
+        return place_estimator(make_estimator(model, budget, min(args.inducing, n), args.seed, n,
+                                              threads=args.threads), args.device)
+
+    with engine_store(args, Path(args.out) / "timing.jsonl", KEY_FIELDS, KEY_DEFAULTS) as store:
         # Untimed warm-up fit per model: first calls pay one-off costs (lazy imports, allocator growth).
         warm = get_preset("quick", epochs=1, batch_size=preset.batch_for(n), kmeans_restarts=1)
         for model in models:
-            make_estimator(model, warm, min(args.inducing, n), args.seed, n, threads=args.threads).fit(split.x_train, split.y_train)
+            estimator(model, warm).fit(split.x_train, split.y_train)
         for rep in range(args.repeats):
             for model in models:
                 key = {"dataset": args.dataset, "model": model, "num_inducing": args.inducing, "epochs": args.epochs,
-                       "batch_size": preset.batch_for(n), "repeat": rep, "split": args.split, "tag": args.tag}
+                       "batch_size": preset.batch_for(n), "repeat": rep, "split": args.split, "tag": args.tag,
+                       **engine}
                 if store.is_done(key):
                     continue
-                est = make_estimator(model, preset, min(args.inducing, n), args.seed, n, threads=args.threads)
-                scores = fit_and_score(est, split)
+                scores = fit_and_score(estimator(model, preset), split)
                 store.append({**key, **scores, "n_train": n})
-                if not args.quiet:
+                if not args.quiet and store.is_main:
                     print(f"repeat {rep} {model}: train {scores['train_seconds']:.2f}s predict "
                           f"{scores['predict_seconds']:.3f}s", file=sys.stderr)
-        rows = [r for r in store.rows if r["dataset"] == args.dataset and r["epochs"] == args.epochs
-                and r["num_inducing"] == args.inducing and r.get("tag", "") == args.tag]
-        print(f"{'model':<10}{'train median s':>16}{'ratio':>8}{'predict median s':>18}{'ratio':>8}")
-        for s in summarise(rows, models):
-            print(f"{s['model']:<10}{s['train_median_s']:>16.3f}{s['train_ratio']:>8.2f}"
-                  f"{s['predict_median_s']:>18.4f}{s['predict_ratio']:>8.2f}")
+        if store.is_main:
+            _print_summary(args, store.rows, models, engine)
     return 0
+
+
+def _print_summary(args, rows, models, engine) -> None:
+    """The medians and ratios of this run's rows: its dataset, budget, tag, device and world size."""
+    rows = [r for r in rows if r["dataset"] == args.dataset and r["epochs"] == args.epochs
+            and r["num_inducing"] == args.inducing and r.get("tag", "") == args.tag
+            and all(r.get(k, KEY_DEFAULTS[k]) == v for k, v in engine.items())]
+    print(f"{'model':<10}{'train median s':>16}{'ratio':>8}{'predict median s':>18}{'ratio':>8}")
+    for s in summarise(rows, models):
+        print(f"{s['model']:<10}{s['train_median_s']:>16.3f}{s['train_ratio']:>8.2f}"
+              f"{s['predict_median_s']:>18.4f}{s['predict_ratio']:>8.2f}")

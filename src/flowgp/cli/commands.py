@@ -354,6 +354,16 @@ def _parts_in_environment(parts):
                 os.environ[name] = before
 
 
+def _shard_reads(est, shard_reads) -> dict:
+    """--no-shard-reads (`shard_reads` False; "auto" without it) as the estimator's `shard_reads` parameter, so
+    that the saved model records it; the `fit_stream` keyword for an estimator without that parameter (a class
+    registered by the user)."""
+    if "shard_reads" in est.get_params(deep=False):
+        est.set_params(shard_reads=shard_reads)
+        return {}
+    return {} if shard_reads == "auto" else {"shard_reads": bool(shard_reads)}
+
+
 def _fit_processes(args, argv, nproc, launched, multi, entry, shared, options) -> int:
     """The fit itself: `nproc` workers launched, or this process's share of it."""
     from ..training import distributed
@@ -370,12 +380,12 @@ def _fit_processes(args, argv, nproc, launched, multi, entry, shared, options) -
         est = _estimator(args.model, seed=args.seed, dtype=args.dtype, device=device,
                          verbose=not args.quiet and world.is_main, **shared, **options)
         features = _table_features(args)
+        reading = _shard_reads(est, args.shard_reads)
         if multi:
-            est.fit_stream(args.data, args.target, output=args.output, features=features,
-                           shard_reads=args.shard_reads)
+            est.fit_stream(args.data, args.target, output=args.output, features=features, **reading)
             names = est.feature_names_
         elif getattr(est, "supports_streaming", lambda: False)():
-            est.fit_stream(args.data, args.target, features=features, shard_reads=args.shard_reads)
+            est.fit_stream(args.data, args.target, features=features, **reading)
             names = est.feature_names_
         else:  # families without a streamed fit read the table into memory
             from ..data.sources import open_table
@@ -481,7 +491,7 @@ def _add_parallel_options(p_fit: argparse.ArgumentParser) -> None:
                        help="cut every global batch into P fixed parts summed in a fixed order: fits with any "
                             "--nproc dividing P give bitwise the same model (default: one part per process, "
                             "equal across --nproc up to rounding, which long L-BFGS refinements can amplify)")
-    p_fit.add_argument("--no-shard-reads", dest="shard_reads", action="store_false",
+    p_fit.add_argument("--no-shard-reads", dest="shard_reads", action="store_const", const=False, default="auto",
                        help="with several processes, let every process read the whole table each epoch and train "
                             "exactly as one process would (for debugging); by default each reads only its share "
                             "of the blocks (the same sampler law, 1/W of the reading)")

@@ -25,7 +25,8 @@ from ..data.sources import data_digest
 from .params import fitted_params, fitting, params_fingerprint, params_for_file, params_from_file
 from .features import (check_feature_names, names_checked_by_table, restore_columns, saved_columns,
                        start_table_columns, table_feature_names)
-from .validation import check_device, check_parameters, check_table_target, is_integer, resolve_seed
+from .validation import (check_device, check_parameters, check_table_target, is_bool, is_integer, resolve_seed,
+                         rule_for)
 from .threads import THREADED_METHODS, with_threads
 from ..reporting.progress import show_progress
 
@@ -274,7 +275,7 @@ class Estimator:
     @with_threads
     @fitting
     def fit_stream(self, data, target=None, *, features=None, sample_size: int = 10000, callback=None,
-                   shard_reads: bool = True):
+                   shard_reads: bool | None = None):
         """Fit on a table streamed in chunks: a path (.csv, .parquet, .npy), an iterator of (X, y) chunks or a
         flowgp.data.sources source; `target` names the target column (an index for .npy, default the last).
 
@@ -291,12 +292,13 @@ class Estimator:
         `callback(step, loss, model)` goes to the training loop of the estimators whose `_train_on_stream`
         takes one (those whose `fit` takes a callback); the others refuse it.
 
-        `shard_reads` (used only inside a process group of W > 1 processes): True (default), each process reads
-        only its share of the table's blocks, in the scan (statistics merged across processes,
-        `flowgp.estimators.table_scan`) and in every epoch (`flowgp.training.batches.BlockBatches`): the I/O
-        per process falls as 1/W and the sampler keeps one process's law (every row once per epoch, uniform
-        minibatches) but not its draws. False (exact mode, for debugging): every process reads every block and
-        the fit reproduces one process to rounding.
+        `shard_reads` (used only inside a process group of W > 1 processes): None (default) takes the estimator's
+        `shard_reads` parameter; True or False here wins over the parameter for this fit (the saved model records
+        the parameter). Sharded (the parameter's default "auto", or True): each process reads only its share of
+        the table's blocks, in the scan (statistics merged across processes, `flowgp.estimators.table_scan`) and
+        in every epoch (`flowgp.training.batches.BlockBatches`): the I/O per process falls as 1/W and the sampler
+        keeps one process's law (every row once per epoch, uniform minibatches) but not its draws. False (exact
+        mode, for debugging): every process reads every block and the fit reproduces one process to rounding.
         """
         from ..training.batches import BlockBatches
         from ..data.sources import open_table
@@ -312,8 +314,7 @@ class Estimator:
             if "callback" not in inspect.signature(self._train_on_stream).parameters:
                 raise TypeError(f"callback: {type(self).__name__}'s training takes no callback")
             train_options["callback"] = callback
-        if not isinstance(shard_reads, bool):
-            raise TypeError(f"shard_reads must be True or False, got {shard_reads!r}")
+        shard_reads = self.resolved_shard_reads(shard_reads)
         source = open_table(data, target, features)
         try:
             stats = scan_table(source, sample_size, self.seed_, shard_reads, max_labels=self._stream_max_labels())
@@ -346,6 +347,24 @@ class Estimator:
             if source is not data:
                 source.close()
         return self
+
+    def resolved_shard_reads(self, shard_reads: bool | None = None) -> bool:
+        """Whether a streamed fit has each process of a data-parallel run read only its share of the table
+        (`fit_stream`): the `fit_stream(shard_reads=...)` keyword where it is True or False (it wins), else the
+        `shard_reads` parameter, "auto" meaning yes (with one process its share is the whole table, so "auto"
+        and True shard exactly when there are several). TypeError naming the argument for any other keyword.
+
+        Args:
+            shard_reads: the `fit_stream` keyword: None (the parameter decides), True or False.
+        """
+        if shard_reads is not None:
+            if not is_bool(shard_reads):
+                raise TypeError(f"shard_reads must be True, False or None (the estimator's shard_reads parameter "
+                                f"decides), got {shard_reads!r}")
+            return bool(shard_reads)
+        value = getattr(self, "shard_reads", "auto")
+        rule_for(self, "shard_reads")(value, "shard_reads")
+        return True if isinstance(value, str) else bool(value)
 
     def _train_data(self, xt, yt, sampler=None) -> dict:
         """The data arguments of `flowgp.training.loop.train`: (xt, yt) in minibatches of `batch_size`, or a fresh

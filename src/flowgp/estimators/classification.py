@@ -193,6 +193,8 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
             positive integer, or "auto" (default): one thread when a step is too small to gain from more
             (`flowgp.training.threads.SMALL_STEP_WORK`), else the cores of this process shared with the other
             processes of the job (scikit-learn's `n_jobs`, torchrun) less the cores other processes keep busy.
+        shard_reads: how the processes of a data-parallel run read a streamed table ("auto", True or False), as
+            in :class:`flowgp.SVGPRegressor`.
         checkpoint: a file path: training saves its state there (the variance-fixed stage next to it, with
             the suffix ".stage1") and a later `fit` with the same path continues where it stopped (only the
             same fit: see SVGPRegressor).
@@ -218,7 +220,8 @@ class SVGPClassifier(StreamedClassLabels, Estimator, ClassifierMixin, BaseEstima
                  learn_inducing: bool = True, quadrature_points: int = DEFAULTS.quadrature_points, mc_samples: int = 20,
                  predict_samples: int = 256, verbose: bool | str = "auto",
                  checkpoint: str | os.PathLike | None = None, compile: bool | str = False,
-                 threads: int | str = DEFAULTS.threads) -> None:
+                 threads: int | str = DEFAULTS.threads,
+                 shard_reads: bool | str = "auto") -> None:
         self._store_arguments(locals())
 
     # ----- hooks the flow estimator overrides --------------------------------------------------------
@@ -409,6 +412,8 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
         robust: True (default): the SVGP classifier first, then the flow from its state, the best full-data
             bound kept (`fit`); False: the plain fit from `flow_init`; or a `RobustFit`.
         threads: torch threads per call ("auto" or a positive integer), as in :class:`flowgp.SVGPRegressor`.
+        shard_reads: how the processes of a data-parallel run read a streamed table ("auto", True or False), as
+            in :class:`flowgp.SVGPRegressor`.
 
     See Also:
         :class:`flowgp.SVGPClassifier`, :class:`flowgp.TGPRegressor` (the same flows in regression).
@@ -427,7 +432,8 @@ class TGPClassifier(InputDependentFlowOptions, SVGPClassifier):
                  bayesian: str = "mc_dropout", mc_samples_train: int = 1, mc_samples_predict: int = 100,
                  prior_precision: float | None = None, flow_init_epochs: int = 100, robust: bool | RobustFit = True,
                  checkpoint: str | os.PathLike | None = None, compile: bool | str = False,
-                 threads: int | str = DEFAULTS.threads) -> None:
+                 threads: int | str = DEFAULTS.threads,
+                 shard_reads: bool | str = "auto") -> None:
         self._store_arguments(locals())
 
     def _input_dependence(self):

@@ -293,6 +293,8 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
             as in :class:`flowgp.SVGPRegressor`.
         threads: torch threads per call ("auto" or a positive integer), as in :class:`flowgp.SVGPRegressor`;
             "auto" sizes a step as layers x (batch x M² + M³).
+        shard_reads: how the processes of a data-parallel run read a streamed table ("auto", True or False), as
+            in :class:`flowgp.SVGPRegressor`.
 
     See Also:
         :class:`flowgp.models.DeepGP` (the model), :class:`flowgp.DeepGPClassifier`.
@@ -321,7 +323,8 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
                  draws: str | None = None, compile: bool | str = False, base_gradient: str | None = None,
                  flow_selection: bool = True, flow_lr_scale: float = 0.1,
                  flow_rows: int | None = FLOW_ROWS,
-                 threads: int | str = DEFAULTS.threads) -> None:
+                 threads: int | str = DEFAULTS.threads,
+                 shard_reads: bool | str = "auto") -> None:
         self._store_arguments(locals())
 
     def _likelihood_name(self):
@@ -416,6 +419,8 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
             :class:`flowgp.SVGPRegressor`.
         threads: torch threads per call ("auto" or a positive integer), as in :class:`flowgp.SVGPRegressor`;
             "auto" sizes a step as layers x (batch x M² + M³).
+        shard_reads: how the processes of a data-parallel run read a streamed table ("auto", True or False), as
+            in :class:`flowgp.SVGPRegressor`.
 
     See Also:
         :class:`flowgp.DeepGPRegressor`, :class:`flowgp.SVGPClassifier`.
@@ -433,7 +438,8 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
                  image_shape: tuple[int, int, int] | None = None, draws: str | None = None,
                  compile: bool | str = False, base_gradient: str | None = None, flow_selection: bool = True,
                  flow_lr_scale: float = 0.1, flow_rows: int | None = FLOW_ROWS,
-                 threads: int | str = DEFAULTS.threads) -> None:
+                 threads: int | str = DEFAULTS.threads,
+                 shard_reads: bool | str = "auto") -> None:
         self._store_arguments(locals())
 
     def _likelihood_name(self):

@@ -69,6 +69,8 @@ class LatentDeepGPRegressor(SVGPRegressor):
             positive integer, or "auto" (default): one thread when a step is too small to gain from more
             (`flowgp.training.threads.SMALL_STEP_WORK`), else the cores of this process shared with the other
             processes of the job (scikit-learn's `n_jobs`, torchrun) less the cores other processes keep busy.
+        shard_reads: how the processes of a data-parallel run read a streamed table ("auto", True or False), as
+            in :class:`flowgp.SVGPRegressor`.
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped (only the same fit: see SVGPRegressor).
         extend_checkpoint: with `checkpoint`, a file written with fewer `epochs` (finished or not) is carried on
@@ -110,7 +112,8 @@ class LatentDeepGPRegressor(SVGPRegressor):
                  hidden_layer: str = "pca", q_var_init: float = 1e-5, hidden_q_var_init: float | None = None,
                  learn_hidden_variance: bool = True, compile: bool | str = False, extend_checkpoint: bool = False,
                  encoder_skips: str = "dense", objective: str = "bound",
-                 threads: int | str = DEFAULTS.threads) -> None:
+                 threads: int | str = DEFAULTS.threads,
+                 shard_reads: bool | str = "auto") -> None:
         self._store_arguments(locals())
 
     # ----- checks and construction ---------------------------------------------------------------------

@@ -102,6 +102,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             positive integer, or "auto" (default): one thread when a step is too small to gain from more
             (`flowgp.training.threads.SMALL_STEP_WORK`), else the cores of this process shared with the other
             processes of the job (scikit-learn's `n_jobs`, torchrun) less the cores other processes keep busy.
+        shard_reads: how the processes of a data-parallel run read a streamed table ("auto", True or False), as
+            in :class:`flowgp.SVGPRegressor`.
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped (only the same fit: see SVGPRegressor).
 
@@ -132,7 +134,8 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                  natural_gradient_layers: str = "latent", tol: float | None = 1e-4, patience: int = 50,
                  full_batch_max: int = 2048, cp_inducing: str = "latent", start_from_mogp: bool = False,
                  compile: bool | str = False, cp_grid: bool | None = None,
-                 threads: int | str = DEFAULTS.threads) -> None:
+                 threads: int | str = DEFAULTS.threads,
+                 shard_reads: bool | str = "auto") -> None:
         self._store_arguments(locals())
 
     # ----- helpers -------------------------------------------------------------------------------------
@@ -283,14 +286,15 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         return self
 
     def fit_stream(self, data, target=None, *, output=None, features=None, sample_size: int = 10000, callback=None,
-                   shard_reads: bool = True):
+                   shard_reads: bool | None = None):
         """Fit on a table streamed in chunks: a path (.csv, .parquet, .npy) or an iterator of (X, y) chunks, with
         `target` the target column and two feature columns, the input and `output` (the series index 0..D-1:
         its name, or its index among the feature columns for .npy tables and chunk iterators); `features`
         picks the two from a wider table.
 
         One streaming pass (`flowgp.estimators.table_scan.scan_table` with the output as group column; split over
-        the processes of a data-parallel run unless `shard_reads=False`, as in `Estimator.fit_stream`) gives the input's
+        the processes of a data-parallel run unless reads are not sharded: the `shard_reads` keyword, None taking
+        the `shard_reads` parameter, as in `Estimator.fit_stream`) gives the input's
         standardisation, each series' target mean and std and input range, and a uniform sample of at most
         `sample_size` rows; the model is built from those (CP inducing inputs over the input's range, each
         alignment GP's over its series' range) and trained on the whole table block by block
@@ -298,8 +302,6 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         `fit` (`batch_size="auto"`: the full table up to `full_batch_max` rows). The result is the fit of the
         same rows as arrays, up to the order in which minibatches visit them.
         """
-        if not isinstance(shard_reads, bool):
-            raise TypeError(f"shard_reads must be True or False, got {shard_reads!r}")
         from ..training.batches import BlockBatches
         from ..data.sources import open_table
         from .table_scan import scan_table
@@ -309,6 +311,7 @@ class AlignedMultiOutputGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         check_table_target(target)
         self.start_fit()
         self._check_options()
+        shard_reads = self.resolved_shard_reads(shard_reads)
         sample_size = positive_int(sample_size, "sample_size")
         source = open_table(data, target, features)
         try:

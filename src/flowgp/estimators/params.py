@@ -43,8 +43,11 @@ NOT_SAVED = ("checkpoint",)
 
 #: parameters that do not change what a resumed training run computes: where it is written, how it is shown,
 #: compiled, placed or threaded, and the budget (the training loop checks that itself, `extend_budget` included); nor do
-#: those of predictions alone, named "*predict*" (e.g. num_samples_predict), which a resume may change
-NOT_IN_FINGERPRINT = ("checkpoint", "extend_checkpoint", "epochs", "verbose", "compile", "device", "threads")
+#: those of predictions alone, named "*predict*" (e.g. num_samples_predict), which a resume may change. `shard_reads`
+#: is how the processes split the reading, which a checkpoint resumes under another choice as under another number of
+#: processes (flowgp.training.batches.BlockBatches)
+NOT_IN_FINGERPRINT = ("checkpoint", "extend_checkpoint", "epochs", "verbose", "compile", "device", "threads",
+                      "shard_reads")
 
 #: random-number generators given as a parameter (a seed): drawn from at fit, saved as the seed drawn
 RANDOM_STATES = (np.random.Generator, np.random.RandomState)

@@ -96,6 +96,13 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             positive integer, or "auto" (default): one thread when a step is too small to gain from more
             (`flowgp.training.threads.SMALL_STEP_WORK`), else the cores of this process shared with the other
             processes of the job (scikit-learn's `n_jobs`, torchrun) less the cores other processes keep busy.
+        shard_reads: how the processes of a data-parallel run (torchrun, `flowgp fit --nproc`) read a table that
+            `fit_stream` (or `fit` given a table) streams: "auto" (default) or True, each process reads only its
+            share of the blocks (1/W of the reading per process, the same sampler law, other minibatch draws than
+            one process's); False (exact mode, for debugging), every process reads the whole table and the fit
+            reproduces one process to rounding. `fit_stream(shard_reads=...)` given True or False wins over it for
+            that fit. Arrays in memory are always split from one process's batches. `save` records it; files
+            saved before it load with "auto", the behaviour they were fitted with.
         checkpoint: a file path: training saves its state there and a later `fit` with the same path
             continues where it stopped (a finished fit is loaded back without training). Only the same fit
             resumes it (same data, parameters, class, flowgp version): a file written by another fit is a
@@ -142,7 +149,8 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
                  learn_inducing: bool = True, quadrature_points: int = DEFAULTS.quadrature_points, predict_quadrature_points: int = DEFAULTS.predict_quadrature_points,
                  verbose: bool | str = "auto", checkpoint: str | os.PathLike | None = None,
                  natural_gradient: float | str | None = "auto", compile: bool | str = False,
-                 early_stop: str | EarlyStop | None = "auto", threads: int | str = DEFAULTS.threads) -> None:
+                 early_stop: str | EarlyStop | None = "auto", threads: int | str = DEFAULTS.threads,
+                 shard_reads: bool | str = "auto") -> None:
         self._store_arguments(locals())
 
     #: working-memory budget (bytes) of one prediction call: rows are predicted in chunks that fit in it
@@ -258,7 +266,7 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
             self.y_shift_, self.y_scale_ = float(y.mean()), y_std
         yt = self.tensor((y - self.y_shift_) / self.y_scale_)[:, None]
         self.torch_dtype()  # a bad dtype fails here, before any work
-        self._natural_gradient_step(X.shape[0])  # and a bad natural_gradient
+        self.resolved_natural_gradient(X.shape[0])  # and a bad natural_gradient
         options = self._robust_options()
         if options is not None:
             rows = FitRows(xt, yt, xt.shape[0], float(y.mean()), (float(y.min()), float(y.max())))
@@ -286,31 +294,39 @@ class SVGPRegressor(Estimator, RegressorMixin, BaseEstimator):
         self.n_iter_ = len(self.history_)
 
     def _natural_gradient(self, num_rows: int):
-        """The NaturalGradient on q(u) of a plain fit (`natural_gradient`), or None (the flow estimators have
-        no such parameter: their robust fit sets its own)."""
-        gamma = self._natural_gradient_step(num_rows)
+        """The NaturalGradient on q(u) of a plain fit (`resolved_natural_gradient`), or None (the flow estimators
+        have no such parameter: their robust fit sets its own)."""
+        gamma, anneal = self.resolved_natural_gradient(num_rows)
         if gamma is None:
             return None
-        # "auto" in minibatches starts from the running average of the batches' optima (γ_t = max(γ, 1/(t+1))):
-        # a constant γ = 0.1 leaves q(u) near the prior for its first ~20 steps while Adam already moves the
-        # hyperparameters, which a short fit never recovers from (60 steps of 100 of 400 rows: RMSE 0.45 against
-        # 0.05 with Adam alone or γ = 1)
-        anneal = isinstance(getattr(self, "natural_gradient", None), str) and gamma == DEFAULTS.natural_gradient_minibatch
         return NaturalGradient([self.model_.gp], lr=gamma, anneal=anneal)
 
-    def _natural_gradient_step(self, num_rows: int):
-        """`natural_gradient` checked and resolved for a fit on `num_rows` rows: None or a float in (0, 1]
-        ("auto": DEFAULTS.natural_gradient_full_batch in full batch, else DEFAULTS.natural_gradient_minibatch)."""
+    def resolved_natural_gradient(self, num_rows: int) -> tuple[float | None, bool]:
+        """(γ, anneal): the natural-gradient steps on q(u) of a plain fit on `num_rows` rows, from
+        `natural_gradient` checked: (None, False) for Adam alone; a number: (it, False); "auto": in full batch
+        (DEFAULTS.natural_gradient_full_batch, False), in minibatches (DEFAULTS.natural_gradient_minibatch, True),
+        the steps annealed as `flowgp.training.natural_gradients.NaturalGradient(anneal=True)` does,
+        γ_t = max(γ, 1/(t+1)). The one place this decision is made (the fit and benchmarks/perf read it here).
+
+        Args:
+            num_rows: the training rows (with `batch_size` they say whether the fit is full batch).
+        """
         gamma = getattr(self, "natural_gradient", self._plain_natural_gradient())
         if gamma is None:
-            return None
+            return None, False
         if isinstance(gamma, str) and gamma == "auto":
-            full_batch = self.batch_size is None or int(self.batch_size) >= int(num_rows)
-            return DEFAULTS.natural_gradient_full_batch if full_batch else DEFAULTS.natural_gradient_minibatch
+            if self.batch_size is None or int(self.batch_size) >= int(num_rows):
+                return DEFAULTS.natural_gradient_full_batch, False
+            # minibatches start from the running average of the batches' optima: a constant γ = 0.1 leaves q(u)
+            # near the prior for its first ~20 steps while Adam already moves the hyperparameters, which a short
+            # fit never recovers from (60 steps of 100 of 400 rows: RMSE 0.45 against 0.05 with Adam alone or
+            # γ = 1). Annealed where the estimator's own `natural_gradient` says "auto"; the flow estimators' plain
+            # fit of an identity flow (`_plain_natural_gradient`) keeps its constant step
+            return DEFAULTS.natural_gradient_minibatch, hasattr(self, "natural_gradient")
         if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.integer, np.floating)) \
                 or not 0 < gamma <= 1:
             raise ValueError(f"natural_gradient must be 'auto', None or a step size in (0, 1], got {gamma!r}")
-        return float(gamma)
+        return float(gamma), False
 
     def _plain_natural_gradient(self):
         """`natural_gradient` of estimators without the parameter (the flow estimators' plain fits): None."""
@@ -442,7 +458,8 @@ class _FlowRegressor(SVGPRegressor):
                  predict_quadrature_points: int = DEFAULTS.predict_quadrature_points, verbose: bool | str = "auto",
                  robust: bool | RobustFit = True, checkpoint: str | os.PathLike | None = None,
                  compile: bool | str = False, early_stop: str | EarlyStop | None = "auto",
-                 threads: int | str = DEFAULTS.threads) -> None:
+                 threads: int | str = DEFAULTS.threads,
+                 shard_reads: bool | str = "auto") -> None:
         self._store_arguments(locals())
 
     _FLOW_INITS = ("identity", "data", "random", "none")
@@ -700,6 +717,8 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
             `flow_init`; or a `RobustFit` with other settings.
         early_stop: the plateau stop, as in :class:`flowgp.SVGPRegressor` ("auto", an EarlyStop or None).
         threads: torch threads per call ("auto" or a positive integer), as in :class:`flowgp.SVGPRegressor`.
+        shard_reads: how the processes of a data-parallel run read a streamed table ("auto", True or False), as
+            in :class:`flowgp.SVGPRegressor`.
 
     See Also:
         :class:`flowgp.WarpedGPRegressor` (the flow on the targets instead), :func:`flowgp.make_flow`.
@@ -730,7 +749,8 @@ class TGPRegressor(InputDependentFlowOptions, _FlowRegressor):
                  mc_samples_train: int = 1, mc_samples_predict: int = 100, prior_precision: float | None = None,
                  flow_init_epochs: int = 100, robust: bool | RobustFit = True,
                  checkpoint: str | os.PathLike | None = None, compile: bool | str = False,
-                 early_stop: str | EarlyStop | None = "auto", threads: int | str = DEFAULTS.threads) -> None:
+                 early_stop: str | EarlyStop | None = "auto", threads: int | str = DEFAULTS.threads,
+                 shard_reads: bool | str = "auto") -> None:
         self._store_arguments(locals())
 
     def _target_positive(self) -> bool:
@@ -796,6 +816,8 @@ class WarpedGPRegressor(_FlowRegressor):
             target).
         early_stop: the plateau stop, as in :class:`flowgp.SVGPRegressor` ("auto", an EarlyStop or None).
         threads: torch threads per call ("auto" or a positive integer), as in :class:`flowgp.SVGPRegressor`.
+        shard_reads: how the processes of a data-parallel run read a streamed table ("auto", True or False), as
+            in :class:`flowgp.SVGPRegressor`.
 
     See Also:
         :class:`flowgp.TGPRegressor` (the flow on the GP's output), :func:`flowgp.make_flow`.

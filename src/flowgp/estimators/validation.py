@@ -154,6 +154,15 @@ def verbosity(value, name):
     raise InvalidParameterError(f"{name} must be True, False or 'auto', got {value!r}")
 
 
+def shard_reads_rule(value, name):
+    """ "auto" (each process of a data-parallel run reads its share of a streamed table), True or False."""
+    if is_bool(value) or (isinstance(value, str) and value == "auto"):
+        return
+    raise InvalidParameterError(f"{name} must be 'auto' (each process reads its share of a streamed table), True "
+                                f"(the same) or False (every process reads the whole table: exact mode), got "
+                                f"{value!r} ({type(value).__name__})")
+
+
 def path_or_none(value, name):
     if value is not None and not isinstance(value, (str, os.PathLike)):
         raise InvalidParameterError(f"{name} must be a file path (str or Path) or None, got {type(value).__name__}")
@@ -239,6 +248,7 @@ RULES = {
     "early_stop": early_stop_rule,
     "fix_variance_epochs": integer(0), "tol": number(0, low_open=False, none=True), "patience": integer(1),
     "full_batch_max": integer(1), "lr_decay": number(0), "natgrad_lr": number(0), "natgrad": boolean(),
+    "shard_reads": shard_reads_rule,
     # the sparse GP
     "num_inducing": integer(1), "kernel": spec_or_object("kernel"), "noise": number(0),
     "lengthscale": positive_values, "period": positive_values, "kmeans_restarts": integer(1),
