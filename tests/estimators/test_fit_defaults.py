@@ -192,3 +192,16 @@ def test_a_short_minibatch_fit_with_the_defaults_learns_the_function(estimator):
                     **extra).fit(x, y)
     rmse = np.sqrt(np.mean((est.predict(xt) - np.sin(2 * xt[:, 0])) ** 2))
     assert rmse < 0.1, rmse
+
+
+@pytest.mark.parametrize("robust", [False, True])
+def test_an_identity_flow_in_minibatches_is_fitted_as_the_svgp(robust):
+    """TGP(identity) is the SVGP: in minibatches its fit takes the SVGP's annealed natural-gradient steps, so the
+    two estimators give the same model (they used to differ: the flow estimator kept a constant γ = 0.1)."""
+    x, y = _data(60, seed=2)
+    kw = {"batch_size": 20, "epochs": 6, "num_inducing": 8, "seed": 3, "early_stop": None}
+    svgp = SVGPRegressor(**kw).fit(x, y)
+    tgp = TGPRegressor(flow="identity", robust=robust, **kw).fit(x, y)
+    assert TGPRegressor(flow="identity", batch_size=20).resolved_natural_gradient(60) == (
+        DEFAULTS.natural_gradient_minibatch, True)
+    np.testing.assert_allclose(tgp.predict(x), svgp.predict(x), rtol=1e-9, atol=1e-10)
