@@ -401,7 +401,8 @@ def cnf_table_iii(folders_by_dataset: dict):
             paper = f"{published:.2f} ({method})"
             mine = sorted(((k, g) for k, g in groups.items() if k[0] == model), key=lambda kg: str(kg[0]))
             if not mine:
-                table.append([ds, model, "—", NO_DATA if folder is None else NOT_RUN, paper, "—", "—", "—", "—"])
+                missing = NO_DATA if folder is None else NOT_RUN
+                table.append([ds, model, "—", missing, paper, "—", "—", "—", "—"])
             for (_, skip, n_steps, cap), g in mine:
                 cells = compare([100 * r["accuracy"] for r in g], published, digits=2, published_text=paper)
                 label = skip + (f" ({cap} training images)" if cap else "")
