@@ -5,7 +5,9 @@ Reads the rows of `flowgp bench uci --models svgp,tgp,pe-tgp,ba-tgp --inducing 5
 and writes, per data set, the test NLL and RMSE against M (mean ± standard error over the splits present; the
 paper's Fig. 9 layout: one column per data set, NLL on top, RMSE below) and a table: for each set, whether
 BA-TGP / PE-TGP at M = 5 is within one standard error of, or better than, the SVGP at M = 100 (the claim holds
-when the M = 5 model's mean NLL is at most the SVGP's mean plus the larger of the two standard errors).
+when the M = 5 model's mean NLL is at most the SVGP's mean plus the larger of the two standard errors). The
+count is `flowgp.reporting.comparison.inducing_claim`, which the documentation's "Reproducing the papers" page
+also computes from the same rows when the site is built.
 
     python -m benchmarks.studies.tgp_inducing_sweep docs/results/tgp/inducing-sweep-uci/uci.jsonl \\
         --out docs/results/tgp/inducing-sweep-uci
@@ -18,56 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-from collections import defaultdict
 from pathlib import Path
 
 from flowgp.bench.results import read_rows
-
-MODELS = ("svgp", "tgp", "pe-tgp", "ba-tgp")
-CLAIMANTS = ("ba-tgp", "pe-tgp")
-
-
-def mean_se(values):
-    n = len(values)
-    mean = sum(values) / n
-    se = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n) if n > 1 else float("nan")
-    return mean, se
-
-
-def summarise(rows):
-    """{(dataset, model, M): {"nll": (mean, se), "rmse": (mean, se), "splits": n}} over the rows' splits."""
-    groups = defaultdict(lambda: {"nll": [], "rmse": []})
-    for r in rows:
-        if r.get("task", "regression") != "regression" or r.get("model") not in MODELS:
-            continue
-        g = groups[(r["dataset"], r["model"], int(r["num_inducing"]))]
-        g["nll"].append(float(r["nll"]))
-        g["rmse"].append(float(r["rmse"]))
-    return {k: {"nll": mean_se(v["nll"]), "rmse": mean_se(v["rmse"]), "splits": len(v["nll"])}
-            for k, v in groups.items()}
-
-
-def claim_table(summary):
-    """One row per data set where the SVGP at M = 100 and a claimant at M = 5 both have rows."""
-    table = []
-    for dataset in sorted({k[0] for k in summary}):
-        ref = summary.get((dataset, "svgp", 100))
-        if ref is None:
-            continue
-        row = {"dataset": dataset, "svgp_m100_nll": ref["nll"][0], "svgp_m100_se": ref["nll"][1],
-               "svgp_splits": ref["splits"]}
-        for model in CLAIMANTS:
-            got = summary.get((dataset, model, 5))
-            if got is None:
-                continue
-            # one split has no standard error: then only "better than" counts
-            tolerance = max((se for se in (ref["nll"][1], got["nll"][1]) if not math.isnan(se)), default=0.0)
-            row[f"{model}_m5_nll"], row[f"{model}_m5_se"] = got["nll"]
-            row[f"{model}_splits"] = got["splits"]
-            row[f"{model}_holds"] = bool(got["nll"][0] <= ref["nll"][0] + tolerance)
-        table.append(row)
-    return table
+from flowgp.reporting.comparison import INDUCING_CLAIM_MODELS as MODELS
+from flowgp.reporting.comparison import INDUCING_CLAIMANTS as CLAIMANTS
+from flowgp.reporting.comparison import inducing_claim, inducing_claim_counts, inducing_summary
 
 
 def figure(summary, path):
@@ -98,8 +56,8 @@ def main(argv=None) -> int:
     p.add_argument("rows", help="uci.jsonl of the sweep")
     p.add_argument("--out", required=True, help="folder for claim.json, claim.md and nll_rmse_vs_m.png")
     args = p.parse_args(argv)
-    summary = summarise(read_rows(args.rows))
-    table = claim_table(summary)
+    summary = inducing_summary(read_rows(args.rows))
+    table = inducing_claim(summary)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "claim.json").write_text(json.dumps(table, indent=1) + "\n")
@@ -114,10 +72,10 @@ def main(argv=None) -> int:
             else:
                 cells += ["not run", ""]
         lines.append("| " + " | ".join(cells) + " |")
-    holds = {m: sum(r.get(f"{m}_holds", False) for r in table) for m in CLAIMANTS}
+    counts = inducing_claim_counts(table)
     lines.append("")
-    lines.append(f"Sets where the claim holds: BA-TGP {holds['ba-tgp']} of {len(table)}, "
-                 f"PE-TGP {holds['pe-tgp']} of {len(table)}.")
+    lines.append(f"Sets where the claim holds: BA-TGP {counts['ba-tgp'][0]} of {counts['ba-tgp'][1]}, "
+                 f"PE-TGP {counts['pe-tgp'][0]} of {counts['pe-tgp'][1]}.")
     (out / "claim.md").write_text("\n".join(lines) + "\n")
     figure(summary, out / "nll_rmse_vs_m.png")
     print("\n".join(lines))

@@ -1,20 +1,18 @@
 """The ``flowgp-reproduction`` directive: the "Reproducing the papers" page, computed from docs/results.
 
-Every number in "ours" columns is computed here, when the site is built, from the JSON-line rows that
-``flowgp bench`` (and the scripts in ``benchmarks/``) wrote under ``docs/results``, with the functions that
-``flowgp bench report`` uses; the published numbers come from ``flowgp.bench.report`` where the bench already
-compares with them, else from the table below. So the page cannot drift from the rows: rerunning a command and
-committing its rows changes the page at the next build. The prose per item (command, budget, the cause of each
-gap) is written here, next to the code that computes the numbers it explains. A result file that is missing
-makes the build warn (and fail under ``-W``).
+Every number in "ours" columns is computed when the site is built, from the JSON-line rows that ``flowgp bench``
+(and the scripts in ``benchmarks/``) wrote under ``docs/results``, by the table functions of `paper_tables` (with
+the functions that ``flowgp bench report`` uses); the published numbers come from ``flowgp.bench.report`` where
+the bench already compares with them, else from `paper_tables`. Each table puts ours next to the published value
+with the same columns where the rows and the paper allow: mean ± standard error, the difference in standard
+errors, the budget ratio. So the page cannot drift from the rows: rerunning a command and committing its rows
+changes the page at the next build. The prose per item (command, budget, the cause of each gap) is written here;
+it is phrased to stay true while results still being produced land. A result file that is missing makes the build
+warn (and fail under ``-W``), except the folders of runs in progress, whose cells say "not run yet".
 """
 from __future__ import annotations
 
-import json
-import math
-from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from docutils import nodes
@@ -22,217 +20,11 @@ from docutils.statemachine import StringList
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
+from paper_tables import (RESULTS, amogp_table, classification_table, cnf_table_i, cnf_table_iii, cnf_vs_dsvi_table,
+                          depth_trend_table, dgp_uci_table, dreg_table_1, inducing_claim_table, latent_demo_table,
+                          paper_comparison_table, rainfall_table, snr_table, timing_table, uci_rank_table)
+
 logger = logging.getLogger(__name__)
-RESULTS = Path(__file__).resolve().parents[1] / "results"
-
-
-# ----- reading rows -------------------------------------------------------------------------------------------
-def rows(*paths: str) -> list[dict]:
-    """The rows of these result files or folders (folders: every *.jsonl in them), duplicates dropped."""
-    from flowgp.bench.report import deduplicate
-    from flowgp.bench.results import read_rows
-
-    out = []
-    for p in paths:
-        path = RESULTS / p
-        files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
-        if not files or not all(f.exists() for f in files):
-            raise FileNotFoundError(f"docs/results/{p} has no result rows")
-        for f in files:
-            if not f.name.endswith(".errors.jsonl"):
-                out += [r for r in read_rows(f) if isinstance(r, dict)]
-    kept, _ = deduplicate(out)
-    return kept
-
-
-def mean_se(values) -> tuple[float, float, int]:
-    from flowgp.bench.report import mean_se as _mean_se
-
-    return _mean_se(list(values))
-
-
-def fmt(mean: float, se: float | None = None, digits: int = 3) -> str:
-    if mean is None or not math.isfinite(mean):
-        return "—"
-    return f"{mean:.{digits}f}" + (f" ± {se:.{digits}f}" if se is not None and math.isfinite(se) else "")
-
-
-# ----- tables: each returns (header, rows of cells) -------------------------------------------------------------
-def paper_comparison_table(folders, datasets):
-    """Ours against the TGP appendix's published numbers (``flowgp.bench.report.paper_comparison``)."""
-    from flowgp.bench.report import paper_comparison
-
-    table = []
-    for c in paper_comparison(rows(*folders)):
-        if c["dataset"] not in datasets:
-            continue
-        paper = fmt(c["paper_mean"], c["paper_std"]) + (" (std)" if c["paper_std"] is not None else "")
-        scheme = "" if c["scheme"] is None else ("joint" if c["scheme"] == 0 else f"noise fixed {c['scheme']:g}")
-        gap = f"{c['gap_in_se']:+.1f}" if math.isfinite(c["gap_in_se"]) else "—"
-        table.append([c["dataset"], c["model"], c["flow"], f"{c['size']:g}", scheme, c["metric"].upper(),
-                      f"{fmt(c['ours_mean'], c['ours_se'])} ({c['n']})", paper, gap, c["source"]])
-    header = ["data", "model", "flow", "M or fraction", "scheme", "metric", "ours: mean ± se (n)", "paper",
-              "gap / se", "source"]
-    return header, table
-
-
-def rainfall_table(folder):
-    """Rainfall RMSE per model, flow and noise scheme beside Table 4 (right), which is at M = N."""
-    from flowgp.bench.report import PAPER_REFERENCE, mean_std
-
-    published = {(model, flow): (mean, std) for ds, model, flow, _size, metric, mean, std, _src in PAPER_REFERENCE
-                 if ds == "rainfall" and metric == "rmse"}
-    groups = defaultdict(list)
-    for r in rows(folder):
-        if r.get("dataset") == "rainfall" and "rmse" in r:
-            flow = f"{r['flow']}:{r.get('flow_init', 'identity')}" if r.get("flow") else None
-            groups[(r["model"], flow, r.get("inducing_fraction"), r.get("fix_noise_fraction"))].append(r["rmse"])
-    header = ["model", "flow:init", "inducing fraction", "scheme", "ours RMSE mean ± std (n)", "paper (M = N)",
-              "gap / paper std"]
-    table = []
-    for (model, flow, frac, scheme), values in sorted(groups.items(), key=str):
-        ref = published.get((model, flow)) or (published.get((model, None)) if model == "svgp" else None)
-        mean, std, n = mean_std(values)
-        gap = f"{(mean - ref[0]) / ref[1]:+.1f}" if ref else "—"
-        table.append([model, flow if model != "svgp" else "—", f"{frac:g}", "joint" if not scheme else f"noise fixed {scheme:g}",
-                      f"{fmt(mean, std, 1)} ({n})", fmt(*ref, 1) if ref else "not published", gap])
-    return header, table
-
-
-def uci_rank_table(folder, models):
-    """Mean NLL per UCI set and model and the average NLL rank (the paper's Figs. 8 and appendix 5-7 are plots)."""
-    from flowgp.bench.report import benchmark_summary, rankings
-
-    summary = benchmark_summary([r for r in rows(folder) if r.get("model") in models])
-    header, table = ["data", "M"] + list(models), []
-    for (preset, task), t in sorted(summary.items()):
-        for (ds, m) in sorted(t):
-            cells = t[(ds, m)]
-            table.append([ds, str(m)] + [fmt(*cells[mod]["nll"][:2]) if mod in cells else "—" for mod in models])
-        for m, ranks in sorted(rankings(t, "nll").items()):
-            table.append(["**mean NLL rank**", str(m)] + [f"{ranks[mod][0]:.2f}" if mod in ranks else "—"
-                                                          for mod in models])
-    return header, table
-
-
-def timing_table(folder):
-    from flowgp.bench.timing import summarise
-
-    header = ["model", "repeats", "train median (s)", "ratio", "predict median (s)", "ratio"]
-    table = [[s["model"], str(s["repeats"]), f"{s['train_median_s']:.2f}", f"{s['train_ratio']:.2f}",
-              f"{s['predict_median_s']:.4f}", f"{s['predict_ratio']:.2f}"] for s in summarise(rows(folder))]
-    return header, table
-
-
-def classification_table(path):
-    groups = defaultdict(list)
-    for r in rows(path):
-        if "method" in r:
-            groups[(r["dataset"], r["method"])].append(r)
-    header = ["data", "method", "n", "accuracy", "test NLL"]
-    table = [[ds, method, str(len(rs)), fmt(*mean_se(r["accuracy"] for r in rs)[:2]),
-              fmt(*mean_se(r["nll"] for r in rs)[:2])] for (ds, method), rs in groups.items()]
-    return header, table
-
-
-def cnf_table_i(folder):
-    from flowgp.bench.report import CNF_TABLE_I, standardised_elbo
-
-    groups = defaultdict(list)
-    for r in rows(folder):
-        if r.get("dataset") == "boston" and standardised_elbo(r) is not None:
-            groups[r["model"]].append(standardised_elbo(r))
-    header = ["depth", "ours DSVI (n)", "ours CNF (n)", "paper NF", "paper IPVI"]
-    table = []
-    for depth, (nf, ipvi) in sorted(CNF_TABLE_I.items()):
-        dsvi, cnf = mean_se(groups.get(f"dgp{depth}", [])), mean_se(groups.get(f"cnf-dgp{depth}", []))
-        table.append([str(depth), f"{fmt(dsvi[0], None, 1)} ({dsvi[2]})", f"{fmt(cnf[0], None, 1)} ({cnf[2]})",
-                      f"{nf:.2f}", f"{ipvi:.2f}"])
-    return header, table
-
-
-def dgp_uci_table(folders, models):
-    """Mean test log-likelihood (original units, higher is better) per UCI set and model."""
-    groups = defaultdict(list)
-    for r in rows(*folders):
-        if r.get("preset") == "quick" and r.get("num_inducing") == 100:
-            groups[(r["dataset"], r["model"])].append(-r["nll"])
-    header = ["data"] + models
-    datasets = sorted({ds for ds, m in groups if m in models and m.startswith("dgp")})
-    table = [[ds] + [fmt(*mean_se(groups[(ds, m)])[:2], digits=2) if groups.get((ds, m)) else "—" for m in models]
-             for ds in datasets]
-    return header, table
-
-
-def cnf_vs_dsvi_table(folders, depths=(2, 3, 4)):
-    """The current ``cnf`` posterior against DSVI: test log-likelihood, paired by split."""
-    values = defaultdict(dict)
-    for r in rows(*folders):
-        if "nll" in r and "split" in r and r.get("preset") == "quick":
-            values[(r["dataset"], r["model"])][r["split"]] = -r["nll"]
-    header = ["data", "depth", "splits", "DSVI test LL", "cnf test LL", "cnf − DSVI (paired)"]
-    table = []
-    for ds in sorted({k[0] for k in values}):
-        for d in depths:
-            a, b = values.get((ds, f"dgp{d}"), {}), values.get((ds, f"cnf-dgp{d}"), {})
-            paired = sorted(set(a) & set(b))
-            if not paired:
-                continue
-            diff = mean_se(b[s] - a[s] for s in paired)
-            table.append([ds, str(d), str(len(paired)), fmt(*mean_se(a[s] for s in paired)[:2]),
-                          fmt(*mean_se(b[s] for s in paired)[:2]), fmt(*diff[:2], digits=4)])
-    return header, table
-
-
-#: the folder holding the reference-protocol rows (the batches the splits were run in are merged into its uci.jsonl)
-LDGP_FOLDERS = ("ldgp/table1-uci",)
-
-#: DGP-IWVI/DREG Table 1: test log-likelihood (standardised targets), REG and DREG, 2-layer latent DGP
-DREG_TABLE_1 = {"wine-red": (0.568, 0.611), "power": (0.211, 0.208)}
-
-
-def dreg_table_1(folders):
-    groups = defaultdict(list)
-    for r in rows(*folders):
-        if (r.get("model") in ("ldgp2-reg", "ldgp2-dreg") and r.get("preset", "").startswith("reference-e")
-                and r["preset"] != "reference-e300"):  # a 300-epoch smoke run
-            groups[(r["dataset"], r["model"], r["preset"])].append(-r["nll"] + math.log(r["y_scale"]))
-    header = ["data", "budget", "ours REG (n)", "ours DREG (n)", "paper REG", "paper DREG"]
-    table = []
-    for ds, (reg, dreg) in DREG_TABLE_1.items():
-        for preset in sorted({k[2] for k in groups if k[0] == ds}):
-            a, b = mean_se(groups[(ds, "ldgp2-reg", preset)]), mean_se(groups[(ds, "ldgp2-dreg", preset)])
-            table.append([ds, f"{preset.split('-e')[1]} epochs", f"{fmt(*a[:2])} ({a[2]})", f"{fmt(*b[:2])} ({b[2]})",
-                          f"{reg:.3f}", f"{dreg:.3f}"])
-    return header, table
-
-
-def snr_table(path):
-    groups = {}
-    for r in rows(path):
-        groups[(r["layers"], r["gradient"], r["num_importance"])] = r["snr"]
-    ks = sorted({k[2] for k in groups})
-    header = ["depth", "gradient"] + [f"K = {k}" for k in ks]
-    table = [[str(d), g.upper()] + [fmt(groups.get((d, g, k)), None) for k in ks]
-             for d in sorted({k[0] for k in groups}) for g in ("reg", "dreg")]
-    return header, table
-
-
-def latent_demo_table(path):
-    data = json.loads((RESULTS / path).read_text())
-    header = ["model", "test log-likelihood per point"]
-    return header, [[name, fmt(m["test_log_likelihood"])] for name, m in data["models"].items()]
-
-
-def amogp_table(path):
-    groups = defaultdict(list)
-    for r in rows(path):
-        groups[r["model"]].append(r)
-    header = ["model", "seeds", "gap RMSE", "gap test log-lik per point"]
-    table = [[m, str(len(rs)), fmt(*mean_se(r["rmse"] for r in rs)[:2]),
-              fmt(*mean_se(r["test_ll"] for r in rs)[:2])]
-             for m, rs in groups.items()]
-    return header, table
 
 
 # ----- the page's content ---------------------------------------------------------------------------------------
@@ -246,6 +38,16 @@ class Item:
     table: Callable[[], tuple] | None = None
     source: tuple = field(default_factory=tuple)
 
+
+#: the folder holding the reference-protocol rows (the batches the splits were run in are merged into its uci.jsonl)
+LDGP_FOLDERS = ("ldgp/table1-uci",)
+#: Table 1 with both objectives (both estimators, the authors' splits), while its runs land
+LDGP_TABLE1 = ("ldgp/table1-uci/table1",)
+#: Table III's data sets and the folders of their rows (None: the data are not available here)
+IMAGE_FOLDERS = {"mnist": None, "fashion-mnist": "cnf-dgp/table3-images/fashion-mnist", "cifar10": None}
+DEPTH_TREND = ("cnf-dgp/fig3-uci-quick", "cnf-dgp/table1-boston-paper-budget",
+               "cnf-dgp/table1-depth-trend/ablation.jsonl")
+SWEEP = "tgp/inducing-sweep-uci/uci.jsonl"
 
 TGP = "TGP paper (Maroñas et al., AISTATS 2021) and its appendix"
 CNF = "CNF-DGP paper (Yu et al., IJCNN 2021)"
@@ -283,7 +85,10 @@ PAPERS: dict[str, list[Item]] = {
              "1 000 epochs against 20 000, at 25 % inducing points (the paper does not state its M)",
              "RMSE mean ± std over 5 folds × 2 seeds at M = N (Table 4, right); Table 2 averages every flow",
              "Our fits use 25 % of the points as inducing points, so the gap is in units of the paper's fold "
-             "standard deviation, not a test. All within one paper standard deviation except two. Our TGP with SAL+softplus is far better "
+             "standard deviation, not a test (the column \"gap / paper std\"; the difference in combined "
+             "standard errors, with the paper's std ÷ √10, is shown too, but it compares fits at different M). "
+             "All within one "
+             "paper standard deviation except two. Our TGP with SAL+softplus is far better "
              "(about 50 against 73): the paper reports that flow failing on this set, ours starts from the data "
              "initialisation of appendix eq. 30. Our v-WGP with softplus is worse by about one std. As in the "
              "paper, no model beats the plain GP in RMSE beyond the fold-to-fold spread.",
@@ -297,15 +102,38 @@ PAPERS: dict[str, list[Item]] = {
              "validation splits (one SAL flow and one 50-unit ReLU layer everywhere), and the standard 90/10 splits "
              "instead of the paper's random 10-fold partitions; PE-TGP overfits there (coverage 0.88), BA-TGP's "
              "dropout average restores 0.93, which is the paper's argument for the Bayesian flow. **concrete**: our "
-             "PE-TGP and BA-TGP are better than the paper's; we did not find why the paper's PE-TGP is worse than "
-             "its SVGP there.",
+             "PE-TGP is better than the paper's in NLL and RMSE, our BA-TGP in RMSE (its NLL is within one standard "
+             "error of the paper's); we did not find why the paper's PE-TGP is worse than its SVGP there.",
              lambda: paper_comparison_table(["tgp/uci-quick"], {"concrete", "boston"}), ("tgp/uci-quick",)),
+        Item("Abstract, Fig. 9 and appendix Fig. 5: 5 inducing points and an input-dependent flow against an "
+             "SVGP with 100",
+             "flowgp bench uci --models svgp,tgp,pe-tgp,ba-tgp --inducing 5,10,20,50,100 --splits 0-9 --preset quick "
+             "--out docs/results/tgp/inducing-sweep-uci",
+             "``--preset quick``: about 1 500 Adam steps (minibatch 512) at every M, against the paper's 15 000 "
+             "epochs",
+             "a claim and plots, no numbers: \"even with only 5 inducing points and an input-dependent flow, our "
+             "method is consistently competitive with a standard sparse GP fitted using 100 inducing points\" "
+             "(abstract); appendix B.6.1 names kin8nm, power and concrete as the sets where BA-TGP at M = 5 is "
+             "similar to M = 100",
+             "The claim holds on a set when the M = 5 model's mean test NLL is at most the SVGP's at M = 100 plus the "
+             "larger of the two standard errors (``flowgp.reporting.comparison.inducing_claim``, the count in the "
+             "last row; ``python -m benchmarks.studies.tgp_inducing_sweep`` writes the same table and the figure of "
+             "NLL against M). The difference column compares ours with ours: the M = 5 model against the SVGP at "
+             "M = 100, in their combined standard error (negative: the M = 5 model is better). The sweep is still "
+             "running: a set appears once both models have rows, with the splits finished so far, and M = 10, 20 "
+             "and 50 are not part of the claim. **energy** is where the claim fails at this budget, and at the "
+             "paper's 15 000 epochs too (splits 0-2: the gap stays 0.35-0.42 nats, "
+             "``docs/results/tgp/inducing-sweep-uci/energy-budget``), so the budget is not the cause; the paper's "
+             "appendix does not name energy among the sets where 5 points suffice (its heating load is a smooth "
+             "function of 8 inputs that 5 inducing points cannot cover: the SVGP at M = 5 scores far worse there).",
+             lambda: inducing_claim_table(SWEEP), (SWEEP,)),
         Item("Fig. 8, Fig. 9 and appendix Figs. 5-7: NLL across the UCI sets and the ranking",
              "flowgp bench report docs/results/tgp/uci-quick --out docs/results/tgp/report-quick", QUICK_UCI,
              "plots only (the ranking: BA-TGP best, then PE-TGP, TGP, SVGP)",
-             "Same ordering of the mean ranks as the paper's. On power and wine-red every model is within "
-             "0.01 nats (these sets are close to homoscedastic Gaussian once standardised). The paper's varying "
-             "numbers of inducing points and its two larger sets (Fig. 10) are not run.",
+             "Same ordering of the mean ranks as the paper's. On power and wine-red every model is within about "
+             "one standard error of the others (these sets are close to homoscedastic Gaussian once standardised). "
+             "The paper's smaller numbers of inducing points are in the item on the abstract's claim above; its two "
+             "larger sets (Fig. 10) are not run.",
              lambda: uci_rank_table("tgp/uci-quick", ["svgp", "tgp", "pe-tgp", "ba-tgp"]), ("tgp/uci-quick",)),
         Item("Fig. 11: training and prediction time, TGP against a 3-layer deep GP (energy)",
              "flowgp bench timing --dataset energy --models svgp,tgp,dgp3 --epochs 200 --repeats 5 "
@@ -320,9 +148,9 @@ PAPERS: dict[str, list[Item]] = {
              "a plot",
              "Test log-likelihood (higher is better), all from the quick preset on the same ten splits. The deep GPs "
              "are ahead of the TGP where composition helps most (kin8nm, energy); the BA-TGP is within about two "
-             "standard errors of the deep GPs on boston, concrete, power and wine-red and behind them on energy "
-             "and kin8nm. So at this budget the paper's claim (a TGP ranks with 3-layer deep GPs) holds for the "
-             "BA-TGP on four of six sets. The deep GPs were run on six of the paper's nine sets (the shared data "
+             "standard errors of the deep GPs on boston, concrete, energy (where it is ahead of them by about one), "
+             "power and wine-red, and behind them on kin8nm. So at this budget the paper's claim (a TGP ranks with "
+             "3-layer deep GPs) holds for the BA-TGP on five of six sets. The deep GPs were run on six of the paper's nine sets (the shared data "
              "hold seven UCI sets; yacht was not run for the deep GPs).",
              lambda: dgp_uci_table(("tgp/uci-quick", "cnf-dgp/fig3-uci-quick"), ["svgp", "tgp", "ba-tgp", "dgp2", "dgp3", "dgp4"]),
              ("tgp/uci-quick", "cnf-dgp/fig3-uci-quick")),
@@ -344,7 +172,8 @@ PAPERS: dict[str, list[Item]] = {
         Item("Table I: training ELBO on boston, 2-5 layers",
              "flowgp bench uci --preset quick --datasets boston --splits 0 --inducing 100 --models "
              "dgp2,dgp3,dgp4,dgp5,cnf-dgp2,cnf-dgp3,cnf-dgp4,cnf-dgp5 --out docs/results/cnf-dgp/flow-vs-dsvi-uci/boston-table1",
-             "split 0, quick budget", "mean ELBOs over 10 runs (NF and IPVI)",
+             "split 0, quick budget", "mean ELBOs over 10 runs (NF and IPVI), no spread, no units and no budget stated: "
+             "the table has no difference or budget-ratio column",
              "Not comparable in level: the paper does not state its normalisation (we report the ELBO for "
              "standardised targets) and IPVI is not implemented (DSVI stands in). Compare orderings: in the "
              "paper the ELBO rises with depth and NF is above IPVI; ours falls with depth at this budget (deeper "
@@ -354,6 +183,22 @@ PAPERS: dict[str, list[Item]] = {
              "layers start at their identity with no KL; normalisation cannot reverse an ordering, and the paper's "
              "level fits neither reading of its units: ``docs/results/cnf-dgp/table1-depth-trend``.",
              lambda: cnf_table_i("cnf-dgp/flow-vs-dsvi-uci/boston-table1"), ("cnf-dgp/flow-vs-dsvi-uci/boston-table1",)),
+        Item("Table I: the ordering with depth, protocol by protocol",
+             "python -m benchmarks.studies.cnf_dgp_depth_trend --variant identity-start --layers 2,3,4,5 "
+             "--epochs 1500 --out docs/results/cnf-dgp/table1-depth-trend/ablation.jsonl",
+             "1 500 steps (quick, full batch) and 15 000 (the bench's paper preset); the paper states no budget, "
+             "so there is no budget ratio",
+             "NF and IPVI at 2-5 layers, both rising with depth (no spread, no units)",
+             "Orderings compare, levels do not: normalisation cannot reverse an ordering (the standardised and "
+             "raw-target bounds differ by the same N·log s at every depth), and the paper's level fits neither "
+             "reading of its units. With the bench's start DSVI's bound falls with depth at the quick budget: each "
+             "hidden layer starts near-deterministic and pays its KL first, so the deeper model is still behind at "
+             "1 500 steps. At 15 000 steps it is flat within about a nat, and at 1 500 steps with the hidden layers "
+             "started at their identity (no KL) it no longer falls. No protocol makes it rise like the paper's: a "
+             "deep GP contains the shallower one, so its converged bound rises only where the extra layer helps the "
+             "fit, and on boston it does not. Details, the KL per layer and the learning curves: "
+             "``docs/results/cnf-dgp/table1-depth-trend``.",
+             lambda: depth_trend_table(*DEPTH_TREND), DEPTH_TREND),
         Item("Fig. 3: test log-likelihood on the UCI sets, DSVI and NF deep GPs",
              "flowgp bench uci --preset quick --splits 0-9 --inducing 100 --models svgp,dgp2,dgp3,dgp4,cnf-dgp2,"
              "cnf-dgp3,cnf-dgp4 --out docs/results/cnf-dgp/flow-vs-dsvi-uci", QUICK_UCI, "a plot (NF best on average)",
@@ -369,31 +214,56 @@ PAPERS: dict[str, list[Item]] = {
              "Not reproduced: the airline data are not available here. Step times against GPyTorch's deep GP are "
              "in ``docs/results/perf/step-time/dgp_step_time_2026-11-25.json`` and ``docs/results/perf/gpu``."),
         Item("Table III: image classification (MNIST, Fashion-MNIST, CIFAR-10)",
-             "flowgp bench images --datasets mnist,fashion-mnist,cifar10 --models sgp,dgp4,cnf-dgp4 --skip conv "
-             "--out runs/images", "—", "accuracy (%) of SGP and 4-layer DGPs",
-             "Not reproduced yet. MNIST and CIFAR-10 are not available here (no package ships them); Fashion-MNIST "
-             "is (Debian's ``dataset-fashion-mnist``, checked against the published MD5 sums), and its rows at the "
-             "paper's protocol are not run yet (the DGP-4 + CSC step and its speed-up are in "
-             "``docs/results/cnf-dgp/table3-images``). The same models run on scikit-learn's 8×8 digits there; "
-             "that table is not comparable with Table III."),
+             "flowgp bench images --datasets fashion-mnist --models sgp,dgp4 --skip conv,dense --preset paper "
+             "--dtype float32 --out docs/results/cnf-dgp/table3-images/fashion-mnist; flowgp bench images --datasets "
+             "fashion-mnist --models dgp4,cnf-dgp4 --skip conv --preset quick --steps 3000 --dtype float32 "
+             "--out docs/results/cnf-dgp/table3-images/fashion-mnist",
+             "the bench's ``paper`` preset: 20 000 steps of 256 images, M = 100, 100 prediction samples (the paper "
+             "states only L = 4, M = 100 and the robust max); the flow posterior 3 000 steps on the CPU, beside DSVI "
+             "at the same 3 000",
+             "mean test accuracy (%) with convolutions, no spread: SGP and 4-layer DGPs by DSVI, SGHMC, IPVI and NF; "
+             "Fashion-MNIST SGP DSVI 86.98 / NF 87.14, DGP 4 DSVI 91.57 / IPVI 91.78 / NF 92.03",
+             "MNIST and CIFAR-10 are not available here (no package ships them), so their cells say so. "
+             "Fashion-MNIST is (Debian's ``dataset-fashion-mnist``, checked against the published MD5 sums): its "
+             "cells fill in from ``docs/results/cnf-dgp/table3-images/fashion-mnist`` as its fits land, and say "
+             "\"not run yet\" until then. Our SGP is a DSVI sparse GP, ``dgp4`` the DSVI DGP 4 (with the "
+             "convolutional skip, CSC, or the dense one it replaces) and ``cnf-dgp4`` the flow posterior, so each "
+             "is set beside the DSVI or NF cell; IPVI and SGHMC are not implemented. The paper gives no spread, so "
+             "the difference uses our standard error over seeds (one seed: none). The DGP-4 + CSC step and its "
+             "speed-up are in ``docs/results/cnf-dgp/table3-images``, where the same models also run on "
+             "scikit-learn's 8×8 digits; that table is not comparable with Table III.",
+             lambda: cnf_table_iii(IMAGE_FOLDERS), tuple(f for f in IMAGE_FOLDERS.values() if f)),
     ],
     DREG: [
         Item("Table 1 and Fig. 4: test log-likelihood of a 2-layer latent DGP, REG against DREG",
              "flowgp bench uci --preset reference --datasets wine-red --splits 0-19 --models ldgp2-reg,ldgp2-dreg "
-             "--out docs/results/ldgp/table1-uci",
+             "--out docs/results/ldgp/table1-uci; flowgp bench uci --datasets wine-red --models ldgp2-reg,ldgp2-dreg,"
+             "ldgp2-reg-per-slot,ldgp2-dreg-per-slot --splits 0-19 --inducing 128 --preset reference --epochs 3334 "
+             "--out docs/results/ldgp/table1-uci/table1 (power: --epochs 589)",
              "``--preset reference``: the supplement's protocol (K = 5, batch 512) for 10 000 iterations "
-             "(3 334 epochs of wine-red, 589 of power), against 300 000", "test log-likelihood (standardised targets), 20 splits",
-             "**wine-red**: above the paper's level at 3 % of its budget; REG and DREG tie (the paper's own "
-             "per-split scores give a difference of +0.043 ± 0.239, also a tie). **power**: below the paper: "
-             "the fits are still improving at 3 % of the budget (learning curves in "
-             "``docs/results/ldgp/table1-uci``).",
-             lambda: dreg_table_1(LDGP_FOLDERS), LDGP_FOLDERS),
+             "(3 334 epochs of wine-red, 589 of power), against 300 000",
+             "test log-likelihood (standardised targets), 20 splits, REG / DREG: power 0.211 / 0.208, wine-red "
+             "0.568 / 0.611; the standard errors are computed from the authors' 20 per-split scores (their code's "
+             "published file), which were trained on their per-slot objective",
+             "Two objectives: the valid bound flowgp trains (the hidden layer drawn jointly over the K importance "
+             "samples) and the authors' per-slot objective (``objective=\"per-slot\"``: each sample's hidden layer "
+             "drawn from its own marginal), which is not a bound; the published numbers are of the second. Rows of "
+             "the per-slot objective on all splits fill in from ``docs/results/ldgp/table1-uci/table1`` and say "
+             "\"not run yet\" until then. "
+             "**wine-red**, valid bound: above the paper's level at 3 % of its budget; REG and DREG tie (the paper's "
+             "own per-split scores give a difference of +0.043 ± 0.239, also a tie). **power**, valid bound: below "
+             "the paper: the fits are still improving at 3 % of the budget (learning curves in "
+             "``docs/results/ldgp/table1-uci``), and the rest of the gap is the objective: trained on the per-slot "
+             "objective with the authors' K = 50 and batch 64, our model scored 0.2535 at their full budget on their "
+             "split 8, against their 0.2556 (``docs/results/ldgp/table1-uci``, \"The power row\").",
+             lambda: dreg_table_1(LDGP_FOLDERS, LDGP_TABLE1), LDGP_FOLDERS + LDGP_TABLE1),
         Item("Figs. 1-3 and 8-9: signal-to-noise ratio of the q(z) gradient against K",
              "flowgp bench snr --dataset demo --layers 1,2,3,4 --num-importance 1,2,5,10,20,50 --gradient reg,dreg "
              "--out docs/results/ldgp/fig3-snr", "models trained 2 500 iterations; Q = 200 gradient draws at 10 points",
              "plots: REG's SNR falls with K, DREG's rises",
              "Same behaviour at every depth. With Q = 200 draws at 10 points single entries are noisy; DREG dips "
-             "from K = 1 to K = 2 at depths 2-4 (at K = 1 DREG is the path-derivative estimator).",
+             "from K = 1 to K = 2 at depths 3 and 4 and is flat there at depths 1 and 2 (at K = 1 DREG is the "
+             "path-derivative estimator).",
              lambda: snr_table("ldgp/fig3-snr/snr.jsonl"), ("ldgp/fig3-snr/snr.jsonl",)),
         Item("Figs. 5 and 7: multimodal predictions on the demo data",
              "python benchmarks/latent_dgp_demo.py --out docs/results --iterations 3000 --test-samples 2000",
