@@ -87,7 +87,9 @@ def test_learning_curve_figure_labels_axes_lines_and_the_published_values(tmp_pa
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["dgp4, skip conv", "sgp", "Table III, DGP 4, NF: 92.03 %"]
     assert full.get_ylabel() == zoom.get_ylabel() == "test accuracy (%)" and nll.get_ylabel() == "test NLL (nats per image)"
     assert full.get_xlabel() == "training steps (batches of 256 images)" and fig.get_suptitle().startswith("2000")
-    assert zoom.get_ylim()[0] < 86.0 and zoom.get_ylim()[1] > 92.03  # the last points and the published value
+    assert zoom.get_ylim() == (88.0, 93.03)  # from the best last point to the published value
+    far = learning_curve_figure({"sgp": {"step": [1, 2], "accuracy": [20.0, 30.0]}}, references={"r": 92.0})
+    assert far.axes[1].get_ylim() == (80.0, 93.0)  # at most 10 points below the published value
     assert [round(line.get_ydata()[0], 2) for line in full.lines[2:]] == [92.03]  # the reference line
     alone = learning_curve_figure({"sgp": {"step": [1, 2], "accuracy": [50.0, 60.0]}})
     assert len(alone.axes) == 1 and alone.axes[0].get_ylabel() == "test accuracy (%)"

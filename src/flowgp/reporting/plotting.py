@@ -26,6 +26,7 @@ import math
 import numpy as np
 from matplotlib import rcParams
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 __all__ = ["demo_figure", "interval_label", "benchmark_figure", "application_figure", "snr_figure", "amogp_layers_figure",
            "amogp_alignments_figure", "pm25_holdout_figure", "plot_warping_curves", "latent_demo_figure",
@@ -418,12 +419,16 @@ def learning_curve_figure(lines, path=None, *, references=None, title=None, xlab
     if references:
         finals = [float(_array(line["accuracy"])[-1]) for line in lines.values() if len(line["accuracy"])]
         values = list(references.values())
-        accuracy_axes[1].set_ylim(min(values + finals) - 2.0, max(values + finals) + 1.0)
+        # down to the best last point, but at most 10 points below the lowest published value
+        best = max(finals) if finals else min(values)
+        low = max(min(min(values), best), min(values) - 10.0)
+        accuracy_axes[1].set_ylim(low - 2.0, max(values + finals) + 1.0)
         accuracy_axes[1].set_title("near the published values", fontsize="medium")
     if with_nll:
         axes[-1].set_ylabel("test NLL (nats per image)")
     for ax in axes:
         ax.set_xlabel(xlabel)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     fig.legend(loc="lower center", ncol=min(3, max(1, len(lines) + len(references))), fontsize="small",
                frameon=False)
