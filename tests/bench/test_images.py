@@ -261,3 +261,36 @@ def test_the_curve_figure_is_written(tmp_path, capsys):
     capsys.readouterr()
     assert _main("images-curve", tmp_path / "two.jsonl", "--figure", tmp_path / "two.png") == 2
     assert "--dataset" in capsys.readouterr().err and not (tmp_path / "two.png").exists()
+
+
+def test_training_state_goes_to_runs_bench_never_under_the_results_folder(tmp_path, monkeypatch):
+    # by default a fit's state lives in runs/bench/<name of OUT> under the current directory (the repository
+    # root for the commands of docs/results), apart from the rows: an interrupted fit leaves none under OUT
+    from flowgp.bench import learning_curve
+
+    original = learning_curve.append_point
+
+    def interrupted(path, row):
+        monkeypatch.setattr(learning_curve, "append_point", original)  # once: a Ctrl-C at the first point
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(learning_curve, "append_point", interrupted)
+    out = tmp_path / "docs" / "results" / "table3" / "fashion"
+    assert _main(*_CURVE, "--models", "sgp", "--steps", 8, "--curve-every", 2, "--out", out) == 130
+    assert len(list((tmp_path / "runs" / "bench" / "fashion").glob("*.pt"))) == 1
+    assert not list((tmp_path / "docs").rglob("*.pt"))
+
+
+def test_a_fit_continues_its_curve_only_with_the_subset_and_samples_it_began_with(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    begun = {"dataset": "digits", "model": "sgp", "skip": "none", "seed": 0, "preset": "tiny", "max_train": None,
+             "steps": 8, "dtype": "float64", "curve_test": 60, "curve_samples": 2, "step": 2, "accuracy": 0.5}
+    (out / "curve.jsonl").write_text(json.dumps(begun) + "\n")
+    run = ("images", "--datasets", "digits", "--preset", "tiny", "--models", "sgp", "--steps", 8, "--curve-every", 2,
+           "--out", out, "--quiet")
+    assert _main(*run, "--curve-test", 100, "--curve-samples", 2) == 2
+    err = capsys.readouterr().err
+    assert "--curve-test 60 images with --curve-samples 2" in err and not (out / "images.jsonl").exists()
+    assert _main(*run, "--curve-test", 60, "--curve-samples", 2) == 0  # the same settings continue it
+    assert [p["step"] for p in _points(out / "curve.jsonl")] == [2, 4, 6, 8]
