@@ -82,7 +82,7 @@ def stratified_subset(labels, size: int, seed: int = 0) -> np.ndarray:
     Examples:
         >>> from flowgp.bench.learning_curve import stratified_subset
         >>> stratified_subset([0, 0, 0, 0, 1, 1, 1, 1], 4).tolist()
-        [0, 3, 5, 6]
+        [0, 2, 6, 7]
     """
     labels = np.asarray(labels)
     size = positive_steps(size, "size")
