@@ -121,3 +121,54 @@ def test_deep_fits_checkpoint_at_least_every_thousand_steps(monkeypatch, tmp_pat
     deep.DeepGPClassifier(layers=2, num_inducing=4, batch_size=2, epochs=1, verbose=False, kmeans_restarts=1,
                           checkpoint=str(tmp_path / "fit.pt")).fit(x, y)
     assert seen == [50]
+
+
+class _Steps:
+    """A caller's training callback with state: counts the steps it saw; raises KeyboardInterrupt (a Ctrl-C)
+    after step `stop` (1-based) if given."""
+
+    def __init__(self, stop=None):
+        self.stop, self.seen, self.loaded = stop, 0, None
+
+    def __call__(self, step, loss, model):
+        self.seen += 1
+        if self.stop is not None and step + 1 == self.stop:
+            raise KeyboardInterrupt
+
+    def state_dict(self):
+        return {"seen": self.seen}
+
+    def load_state_dict(self, state):
+        self.loaded = dict(state)
+
+
+def test_a_fit_callback_runs_next_to_the_flow_average_and_resumes_with_it(tmp_path):
+    # DeepGP*.fit(callback=...) goes to the training loop next to the flow posterior's own averaging callback: the
+    # fit is the one without it, an interrupted fit resumes both states (the average's, hence the same selected
+    # flow), and checkpoints written with and without the caller's callback resume either way
+    import torch
+    from flowgp.training.loop import TrainingInterrupted
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, (60, 2))
+    y = np.tanh(3 * X[:, 0]) + 0.05 * rng.standard_normal(60)
+
+    def fit(path=None, callback=None):
+        est = DeepGPRegressor(layers=2, posterior="cnf", num_inducing=8, epochs=6, batch_size=20, verbose=False,
+                              checkpoint=None if path is None else str(path))
+        return est.fit(X, y, callback=callback)
+
+    def same(est):
+        return all(torch.equal(state[k], v) for k, v in est.model_.state_dict().items())
+
+    state = fit().model_.state_dict()
+    steps = _Steps()
+    assert same(fit(callback=steps)) and steps.seen == 18
+    with pytest.raises(TrainingInterrupted):
+        fit(tmp_path / "a.pt", _Steps(stop=7))
+    again = _Steps()
+    assert same(fit(tmp_path / "a.pt", again)) and (again.seen, again.loaded) == (11, {"seen": 7})
+    assert same(fit(tmp_path / "a.pt"))  # its finished state, read by the flow average alone
+    fit(tmp_path / "b.pt")  # a finished state written without the caller's callback ...
+    later = _Steps()
+    assert same(fit(tmp_path / "b.pt", later)) and (later.seen, later.loaded) == (0, None)  # ... read with one

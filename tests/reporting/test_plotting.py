@@ -73,3 +73,23 @@ def test_warping_curves_figure_draws_one_column_per_input_and_output_zero():
     fig = plot_warping_curves(g, {"point": point, "mean": point, "std": 0 * point}, labels=["a", "b", "c"])
     assert len(fig.axes) == 6 and [ax.get_title() for ax in fig.axes[:3]] == ["a", "b", "c"]
     np.testing.assert_allclose(fig.axes[1].lines[0].get_ydata(), 2 * g)  # output 0 of input 1
+
+
+def test_learning_curve_figure_labels_axes_lines_and_the_published_values(tmp_path):
+    from flowgp.reporting.plotting import learning_curve_figure
+
+    lines = {"dgp4, skip conv": {"step": [100, 200], "accuracy": [80.0, 90.0], "nll": [0.6, 0.3]},
+             "sgp": {"step": [100, 200], "accuracy": [75.0, 86.0], "nll": [0.7, 0.4]}}
+    fig = learning_curve_figure(lines, tmp_path / "c.png", references={"Table III, DGP 4, NF": 92.03},
+                                title="2000 test images, 5 samples", xlabel="training steps (batches of 256 images)")
+    assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
+    full, zoom, nll = fig.axes
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["dgp4, skip conv", "sgp", "Table III, DGP 4, NF: 92.03 %"]
+    assert full.get_ylabel() == zoom.get_ylabel() == "test accuracy (%)" and nll.get_ylabel() == "test NLL (nats per image)"
+    assert full.get_xlabel() == "training steps (batches of 256 images)" and fig.get_suptitle().startswith("2000")
+    assert zoom.get_ylim() == (88.0, 93.03)  # from the best last point to the published value
+    far = learning_curve_figure({"sgp": {"step": [1, 2], "accuracy": [20.0, 30.0]}}, references={"r": 92.0})
+    assert far.axes[1].get_ylim() == (80.0, 93.0)  # at most 10 points below the published value
+    assert [round(line.get_ydata()[0], 2) for line in full.lines[2:]] == [92.03]  # the reference line
+    alone = learning_curve_figure({"sgp": {"step": [1, 2], "accuracy": [50.0, 60.0]}})
+    assert len(alone.axes) == 1 and alone.axes[0].get_ylabel() == "test accuracy (%)"

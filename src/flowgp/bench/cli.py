@@ -58,7 +58,7 @@ _SUBCOMMAND_MODULES = (
     "report",
     "snr",
     "amogp",
-    "images",
+    "images",         # also `images-curve` (SUBCOMMANDS)
     "latent_demo",
     "dgp_tables",
     "ldgp_tables",

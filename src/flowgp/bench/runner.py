@@ -272,11 +272,13 @@ def _remove_checkpoint(checkpoint: str) -> None:
             break  # other fits' files (parallel workers, interrupted rows), or other runs' folders, are still there
 
 
-def fit_and_score(est, split, task: str = "regression", checkpoint: str | None = None) -> dict:
+def fit_and_score(est, split, task: str = "regression", checkpoint: str | None = None, callback=None) -> dict:
     """Fit on the split's training part only (the estimators standardise on what they are fitted on, so no
     test statistics leak in), then score on its test part; adds train/predict wall seconds. `checkpoint`: a
     file for an estimator that takes one (a rerun's fit continues from the state an interrupted one left there),
-    removed once the scores are in."""
+    removed once the scores are in. `callback`: passed to `est.fit` (a `train` callback, e.g. a
+    `flowgp.bench.learning_curve.CurveRecorder`), for estimators whose fit takes one."""
+    fit_options = {} if callback is None else {"callback": callback}
     resumable = checkpoint is not None and "checkpoint" in inspect.signature(type(est)).parameters
     if resumable:
         est.checkpoint = checkpoint
@@ -284,7 +286,7 @@ def fit_and_score(est, split, task: str = "regression", checkpoint: str | None =
     earlier = _earlier_training_seconds(checkpoint) if resuming else 0.0
     start = time.perf_counter()
     try:
-        est.fit(split.x_train, split.y_train)
+        est.fit(split.x_train, split.y_train, **fit_options)
     except (ValueError, KeyError, RuntimeError) as err:
         if not (resuming and _stale(err, checkpoint)):
             raise  # the fit's own failure: a checkpoint stays for a rerun after the cause is fixed
@@ -295,7 +297,7 @@ def fit_and_score(est, split, task: str = "regression", checkpoint: str | None =
         _remove_checkpoint(checkpoint)
         earlier = 0.0
         start = time.perf_counter()
-        est.fit(split.x_train, split.y_train)
+        est.fit(split.x_train, split.y_train, **fit_options)
     train_seconds = time.perf_counter() - start
     start = time.perf_counter()
     if task == "classification":

@@ -36,7 +36,7 @@ from .regression import SVGPRegressor
 
 if TYPE_CHECKING:  # names of the signatures' annotations only
     import os
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from numpy.typing import ArrayLike
     from typing_extensions import Self
@@ -156,9 +156,10 @@ class _DeepMixin:
 
         return factory
 
-    def _fit_model(self, xt, yt, sampler=None):
+    def _fit_model(self, xt, yt, sampler=None, callback=None):
         """Build the model from (xt, yt) and train it on them, or on `sampler()` (a fresh flowgp.training.batches sampler
-        per training stage, e.g. over a streamed table; the model is then built from a sample of it)."""
+        per training stage, e.g. over a streamed table; the model is then built from a sample of it). `callback`:
+        the caller's `train` callback, called after every step of the main stage (not of a DSVI warm start)."""
         # every draw (flow-posterior networks, Monte Carlo samples) comes from generators made from `seed`
         self.model_ = self._build(xt, yt)
         warm_epochs = int(round(float(self.dsvi_warmup) * self.epochs))
@@ -181,7 +182,7 @@ class _DeepMixin:
         select = self.posterior == "cnf" and self.flow_selection
         average = _FlowAverage(self.model_.posterior.parameters()) if select else None
         history += list(train(self.model_, **self._train_data(xt, yt, sampler), epochs=self.epochs - warm_epochs,
-                              lr=self.lr, optimizer=self._optimizer(), callback=average,
+                              lr=self.lr, optimizer=self._optimizer(), callback=_combined(average, callback),
                               fix_noise_fraction=fix_noise, seed=self.seed_, verbose=self.verbose,
                               compile=self.compile, desc=type(self).__name__, checkpoint_path=self.checkpoint_path(),
                               checkpoint_every=every))
@@ -193,12 +194,12 @@ class _DeepMixin:
                                                        alternatives={"averaged": average.average})
         self.model_.eval()
 
-    def _fit_table(self, X, y):
+    def _fit_table(self, X, y, callback=None):
         """`fit` on a streamed table (Estimator.fit_stream); images are refused (their scaling is global)."""
         if self.image_shape is not None:
             raise ValueError("image_shape: images are scaled by one mean and scale over all pixels, which a "
                              "streamed fit does not compute; pass the images as arrays")
-        return self.fit_stream(X, y)
+        return self.fit_stream(X, y, callback=callback)
 
     def _deep_state(self) -> dict:
         return {"num_inducing_fitted": self.model_.layers[0].num_inducing, "y_dim": self.model_.num_outputs}
@@ -237,8 +238,39 @@ class _FlowAverage:
         return {"average": [a.clone() for a in self.average]}
 
     def load_state_dict(self, state) -> None:
+        state = state.get("flow_average", state)  # (saved next to a caller's callback: `_Callbacks`)
         for a, saved in zip(self.average, state["average"]):
             a.copy_(saved)
+
+
+def _combined(average, callback):
+    """The `train` callback of a fit: the flow average, the caller's callback, both (`_Callbacks`) or None."""
+    if callback is None or average is None:
+        return average if callback is None else callback
+    return _Callbacks(average, callback)
+
+
+class _Callbacks:
+    """The flow average and a caller's callback in one `train` callback: both called after every step (the run
+    stops when the caller's returns a true value), both states kept in the checkpoints. A state saved by the
+    flow average alone (a fit begun without the caller's callback) resumes the average, and the caller's
+    callback starts without one."""
+
+    def __init__(self, average, callback):
+        self.average, self.callback = average, callback
+
+    def __call__(self, step, loss, model):
+        self.average(step, loss, model)
+        return self.callback(step, loss, model)
+
+    def state_dict(self) -> dict:
+        own = self.callback.state_dict() if hasattr(self.callback, "state_dict") else None
+        return {"flow_average": self.average.state_dict(), "callback": own}
+
+    def load_state_dict(self, state) -> None:
+        self.average.load_state_dict(state)
+        if state.get("callback") is not None and hasattr(self.callback, "load_state_dict"):
+            self.callback.load_state_dict(state["callback"])
 
 
 class DeepGPRegressor(_DeepMixin, SVGPRegressor):
@@ -333,24 +365,27 @@ class DeepGPRegressor(_DeepMixin, SVGPRegressor):
     #: `fit` streams tables (paths, iterators of chunks) through Estimator.fit_stream
     STREAMED_FIT = True
 
-    def fit(self, X: ArrayLike | str | os.PathLike | Iterable, y: ArrayLike | str | int | None = None) -> Self:
+    def fit(self, X: ArrayLike | str | os.PathLike | Iterable, y: ArrayLike | str | int | None = None,
+            callback: Callable | None = None) -> Self:
         """Fit on X [n_samples, n_features] and y [n_samples]; returns self. X may instead be a table streamed in
         chunks - a path (.csv, .parquet, .npy) with y the target column, or an iterator of (X, y) chunks with y
         None - see `fit_stream`: the model (k-means inducing inputs, the hidden layers' linear projections) is
-        built from a reservoir sample and trained on the whole table, block by block."""
+        built from a reservoir sample and trained on the whole table, block by block. `callback(step, loss,
+        model)` is passed to `flowgp.training.loop.train` (called after every step; a true value stops the fit;
+        one with state_dict()/load_state_dict() has its state kept in the fit's checkpoints)."""
         self._check_deep_params()
         if is_table(X):
-            return self._fit_table(X, y)
+            return self._fit_table(X, y, callback)
         X, y = self._training_data(X, y)
         xt = self.fit_input_scaling(X, y=y)
         self.y_shift_, self.y_scale_ = float(y.mean()), (float(y.std()) if y.std() > 0 else 1.0)
         yt = self.tensor((y - self.y_shift_) / self.y_scale_)[:, None]
-        self._fit_model(xt, yt)
+        self._fit_model(xt, yt, callback=callback)
         return self
 
-    def _train_on_stream(self, xs, ys, stream, stats) -> None:
+    def _train_on_stream(self, xs, ys, stream, stats, callback=None) -> None:
         """The training of `fit_stream`: built from the sample (xs, ys), every stage trained on the whole table."""
-        self._fit_model(xs, ys, sampler=lambda: stream(self.y_shift_, self.y_scale_))
+        self._fit_model(xs, ys, sampler=lambda: stream(self.y_shift_, self.y_scale_), callback=callback)
 
     # predict / predict_quantiles come from SVGPRegressor; every chunk replays the seed and every row shares
     # the draws (common_noise), so a row's prediction does not depend on which rows are predicted with it
@@ -462,26 +497,30 @@ class DeepGPClassifier(_DeepMixin, StreamedClassLabels, Estimator, ClassifierMix
     #: `fit` streams tables (paths, iterators of chunks) through Estimator.fit_stream (numeric labels)
     STREAMED_FIT = True
 
-    def fit(self, X: ArrayLike | str | os.PathLike | Iterable, y: ArrayLike | str | int | None = None) -> Self:
+    def fit(self, X: ArrayLike | str | os.PathLike | Iterable, y: ArrayLike | str | int | None = None,
+            callback: Callable | None = None) -> Self:
         """Fit on X [n_samples, n_features] and labels y [n_samples]; returns self. X may instead be a table
-        streamed in chunks (see `fit_stream`; numeric labels, the classes from a full pass over the table)."""
+        streamed in chunks (see `fit_stream`; numeric labels, the classes from a full pass over the table).
+        `callback(step, loss, model)` is passed to `flowgp.training.loop.train` (called after every step, e.g.
+        to score the model on held-out data as it trains: `flowgp.bench.learning_curve.CurveRecorder`; a true
+        value stops the fit; one with state_dict()/load_state_dict() has its state kept in the checkpoints)."""
         self._check_deep_params()
         if self.likelihood not in _CLASS_LIKELIHOODS:
             raise ValueError(f"likelihood must be one of {_CLASS_LIKELIHOODS}, got {self.likelihood!r}")
         if is_table(X):
-            return self._fit_table(X, y)
+            return self._fit_table(X, y, callback)
         self.start_fit()
         fit_feature_names(self, X)
         X = as_2d_float(X)
         y = check_labels(y, X.shape[0])
         self.classes_ = training_classes(y)
         xt = self.fit_input_scaling(X, y=y)
-        self._fit_model(xt, self._encode(y, X.shape[0]))
+        self._fit_model(xt, self._encode(y, X.shape[0]), callback=callback)
         return self
 
-    def _train_on_stream(self, xs, ys, stream, stats) -> None:
+    def _train_on_stream(self, xs, ys, stream, stats, callback=None) -> None:
         """The training of `fit_stream`: built from the sample (xs, ys), every stage trained on the table."""
-        self._fit_model(xs, ys, sampler=stream)
+        self._fit_model(xs, ys, sampler=stream, callback=callback)
 
     def predict_proba(self, X: ArrayLike) -> np.ndarray:
         """Class probabilities [n_samples, n_classes] averaged over `num_samples_predict` samples (in row chunks

@@ -15,7 +15,9 @@ Figures:
 - `snr_figure`: SNR of the q(z) gradient estimators vs K (DGP-IWVI/DREG supplement, Fig. 3);
 - `amogp_layers_figure`, `amogp_alignments_figure`, `pm25_holdout_figure`: AMO-GP;
 - `plot_warping_curves`: input-dependent warpings (TGP appendix, Fig. 9);
-- `latent_demo_figure`: latent-variable vs DSVI deep GP on the bimodal demo set.
+- `latent_demo_figure`: latent-variable vs DSVI deep GP on the bimodal demo set;
+- `learning_curve_figure`: test accuracy (and NLL) vs training steps, with published values as reference lines
+  (`flowgp bench images-curve`, CNF-DGP Table III).
 """
 from __future__ import annotations
 
@@ -24,9 +26,11 @@ import math
 import numpy as np
 from matplotlib import rcParams
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 __all__ = ["demo_figure", "interval_label", "benchmark_figure", "application_figure", "snr_figure", "amogp_layers_figure",
-           "amogp_alignments_figure", "pm25_holdout_figure", "plot_warping_curves", "latent_demo_figure"]
+           "amogp_alignments_figure", "pm25_holdout_figure", "plot_warping_curves", "latent_demo_figure",
+           "learning_curve_figure"]
 
 _MARKERS = "osD^v<>Pp*hX"
 
@@ -369,3 +373,67 @@ def latent_demo_figure(x, y, grid, panels, path=None) -> Figure:
         ax.set_title(title)
         ax.set_xlabel("x")
     return _finish_row(fig, axes, path, 120, loc="upper center", markerscale=4)
+
+
+# ----- flowgp bench images-curve ----------------------------------------------------------------------------
+def learning_curve_figure(lines, path=None, *, references=None, title=None, xlabel="training steps",
+                          dpi: int = 120) -> Figure:
+    """Test accuracy (%) vs training steps, one line per fit, with published accuracies as labelled horizontal
+    reference lines; with references a second panel zooms on them (the last points of a curve and the published
+    values are often within a percent), and a last panel shows the test NLL where the lines have one.
+
+    Args:
+        lines: {label: {"step": [...], "accuracy": [...] (percent), optional "nll": [...] (nats per image)}}.
+        path: where to save the PNG (None: not saved).
+        references: {label: accuracy in percent}, e.g. {"Table III, DGP 4, NF": 92.03}, drawn dashed on the
+            accuracy panels and named in the legend with their values.
+        title: the figure's title (say what was evaluated: the test subset's size, the prediction samples).
+        xlabel: the x axis's label.
+        dpi: resolution of the saved PNG.
+
+    See Also:
+        :func:`flowgp.reporting.plotting.snr_figure` (another bench figure).
+    """
+    references = dict(references or {})
+    with_nll = any(len(line.get("nll", ())) for line in lines.values())
+    count = 1 + bool(references) + with_nll
+    fig = Figure(figsize=(5.2 * count, 5.0))
+    axes = list(fig.subplots(1, count, squeeze=False)[0])
+    accuracy_axes = axes[:1 + bool(references)]
+    colours = _colours()
+    for i, (label, line) in enumerate(lines.items()):
+        step = _array(line["step"])
+        style = dict(color=colours[i % len(colours)], marker=_MARKERS[i % len(_MARKERS)], markersize=3.5,
+                     linewidth=1.4)
+        for k, ax in enumerate(accuracy_axes):
+            ax.plot(step, _array(line["accuracy"]), label=label if k == 0 else None, **style)
+        if with_nll and len(line.get("nll", ())):
+            axes[-1].plot(step, _array(line["nll"]), **style)
+    dashes = ("--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 1)), (0, (3, 1, 1, 1, 1, 1)))
+    for i, (label, value) in enumerate(references.items()):
+        style = dict(color=colours[-1 - i % len(colours)], linestyle=dashes[i % len(dashes)], linewidth=1.2)
+        for k, ax in enumerate(accuracy_axes):
+            ax.axhline(value, label=f"{label}: {value:.2f} %" if k == 0 else None, **style)
+    for ax in accuracy_axes:
+        ax.set_ylabel("test accuracy (%)")
+    if references:
+        finals = [float(_array(line["accuracy"])[-1]) for line in lines.values() if len(line["accuracy"])]
+        values = list(references.values())
+        # down to the best last point, but at most 10 points below the lowest published value
+        best = max(finals) if finals else min(values)
+        low = max(min(min(values), best), min(values) - 10.0)
+        accuracy_axes[1].set_ylim(low - 2.0, max(values + finals) + 1.0)
+        accuracy_axes[1].set_title("near the published values", fontsize="medium")
+    if with_nll:
+        axes[-1].set_ylabel("test NLL (nats per image)")
+    for ax in axes:
+        ax.set_xlabel(xlabel)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    fig.legend(loc="lower center", ncol=min(3, max(1, len(lines) + len(references))), fontsize="small",
+               frameon=False)
+    if title:
+        fig.suptitle(title, fontsize="medium")
+    rows = math.ceil((len(lines) + len(references)) / 3)
+    fig.tight_layout(rect=(0, min(0.45, 0.045 * rows + 0.02), 1, 1))
+    return _save(fig, path, dpi)
