@@ -358,7 +358,7 @@ def _shard_reads(est, shard_reads) -> dict:
     """--no-shard-reads (`shard_reads` False; "auto" without it) as the estimator's `shard_reads` parameter, so
     that the saved model records it; the `fit_stream` keyword for an estimator without that parameter (a class
     registered by the user)."""
-    if "shard_reads" in est.get_params(deep=False):
+    if "shard_reads" in est.get_params():
         est.set_params(shard_reads=shard_reads)
         return {}
     return {} if shard_reads == "auto" else {"shard_reads": bool(shard_reads)}
