@@ -139,6 +139,21 @@ def test_dreg_table_shows_both_objectives_and_not_run_yet_for_missing_cells(resu
     assert "the authors' splits" in per_slot_dreg[0][3]
 
 
+def test_a_learning_curve_point_joins_the_bench_rows_of_its_budget(results):
+    """A split whose Table 1 score is a learning curve's point at the bench budget (wine-red's REG split 0)
+    counts with the bench rows of that budget, and points at other iterations do not."""
+    rows = [_ldgp("power", "ldgp2-reg", k, v) for k, v in ((1, 0.12), (2, 0.16))]
+    results("ldgp/t1/uci.jsonl", rows)
+    curve = [{"model": "ldgp2-reg", "dataset": "power", "split": 0, "iterations": it, "test_ll_std": v}
+             for it, v in ((1000, -0.5), (10013, 0.14))]
+    results("ldgp/t1/curve/curve.jsonl", curve)
+    extra = pt.curve_rows_as_bench("ldgp/t1/curve/curve.jsonl", 10013, ("ldgp/t1",))
+    assert len(extra) == 1 and extra[0]["split"] == 0 and extra[0]["preset"] == rows[0]["preset"]
+    _, table = pt.dreg_table_1(("ldgp/t1",), extra=extra)
+    assert table[0][4] == "0.140 ± 0.012 (3)"
+    assert pt.curve_rows_as_bench("ldgp/t1/curve/curve.jsonl", 5000, ("ldgp/t1",)) == []
+
+
 # ----- CNF-DGP Table III and the Table I depth trend ------------------------------------------------------------
 def _image(model, skip, accuracy, seed=0, epochs=85):
     return {"dataset": "fashion-mnist", "model": model, "skip": skip, "seed": seed, "preset": "paper",

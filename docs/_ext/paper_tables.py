@@ -447,11 +447,31 @@ def _ldgp_groups(rs) -> dict:
     return groups
 
 
-def dreg_table_1(folders, optional=()):
+def curve_rows_as_bench(path: str, iterations: int, folders) -> list[dict]:
+    """The points of a learning curve (benchmarks/studies/ldgp_learning_curve.py) scored at `iterations`, as bench
+    rows: each takes the preset, epochs, training rows and batch size of the bench row of its data set and model
+    in `folders` whose budget is those iterations, so it joins that protocol (wine-red's REG split 0 at 10 002
+    iterations is such a point: `flowgp bench ldgp-table --curve`)."""
+    bench = [r for r in rows(*folders) if "epochs" in r and "n_train" in r and "batch_size" in r]
+    out = []
+    for point in rows(path, unique=False):
+        if int(point.get("iterations", -1)) != int(iterations):
+            continue
+        twin = next((r for r in bench if r["dataset"] == point["dataset"] and r["model"] == point["model"]
+                     and steps(r) == int(iterations)), None)
+        if twin is not None:
+            out.append({**point, **{k: twin[k] for k in ("preset", "epochs", "n_train", "batch_size")},
+                        "row_order": twin.get("row_order", "file")})
+    return out
+
+
+def dreg_table_1(folders, optional=(), extra=()):
     """Table 1 per data set, objective and estimator: ours (mean ± s.e. over splits) against the authors' 20
     splits, the difference in combined standard errors and our iterations over 300 000. Cells without rows
-    (e.g. the per-slot objective before its runs land) say "not run yet"."""
-    groups, published = _ldgp_groups(rows(*folders) + optional_rows(*optional)), dreg_published()
+    (e.g. the per-slot objective before its runs land) say "not run yet"; `extra`: further rows (e.g.
+    `curve_rows_as_bench`)."""
+    groups = _ldgp_groups(rows(*folders) + optional_rows(*optional) + list(extra))
+    published = dreg_published()
     header = ["data", "objective", "estimator", "protocol", "ours: mean ± s.e. (splits)",
               "published: mean ± s.e. (20 splits)", DIFF_COMBINED,
               f"budget ratio (iterations / {DREG_ITERATIONS:,})".replace(",", " ")]
