@@ -145,7 +145,7 @@ def busy(args, meta: dict) -> list[dict]:
                              "seconds": round(time.perf_counter() - start, 3), **load})
                 print(rows[-1], flush=True)
                 write_rows(rows, f"busy-{args.tag}" if args.tag else "busy", args.out, meta)
-        if "cv" in args.parts:  # joblib's workers started (and flowgp imported there) before the timing
+        if "cv" in args.parts and not args.cold:  # joblib's workers started (flowgp imported there) before timing
             cross_val_score(TGPRegressor(epochs=1, seed=0, verbose=False), X, y, cv=2, n_jobs=2)
         for rep in range(args.repeats if "cv" in args.parts else 0):
             for jobs in (2, 1):
@@ -195,6 +195,8 @@ def main(argv=None) -> int:
     p_busy.add_argument("--torch-default", action="store_true", help="also time threads = the cores (slow)")
     p_busy.add_argument("--parts", nargs="+", choices=["fit", "cv"], default=["fit", "cv"])
     p_busy.add_argument("--tag", default="", help="suffix of the output files (busy-TAG.csv)")
+    p_busy.add_argument("--cold", action="store_true",
+                        help="time cross_val_score's n_jobs=2 with joblib's worker start-up (the first repeat)")
     for p in (p_cut, p_busy):
         p.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
