@@ -218,6 +218,7 @@ def flowgp_estimator(family: str, settings: dict):
                   verbose=False)
     if settings.get("epochs") is not None:
         common["epochs"] = settings["epochs"]
+    common.update(settings.get("flowgp_params") or {})
     if family == "svgp":
         return SVGPRegressor(**common)
     if family == "tgp":
@@ -392,7 +393,7 @@ def run_one(dataset, family, recipe, seed, args) -> dict:
     x, y = load(dataset, args.quick, args.data_dir)
     epochs = args.epochs if args.epochs is not None else (2 if args.quick else default_epochs(family))
     settings = {"M": 100, "batch": 512, "seed": seed, "epochs": epochs if (args.epochs is not None or args.quick)
-                else None}
+                else None, "flowgp_params": _parse_params(args.flowgp_params)}
     time_cap = args.time_cap
     trace = Trace(time_cap)
     with torch.random.fork_rng():  # GPyTorch draws from the global RNG; nothing leaks to the next run
@@ -408,6 +409,20 @@ def run_one(dataset, family, recipe, seed, args) -> dict:
             "best_bound": max(p[1] for p in trace.points), "final_bound": trace.points[-1][1],
             "log_y_std": math.log(float(y.std())), "flowgp_commit": library_commit(),
             "torch": torch.__version__, "gpytorch": _gpytorch_version(), "machine": platform.node(), **extra}
+
+
+def _parse_params(items) -> dict:
+    """--flowgp-params NAME=VALUE ...: estimator arguments that replace flowgp's defaults (numbers as floats)."""
+    out = {}
+    for item in items or ():
+        name, _, value = item.partition("=")
+        if not name or not value:
+            raise ValueError(f"--flowgp-params takes NAME=VALUE, got {item!r}")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            out[name] = value
+    return out
 
 
 def _gpytorch_version():
@@ -600,6 +615,8 @@ def main(argv=None):
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
     p.add_argument("--epochs", type=int, default=None, help="epoch cap of every recipe (default: the estimator's)")
     p.add_argument("--time-cap", type=float, default=3600.0, help="training seconds after which a run stops")
+    p.add_argument("--flowgp-params", nargs="*", default=[], metavar="NAME=VALUE",
+                   help="flowgp estimator arguments instead of the defaults (an ablation; give its own --out)")
     p.add_argument("--quick", action="store_true", help="1 000 rows, 2 epochs, rows in the temp folder: proves the script runs")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--out", default=None)
