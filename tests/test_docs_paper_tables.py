@@ -224,3 +224,16 @@ def test_airquality_comparison_uses_the_combined_standard_error_and_the_papers_e
     expected = 2.0 / math.hypot(_se(rmse), std / math.sqrt(PAPER_RUNS["airquality"]))
     assert float(row[8]) == pytest.approx(expected, abs=0.05)
     assert row[9] == "0.1"  # 1 000 of the appendix's 10 000 epochs
+
+
+def test_table_iii_leaves_out_the_learning_curve_beside_the_rows(results):
+    """`flowgp bench images --curve-every` writes curve.jsonl into the rows' folder: its points (a "step", no
+    "epochs") are not fits, and a folder holding only a curve is still "not run yet"."""
+    point = {"dataset": "fashion-mnist", "model": "sgp", "skip": "none", "seed": 0, "preset": "paper",
+             "max_train": None, "step": 500, "epoch": 2.1, "accuracy": 0.1, "nll": 2.3, "ece": 0.0}
+    results("cnf/fm/curve.jsonl", [point])
+    _, table = pt.cnf_table_iii({"fashion-mnist": "cnf/fm"})
+    assert all(r[3] == pt.NOT_RUN for r in table)
+    results("cnf/fm/images.jsonl", [_image("sgp", "none", 0.87)])
+    _, table = pt.cnf_table_iii({"fashion-mnist": "cnf/fm"})
+    assert [r[3] for r in table if r[1] == "sgp"] == ["87.00 (1)"]

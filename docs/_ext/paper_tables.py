@@ -395,7 +395,9 @@ def cnf_table_iii(folders_by_dataset: dict):
               f"budget ratio (steps / {CNF_IMAGE_STEPS:,})".replace(",", " ")]
     table = []
     for ds, folder in folders_by_dataset.items():
-        groups = _image_groups(r for r in optional_rows(folder) if r.get("dataset") == ds) if folder else {}
+        # a learning curve's points (`--curve-every`, rows with a "step") may sit beside the rows: not fits
+        groups = _image_groups(r for r in optional_rows(folder) if r.get("dataset") == ds and "step" not in r) \
+            if folder else {}
         for model, (method, column) in CNF_TABLE_III_CELL.items():
             published = CNF_TABLE_III[ds][method][column]
             paper = f"{published:.2f} ({method})"

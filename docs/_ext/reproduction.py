@@ -46,7 +46,7 @@ LDGP_TABLE1 = ("ldgp/table1-uci/table1",)
 #: wine-red's REG split 0 at the bench's 10 002 iterations is a point of this learning curve, not a bench row
 LDGP_CURVE = "ldgp/table1-uci/wine-red-curve/curve.jsonl"
 #: Table III's data sets and the folders of their rows (None: the data are not available here)
-IMAGE_FOLDERS = {"mnist": None, "fashion-mnist": "cnf-dgp/table3-images/fashion-mnist", "cifar10": None}
+IMAGE_FOLDERS = {"mnist": None, "fashion-mnist": "cnf-dgp/table3-images/fashion-mnist/images.jsonl", "cifar10": None}
 DEPTH_TREND = ("cnf-dgp/fig3-uci-quick", "cnf-dgp/table1-boston-paper-budget",
                "cnf-dgp/table1-depth-trend/ablation.jsonl")
 SWEEP = "tgp/inducing-sweep-uci/uci.jsonl"
