@@ -16,6 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from flowgp.bench.report import CNF_TABLE_I, standardised_elbo
+from flowgp.reporting.comparison import ordering
 
 R = Path("docs/results/cnf-dgp")
 DEPTHS = (2, 3, 4, 5)
@@ -74,15 +75,6 @@ def mean_se(values):
 def fmt(ms):
     mean, se, n = ms
     return f"{mean:.1f}" + ("" if math.isnan(se) else f" ± {se:.1f}") + f" ({n})"
-
-
-def ordering(means: dict) -> str:
-    ds = sorted(means)
-    if len(ds) < 2:
-        return "—"
-    signs = ["<" if means[b] > means[a] else ">" for a, b in zip(ds, ds[1:])]
-    word = "rises" if set(signs) == {"<"} else "falls" if set(signs) == {">"} else "mixed"
-    return word + ": " + "".join(f"{a} {s} " for a, s in zip(ds, signs)) + f"{ds[-1]}"
 
 
 def table(kind: str = "std") -> list[str]:

@@ -94,17 +94,17 @@ def test_parts_must_be_a_multiple_of_the_world_size():
     assert World(1, 2, parts=4).local_parts == 2 and World().local_parts == 1
 
 
-def test_two_processes_fit_what_one_fits_with_fixed_parts(monkeypatch):
-    single, ranks = _one_and_two_processes(monkeypatch, _predictions)
+def _assert_ranks_equal_one_process(single, ranks, label=""):
+    """Every rank's predictions equal the one-process fit's to 1e-6 (relative to the largest)."""
     for name, a in single.items():
         for b in ranks:
             err = np.max(np.abs(a - b[name])) / np.max(np.abs(a))
-            assert err <= 1e-6, f"{name}: 1 and 2 processes differ by {err:.3g} (relative)"
+            assert err <= 1e-6, f"{label}{name}: 1 and 2 processes differ by {err:.3g} (relative)"
+
+
+def test_two_processes_fit_what_one_fits_with_fixed_parts(monkeypatch):
+    _assert_ranks_equal_one_process(*_one_and_two_processes(monkeypatch, _predictions))
 
 
 def test_two_processes_fit_the_multi_output_model_one_fits_with_fixed_parts(monkeypatch):
-    single, ranks = _one_and_two_processes(monkeypatch, _multioutput_predictions)
-    for name, a in single.items():
-        for b in ranks:
-            err = np.max(np.abs(a - b[name])) / np.max(np.abs(a))
-            assert err <= 1e-6, f"AMO-GP {name}: 1 and 2 processes differ by {err:.3g} (relative)"
+    _assert_ranks_equal_one_process(*_one_and_two_processes(monkeypatch, _multioutput_predictions), "AMO-GP ")
